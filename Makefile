@@ -1,0 +1,49 @@
+# Every install step of the project lives here and in pyproject.toml.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: install models demo test test-fast test-slow check lint typecheck fmt clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The test and demo model (SmolLM2-135M), fetched once by the project's own pull code.
+models: $(STAMP)
+	$(BIN)/python scripts/fetch_test_models.py
+
+demo: models
+	bash scripts/demo.sh
+
+# The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).
+# pytest exits non-zero (5) when it collects no test, so an empty run can never pass.
+test: models
+	$(PYTEST) -q
+
+test-fast: models
+	$(PYTEST) -q -m "not slow"
+
+test-slow: models
+	$(PYTEST) -q -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test-fast
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

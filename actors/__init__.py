@@ -1,0 +1,1 @@
+"""Blazar's serving runtime: supervised actors for engines, slots and state."""

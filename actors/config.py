@@ -1,0 +1,44 @@
+"""The runtime's configuration types, usable without the HTTP layer."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig"]
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    llama_server: str | None = None
+    """Path to a ``llama-server`` binary. Unset: look on PATH, else use the xllamacpp host."""
+    start_timeout_s: float = 120.0
+    stop_grace_s: float = 5.0
+    threads: int | None = None
+    extra_args: list[str] = []
+    breaker_crashes: int = 5
+    """Crashes within ``breaker_window_s`` after which the engine refuses to start again."""
+    breaker_window_s: float = 60.0
+
+
+class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ctx: int | None = None
+    slots: int | None = None
+    embeddings: bool | None = None
+    extra_args: list[str] | None = None
+
+
+class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    home: str
+    """Data root: ``models/`` lives below it."""
+    run_dir: str
+    """Pid files of engine children (for reaping after a crash)."""
+    cache_dir: str
+    """Downloaded wheels and other re-fetchable files."""
+    slots: int = 4
+    default_ctx: int = 4096
+    """Per-slot context cap; the model's training context wins when smaller."""
+    engine: EngineConfig = EngineConfig()
+    models: dict[str, ModelOverride] = {}
+
+    @property
+    def models_dir(self) -> str:
+        return f"{self.home}/models"

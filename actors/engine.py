@@ -1,0 +1,385 @@
+"""EngineActor: owns one engine child process for one model.
+
+States: stopped → starting → ready → stopping → stopped, and failed after a
+crash or a failed start. A crashed child never takes the daemon down: the
+requests on it fail, and the next ``EnsureReady`` starts it again. Too many
+crashes in a window open a breaker that refuses further starts for a while.
+
+Only this actor's own task changes its state. The tasks it runs (the launch,
+the pipe drain) report back through its mailbox.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import secrets
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import msgspec
+import trio
+
+from actors.actor import Actor
+from actors.config import EngineConfig
+from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server
+from actors.errors import ActorStopped, EngineCrashed, EngineStartTimeout, EngineUnavailable
+from actors.mailbox import Envelope
+from actors.process import ChildProcess
+
+__all__ = [
+    "ConfirmCrash",
+    "CrashReport",
+    "EngineActor",
+    "EngineHandle",
+    "EngineMessage",
+    "EngineState",
+    "EngineStatistics",
+    "EnsureReady",
+    "StopEngine",
+]
+
+
+class EngineState(enum.StrEnum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+class EnsureReady(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Start the child if needed; the reply is an ``EngineHandle`` once healthy."""
+
+
+class StopEngine(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    reason: str = "requested"
+
+
+class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A request lost its connection to generation ``generation``: did the child die?"""
+
+    generation: int
+
+
+class _Launched(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    generation: int
+
+
+class _LaunchFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    generation: int
+    code: str
+    message: str
+
+
+class _ChildExited(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    generation: int
+    returncode: int | None
+
+
+EngineMessage = EnsureReady | StopEngine | ConfirmCrash | _Launched | _LaunchFailed | _ChildExited
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHandle:
+    """What a request needs to talk to a ready child. ``client`` is pooled per child."""
+
+    model: str
+    base_url: str
+    generation: int
+    pid: int
+    client: httpx.AsyncClient
+
+
+class CrashReport(msgspec.Struct, frozen=True, kw_only=True):
+    crashed: bool
+    returncode: int | None
+    stderr_summary: str
+
+
+class EngineStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    state: str
+    engine: str
+    pid: int | None
+    port: int | None
+    slots: int
+    ctx_per_slot: int
+    in_flight: int
+    restarts: int
+    crashes: int
+    generation: int
+    started_at: float | None
+    last_error: str | None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EngineActor(Actor[EngineMessage]):
+    def __init__(self, spec: LaunchSpec, config: EngineConfig, *, run_dir: Path) -> None:
+        super().__init__(f"engine[{spec.model}]")
+        self.spec = spec
+        self.config = config
+        self.run_dir = run_dir
+        self.binary = find_llama_server(config.llama_server)
+        self.state = EngineState.STOPPED
+        self.generation = 0
+        self.restarts = 0
+        self.in_flight = 0
+        self.last_error: str | None = None
+        self._crash_times: deque[float] = deque()
+        self._waiters: list[Envelope[EngineMessage]] = []
+        self._child: ChildProcess | None = None
+        self._handle: EngineHandle | None = None
+        self._port: int | None = None
+        self._started_at: float | None = None
+        self._nursery: trio.Nursery | None = None
+        self._pending: dict[int, EngineHandle] = {}
+
+    def __repr__(self) -> str:
+        pid = self._child.pid if self._child else "-"
+        return (
+            f"<EngineActor {self.spec.model} {self.state} pid={pid} gen={self.generation} "
+            f"in_flight={self.in_flight} restarts={self.restarts}>"
+        )
+
+    @property
+    def engine_kind(self) -> str:
+        return "llama-server" if self.binary else "llamacpp-host"
+
+    def statistics(self) -> EngineStatistics:  # type: ignore[override]
+        return EngineStatistics(
+            model=self.spec.model,
+            state=str(self.state),
+            engine=self.engine_kind,
+            pid=self._child.pid if self._child and self._child.returncode is None else None,
+            port=self._port if self.state is EngineState.READY else None,
+            slots=self.spec.slots,
+            ctx_per_slot=self.spec.ctx_per_slot,
+            in_flight=self.in_flight,
+            restarts=self.restarts,
+            crashes=len(self._crash_times),
+            generation=self.generation,
+            started_at=self._started_at,
+            last_error=self.last_error,
+        )
+
+    # -- life cycle -------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Actor[EngineMessage]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(super().run)
+            task_status.started(self)
+
+    async def on_stop(self) -> None:
+        await self._stop_child("engine actor stopped")
+
+    # -- messages ---------------------------------------------------------
+
+    async def dispatch(self, env: Envelope[EngineMessage]) -> None:
+        match env.message:
+            case EnsureReady():
+                self._ensure_ready(env)
+            case StopEngine(reason=reason):
+                await self._stop_child(reason)
+                env.answer(None)
+            case ConfirmCrash(generation=gen):
+                assert self._nursery is not None
+                self._nursery.start_soon(self._confirm_crash, env, gen, self._child)
+            case _Launched(generation=gen):
+                handle = self._pending.pop(gen, None)
+                if handle is not None and gen == self.generation and self.state is EngineState.STARTING:
+                    self._handle = handle
+                    self.state = EngineState.READY
+                    self._started_at = time.time()
+                    self._answer_waiters()
+                elif handle is not None:
+                    assert self._nursery is not None
+                    self._nursery.start_soon(handle.client.aclose)
+            case _LaunchFailed(generation=gen, code=code, message=message):
+                if gen == self.generation:
+                    await self._stop_child(message, state=EngineState.FAILED)
+                    self._record_crash(message)
+                    exc_type = EngineStartTimeout if code == "MODEL_LOAD_TIMEOUT" else EngineCrashed
+                    self._fail_waiters(exc_type(message))
+            case _ChildExited(generation=gen, returncode=rc):
+                if gen == self.generation and self.state in (
+                    EngineState.READY,
+                    EngineState.STARTING,
+                ):
+                    summary = self._child.stderr_tail.summary() if self._child else ""
+                    message = f"engine for '{self.spec.model}' exited with code {rc}" + (
+                        f": {summary}" if summary else ""
+                    )
+                    if self.state is EngineState.STARTING:
+                        self._fail_waiters(EngineCrashed(message, stderr_tail=summary))
+                    await self._stop_child(message, state=EngineState.FAILED)
+                    self._record_crash(message)
+            case _:
+                env.fail(TypeError(f"unexpected message {env.message!r}"))
+
+    def _ensure_ready(self, env: Envelope[EngineMessage]) -> None:
+        if self.state is EngineState.READY and self._handle is not None:
+            env.answer(self._handle)
+            return
+        self._waiters.append(env)
+        if self.state is EngineState.STARTING:
+            return
+        if self._breaker_open():
+            self._fail_waiters(
+                EngineUnavailable(
+                    f"engine for '{self.spec.model}' crashed {len(self._crash_times)} times in "
+                    f"{self.config.breaker_window_s:.0f} s; last error: {self.last_error} — "
+                    "check `blazar logs` and the model file, then retry later"
+                )
+            )
+            return
+        if self.state is EngineState.FAILED:
+            self.restarts += 1
+        self.generation += 1
+        self.state = EngineState.STARTING
+        assert self._nursery is not None
+        self._nursery.start_soon(self._launch, self.generation)
+
+    def _breaker_open(self) -> bool:
+        now = time.monotonic()
+        while self._crash_times and now - self._crash_times[0] > self.config.breaker_window_s:
+            self._crash_times.popleft()
+        return len(self._crash_times) >= self.config.breaker_crashes
+
+    def _record_crash(self, message: str) -> None:
+        self.last_error = message
+        self._crash_times.append(time.monotonic())
+
+    def _answer_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for env in waiters:
+            env.answer(self._handle)
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        waiters, self._waiters = self._waiters, []
+        for env in waiters:
+            env.fail(exc)
+
+    # -- the child --------------------------------------------------------
+
+    async def _launch(self, generation: int) -> None:
+        port = _free_port()
+        api_key = secrets.token_urlsafe(24)
+        argv = build_argv(self.spec, port=port, api_key=api_key, binary=self.binary)
+        pidfile = self.run_dir / "engines" / f"{self.spec.model.replace('/', '_')}.pid"
+        env = dict(os.environ)
+        try:
+            child = await ChildProcess.spawn(argv, name=self.name, env=env, pidfile=pidfile)
+        except OSError as exc:
+            await self._tell_self(
+                _LaunchFailed(generation=generation, code="ENGINE_CRASHED", message=str(exc))
+            )
+            return
+        if generation != self.generation:  # stopped while we were spawning
+            await child.stop(self.config.stop_grace_s)
+            return
+        self._child, self._port = child, port
+        assert self._nursery is not None
+        self._nursery.start_soon(self._watch_child, child, generation)
+        base_url = f"http://127.0.0.1:{port}"
+        client = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(10.0, read=None, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.spec.slots * 4),
+        )
+        error = await self._wait_healthy(child, client)
+        if error is not None:
+            await client.aclose()
+            await self._tell_self(_LaunchFailed(generation=generation, code=error[0], message=error[1]))
+            return
+        self._pending[generation] = EngineHandle(
+            model=self.spec.model,
+            base_url=base_url,
+            generation=generation,
+            pid=child.pid,
+            client=client,
+        )
+        await self._tell_self(_Launched(generation=generation))
+
+    async def _wait_healthy(self, child: ChildProcess, client: httpx.AsyncClient) -> tuple[str, str] | None:
+        delay_s = 0.02
+        with trio.move_on_after(self.config.start_timeout_s):
+            while not child.exited.is_set():
+                try:
+                    resp = await client.get("/health", timeout=2.0)
+                    if resp.status_code == 200:
+                        return None
+                except httpx.TransportError:
+                    pass
+                with trio.move_on_after(delay_s):
+                    await child.exited.wait()
+                delay_s = min(delay_s * 1.5, 0.25)
+            summary = child.stderr_tail.summary()
+            return (
+                "ENGINE_CRASHED",
+                f"engine for '{self.spec.model}' exited during start (code {child.returncode})"
+                + (f": {summary}" if summary else ""),
+            )
+        return (
+            "MODEL_LOAD_TIMEOUT",
+            f"engine for '{self.spec.model}' was not healthy within {self.config.start_timeout_s:.0f} s"
+            " — check `blazar logs` or raise engine.start_timeout_s",
+        )
+
+    async def _watch_child(self, child: ChildProcess, generation: int) -> None:
+        rc = await child.serve()
+        await self._tell_self(_ChildExited(generation=generation, returncode=rc))
+
+    async def _tell_self(self, message: EngineMessage) -> None:
+        try:
+            await self.mailbox.tell(message)
+        except ActorStopped:
+            pass
+
+    async def _stop_child(self, reason: str, *, state: EngineState = EngineState.STOPPED) -> None:
+        child, handle = self._child, self._handle
+        self._child, self._handle = None, None
+        if self.state is EngineState.STARTING:
+            self.generation += 1  # the launch in progress is now stale and cleans up after itself
+        if child is not None or self.state is not EngineState.STOPPED:
+            self.state = EngineState.STOPPING
+        if state is EngineState.STOPPED:
+            self._fail_waiters(EngineUnavailable(f"engine for '{self.spec.model}' stopped: {reason}"))
+        with trio.CancelScope(shield=True):
+            if child is not None:
+                await child.stop(self.config.stop_grace_s)
+            if handle is not None:
+                with trio.move_on_after(1.0):
+                    await handle.client.aclose()
+        self.state = state
+        self._port = None if state is EngineState.STOPPED else self._port
+        self._started_at = None
+
+    async def _confirm_crash(
+        self, env: Envelope[EngineMessage], generation: int, child: ChildProcess | None
+    ) -> None:
+        if child is None or generation != self.generation:
+            env.answer(CrashReport(crashed=True, returncode=None, stderr_summary=self.last_error or ""))
+            return
+        with trio.move_on_after(1.0):
+            await child.exited.wait()
+        env.answer(
+            CrashReport(
+                crashed=child.exited.is_set(),
+                returncode=child.returncode,
+                stderr_summary=child.stderr_tail.summary(),
+            )
+        )

@@ -1,0 +1,59 @@
+"""The llama.cpp lane: which program to run, with which flags.
+
+A ``llama-server`` binary is used when one is configured or on PATH; otherwise
+our host module runs llama.cpp's C++ server from the ``xllamacpp`` wheel with
+the same flags. A binary does not watch its stdin, so it runs under our
+watchdog, which ties its life to the daemon's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import msgspec
+
+__all__ = ["LaunchSpec", "build_argv", "find_llama_server"]
+
+
+class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    """Canonical model name, passed as ``--alias`` so relayed bytes carry it."""
+    path: str
+    ctx_per_slot: int
+    slots: int
+    embeddings: bool = False
+    threads: int | None = None
+    extra_args: list[str] = []
+
+    @property
+    def ctx_total(self) -> int:
+        # llama.cpp divides -c among the -np slots.
+        return self.ctx_per_slot * self.slots
+
+
+def find_llama_server(configured: str | None) -> str | None:
+    if configured:
+        return configured
+    return shutil.which("llama-server")
+
+
+def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None) -> list[str]:
+    flags = [
+        "-m", spec.path,
+        "-c", str(spec.ctx_total),
+        "-np", str(spec.slots),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--api-key", api_key,
+        "--alias", spec.model,
+        "--metrics",
+    ]  # fmt: skip
+    if spec.embeddings:
+        flags += ["--embeddings", "--pooling", "mean"]
+    if spec.threads:
+        flags += ["-t", str(spec.threads)]
+    flags += spec.extra_args
+    if binary is None:
+        return [sys.executable, "-m", "actors.engines.llamacpp_host", *flags]
+    return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]

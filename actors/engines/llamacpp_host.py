@@ -1,0 +1,146 @@
+"""Run llama.cpp's own HTTP server from the ``xllamacpp`` wheel as a child process.
+
+``python -m actors.engines.llamacpp_host -m MODEL.gguf --port N …`` accepts
+llama-server's flag names, maps them onto ``xllamacpp.CommonParams`` (the wheel
+has no command-line parser of its own) and serves the full llama-server API.
+The gateway cannot tell it from a ``llama-server`` binary.
+
+Lifetime rules: SIGTERM/SIGINT exit cleanly (the server's destructor drains);
+end-of-file on stdin means the parent is gone (even after ``kill -9``), and the
+host exits at once so an engine never outlives its daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_params", "main", "parse_args"]
+
+_POOLING = {"none": "NONE", "mean": "MEAN", "cls": "CLS", "last": "LAST", "rank": "RANK"}
+_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="llamacpp_host", description=__doc__)
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("-c", "--ctx-size", type=int, default=0)
+    p.add_argument("-np", "--parallel", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("-a", "--alias", default=None)
+    p.add_argument("--embeddings", "--embedding", action="store_true")
+    p.add_argument("--pooling", choices=sorted(_POOLING), default=None)
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-tb", "--threads-batch", type=int, default=None)
+    p.add_argument("-b", "--batch-size", type=int, default=None)
+    p.add_argument("-ub", "--ubatch-size", type=int, default=None)
+    p.add_argument("-ctk", "--cache-type-k", choices=_CACHE_TYPES, default=None)
+    p.add_argument("-ctv", "--cache-type-v", choices=_CACHE_TYPES, default=None)
+    p.add_argument("--metrics", action="store_true")
+    p.add_argument("--no-slots", action="store_true")
+    p.add_argument("--props", action="store_true")
+    p.add_argument("--jinja", action="store_true")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--chat-template", default=None)
+    p.add_argument("-s", "--seed", type=int, default=None)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--log-disable", action="store_true")
+    return p.parse_args(list(argv))
+
+
+def build_params(ns: argparse.Namespace) -> Any:
+    import xllamacpp as xlc
+
+    p = xlc.CommonParams()
+    p.model.path = ns.model
+    p.n_ctx = ns.ctx_size
+    p.n_parallel = ns.parallel
+    p.hostnames = [ns.host]
+    p.port = ns.port
+    if ns.api_key:
+        p.api_keys = [ns.api_key]
+    if ns.alias:
+        p.model_alias = {ns.alias}
+    if ns.embeddings:
+        p.embedding = True
+        # Without a pooling type llama.cpp refuses OpenAI-style embeddings.
+        p.pooling_type = getattr(
+            xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{_POOLING[ns.pooling or 'mean']}"
+        )
+    elif ns.pooling:
+        p.pooling_type = getattr(xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{_POOLING[ns.pooling]}")
+    if ns.n_gpu_layers is not None:
+        p.n_gpu_layers = ns.n_gpu_layers
+    if ns.threads is not None:
+        p.cpuparams.n_threads = ns.threads
+    if ns.threads_batch is not None:
+        p.cpuparams_batch.n_threads = ns.threads_batch
+    if ns.batch_size is not None:
+        p.n_batch = ns.batch_size
+    if ns.ubatch_size is not None:
+        p.n_ubatch = ns.ubatch_size
+    if ns.cache_type_k:
+        p.cache_type_k = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_k.upper()}")
+    if ns.cache_type_v:
+        p.cache_type_v = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_v.upper()}")
+    p.endpoint_metrics = ns.metrics
+    p.endpoint_slots = not ns.no_slots
+    p.endpoint_props = ns.props
+    if ns.jinja:
+        p.use_jinja = True
+    if ns.no_warmup:
+        p.warmup = False
+    if ns.chat_template:
+        p.chat_template = ns.chat_template
+    if ns.seed is not None:
+        p.sampling.seed = ns.seed
+    p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 1)
+    return p
+
+
+def _exit_when_parent_goes() -> None:
+    # The parent holds the write end of our stdin; EOF means it is gone.
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parse_args(sys.argv[1:] if argv is None else argv)
+    if not os.path.isfile(ns.model):
+        print(f"error: model file not found: {ns.model}", file=sys.stderr)
+        return 2
+    import xllamacpp as xlc
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if not os.isatty(0):
+        threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
+
+    server = xlc.Server(build_params(ns))
+    print(f"READY {server.listening_address}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    # Dropping the last reference runs the server's graceful shutdown.
+    del server
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""``open_runtime``: the root of the actor tree, embeddable without the HTTP layer.
+
+async with open_runtime(cfg) as rt:
+    engine = await rt.engine_for("smollm2-135m")
+    handle = await engine.ask(EnsureReady())
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import msgspec
+import trio
+
+from actors.config import RuntimeConfig
+from actors.engine import EngineActor, EngineStatistics, StopEngine
+from actors.engines.llamacpp import LaunchSpec
+from actors.errors import ActorStopped
+from actors.process import reap_orphans
+from actors.supervisor import ChildSpec, Restart, Supervisor
+from registry.catalog import Catalog
+from registry.store import ModelRecord, Store
+
+__all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
+
+_FALLBACK_CTX = 4096
+
+
+class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    engines: list[EngineStatistics]
+    reaped_orphans: list[int]
+
+
+class Runtime:
+    """Handles to the tree's actors. Requests reach engines through ``engine_for``."""
+
+    def __init__(self, config: RuntimeConfig, *, store: Store, catalog: Catalog, engines: Supervisor) -> None:
+        self.config = config
+        self.store = store
+        self.catalog = catalog
+        self.engines = engines
+        self._engines: dict[str, EngineActor] = {}
+        self._lock = trio.Lock()
+        self.reaped_orphans: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
+
+    def launch_spec(self, record: ModelRecord) -> LaunchSpec:
+        override = self.config.models.get(record.name)
+        info = self.store.info(record)
+        trained = info.context_length or _FALLBACK_CTX
+        ctx = (override.ctx if override and override.ctx else None) or min(trained, self.config.default_ctx)
+        slots = (override.slots if override and override.slots else None) or self.config.slots
+        extra = [*self.config.engine.extra_args, *((override.extra_args or []) if override else [])]
+        return LaunchSpec(
+            model=record.name,
+            path=record.path,
+            ctx_per_slot=ctx,
+            slots=slots,
+            embeddings=bool(override and override.embeddings),
+            threads=self.config.engine.threads,
+            extra_args=extra,
+        )
+
+    async def engine_for(self, model: str) -> EngineActor:
+        """The engine actor of an installed model, created (not started) on first use.
+
+        Raises ``registry.errors.ModelNotFound`` for a model that is not installed.
+        """
+        engine = self._engines.get(model)
+        if engine is not None:
+            return engine
+        record = await trio.to_thread.run_sync(self.store.get, model)
+        async with self._lock:
+            engine = self._engines.get(record.name)
+            if engine is None:
+                spec = await trio.to_thread.run_sync(self.launch_spec, record)
+                engine = EngineActor(spec, self.config.engine, run_dir=Path(self.config.run_dir))
+                await self.engines.start_child(
+                    ChildSpec(name=record.name, start=engine.run, restart=Restart.TRANSIENT)
+                )
+                self._engines[record.name] = engine
+            if model != record.name:
+                self._engines[model] = engine
+        return engine
+
+    def loaded(self) -> list[EngineActor]:
+        seen: dict[int, EngineActor] = {}
+        for engine in self._engines.values():
+            seen[id(engine)] = engine
+        return sorted(seen.values(), key=lambda e: e.spec.model)
+
+    async def stop_engine(self, model: str) -> bool:
+        engine = self._engines.get(model)
+        if engine is None:
+            return False
+        try:
+            await engine.ask(StopEngine(reason="unloaded"))
+        except ActorStopped:
+            pass
+        return True
+
+    async def forget(self, model: str) -> None:
+        """Stop and drop the engine of a model that was removed from the store."""
+        engine = self._engines.get(model)
+        if engine is None:
+            return
+        await self.stop_engine(model)
+        for key in [k for k, v in self._engines.items() if v is engine]:
+            del self._engines[key]
+        try:
+            await self.engines.stop_child(engine.spec.model)
+        except KeyError:
+            pass
+
+    def statistics(self) -> RuntimeStatistics:
+        return RuntimeStatistics(
+            engines=[e.statistics() for e in self.loaded()], reaped_orphans=self.reaped_orphans
+        )
+
+
+@asynccontextmanager
+async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
+    def prepare() -> tuple[list[int], Store, Catalog]:
+        run_dir = Path(config.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
+
+    reaped, store, catalog = await trio.to_thread.run_sync(prepare)
+    async with trio.open_nursery() as nursery:
+        engines = await nursery.start(Supervisor("engines").run)
+        runtime = Runtime(config, store=store, catalog=catalog, engines=engines)
+        runtime.reaped_orphans = reaped
+        try:
+            yield runtime
+        finally:
+            nursery.cancel_scope.cancel()

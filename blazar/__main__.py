@@ -1,0 +1,3 @@
+from blazar.cli import main
+
+main()

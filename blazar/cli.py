@@ -1,0 +1,439 @@
+"""The ``blazar`` command line.
+
+Every failing command prints one line that says what went wrong and what to
+run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import cyclopts
+import msgspec
+import trio
+from cyclopts import Parameter
+from rich.console import Console
+from rich.table import Table
+
+from blazar import __version__
+from blazar.client import CliError, Daemon, ensure_daemon, find_daemon
+from blazar.config import Config, ConfigError, Paths, load_config, resolve_paths
+
+__all__ = ["app", "main"]
+
+app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+Json = Annotated[bool, Parameter(name="--json", negative="", help="Print JSON instead of a table.")]
+
+
+def _setup() -> tuple[Paths, Config]:
+    paths = resolve_paths()
+    return paths, load_config(paths)
+
+
+def _store(paths: Paths) -> Any:
+    from registry.store import Store
+
+    return Store(Path(paths.models_dir))
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode() + "\n")
+
+
+def _size(n: int | float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n < 1e9 else f"{n / 1e9:.2f}B"
+
+
+def _ago(ts: float) -> str:
+    delta = max(0.0, time.time() - ts)
+    for secs, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if delta >= secs:
+            n = int(delta // secs)
+            return f"{n} {unit}{'s' if n > 1 else ''} ago"
+    return "just now"
+
+
+# -- serving ------------------------------------------------------------------
+
+
+@app.command
+def serve(*, host: str | None = None, port: int | None = None) -> None:
+    """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
+    from blazar.server import BindError, run_server, setup_logging
+
+    paths, config = _setup()
+    config = msgspec.structs.replace(
+        config, host=host or config.host, port=config.port if port is None else port
+    )
+    running = find_daemon(paths)
+    if running is not None:
+        raise CliError(f"a daemon already runs at {running.url} (pid {running.pid}) — `blazar stop` it first")
+    setup_logging(paths, config, to_stderr=sys.stderr.isatty())
+    try:
+        trio.run(run_server, config, paths)
+    except BindError as exc:
+        err.print(f"error: {exc}")
+        sys.exit(3)
+
+
+@app.command
+def run(
+    model: str, prompt: str | None = None, *, temperature: float | None = None, seed: int | None = None
+) -> None:
+    """Chat with MODEL: answer PROMPT, or open a REPL without one. Starts a daemon if none runs."""
+    paths, config = _setup()
+    if _store(paths).find(model) is None:
+        raise CliError(f"model '{model}' is not installed — run `blazar pull {model}` or see `blazar list`")
+    daemon, started = ensure_daemon(paths, config)
+    if started:
+        err.print(
+            f"[dim]started a background daemon (pid {daemon.pid}) at {daemon.url}; `blazar stop` ends it[/]"
+        )
+    options: dict[str, Any] = {}
+    if temperature is not None:
+        options["temperature"] = temperature
+    if seed is not None:
+        options["seed"] = seed
+    if prompt is not None:
+        _answer(daemon, model, [{"role": "user", "content": prompt}], options)
+        return
+    _repl(daemon, model, options, paths)
+
+
+def _answer(daemon: Daemon, model: str, messages: list[dict[str, str]], options: dict[str, Any]) -> str:
+    parts: list[str] = []
+    for text in daemon.stream_chat({"model": model, "messages": messages, **options}):
+        parts.append(text)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return "".join(parts)
+
+
+def _read_prompt() -> str | None:
+    try:
+        line = input(">>> ")
+    except EOFError:
+        return None
+    if not line.startswith('"""'):
+        return line
+    lines = [line[3:]]
+    while not lines[-1].endswith('"""'):
+        try:
+            lines.append(input("... "))
+        except EOFError:
+            break
+    lines[-1] = lines[-1].removesuffix('"""')
+    return "\n".join(lines).strip()
+
+
+def _repl(daemon: Daemon, model: str, options: dict[str, Any], paths: Paths) -> None:
+    try:
+        import readline
+    except ImportError:  # pragma: no cover - not on every platform
+        readline = None  # type: ignore[assignment]
+    history = Path(paths.run_dir).parent / "history"
+    if readline is not None:
+        try:
+            readline.read_history_file(history)
+        except OSError:
+            pass
+    err.print('[dim]Type a message; """ starts multi-line input; /bye quits.[/]')
+    messages: list[dict[str, str]] = []
+    try:
+        while True:
+            text = _read_prompt()
+            if text is None or text.strip() in ("/bye", "/exit", "/quit"):
+                break
+            if not text.strip():
+                continue
+            if text.strip() == "/clear":
+                messages.clear()
+                continue
+            messages.append({"role": "user", "content": text})
+            try:
+                answer = _answer(daemon, model, messages, options)
+            except KeyboardInterrupt:
+                sys.stdout.write("\n")
+                messages.pop()
+                continue
+            messages.append({"role": "assistant", "content": answer})
+    finally:
+        if readline is not None:
+            try:
+                history.parent.mkdir(parents=True, exist_ok=True)
+                readline.write_history_file(history)
+            except OSError:
+                pass
+
+
+@app.command
+def ps(*, json_: Json = False) -> None:
+    """Show loaded engines: model, engine, pid, port, slots, in-flight requests, restarts."""
+    paths, _ = _setup()
+    daemon = find_daemon(paths)
+    engines = daemon.get("/admin/engines")["engines"] if daemon else []
+    if json_:
+        _print_json(
+            {"daemon": {"url": daemon.url, "pid": daemon.pid} if daemon else None, "engines": engines}
+        )
+        return
+    if daemon is None:
+        out.print("no daemon is running — start one with `blazar serve`")
+        return
+    table = Table("MODEL", "ENGINE", "STATE", "PID", "PORT", "SLOTS", "IN-FLIGHT", "RESTARTS", box=None)
+    for e in engines:
+        busy = min(e["in_flight"], e["slots"])
+        table.add_row(
+            e["model"], e["engine"], e["state"], str(e["pid"] or "-"), str(e["port"] or "-"),
+            f"{busy}/{e['slots']}", str(e["in_flight"]), str(e["restarts"]),
+        )  # fmt: skip
+    out.print(f"daemon {daemon.url} (pid {daemon.pid})")
+    out.print(table)
+
+
+def _alive(pid: int) -> bool:
+    """True while the process runs; a zombie (exited, not yet reaped by its parent) counts as gone."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    except PermissionError:
+        return True
+    return not stat.rsplit(") ", 1)[-1].startswith("Z")
+
+
+@app.command
+def stop(*, timeout_s: float = 30.0) -> None:
+    """Stop the daemon: drain requests, terminate every engine, exit."""
+    paths, _ = _setup()
+    daemon = find_daemon(paths)
+    if daemon is None:
+        out.print("no daemon is running")
+        return
+    pid = daemon.pid
+    try:
+        daemon.post("/admin/shutdown")
+    except Exception:
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while pid and time.monotonic() < deadline:
+        if not _alive(pid):
+            out.print(f"stopped the daemon (pid {pid})")
+            return
+        time.sleep(0.05)
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        raise CliError(f"the daemon (pid {pid}) did not stop within {timeout_s:.0f} s and was killed")
+
+
+@app.command
+def logs(
+    *, follow: Annotated[bool, Parameter(name=["--follow", "-f"], negative="")] = False, lines: int = 50
+) -> None:
+    """Print the daemon's log (``-f`` follows it)."""
+    paths, _ = _setup()
+    path = Path(paths.log_file)
+    if not path.exists():
+        raise CliError(f"no log yet at {path} — the daemon writes it once `blazar serve` runs")
+    with path.open("rb") as f:
+        tail = f.read().splitlines()[-lines:]
+        for line in tail:
+            sys.stdout.write(line.decode(errors="replace") + "\n")
+        sys.stdout.flush()
+        while follow:
+            chunk = f.read()
+            if chunk:
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            else:
+                time.sleep(0.2)
+                if path.exists() and path.stat().st_size < f.tell():  # rotated
+                    f.close()
+                    f = path.open("rb")
+
+
+# -- the model store ----------------------------------------------------------
+
+
+@app.command
+def pull(name: str, *, json_: Json = False) -> None:
+    """Download a model (a catalog name like smollm2-135m, or ORG/REPO[:QUANT])."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from registry.catalog import Catalog
+    from registry.pull import PullProgress
+    from registry.pull import pull as do_pull
+
+    paths, _ = _setup()
+    store = _store(paths)
+    columns = (
+        "{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, transient=True, disable=json_) as bar:
+        task = bar.add_task(name, total=None)
+
+        def on_progress(p: PullProgress) -> None:
+            if json_:
+                sys.stdout.write(msgspec.json.encode(p).decode() + "\n")
+                return
+            if p.status == "trying next source":
+                err.print(f"[yellow]{p.source}: {p.message}[/]")
+            bar.update(
+                task,
+                description=f"{p.status} {p.source or ''}".strip(),
+                total=p.total,
+                completed=p.completed or 0,
+            )
+
+        record = trio.run(
+            lambda: do_pull(
+                store,
+                name,
+                catalog=Catalog.load(),
+                cache_dir=Path(paths.cache_dir),
+                on_progress=on_progress,
+            )
+        )
+    if json_:
+        _print_json(record)
+    else:
+        out.print(f"pulled {record.name} ({_size(record.size)}, {record.digest[:19]}) from {record.source}")
+
+
+@app.command(name="import")
+def import_(
+    file: Path,
+    *,
+    name: str,
+    link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
+    json_: Json = False,
+) -> None:
+    """Add a local GGUF file to the store (hardlinked when possible, else copied)."""
+    paths, _ = _setup()
+    if not file.is_file():
+        raise CliError(f"no such file: {file}")
+    record = _store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
+    if json_:
+        _print_json(record)
+    else:
+        out.print(f"imported {record.name} ({_size(record.size)}, {record.digest[:19]})")
+
+
+@app.command(name="list")
+def list_(*, json_: Json = False) -> None:
+    """List installed models."""
+    paths, _ = _setup()
+    records = _store(paths).list()
+    if json_:
+        _print_json(records)
+        return
+    table = Table("NAME", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
+    for r in records:
+        table.add_row(
+            r.name, r.digest.removeprefix("sha256:")[:12], _size(r.size), _ago(r.modified_at), r.source
+        )
+    out.print(table)
+
+
+@app.command
+def show(name: str, *, json_: Json = False) -> None:
+    """Show a model's GGUF facts: architecture, parameters, quantization, context, layers, heads."""
+    paths, _ = _setup()
+    store = _store(paths)
+    record = store.get(name)
+    info = store.info(record)
+    if json_:
+        doc = msgspec.to_builtins(info)
+        doc.pop("tensors", None)
+        _print_json({"model": record, "info": doc})
+        return
+    rows = [
+        ("name", record.name),
+        ("architecture", info.architecture),
+        ("parameters", _params(info.parameter_count)),
+        ("quantization", info.file_type or "-"),
+        ("context length", str(info.context_length or "-")),
+        ("layers", str(info.block_count or "-")),
+        ("attention heads", str(info.head_count or "-")),
+        ("KV heads", str(info.head_count_kv or "-")),
+        ("embedding length", str(info.embedding_length or "-")),
+        ("chat template", "present" if info.chat_template else "absent"),
+        ("size", _size(record.size)),
+        ("digest", record.digest),
+        ("source", record.source),
+    ]  # fmt: skip
+    table = Table(box=None, show_header=False)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(table)
+
+
+@app.command
+def rm(name: str) -> None:
+    """Remove a model from the store (its blob goes when no other name uses it)."""
+    paths, _ = _setup()
+    store = _store(paths)
+    record = store.get(name)
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        daemon.post(f"/admin/models/{record.name}/unload")
+    store.remove(record.name)
+    out.print(f"deleted {record.name}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(argv if argv is not None else sys.argv[1:])
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("BLAZAR_DEBUG"):
+            raise
+        err.print(f"error: {_one_line(exc)}", markup=False)
+        sys.exit(1)
+
+
+def _one_line(exc: BaseException) -> str:
+    from registry.errors import RegistryError
+
+    if isinstance(exc, (CliError, ConfigError)):
+        return str(exc)
+    if isinstance(exc, RegistryError):
+        return exc.message
+    import httpx
+
+    if isinstance(exc, httpx.HTTPError):
+        return f"could not reach the daemon ({exc}) — check `blazar ps` and `blazar logs`"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or ''})".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The CLI's side of the daemon: find it, start it in the background, call it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from blazar.config import Config, Paths
+from blazar.server import read_daemon_info
+
+__all__ = ["CliError", "Daemon", "ensure_daemon", "find_daemon"]
+
+_START_TIMEOUT_S = 60.0
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line (and a non-zero exit)."""
+
+
+class Daemon:
+    def __init__(self, url: str, pid: int | None) -> None:
+        self.url = url.rstrip("/")
+        self.pid = pid
+        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(30.0, read=None))
+
+    def _check(self, resp: httpx.Response) -> Any:
+        if resp.status_code >= 400:
+            raise CliError(_error_message(resp))
+        return resp.json()
+
+    def get(self, path: str) -> Any:
+        return self._check(self.http.get(path))
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self._check(self.http.post(path, json=body or {}))
+
+    def stream_chat(self, body: dict[str, Any]) -> Iterator[str]:
+        """Yield the text deltas of a streamed chat completion."""
+        with self.http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise CliError(_error_message(resp))
+            for line in resp.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = msgspec.json.decode(line[6:])
+                if "error" in event:
+                    raise CliError(event["error"].get("message", "the stream failed"))
+                for choice in event.get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        yield text
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        doc = resp.json()
+        err = doc.get("error")
+        message = err.get("message") if isinstance(err, dict) else err
+        return str(message or resp.text)
+    except ValueError:
+        return f"HTTP {resp.status_code}: {resp.text[:200]}"
+
+
+def find_daemon(paths: Paths) -> Daemon | None:
+    info = read_daemon_info(paths)
+    if info is None:
+        return None
+    daemon = Daemon(str(info["url"]), int(str(info["pid"])))
+    try:
+        daemon.http.get("/health", timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    return daemon
+
+
+def ensure_daemon(paths: Paths, config: Config) -> tuple[Daemon, bool]:
+    """The running daemon, or a new background one; the flag says it was started."""
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        return daemon, False
+    Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
+    with open(os.devnull, "rb") as devnull, open(Path(paths.log_dir) / "daemon.out", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "blazar", "serve"],
+            stdin=devnull,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(f"the background daemon exited with code {proc.returncode} — see `blazar logs`")
+        daemon = find_daemon(paths)
+        if daemon is not None:
+            return daemon, True
+        time.sleep(0.05)
+    raise CliError(
+        f"the background daemon did not answer within {_START_TIMEOUT_S:.0f} s — see `blazar logs`"
+    )

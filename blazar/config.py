@@ -1,0 +1,102 @@
+"""Paths and ``config.toml``: strict (an unknown key is an error), typed with msgspec."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import platformdirs
+
+from actors.config import EngineConfig, ModelOverride, RuntimeConfig
+
+__all__ = ["Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
+
+DEFAULT_PORT = 11435
+
+
+class ConfigError(Exception):
+    pass
+
+
+class Paths(msgspec.Struct, frozen=True, kw_only=True):
+    config_file: str
+    data_dir: str
+    run_dir: str
+    log_dir: str
+    cache_dir: str
+
+    @property
+    def models_dir(self) -> str:
+        return f"{self.data_dir}/models"
+
+    @property
+    def daemon_file(self) -> str:
+        """Where a running daemon writes its pid, address and port."""
+        return f"{self.run_dir}/daemon.json"
+
+    @property
+    def log_file(self) -> str:
+        return f"{self.log_dir}/daemon.log"
+
+
+def resolve_paths() -> Paths:
+    """``BLAZAR_HOME`` moves everything below one directory; otherwise XDG paths."""
+    cache = os.environ.get("BLAZAR_CACHE_DIR")
+    home = os.environ.get("BLAZAR_HOME")
+    if home:
+        root = Path(home).expanduser().resolve()
+        return Paths(
+            config_file=str(root / "config.toml"),
+            data_dir=str(root),
+            run_dir=str(root / "run"),
+            log_dir=str(root / "logs"),
+            cache_dir=cache or str(root / "cache"),
+        )
+    state = Path(platformdirs.user_state_dir("blazar"))
+    return Paths(
+        config_file=str(Path(platformdirs.user_config_dir("blazar")) / "config.toml"),
+        data_dir=platformdirs.user_data_dir("blazar"),
+        run_dir=str(state / "run"),
+        log_dir=str(state / "logs"),
+        cache_dir=cache or platformdirs.user_cache_dir("blazar"),
+    )
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    slots: int = 4
+    default_ctx: int = 4096
+    max_body_mb: float = 50.0
+    allowed_hosts: list[str] = []
+    """Extra Host header names accepted on a loopback bind (beyond localhost names)."""
+    log_max_mb: float = 10.0
+    engine: EngineConfig = EngineConfig()
+    models: dict[str, ModelOverride] = {}
+
+    def runtime(self, paths: Paths) -> RuntimeConfig:
+        return RuntimeConfig(
+            home=paths.data_dir,
+            run_dir=paths.run_dir,
+            cache_dir=paths.cache_dir,
+            slots=self.slots,
+            default_ctx=self.default_ctx,
+            engine=self.engine,
+            models=self.models,
+        )
+
+
+def load_config(paths: Paths) -> Config:
+    path = Path(paths.config_file)
+    if not path.exists():
+        return Config()
+    try:
+        config = msgspec.toml.decode(path.read_bytes(), type=Config)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{path}: {exc} — fix the file or see docs/configuration.md") from exc
+    if config.slots < 1:
+        raise ConfigError(f"{path}: slots must be at least 1")
+    if config.default_ctx < 256:
+        raise ConfigError(f"{path}: default_ctx must be at least 256")
+    return config

@@ -1,0 +1,185 @@
+"""The OpenAI dialect: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
+
+Requests are validated into wire structs (unknown fields ignored, wrong types
+rejected with the field's path) and then relayed as the caller's own bytes;
+llama.cpp speaks this dialect natively.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from blazar.dialects.neutral import ChatRequest, CompletionRequest, DecodeError, Message
+from blazar.errors import Dialect, error_body
+
+__all__ = [
+    "decode_chat_request",
+    "decode_completion_request",
+    "encode_model",
+    "encode_model_list",
+    "encode_stream_error",
+    "merge_error_code",
+]
+
+
+class _StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool = False
+
+
+class _WireMessage(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class _ChatBody(msgspec.Struct, kw_only=True):
+    model: str
+    messages: list[_WireMessage]
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    user: str | None = None
+
+
+class _CompletionBody(msgspec.Struct, kw_only=True):
+    model: str
+    prompt: str | list[Any]
+    stream: bool | None = False
+    stream_options: _StreamOptions | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
+_AT_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
+
+
+def _explain(exc: msgspec.ValidationError) -> str:
+    """Turn msgspec's message into one that names the field and what to send."""
+    m = _AT_PATH.match(str(exc))
+    assert m is not None
+    what, path = m.group("what"), (m.group("path") or "").lstrip(".")
+    missing = re.match(r"Object missing required field `(?P<f>[^`]+)`", what)
+    if missing:
+        field = f"{path}.{missing.group('f')}" if path else missing.group("f")
+        return f"missing required field `{field}`"
+    return f"invalid field `{path or 'body'}`: {what[0].lower()}{what[1:]}"
+
+
+def _decode(body: bytes, kind: type[msgspec.Struct]) -> Any:
+    if not body.strip():
+        raise DecodeError("the request body is empty: send a JSON object", code="INVALID_JSON")
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        if str(exc).startswith("Expected `object`, got") and "$." not in str(exc):
+            raise DecodeError("the request body must be a JSON object") from exc
+        raise DecodeError(_explain(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"the request body is not valid JSON: {exc}", code="INVALID_JSON") from exc
+
+
+def _check_common(model: str, n: int | None, temperature: float | None, max_tokens: int | None) -> None:
+    if not model.strip():
+        raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
+    if n is not None and not 1 <= n <= 8:
+        raise DecodeError(f"invalid field `n`: {n} is outside 1..8")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise DecodeError(f"invalid field `temperature`: {temperature} is outside 0..2")
+    if max_tokens is not None and max_tokens < 1:
+        raise DecodeError(f"invalid field `max_tokens`: must be at least 1, got {max_tokens}")
+
+
+def decode_chat_request(body: bytes) -> ChatRequest:
+    wire: _ChatBody = _decode(body, _ChatBody)
+    max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
+    _check_common(wire.model, wire.n, wire.temperature, max_tokens)
+    if not wire.messages:
+        raise DecodeError("field `messages` is empty: send at least one message")
+    for i, msg in enumerate(wire.messages):
+        if msg.role not in _ROLES:
+            raise DecodeError(
+                f"invalid field `messages[{i}].role`: {msg.role!r} is not one of {', '.join(sorted(_ROLES))}"
+            )
+    return ChatRequest(
+        model=wire.model,
+        messages=[
+            Message(
+                role=m.role,  # type: ignore[arg-type]
+                content=m.content,
+                name=m.name,
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+            )
+            for m in wire.messages
+        ],
+        stream=bool(wire.stream),
+        max_tokens=max_tokens,
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        seed=wire.seed,
+        stop=wire.stop,
+        include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+    )
+
+
+def decode_completion_request(body: bytes) -> CompletionRequest:
+    wire: _CompletionBody = _decode(body, _CompletionBody)
+    _check_common(wire.model, wire.n, wire.temperature, wire.max_tokens)
+    return CompletionRequest(
+        model=wire.model,
+        prompt=wire.prompt,
+        stream=bool(wire.stream),
+        max_tokens=wire.max_tokens,
+        include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+    )
+
+
+def encode_model(name: str, *, created: int, owned_by: str = "blazar", **extra: Any) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": owned_by, **extra}
+
+
+def encode_model_list(models: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"object": "list", "data": models}
+
+
+def encode_stream_error(code: str, message: str) -> bytes:
+    """The SSE event that ends a failed stream (and no ``[DONE]`` follows)."""
+    return b"data: " + msgspec.json.encode(error_body(Dialect.OPENAI, code, message)) + b"\n\n"
+
+
+def merge_error_code(body: bytes, code: str) -> bytes:
+    """Add ``blazar_code`` to an engine's OpenAI-shaped error body, keeping the rest."""
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        doc["error"].setdefault("blazar_code", code)
+        return msgspec.json.encode(doc)
+    text = body.decode("utf-8", "replace").strip() or "the engine returned an error"
+    return msgspec.json.encode(error_body(Dialect.OPENAI, code, text))

@@ -1,0 +1,127 @@
+"""The ``blazar_code`` catalog and the error envelope of each dialect.
+
+Codes are additive: a shipped code keeps its HTTP status and meaning forever.
+The catalog is served at ``GET /api/errors``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+__all__ = ["CATALOG", "BlazarError", "CodeInfo", "Dialect", "error_body", "status_code_for"]
+
+
+class Dialect(enum.StrEnum):
+    OPENAI = "openai"
+    OLLAMA = "ollama"
+    ANTHROPIC = "anthropic"
+
+
+class CodeInfo(msgspec.Struct, frozen=True, kw_only=True):
+    code: str
+    status: int
+    meaning: str
+
+
+def _c(code: str, status: int, meaning: str) -> CodeInfo:
+    return CodeInfo(code=code, status=status, meaning=meaning)
+
+
+CATALOG: dict[str, CodeInfo] = {
+    c.code: c
+    for c in (
+        _c(
+            "MODEL_NOT_FOUND", 404, "The model is not installed: run `blazar pull NAME` or see `blazar list`."
+        ),
+        _c("MODEL_UNSUPPORTED_ENGINE", 400, "No engine lane can serve this model's format."),
+        _c("MODEL_LOAD_TIMEOUT", 503, "The engine did not become healthy in time: check `blazar logs`."),
+        _c("ENGINE_CIRCUIT_OPEN", 503, "The engine crashed repeatedly and is paused: check `blazar logs`."),
+        _c("ALL_SLOTS_BUSY", 503, "Every slot stayed busy for the whole bounded wait: retry later."),
+        _c("MODEL_TOO_LARGE", 503, "The model cannot fit on this machine even when nothing else is loaded."),
+        _c("INSUFFICIENT_MEMORY", 507, "Not enough free memory right now: unload other models."),
+        _c("ENGINE_CRASHED", 502, "The engine process failed; the next request starts it again."),
+        _c("INTERNAL", 500, "A bug in Blazar: report it with the x-blazar-trace-id."),
+        _c("PROMPT_TOO_LONG", 400, "The prompt exceeds the context: shorten it or raise the context."),
+        _c("UNAUTHORIZED", 401, "Missing or invalid API key."),
+        _c("HOST_FORBIDDEN", 403, "The Host header is not a loopback name (DNS-rebinding guard)."),
+        _c("RATE_LIMITED", 429, "Too many requests: wait for Retry-After."),
+        _c("BAD_REQUEST", 400, "The request is malformed: the message names the field."),
+        _c("INVALID_JSON", 400, "The body is not valid JSON."),
+        _c("NOT_FOUND", 404, "No such route or object."),
+        _c("METHOD_NOT_ALLOWED", 405, "The route exists but not with this HTTP method."),
+        _c("PAYLOAD_TOO_LARGE", 413, "The request body exceeds the size limit."),
+        _c("UNPROCESSABLE", 422, "The request is well-formed but cannot be processed."),
+        _c("CLIENT_CLOSED_REQUEST", 499, "The request was cancelled before anything was sent."),
+        _c("BAD_GATEWAY", 502, "The upstream engine answered with an error."),
+        _c("UNAVAILABLE", 503, "The service is temporarily unavailable."),
+        _c("GATEWAY_TIMEOUT", 504, "The upstream engine did not answer in time."),
+        _c("INSUFFICIENT_STORAGE", 507, "Not enough disk space."),
+    )
+}
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def status_code_for(code: str) -> int:
+    info = CATALOG.get(code)
+    return info.status if info else 500
+
+
+class BlazarError(Exception):
+    """An error the gateway answers with; ``code`` is a catalog entry."""
+
+    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
+        if code not in CATALOG:
+            raise ValueError(f"unknown blazar_code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    @property
+    def status(self) -> int:
+        return CATALOG[self.code].status
+
+
+def error_body(dialect: Dialect, code: str, message: str) -> dict[str, object]:
+    """The JSON error object in the caller's dialect (always with ``blazar_code``)."""
+    status = status_code_for(code)
+    match dialect:
+        case Dialect.ANTHROPIC:
+            kind = _ANTHROPIC_TYPES.get(status, "api_error")
+            return {
+                "type": "error",
+                "error": {"type": kind, "message": message, "blazar_code": code},
+                "blazar_code": code,
+            }
+        case Dialect.OLLAMA:
+            return {"error": message, "blazar_code": code}
+        case _:
+            return {
+                "error": {
+                    "message": message,
+                    "type": _OPENAI_TYPES.get(status, "blazar_error"),
+                    "code": code.lower(),
+                    "blazar_code": code,
+                }
+            }

@@ -1,0 +1,138 @@
+"""``blazar serve``: the runtime, the gateway, and the daemon's files.
+
+The daemon writes ``run/daemon.json`` (pid, address) once it listens, logs to
+``logs/daemon.log`` (rotated by size), and shuts down cleanly on SIGTERM,
+SIGINT or ``POST /admin/shutdown``: hypercorn drains, then the runtime stops
+every engine child.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+from pathlib import Path
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from actors.runtime import open_runtime
+from blazar.config import Config, Paths
+from blazar.web.app import CleanupMiddleware, create_app
+
+__all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
+
+log = logging.getLogger("blazar.server")
+
+DRAIN_GRACE_S = 5.0
+
+
+class BindError(Exception):
+    pass
+
+
+def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
+    Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
+    handler = logging.handlers.RotatingFileHandler(
+        paths.log_file, maxBytes=int(config.log_max_mb * 1024 * 1024), backupCount=3
+    )
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    if to_stderr:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        root.addHandler(console)
+    root.setLevel(logging.INFO)
+    for noisy in ("hypercorn.access", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def read_daemon_info(paths: Paths) -> dict[str, object] | None:
+    """The running daemon's pid and URL, or None when none runs."""
+    try:
+        info = json.loads(Path(paths.daemon_file).read_text())
+        pid = int(info["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(info)
+
+
+def _write_daemon_info(paths: Paths, host: str, port: int) -> None:
+    path = Path(paths.daemon_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    display_host = f"[{host}]" if ":" in host else host
+    info = {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{display_host}:{port}"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+def _remove_daemon_info(paths: Paths) -> None:
+    path = Path(paths.daemon_file)
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+async def run_server(config: Config, paths: Paths) -> None:
+    """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError``."""
+    shutdown = trio.Event()
+    async with open_runtime(config.runtime(paths)) as runtime:
+        if runtime.reaped_orphans:
+            log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
+        app = create_app(runtime, config)
+        app.config["BLAZAR_SHUTDOWN"] = shutdown
+        hconfig = HypercornConfig()
+        host = config.host
+        hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
+        hconfig.graceful_timeout = DRAIN_GRACE_S
+        hconfig.accesslog = None
+        hconfig.errorlog = logging.getLogger("hypercorn.error")
+        hconfig.keep_alive_timeout = 75
+        asgi = CleanupMiddleware(app)
+        async with trio.open_nursery() as outer:
+            outer.start_soon(_watch_signals, shutdown)
+            async with trio.open_nursery() as web:
+                try:
+                    binds = await web.start(
+                        lambda task_status: hypercorn_serve(
+                            asgi,  # type: ignore[arg-type]
+                            hconfig,
+                            shutdown_trigger=shutdown.wait,
+                            task_status=task_status,
+                        )
+                    )
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        raise BindError(
+                            f"{host}:{config.port} is already in use — is another daemon running? "
+                            "try `blazar ps` or `blazar serve --port N`"
+                        ) from exc
+                    raise
+                port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
+                _write_daemon_info(paths, host, port)
+                log.info("blazar listening on %s (pid %d)", binds, os.getpid())
+                try:
+                    await shutdown.wait()
+                finally:
+                    _remove_daemon_info(paths)
+                log.info("shutting down: draining requests, then stopping engines")
+            outer.cancel_scope.cancel()
+    log.info("stopped")
+
+
+async def _watch_signals(shutdown: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            shutdown.set()
+            return

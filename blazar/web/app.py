@@ -1,0 +1,289 @@
+"""``create_app(runtime)``: the HTTP gateway on quart-trio.
+
+Every error — ours, the framework's (unknown route, wrong method, bad JSON)
+and the unexpected — answers in JSON in the caller's dialect with a
+``blazar_code``. Streams are never cut by a framework timeout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from actors.engine import EnsureReady
+from actors.errors import BlazarRuntimeError
+from actors.runtime import Runtime
+from blazar import __version__
+from blazar.config import Config
+from blazar.dialects import openai
+from blazar.dialects.neutral import DecodeError
+from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
+from blazar.web.relay import Lease, UpstreamStream, crash_error, send_upstream
+from registry.errors import RegistryError
+
+__all__ = ["CleanupMiddleware", "create_app"]
+
+log = logging.getLogger("blazar.web")
+
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
+_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
+_JSON = "application/json"
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_LOADING_S = 0.1
+
+Cleanup = Callable[[], Awaitable[None]]
+
+
+class CleanupMiddleware:
+    """Runs each request's registered cleanups after the app is done with it.
+
+    A client can disconnect between the handler returning a streaming body and
+    the server starting to send it; the body is then never iterated nor closed.
+    Cleanups registered here run in every case, shielded.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        cleanups: list[Cleanup] = []
+        scope["blazar.cleanups"] = cleanups
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            with trio.CancelScope(shield=True):
+                for fn in reversed(cleanups):
+                    with trio.move_on_after(5.0):
+                        await fn()
+
+
+def _dialect() -> Dialect:
+    path = request.path
+    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
+        return Dialect.ANTHROPIC
+    if path.startswith("/api/") and not path.startswith("/api/errors"):
+        return Dialect.OLLAMA
+    return Dialect.OPENAI
+
+
+def _error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
+    status = status_code_for(code)
+    resp = Response(msgspec.json.encode(error_body(_dialect(), code, message)), status, content_type=_JSON)
+    if retry_after_s is not None:
+        resp.headers["Retry-After"] = str(max(1, round(retry_after_s)))
+    return resp
+
+
+def _is_loopback_bind(host: str) -> bool:
+    return host in _LOOPBACK_NAMES or host.startswith("127.")
+
+
+def _host_name(header: str) -> str:
+    if header.startswith("["):
+        return header.split("]")[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def create_app(runtime: Runtime, config: Config) -> QuartTrio:
+    app = QuartTrio("blazar")
+    app.config.update(
+        RESPONSE_TIMEOUT=None,  # long generations must not be cut
+        BODY_TIMEOUT=60,
+        MAX_CONTENT_LENGTH=None,  # enforced while reading, chunked bodies included
+        PROVIDE_AUTOMATIC_OPTIONS=True,
+    )
+    max_body = int(config.max_body_mb * 1024 * 1024)
+    allowed_hosts = _LOOPBACK_NAMES | {h.lower() for h in config.allowed_hosts}
+    guard_host = _is_loopback_bind(config.host)
+    boot = f"{secrets.token_hex(3)}"
+    seq = itertools.count(1)
+
+    # -- cross-cutting ----------------------------------------------------
+
+    @app.before_request
+    async def _before() -> Response | None:
+        request.trace_id = f"blz-{boot}-{next(seq)}"  # type: ignore[attr-defined]
+        if guard_host:
+            host = _host_name(request.headers.get("Host", "").strip().lower())
+            if host and host not in allowed_hosts:
+                return _error_response(
+                    "HOST_FORBIDDEN",
+                    f"Host '{host}' is not allowed on a loopback-bound daemon; use http://127.0.0.1:"
+                    f"{config.port} or add the name to `allowed_hosts` in config.toml",
+                )
+        return None
+
+    @app.after_request
+    async def _after(resp: Response) -> Response:
+        trace = getattr(request, "trace_id", None)
+        if trace:
+            resp.headers["x-blazar-trace-id"] = trace
+        return resp
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = _HTTP_CODES.get(status, "BAD_REQUEST" if status < 500 else "INTERNAL")
+        if status == 404:
+            message = f"no route {request.method} {request.path} — see docs/api.md for the routes"
+        elif status == 405:
+            message = f"{request.path} does not accept {request.method}"
+        else:
+            message = exc.description or exc.name
+        return _error_response(code, message)
+
+    @app.errorhandler(BlazarError)
+    async def _blazar_error(exc: BlazarError) -> Response:
+        return _error_response(exc.code, exc.message, retry_after_s=exc.retry_after_s)
+
+    @app.errorhandler(DecodeError)
+    async def _decode_error(exc: DecodeError) -> Response:
+        return _error_response(exc.code, exc.message)
+
+    @app.errorhandler(RegistryError)
+    async def _registry_error(exc: RegistryError) -> Response:
+        return _error_response(exc.code if exc.code in CATALOG else "BAD_REQUEST", exc.message)
+
+    @app.errorhandler(BlazarRuntimeError)
+    async def _runtime_error(exc: BlazarRuntimeError) -> Response:
+        return _error_response(exc.code if exc.code in CATALOG else "INTERNAL", exc.message)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        trace = getattr(request, "trace_id", "?")
+        log.exception("unhandled error in %s %s (%s)", request.method, request.path, trace)
+        return _error_response("INTERNAL", f"internal error ({type(exc).__name__}); trace id {trace}")
+
+    async def read_body() -> bytes:
+        declared = request.content_length
+        if declared is not None and declared > max_body:
+            raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {declared} bytes exceeds {max_body} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.body:
+            size += len(chunk)
+            if size > max_body:
+                raise BlazarError("PAYLOAD_TOO_LARGE", f"body exceeds {max_body} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def on_cleanup(fn: Cleanup) -> None:
+        request.scope["blazar.cleanups"].append(fn)  # type: ignore[typeddict-item]
+
+    # -- native -----------------------------------------------------------
+
+    @app.get("/health")
+    @app.get("/healthz")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/api/errors")
+    async def errors() -> Response:
+        return Response(
+            msgspec.json.encode({"object": "list", "data": list(CATALOG.values())}), content_type=_JSON
+        )
+
+    @app.get("/admin/engines")
+    async def admin_engines() -> Response:
+        return Response(msgspec.json.encode(runtime.statistics()), content_type=_JSON)
+
+    @app.get("/admin/engines/<path:name>/slots")
+    async def admin_slots(name: str) -> Response:
+        """The engine's own view of its slots (llama.cpp ``/slots``), for diagnostics."""
+        engine = await runtime.engine_for(name)
+        handle = await engine.ask(EnsureReady())
+        try:
+            upstream = await handle.client.get("/slots", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise await crash_error(engine, handle, exc) from exc
+        return Response(upstream.content, upstream.status_code, content_type=_JSON)
+
+    @app.post("/admin/models/<path:name>/unload")
+    async def admin_unload(name: str) -> dict[str, Any]:
+        return {"model": name, "unloaded": await runtime.stop_engine(name)}
+
+    @app.post("/admin/shutdown")
+    async def admin_shutdown() -> dict[str, Any]:
+        app.config["BLAZAR_SHUTDOWN"].set()
+        return {"status": "stopping", "pid": os.getpid()}
+
+    # -- OpenAI -----------------------------------------------------------
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        records = await trio.to_thread.run_sync(runtime.store.list)
+        data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+        return Response(msgspec.json.encode(openai.encode_model_list(data)), content_type=_JSON)
+
+    @app.get("/v1/models/<path:name>")
+    async def get_model(name: str) -> Response:
+        record = await trio.to_thread.run_sync(runtime.store.get, name)
+        body = openai.encode_model(record.name, created=int(record.created_at))
+        return Response(msgspec.json.encode(body), content_type=_JSON)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions() -> Response:
+        body = await read_body()
+        req = openai.decode_chat_request(body)
+        return await relay("/v1/chat/completions", body, req.model, stream=req.stream)
+
+    @app.post("/v1/completions")
+    async def completions() -> Response:
+        body = await read_body()
+        req = openai.decode_completion_request(body)
+        return await relay("/v1/completions", body, req.model, stream=req.stream)
+
+    async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
+        engine = await runtime.engine_for(model)
+        t0 = time.monotonic()
+        handle = await engine.ask(EnsureReady())
+        loaded = time.monotonic() - t0 > _LOADING_S
+        lease = Lease(engine)
+        try:
+            upstream = await send_upstream(handle, path, body, stream=stream)
+        except httpx.HTTPError as exc:
+            lease.release()
+            raise await crash_error(engine, handle, exc) from exc
+        except BaseException:
+            lease.release()
+            raise
+        headers = {"X-Blazar-Status": "loading"} if loaded else {}
+        if not stream or upstream.status_code != 200:
+            try:
+                content = await upstream.aread()
+            except httpx.HTTPError as exc:
+                raise await crash_error(engine, handle, exc) from exc
+            finally:
+                await upstream.aclose()
+                lease.release()
+            if upstream.status_code >= 400:
+                code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
+                content = openai.merge_error_code(content, code)
+            return Response(content, upstream.status_code, headers=headers, content_type=_JSON)
+
+        async def on_error(exc: Exception) -> bytes:
+            err = await crash_error(engine, handle, exc)
+            return openai.encode_stream_error(err.code, err.message)
+
+        relayed = UpstreamStream(upstream, lease, on_error)
+        on_cleanup(relayed.aclose)
+        resp = Response(relayed, 200, headers={**_SSE_HEADERS, **headers})
+        resp.timeout = None
+        return resp
+
+    return app

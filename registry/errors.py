@@ -1,0 +1,51 @@
+"""The registry's exception tree; each error carries the stable `code` the gateway serves."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChecksumMismatch",
+    "InsufficientStorage",
+    "InvalidModelFile",
+    "InvalidModelName",
+    "ModelNotFound",
+    "PullFailed",
+    "RegistryError",
+]
+
+
+class RegistryError(Exception):
+    code: str = "BAD_REQUEST"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ModelNotFound(RegistryError):
+    code = "MODEL_NOT_FOUND"
+
+    def __init__(self, name: str, message: str | None = None) -> None:
+        self.name = name
+        super().__init__(
+            message or f"model '{name}' is not installed — run `blazar pull {name}` or see `blazar list`"
+        )
+
+
+class InvalidModelName(RegistryError):
+    code = "BAD_REQUEST"
+
+
+class InvalidModelFile(RegistryError):
+    code = "BAD_REQUEST"
+
+
+class PullFailed(RegistryError):
+    code = "BAD_GATEWAY"
+
+
+class ChecksumMismatch(PullFailed):
+    pass
+
+
+class InsufficientStorage(RegistryError):
+    code = "INSUFFICIENT_STORAGE"

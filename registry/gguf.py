@@ -1,0 +1,306 @@
+"""Sans-io GGUF header reader.
+
+Reads the key/value header and the tensor table from a prefix of a GGUF file and
+stops where the tensor data begins. The `gguf` package supplies the key names
+and quant block sizes; its GGUFReader is not used because it decodes every
+vocabulary string eagerly, which costs seconds per file in a listing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from typing import Any
+
+import gguf.constants as _gg
+import msgspec
+
+from .errors import InvalidModelFile
+
+__all__ = [
+    "ModelInfo",
+    "NeedMoreData",
+    "TensorInfo",
+    "looks_like_gguf",
+    "parse",
+    "read_model_info",
+]
+
+_MAGIC = b"GGUF"
+_SUPPORTED_VERSIONS = (2, 3)
+_MAX_DIMS = 8
+_FIRST_READ_BYTES = 1 << 20
+
+_VT = _gg.GGUFValueType
+# Fixed-size scalar value types: struct format (little-endian).
+_SCALAR_FORMATS: dict[int, str] = {
+    _VT.UINT8: "<B",
+    _VT.INT8: "<b",
+    _VT.UINT16: "<H",
+    _VT.INT16: "<h",
+    _VT.UINT32: "<I",
+    _VT.INT32: "<i",
+    _VT.FLOAT32: "<f",
+    _VT.BOOL: "<?",
+    _VT.UINT64: "<Q",
+    _VT.INT64: "<q",
+    _VT.FLOAT64: "<d",
+}
+_SCALAR_SIZES = {t: struct.calcsize(f) for t, f in _SCALAR_FORMATS.items()}
+
+
+class NeedMoreData(Exception):
+    """The buffer is a prefix too short to hold the header; `needed` is the total size wanted."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"GGUF header needs at least {needed} bytes")
+        self.needed = needed
+
+
+class TensorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    shape: list[int]
+    type: str
+    offset: int
+    n_bytes: int | None = None
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    architecture: str
+    name: str | None = None
+    size_label: str | None = None
+    file_type: str | None = None
+    parameter_count: int
+    context_length: int | None = None
+    block_count: int | None = None
+    head_count: int | None = None
+    head_count_kv: int | None = None
+    embedding_length: int | None = None
+    feed_forward_length: int | None = None
+    vocab_size: int | None = None
+    rope_freq_base: float | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    chat_template: str | None = None
+    tensor_count: int
+    tensors: list[TensorInfo] = msgspec.field(default_factory=list)
+    data_offset: int
+
+
+class _Cursor:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def _need(self, n: int) -> None:
+        if self.pos + n > len(self.buf):
+            raise NeedMoreData(self.pos + n)
+
+    def scalar(self, vtype: int) -> Any:
+        fmt = _SCALAR_FORMATS[vtype]
+        size = _SCALAR_SIZES[vtype]
+        self._need(size)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return value
+
+    def u32(self) -> int:
+        return int(self.scalar(_VT.UINT32))
+
+    def u64(self) -> int:
+        return int(self.scalar(_VT.UINT64))
+
+    def string(self) -> str:
+        n = self.u64()
+        self._need(n)
+        raw = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def skip_string(self) -> None:
+        n = self.u64()
+        self._need(n)
+        self.pos += n
+
+    def skip(self, n: int) -> None:
+        self._need(n)
+        self.pos += n
+
+
+def _value_type(raw: int) -> int:
+    try:
+        return _VT(raw)
+    except ValueError:
+        raise InvalidModelFile(f"GGUF header holds an unknown value type {raw}") from None
+
+
+def _read_value(cur: _Cursor) -> tuple[Any, int | None]:
+    """Return (scalar value, None) or (None, array length); arrays are skipped, not decoded."""
+    vtype = _value_type(cur.u32())
+    if vtype == _VT.STRING:
+        return cur.string(), None
+    if vtype != _VT.ARRAY:
+        return cur.scalar(vtype), None
+    etype = _value_type(cur.u32())
+    count = cur.u64()
+    if etype in _SCALAR_SIZES:
+        cur.skip(count * _SCALAR_SIZES[etype])
+    elif etype == _VT.STRING:
+        for _ in range(count):
+            cur.skip_string()
+    else:
+        # Nested arrays occur in no known model; refuse rather than guess their layout.
+        raise InvalidModelFile("GGUF header holds a nested array, which is not supported")
+    return None, count
+
+
+def _quant_name(file_type: Any) -> str | None:
+    if not isinstance(file_type, int):
+        return None
+    try:
+        name = _gg.LlamaFileType(file_type).name
+    except ValueError:
+        return None
+    for prefix in ("MOSTLY_", "ALL_"):
+        name = name.removeprefix(prefix)
+    return name
+
+
+def _tensor_type(raw: int) -> tuple[str, int | None, int | None]:
+    """Return the type's name and its (block size, bytes per block) when known."""
+    try:
+        qtype = _gg.GGMLQuantizationType(raw)
+    except ValueError:
+        return f"type{raw}", None, None
+    block, type_size = _gg.GGML_QUANT_SIZES.get(qtype, (None, None))
+    return qtype.name, block, type_size
+
+
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse(buf: bytes | memoryview) -> ModelInfo:
+    """Parse the GGUF header and tensor table held in `buf` (a prefix of the file is enough).
+
+    Raises NeedMoreData when `buf` ends before the tensor table does, and
+    InvalidModelFile when the bytes are not a GGUF file this reader understands.
+    """
+    cur = _Cursor(buf)
+    cur._need(4)
+    if bytes(buf[:4]) != _MAGIC:
+        raise InvalidModelFile("not a GGUF file (bad magic bytes)")
+    cur.pos = 4
+    version = cur.u32()
+    if version not in _SUPPORTED_VERSIONS:
+        raise InvalidModelFile(
+            f"unsupported GGUF version {version} (this reader handles little-endian v2 and v3)"
+        )
+    tensor_count = cur.u64()
+    kv_count = cur.u64()
+
+    values: dict[str, Any] = {}
+    array_lengths: dict[str, int] = {}
+    for _ in range(kv_count):
+        key = cur.string()
+        value, length = _read_value(cur)
+        if length is None:
+            values[key] = value
+        else:
+            array_lengths[key] = length
+
+    tensors: list[TensorInfo] = []
+    parameter_count = 0
+    for _ in range(tensor_count):
+        tname = cur.string()
+        n_dims = cur.u32()
+        if n_dims > _MAX_DIMS:
+            raise InvalidModelFile(f"tensor '{tname}' claims {n_dims} dimensions")
+        shape = [cur.u64() for _ in range(n_dims)]
+        type_name, block, type_size = _tensor_type(cur.u32())
+        offset = cur.u64()
+        n_elements = math.prod(shape)
+        parameter_count += n_elements
+        n_bytes = None
+        if block and type_size is not None:
+            n_bytes = n_elements // block * type_size
+        tensors.append(TensorInfo(name=tname, shape=shape, type=type_name, offset=offset, n_bytes=n_bytes))
+
+    alignment = _opt_int(values.get(_gg.Keys.General.ALIGNMENT)) or _gg.GGUF_DEFAULT_ALIGNMENT
+    data_offset = -(-cur.pos // alignment) * alignment
+
+    arch = values.get(_gg.Keys.General.ARCHITECTURE)
+    if not isinstance(arch, str) or not arch:
+        raise InvalidModelFile("GGUF header has no general.architecture")
+
+    def arch_int(template: str) -> int | None:
+        return _opt_int(values.get(template.format(arch=arch)))
+
+    def text(key: str) -> str | None:
+        value = values.get(key)
+        return value if isinstance(value, str) else None
+
+    vocab_size = arch_int(_gg.Keys.LLM.VOCAB_SIZE)
+    if vocab_size is None:
+        vocab_size = array_lengths.get(_gg.Keys.Tokenizer.LIST)
+    rope_base = values.get(_gg.Keys.Rope.FREQ_BASE.format(arch=arch))
+
+    return ModelInfo(
+        architecture=arch,
+        name=text(_gg.Keys.General.NAME),
+        size_label=text(_gg.Keys.General.SIZE_LABEL),
+        file_type=_quant_name(values.get(_gg.Keys.General.FILE_TYPE)),
+        parameter_count=parameter_count,
+        context_length=arch_int(_gg.Keys.LLM.CONTEXT_LENGTH),
+        block_count=arch_int(_gg.Keys.LLM.BLOCK_COUNT),
+        head_count=arch_int(_gg.Keys.Attention.HEAD_COUNT),
+        head_count_kv=arch_int(_gg.Keys.Attention.HEAD_COUNT_KV),
+        embedding_length=arch_int(_gg.Keys.LLM.EMBEDDING_LENGTH),
+        feed_forward_length=arch_int(_gg.Keys.LLM.FEED_FORWARD_LENGTH),
+        vocab_size=vocab_size,
+        rope_freq_base=float(rope_base) if isinstance(rope_base, int | float) else None,
+        key_length=arch_int(_gg.Keys.Attention.KEY_LENGTH),
+        value_length=arch_int(_gg.Keys.Attention.VALUE_LENGTH),
+        chat_template=text(_gg.Keys.Tokenizer.CHAT_TEMPLATE),
+        tensor_count=tensor_count,
+        tensors=tensors,
+        data_offset=data_offset,
+    )
+
+
+def looks_like_gguf(path: str | os.PathLike[str]) -> bool:
+    """True when the file starts with the GGUF magic bytes."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == _MAGIC
+    except OSError:
+        return False
+
+
+def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
+    """Read just enough of a GGUF file to parse its header; never reads the tensor data."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = f.read(_FIRST_READ_BYTES)
+            while True:
+                try:
+                    return parse(buf)
+                except NeedMoreData as more:
+                    if more.needed > size or len(buf) >= size:
+                        raise InvalidModelFile(
+                            f"{os.fspath(path)}: GGUF header is truncated or corrupt "
+                            f"(needs {more.needed} bytes, file has {size})"
+                        ) from None
+                    # Grow geometrically so a large vocabulary costs a few reads, not many.
+                    target = min(size, max(more.needed, 2 * len(buf)))
+                    buf += f.read(target - len(buf))
+    except InvalidModelFile as exc:
+        if not exc.message.startswith(os.fspath(path)):
+            raise InvalidModelFile(f"{os.fspath(path)}: {exc.message}") from None
+        raise
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read {os.fspath(path)}: {exc.strerror or exc}") from exc

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+TOKENS = [f"tok{i}" for i in range(300)]
+
+
+def write_gguf(path: Path, *, name: str = "Tiny Test", seed: int = 0) -> Path:
+    """A small but complete llama-style GGUF; `seed` varies the tensor bytes (and so the digest)."""
+    writer = gguf.GGUFWriter(path, arch="llama")
+    writer.add_name(name)
+    writer.add_size_label("1K")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    writer.add_context_length(2048)
+    writer.add_block_count(2)
+    writer.add_embedding_length(16)
+    writer.add_feed_forward_length(32)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(TOKENS)
+    writer.add_token_scores([0.0] * len(TOKENS))
+    rng = np.random.default_rng(seed)
+    writer.add_tensor("token_embd.weight", rng.random((len(TOKENS), 16), dtype=np.float32))
+    writer.add_tensor("blk.0.attn_norm.weight", rng.random(16, dtype=np.float32))
+    writer.add_tensor("output_norm.weight", np.ones(16, dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path: Path) -> Path:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    return write_gguf(folder / "tiny.gguf")
+
+
+@pytest.fixture
+def real_model() -> Path:
+    value = os.environ.get("BLAZAR_TEST_MODEL")
+    if not value:
+        pytest.skip("BLAZAR_TEST_MODEL is not set (path to SmolLM2-135M-Instruct.Q4_1.gguf)")
+    path = Path(value)
+    if not path.is_file():
+        pytest.skip(f"BLAZAR_TEST_MODEL={value} does not exist")
+    return path

@@ -1,0 +1,144 @@
+"""Helpers for tests: the real test model, temporary homes, a real daemon process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "smollm2-135m"
+_CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models"))
+
+
+def cached_model() -> Path | None:
+    manifest = _CACHE / "models" / "manifests" / f"{MODEL}.json"
+    if not manifest.exists():
+        return None
+    path = Path(json.loads(manifest.read_text())["path"])
+    return path if path.exists() else None
+
+
+def ensure_model() -> Path:
+    path = cached_model()
+    if path is None:
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "fetch_test_models.py")],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        path = Path(out.stdout.strip().splitlines()[-1])
+    return path
+
+
+def make_home(root: Path, model_path: Path, *, config: str = "") -> Path:
+    """A BLAZAR_HOME with the test model imported (hardlinked) as smollm2-135m."""
+    from registry.store import Store
+
+    root.mkdir(parents=True, exist_ok=True)
+    Store(root / "models").import_file(model_path, MODEL, source="test")
+    if config:
+        (root / "config.toml").write_text(config)
+    return root
+
+
+def engine_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "actors.engines.llamacpp_host"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    kids = [int(p) for p in out.stdout.split()]
+    return kids + [g for k in kids for g in descendants(k)]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    # A zombie has exited; it only waits for its parent to reap it.
+    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
+
+
+def wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in pids if pid_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if pid_alive(p)]
+    return alive
+
+
+@dataclass
+class DaemonProc:
+    home: Path
+    proc: subprocess.Popen[bytes]
+    url: str
+    env: dict[str, str]
+
+    def cli(
+        self, *args: str, timeout_s: float = 120.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "blazar", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=check,
+        )
+
+    def engines(self) -> list[dict[str, object]]:
+        return httpx.get(f"{self.url}/admin/engines").json()["engines"]  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def home_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
+    env["BLAZAR_HOME"] = str(home)
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def start_daemon(home: Path, *extra: str, timeout_s: float = 60.0) -> DaemonProc:
+    env = home_env(home)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "blazar", "serve", "--port", "0", *extra],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    info = home / "run" / "daemon.json"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log = (
+                (home / "logs" / "daemon.log").read_text() if (home / "logs" / "daemon.log").exists() else ""
+            )
+            raise RuntimeError(f"daemon exited with {proc.returncode}: {log[-2000:]}")
+        if info.exists():
+            url = json.loads(info.read_text())["url"]
+            return DaemonProc(home=home, proc=proc, url=url, env=env)
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("daemon did not start")
