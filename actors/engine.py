@@ -27,7 +27,13 @@ import trio
 from actors.actor import Actor
 from actors.config import EngineConfig
 from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server
-from actors.errors import ActorStopped, EngineCrashed, EngineStartTimeout, EngineUnavailable
+from actors.errors import (
+    ActorStopped,
+    EngineCircuitOpen,
+    EngineCrashed,
+    EngineStartTimeout,
+    EngineUnavailable,
+)
 from actors.mailbox import Envelope
 from actors.process import ChildProcess
 
@@ -143,6 +149,7 @@ class EngineActor(Actor[EngineMessage]):
         self._started_at: float | None = None
         self._nursery: trio.Nursery | None = None
         self._pending: dict[int, EngineHandle] = {}
+        self._last_exit: tuple[int | None, str] = (None, "")
 
     def __repr__(self) -> str:
         pid = self._child.pid if self._child else "-"
@@ -219,6 +226,7 @@ class EngineActor(Actor[EngineMessage]):
                     EngineState.STARTING,
                 ):
                     summary = self._child.stderr_tail.summary() if self._child else ""
+                    self._last_exit = (rc, summary)
                     message = f"engine for '{self.spec.model}' exited with code {rc}" + (
                         f": {summary}" if summary else ""
                     )
@@ -238,7 +246,7 @@ class EngineActor(Actor[EngineMessage]):
             return
         if self._breaker_open():
             self._fail_waiters(
-                EngineUnavailable(
+                EngineCircuitOpen(
                     f"engine for '{self.spec.model}' crashed {len(self._crash_times)} times in "
                     f"{self.config.breaker_window_s:.0f} s; last error: {self.last_error} — "
                     "check `blazar logs` and the model file, then retry later"
@@ -298,7 +306,11 @@ class EngineActor(Actor[EngineMessage]):
             base_url=base_url,
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(10.0, read=None, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=self.spec.slots * 4),
+            # llama.cpp's HTTP server drops idle keep-alive connections after 5 s;
+            # expiring ours first avoids reusing a socket it is closing.
+            limits=httpx.Limits(
+                max_connections=None, max_keepalive_connections=self.spec.slots * 4, keepalive_expiry=4.0
+            ),
         )
         error = await self._wait_healthy(child, client)
         if error is not None:
@@ -372,7 +384,8 @@ class EngineActor(Actor[EngineMessage]):
         self, env: Envelope[EngineMessage], generation: int, child: ChildProcess | None
     ) -> None:
         if child is None or generation != self.generation:
-            env.answer(CrashReport(crashed=True, returncode=None, stderr_summary=self.last_error or ""))
+            rc, summary = self._last_exit
+            env.answer(CrashReport(crashed=True, returncode=rc, stderr_summary=summary))
             return
         with trio.move_on_after(1.0):
             await child.exited.wait()

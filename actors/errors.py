@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ActorStopped",
     "BlazarRuntimeError",
+    "EngineCircuitOpen",
     "EngineCrashed",
     "EngineStartTimeout",
     "EngineUnavailable",
@@ -48,6 +49,12 @@ class EngineStartTimeout(BlazarRuntimeError):
     def __init__(self, message: str, *, stderr_tail: str = "") -> None:
         super().__init__(message)
         self.stderr_tail = stderr_tail
+
+
+class EngineCircuitOpen(BlazarRuntimeError):
+    """The engine crashed too often recently; starts are refused until the window passes."""
+
+    code = "ENGINE_CIRCUIT_OPEN"
 
 
 class EngineUnavailable(BlazarRuntimeError):

@@ -27,8 +27,8 @@ from blazar.config import Config, ConfigError, Paths, load_config, resolve_paths
 __all__ = ["app", "main"]
 
 app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 Json = Annotated[bool, Parameter(name="--json", negative="", help="Print JSON instead of a table.")]
 
@@ -88,13 +88,18 @@ def serve(*, host: str | None = None, port: int | None = None) -> None:
     try:
         trio.run(run_server, config, paths)
     except BindError as exc:
-        err.print(f"error: {exc}")
+        sys.stderr.write(f"error: {exc}\n")
         sys.exit(3)
 
 
 @app.command
 def run(
-    model: str, prompt: str | None = None, *, temperature: float | None = None, seed: int | None = None
+    model: str,
+    prompt: str | None = None,
+    *,
+    temperature: float | None = None,
+    seed: int | None = None,
+    max_tokens: int | None = None,
 ) -> None:
     """Chat with MODEL: answer PROMPT, or open a REPL without one. Starts a daemon if none runs."""
     paths, config = _setup()
@@ -110,6 +115,8 @@ def run(
         options["temperature"] = temperature
     if seed is not None:
         options["seed"] = seed
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
     if prompt is not None:
         _answer(daemon, model, [{"role": "user", "content": prompt}], options)
         return
@@ -234,6 +241,7 @@ def stop(*, timeout_s: float = 30.0) -> None:
     except Exception:
         if pid:
             os.kill(pid, signal.SIGTERM)
+    daemon.http.close()  # an open keep-alive connection would hold up the daemon's drain
     deadline = time.monotonic() + timeout_s
     while pid and time.monotonic() < deadline:
         if not _alive(pid):
@@ -292,7 +300,7 @@ def pull(name: str, *, json_: Json = False) -> None:
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err, transient=True, disable=json_) as bar:
+    with Progress(*columns, console=err, transient=True, disable=json_ or not err.is_terminal) as bar:
         task = bar.add_task(name, total=None)
 
         def on_progress(p: PullProgress) -> None:
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if os.environ.get("BLAZAR_DEBUG"):
             raise
-        err.print(f"error: {_one_line(exc)}", markup=False)
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
         sys.exit(1)
 
 

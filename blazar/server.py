@@ -15,6 +15,7 @@ import logging.handlers
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import trio
@@ -86,6 +87,28 @@ def _remove_daemon_info(paths: Paths) -> None:
 
 async def run_server(config: Config, paths: Paths) -> None:
     """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError``."""
+    try:
+        await _serve(config, paths)
+    except BaseExceptionGroup as group:
+        # Nurseries wrap errors in groups; a lone BindError is what the caller handles.
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and isinstance(leaves[0], OSError) and leaves[0].errno == errno.EADDRINUSE:
+            raise BindError(
+                f"{config.host}:{config.port} is already in use — is another daemon running? "
+                "try `blazar ps` or `blazar serve --port N`"
+            ) from None
+        raise
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+async def _serve(config: Config, paths: Paths) -> None:
     shutdown = trio.Event()
     async with open_runtime(config.runtime(paths)) as runtime:
         if runtime.reaped_orphans:
@@ -103,22 +126,14 @@ async def run_server(config: Config, paths: Paths) -> None:
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:
-                try:
-                    binds = await web.start(
-                        lambda task_status: hypercorn_serve(
-                            asgi,  # type: ignore[arg-type]
-                            hconfig,
-                            shutdown_trigger=shutdown.wait,
-                            task_status=task_status,
-                        )
+                binds = await web.start(
+                    lambda task_status: hypercorn_serve(
+                        asgi,  # type: ignore[arg-type]
+                        hconfig,
+                        shutdown_trigger=shutdown.wait,
+                        task_status=task_status,
                     )
-                except OSError as exc:
-                    if exc.errno == errno.EADDRINUSE:
-                        raise BindError(
-                            f"{host}:{config.port} is already in use — is another daemon running? "
-                            "try `blazar ps` or `blazar serve --port N`"
-                        ) from exc
-                    raise
+                )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
                 _write_daemon_info(paths, host, port)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
@@ -126,7 +141,12 @@ async def run_server(config: Config, paths: Paths) -> None:
                     await shutdown.wait()
                 finally:
                     _remove_daemon_info(paths)
-                log.info("shutting down: draining requests, then stopping engines")
+                log.info("shutting down: draining %d requests, then stopping engines", asgi.in_flight)
+                # hypercorn would also wait out idle keep-alive connections; once the
+                # requests in flight are done there is nothing left worth waiting for.
+                with trio.move_on_after(DRAIN_GRACE_S):
+                    await asgi.wait_idle()
+                web.cancel_scope.cancel()
             outer.cancel_scope.cancel()
     log.info("stopped")
 

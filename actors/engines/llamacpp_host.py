@@ -133,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.isatty(0):
         threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
 
-    server = xlc.Server(build_params(ns))
+    try:
+        server = xlc.Server(build_params(ns))
+    except RuntimeError as exc:
+        print(f"error: llama.cpp could not start with model {ns.model}: {exc}", file=sys.stderr, flush=True)
+        return 1
     print(f"READY {server.listening_address}", flush=True)
     while not stop.wait(0.5):
         pass

@@ -56,6 +56,13 @@ class CleanupMiddleware:
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no HTTP request is being handled (used to drain on shutdown)."""
+        await self._idle.wait()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -63,6 +70,9 @@ class CleanupMiddleware:
             return
         cleanups: list[Cleanup] = []
         scope["blazar.cleanups"] = cleanups
+        self.in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
         try:
             await self.app(scope, receive, send)
         finally:
@@ -70,6 +80,9 @@ class CleanupMiddleware:
                 for fn in reversed(cleanups):
                     with trio.move_on_after(5.0):
                         await fn()
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
 
 
 def _dialect() -> Dialect:

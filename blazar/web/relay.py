@@ -53,9 +53,16 @@ async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception)
 
 
 async def send_upstream(handle: EngineHandle, path: str, body: bytes, *, stream: bool) -> httpx.Response:
+    """Send the request; a pooled connection the engine closed just before reuse is retried once."""
     request = handle.client.build_request(
         "POST", path, content=body, headers={"Content-Type": "application/json"}
     )
+    try:
+        return await handle.client.send(request, stream=stream)
+    except httpx.RemoteProtocolError as exc:
+        # "Server disconnected without sending a response": nothing was processed.
+        if "without sending a response" not in str(exc):
+            raise
     return await handle.client.send(request, stream=stream)
 
 

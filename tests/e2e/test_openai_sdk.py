@@ -188,7 +188,7 @@ def test_concurrent_streams_share_slots(client: openai.OpenAI) -> None:
 
 
 def test_blazar_run_streams_an_answer(daemon: DaemonProc) -> None:
-    out = daemon.cli("run", MODEL, "Why is the sky blue?", "--temperature", "0")
+    out = daemon.cli("run", MODEL, "Why is the sky blue?", "--temperature", "0", "--max-tokens", "32")
     assert out.returncode == 0
     assert len(out.stdout.strip()) > 10
     assert "started a background daemon" not in out.stderr

@@ -1,0 +1,331 @@
+"""The durable ledger: one SQLite file (WAL, ``synchronous=NORMAL``) behind one writer actor.
+
+Request handlers never wait on the disk: they ``record_nowait`` and move on, and a
+full or stopped ledger costs a counted drop rather than latency. The writer drains
+its mailbox in batches so one commit (one WAL append) covers many records. Readers
+open their own read-only connections; WAL lets them run beside the writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, assert_never
+
+import msgspec
+import trio
+
+from actors.actor import Actor
+from actors.errors import ActorStopped, BlazarRuntimeError
+from actors.mailbox import Envelope
+
+__all__ = [
+    "MIGRATIONS",
+    "Flush",
+    "LedgerActor",
+    "LedgerError",
+    "LedgerMessage",
+    "LedgerStatistics",
+    "RequestRecord",
+    "read_requests",
+    "record_nowait",
+]
+
+
+class LedgerError(BlazarRuntimeError):
+    """The ledger file cannot be opened, migrated or written."""
+
+    code = "INTERNAL"
+
+
+class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    trace_id: str
+    started_at: float  # unix time, seconds
+    method: str
+    path: str
+    model: str | None
+    status: int
+    duration_ms: float
+    ttft_ms: float | None
+    blazar_code: str | None
+    bytes_out: int
+    client: str | None
+
+
+class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``ask(Flush())`` returns once everything told before it is committed."""
+
+
+LedgerMessage = RequestRecord | Flush
+
+
+class LedgerStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    path: str
+    written: int
+    dropped: int
+    batches: int
+    queued: int
+    running: bool
+    last_error: str | None
+
+
+# Migration N (1-based) brings the file from user_version N-1 to N. Entries are
+# history: never edit one that has shipped, append a new one instead.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE requests (
+            id INTEGER PRIMARY KEY,
+            trace_id TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            model TEXT,
+            status INTEGER NOT NULL,
+            duration_ms REAL NOT NULL,
+            ttft_ms REAL,
+            blazar_code TEXT,
+            bytes_out INTEGER NOT NULL,
+            client TEXT
+        )
+        """,
+        "CREATE INDEX requests_started_at ON requests (started_at)",
+        "CREATE INDEX requests_trace_id ON requests (trace_id)",
+    ),
+)
+
+_COLUMNS = (
+    "trace_id",
+    "started_at",
+    "method",
+    "path",
+    "model",
+    "status",
+    "duration_ms",
+    "ttft_ms",
+    "blazar_code",
+    "bytes_out",
+    "client",
+)
+_INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM requests"
+
+Row = tuple[Any, ...]
+
+
+def _row(record: RequestRecord) -> Row:
+    return tuple(getattr(record, column) for column in _COLUMNS)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise LedgerError(f"ledger schema version {version} is newer than this build ({len(MIGRATIONS)})")
+    for target in range(version + 1, len(MIGRATIONS) + 1):
+        # IMMEDIATE takes the write lock up front, so two processes opening the
+        # same file cannot both run one migration; user_version commits with it.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[target - 1]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {target}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a batch is
+    # exactly one transaction. check_same_thread=False: trio's worker threads
+    # differ from call to call, but only this actor uses it, one call at a time.
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+    try:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"ledger {path}: SQLite refused WAL mode (got {mode!r})")
+        # NORMAL in WAL mode: a power cut may lose the last commits but never
+        # corrupts the file; FULL would fsync on every batch.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _write(conn: sqlite3.Connection, rows: list[Row]) -> None:
+    conn.execute("BEGIN")
+    try:
+        conn.executemany(_INSERT, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class LedgerActor(Actor[LedgerMessage]):
+    """The only writer of the ledger file. Start it with ``nursery.start(ledger.run)``."""
+
+    def __init__(self, path: Path, *, capacity: int = 4096, batch_max: int = 256) -> None:
+        super().__init__("ledger", capacity=capacity)
+        self.path = Path(path)
+        self.batch_max = batch_max
+        self.stop_grace_s = 2.0
+        self._conn: sqlite3.Connection | None = None
+        # envelopes taken from the mailbox but not yet committed; kept on the
+        # actor so a cancel in the middle of a commit cannot lose them
+        self._batch: list[Envelope[LedgerMessage]] = []
+        self._written = 0
+        self._dropped = 0
+        self._batches = 0
+        self._last_error: str | None = None
+
+    def __repr__(self) -> str:
+        state = "running" if self._running else "stopped"
+        return (
+            f"<LedgerActor {self.name} {state} written={self._written} "
+            f"dropped={self._dropped} path={self.path}>"
+        )
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Actor[LedgerMessage]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            self._conn = await trio.to_thread.run_sync(_open, self.path)
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+        self._batch = []
+        self.mailbox.reopen()
+        self._running = True
+        try:
+            task_status.started(self)
+            while True:
+                self._batch.append(await self.mailbox.receive())
+                self._take_queued(self.batch_max)
+                await self._commit()
+        finally:
+            self._running = False
+            with trio.CancelScope(shield=True):
+                await self._shutdown()
+
+    def statistics(self) -> LedgerStatistics:  # type: ignore[override]
+        return LedgerStatistics(
+            name=self.name,
+            path=str(self.path),
+            written=self._written,
+            dropped=self._dropped,
+            batches=self._batches,
+            queued=self.mailbox.statistics().queued,
+            running=self._running,
+            last_error=self._last_error,
+        )
+
+    def _take_queued(self, limit: float) -> None:
+        while len(self._batch) < limit:
+            try:
+                self._batch.append(self.mailbox.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+
+    async def _commit(self) -> None:
+        """Write the current batch in one transaction, then answer its flushes."""
+        rows: list[Row] = []
+        flushes: list[Envelope[LedgerMessage]] = []
+        for env in self._batch:
+            match env.message:
+                case RequestRecord():
+                    rows.append(_row(env.message))
+                case Flush():
+                    flushes.append(env)
+                case _:
+                    assert_never(env.message)
+        error: LedgerError | None = None
+        if rows:
+            assert self._conn is not None
+            try:
+                # not abandoned on cancel: once started, the commit finishes
+                await trio.to_thread.run_sync(_write, self._conn, rows)
+            except sqlite3.Error as exc:
+                # a full or broken disk must not take serving down with it:
+                # count the loss, tell whoever flushes, carry on
+                self._dropped += len(rows)
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                error = LedgerError(f"ledger write failed: {exc}")
+                error.__cause__ = exc
+            else:
+                self._written += len(rows)
+                self._batches += 1
+        self._handled += len(self._batch)
+        self._batch = []
+        for env in flushes:
+            if error is None:
+                env.answer(None)
+            else:
+                env.fail(error)
+
+    async def _shutdown(self) -> None:
+        """Commit what is already queued (within ``stop_grace_s``), then close."""
+        with trio.move_on_after(self.stop_grace_s):
+            while True:
+                self._take_queued(self.batch_max)
+                if not self._batch:
+                    break
+                await self._commit()
+        # past the grace period: what is left is lost, and counted as such; no
+        # await between this drain and close(), so nothing slips in between
+        self._take_queued(float("inf"))
+        for env in self._batch:
+            if isinstance(env.message, RequestRecord):
+                self._dropped += 1
+            else:
+                env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
+        self._batch = []
+        self.mailbox.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await trio.to_thread.run_sync(conn.close)
+
+
+def record_nowait(ledger: LedgerActor, record: RequestRecord) -> bool:
+    """Queue ``record`` without waiting; on a full or stopped ledger, count a drop."""
+    try:
+        ledger.tell_nowait(record)
+    except (trio.WouldBlock, ActorStopped):
+        ledger._dropped += 1
+        return False
+    return True
+
+
+def read_requests(path: Path, *, limit: int = 100, trace_id: str | None = None) -> list[RequestRecord]:
+    """The newest ``limit`` records (optionally of one trace), newest first.
+
+    Synchronous, with its own read-only connection: call it from a worker thread
+    in async code. A missing or not yet migrated file reads as empty.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    # as_uri percent-encodes the path, so odd characters cannot change the URI
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        has_table = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'requests'"
+        ).fetchone()
+        if has_table is None:
+            return []
+        sql = _SELECT
+        params: list[Any] = []
+        if trace_id is not None:
+            sql += " WHERE trace_id = ?"
+            params.append(trace_id)
+        # id breaks ties between records started in the same instant
+        sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
+        params.append(limit)
+        rows = conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+    return [RequestRecord(**dict(zip(_COLUMNS, row, strict=True))) for row in rows]

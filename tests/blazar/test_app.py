@@ -1,0 +1,145 @@
+"""The gateway's framework edges, served for real by hypercorn in-process (no engine)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from actors.runtime import open_runtime
+from blazar.config import Config, resolve_paths
+from blazar.errors import CATALOG
+from blazar.web.app import CleanupMiddleware, create_app
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    config = Config(max_body_mb=0.01)  # about 10 KiB, so the limit is cheap to cross
+    paths = resolve_paths()
+    async with open_runtime(config.runtime(paths)) as runtime, trio.open_nursery() as nursery:
+        app = create_app(runtime, config)
+        hconfig = HypercornConfig()
+        hconfig.bind = ["127.0.0.1:0"]
+        hconfig.accesslog = None
+        stop = trio.Event()
+        binds = await nursery.start(
+            lambda task_status: serve(
+                CleanupMiddleware(app),  # type: ignore[arg-type]
+                hconfig,
+                shutdown_trigger=stop.wait,
+                task_status=task_status,
+            )
+        )
+        async with httpx.AsyncClient(base_url=binds[0], timeout=10) as client:
+            yield client
+        stop.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_health_and_trace_id(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.get("/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert r.headers["x-blazar-trace-id"].startswith("blz-")
+
+
+async def test_error_catalog_is_served(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.get("/api/errors")
+    codes = {e["code"]: e["status"] for e in r.json()["data"]}
+    assert codes == {c.code: c.status for c in CATALOG.values()}
+    assert codes["MODEL_NOT_FOUND"] == 404 and codes["ENGINE_CRASHED"] == 502
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/no/such/route", 404, "NOT_FOUND"),
+        ("DELETE", "/v1/models", 405, "METHOD_NOT_ALLOWED"),
+        ("GET", "/v1/chat/completions", 405, "METHOD_NOT_ALLOWED"),
+    ],
+)
+async def test_framework_errors_are_json(
+    gateway: httpx.AsyncClient, method: str, path: str, status: int, code: str
+) -> None:
+    r = await gateway.request(method, path)
+    assert r.status_code == status
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.json()["error"]["blazar_code"] == code
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "fragment"),
+    [
+        (b"{not json", "INVALID_JSON", "not valid JSON"),
+        (b"", "INVALID_JSON", "empty"),
+        (b'{"messages": []}', "BAD_REQUEST", "`model`"),
+        (b'{"model": 1, "messages": []}', "BAD_REQUEST", "`model`"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+            "BAD_REQUEST",
+            "`stream`",
+        ),
+    ],
+)
+async def test_bad_bodies_are_400(gateway: httpx.AsyncClient, body: bytes, code: str, fragment: str) -> None:
+    r = await gateway.post("/v1/chat/completions", content=body)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["blazar_code"] == code and fragment in err["message"]
+
+
+async def test_unknown_model_is_404_naming_pull(gateway: httpx.AsyncClient) -> None:
+    body = {"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}
+    r = await gateway.post("/v1/chat/completions", json=body)
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["blazar_code"] == "MODEL_NOT_FOUND" and "blazar pull ghost" in err["message"]
+    r = await gateway.get("/v1/models/ghost")
+    assert r.status_code == 404
+
+
+async def test_error_shape_follows_the_dialect(gateway: httpx.AsyncClient) -> None:
+    body = {"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}
+    r = await gateway.post("/v1/chat/completions", json=body, headers={"anthropic-version": "2023-06-01"})
+    doc = r.json()
+    assert doc["type"] == "error" and doc["error"]["type"] == "not_found_error"
+    assert doc["blazar_code"] == "MODEL_NOT_FOUND"
+    r = await gateway.get("/api/nothing-here")
+    assert r.status_code == 404 and isinstance(r.json()["error"], str)
+    assert r.json()["blazar_code"] == "NOT_FOUND"
+
+
+async def test_host_header_guard(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.get("/v1/models", headers={"Host": "evil.example:11435"})
+    assert r.status_code == 403
+    assert r.json()["error"]["blazar_code"] == "HOST_FORBIDDEN"
+    for ok in ("localhost:11435", "127.0.0.1", "[::1]:11435"):
+        assert (await gateway.get("/v1/models", headers={"Host": ok})).status_code == 200
+
+
+async def test_body_limit_with_content_length(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.post("/v1/chat/completions", content=b"x" * 20_000)
+    assert r.status_code == 413
+    assert r.json()["error"]["blazar_code"] == "PAYLOAD_TOO_LARGE"
+
+
+async def test_body_limit_on_a_chunked_body(gateway: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(40):
+            yield b"x" * 1000
+
+    r = await gateway.post("/v1/chat/completions", content=chunks())
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413
+    assert r.json()["error"]["blazar_code"] == "PAYLOAD_TOO_LARGE"
+
+
+async def test_models_list_is_openai_shaped(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.get("/v1/models")
+    assert msgspec.json.decode(r.content) == {"object": "list", "data": []}
