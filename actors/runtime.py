@@ -1,5 +1,11 @@
 """``open_runtime``: the root of the actor tree, embeddable without the HTTP layer.
 
+    runtime (supervisor)
+    ├ ledger            SQLite writer (WAL), one per home
+    └ engines (supervisor)
+        └ engine[model] → child process (llama.cpp)
+
+
 async with open_runtime(cfg) as rt:
     engine = await rt.engine_for("smollm2-135m")
     handle = await engine.ask(EnsureReady())
@@ -18,6 +24,7 @@ from actors.config import RuntimeConfig
 from actors.engine import EngineActor, EngineStatistics, StopEngine
 from actors.engines.llamacpp import LaunchSpec
 from actors.errors import ActorStopped
+from actors.ledger import LedgerActor, LedgerStatistics
 from actors.process import reap_orphans
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.catalog import Catalog
@@ -30,17 +37,29 @@ _FALLBACK_CTX = 4096
 
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: list[EngineStatistics]
+    ledger: LedgerStatistics
     reaped_orphans: list[int]
 
 
 class Runtime:
     """Handles to the tree's actors. Requests reach engines through ``engine_for``."""
 
-    def __init__(self, config: RuntimeConfig, *, store: Store, catalog: Catalog, engines: Supervisor) -> None:
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        store: Store,
+        catalog: Catalog,
+        root: Supervisor,
+        engines: Supervisor,
+        ledger: LedgerActor,
+    ) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
+        self.root = root
         self.engines = engines
+        self.ledger = ledger
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -118,7 +137,9 @@ class Runtime:
 
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
-            engines=[e.statistics() for e in self.loaded()], reaped_orphans=self.reaped_orphans
+            engines=[e.statistics() for e in self.loaded()],
+            ledger=self.ledger.statistics(),
+            reaped_orphans=self.reaped_orphans,
         )
 
 
@@ -130,9 +151,15 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
 
     reaped, store, catalog = await trio.to_thread.run_sync(prepare)
+    # The tree of DESIGN §3. Children stop in reverse start order: engines first,
+    # then the ledger, which writes what is still queued.
     async with trio.open_nursery() as nursery:
-        engines = await nursery.start(Supervisor("engines").run)
-        runtime = Runtime(config, store=store, catalog=catalog, engines=engines)
+        root: Supervisor = await nursery.start(Supervisor("runtime").run)
+        ledger = LedgerActor(Path(config.home) / "blazar.db")
+        await root.start_child(ChildSpec(name="ledger", start=ledger.run))
+        engines = Supervisor("engines")
+        await root.start_child(ChildSpec(name="engines", start=engines.run))
+        runtime = Runtime(config, store=store, catalog=catalog, root=root, engines=engines, ledger=ledger)
         runtime.reaped_orphans = reaped
         try:
             yield runtime

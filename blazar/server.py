@@ -24,7 +24,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
-from blazar.web.app import CleanupMiddleware, create_app
+from blazar.web.app import GatewayMiddleware, create_app
 
 __all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
 
@@ -122,7 +122,7 @@ async def _serve(config: Config, paths: Paths) -> None:
         hconfig.accesslog = None
         hconfig.errorlog = logging.getLogger("hypercorn.error")
         hconfig.keep_alive_timeout = 75
-        asgi = CleanupMiddleware(app)
+        asgi = GatewayMiddleware(app, runtime.ledger)
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:

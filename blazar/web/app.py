@@ -24,6 +24,7 @@ from werkzeug.exceptions import HTTPException
 
 from actors.engine import EnsureReady
 from actors.errors import BlazarRuntimeError
+from actors.ledger import LedgerActor, RequestRecord, read_requests, record_nowait
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
@@ -33,7 +34,7 @@ from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code
 from blazar.web.relay import Lease, UpstreamStream, crash_error, send_upstream
 from registry.errors import RegistryError
 
-__all__ = ["CleanupMiddleware", "create_app"]
+__all__ = ["GatewayMiddleware", "create_app"]
 
 log = logging.getLogger("blazar.web")
 
@@ -46,19 +47,23 @@ _LOADING_S = 0.1
 Cleanup = Callable[[], Awaitable[None]]
 
 
-class CleanupMiddleware:
-    """Runs each request's registered cleanups after the app is done with it.
+class GatewayMiddleware:
+    """The ASGI layer around the app: trace ids, per-request cleanups, drain, ledger.
 
     A client can disconnect between the handler returning a streaming body and
     the server starting to send it; the body is then never iterated nor closed.
-    Cleanups registered here run in every case, shielded.
+    Cleanups registered in the request scope run in every case, shielded. Each
+    finished request is recorded in the ledger without ever waiting on it.
     """
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, ledger: LedgerActor | None = None) -> None:
         self.app = app
+        self.ledger = ledger
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
+        self._boot = secrets.token_hex(3)
+        self._seq = itertools.count(1)
 
     async def wait_idle(self) -> None:
         """Return once no HTTP request is being handled (used to drain on shutdown)."""
@@ -70,11 +75,28 @@ class CleanupMiddleware:
             return
         cleanups: list[Cleanup] = []
         scope["blazar.cleanups"] = cleanups
+        scope["blazar.trace_id"] = trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        started_at, t0 = time.time(), time.perf_counter()
+        status = 0
+        first_body_s: float | None = None
+        sent = 0
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal status, first_body_s, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if body and first_body_s is None:
+                    first_body_s = time.perf_counter() - t0
+                sent += len(body)
+            await send(message)
+
         self.in_flight += 1
         if self._idle.is_set():
             self._idle = trio.Event()
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, tracked_send)
         finally:
             with trio.CancelScope(shield=True):
                 for fn in reversed(cleanups):
@@ -83,6 +105,24 @@ class CleanupMiddleware:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+            if self.ledger is not None:
+                client = scope.get("client")
+                record_nowait(
+                    self.ledger,
+                    RequestRecord(
+                        trace_id=trace_id,
+                        started_at=started_at,
+                        method=scope["method"],
+                        path=scope["path"],
+                        model=scope.get("blazar.model"),
+                        status=status or 499,  # nothing sent: the client went away first
+                        duration_ms=(time.perf_counter() - t0) * 1000,
+                        ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
+                        blazar_code=scope.get("blazar.code"),
+                        bytes_out=sent,
+                        client=client[0] if client else None,
+                    ),
+                )
 
 
 def _dialect() -> Dialect:
@@ -96,6 +136,7 @@ def _dialect() -> Dialect:
 
 def _error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
     status = status_code_for(code)
+    request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
     resp = Response(msgspec.json.encode(error_body(_dialect(), code, message)), status, content_type=_JSON)
     if retry_after_s is not None:
         resp.headers["Retry-After"] = str(max(1, round(retry_after_s)))
@@ -123,14 +164,11 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
     max_body = int(config.max_body_mb * 1024 * 1024)
     allowed_hosts = _LOOPBACK_NAMES | {h.lower() for h in config.allowed_hosts}
     guard_host = _is_loopback_bind(config.host)
-    boot = f"{secrets.token_hex(3)}"
-    seq = itertools.count(1)
 
     # -- cross-cutting ----------------------------------------------------
 
     @app.before_request
     async def _before() -> Response | None:
-        request.trace_id = f"blz-{boot}-{next(seq)}"  # type: ignore[attr-defined]
         if guard_host:
             host = _host_name(request.headers.get("Host", "").strip().lower())
             if host and host not in allowed_hosts:
@@ -143,7 +181,7 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
 
     @app.after_request
     async def _after(resp: Response) -> Response:
-        trace = getattr(request, "trace_id", None)
+        trace = request.scope.get("blazar.trace_id")
         if trace:
             resp.headers["x-blazar-trace-id"] = trace
         return resp
@@ -178,7 +216,7 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
-        trace = getattr(request, "trace_id", "?")
+        trace = request.scope.get("blazar.trace_id", "?")
         log.exception("unhandled error in %s %s (%s)", request.method, request.path, trace)
         return _error_response("INTERNAL", f"internal error ({type(exc).__name__}); trace id {trace}")
 
@@ -226,6 +264,15 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
             raise await crash_error(engine, handle, exc) from exc
         return Response(upstream.content, upstream.status_code, content_type=_JSON)
 
+    @app.get("/admin/requests")
+    async def admin_requests() -> Response:
+        """The most recent finished requests from the ledger, newest first."""
+        limit = min(max(request.args.get("limit", 50, type=int) or 50, 1), 1000)
+        records = await trio.to_thread.run_sync(
+            lambda: read_requests(runtime.ledger.path, limit=limit, trace_id=request.args.get("trace_id"))
+        )
+        return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=_JSON)
+
     @app.post("/admin/models/<path:name>/unload")
     async def admin_unload(name: str) -> dict[str, Any]:
         return {"model": name, "unloaded": await runtime.stop_engine(name)}
@@ -262,6 +309,7 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
         return await relay("/v1/completions", body, req.model, stream=req.stream)
 
     async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
+        request.scope["blazar.model"] = model  # type: ignore[typeddict-unknown-key]
         engine = await runtime.engine_for(model)
         t0 = time.monotonic()
         handle = await engine.ask(EnsureReady())

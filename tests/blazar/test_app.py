@@ -15,7 +15,7 @@ from hypercorn.trio import serve
 from actors.runtime import open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.errors import CATALOG
-from blazar.web.app import CleanupMiddleware, create_app
+from blazar.web.app import GatewayMiddleware, create_app
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         stop = trio.Event()
         binds = await nursery.start(
             lambda task_status: serve(
-                CleanupMiddleware(app),  # type: ignore[arg-type]
+                GatewayMiddleware(app, runtime.ledger),  # type: ignore[arg-type]
                 hconfig,
                 shutdown_trigger=stop.wait,
                 task_status=task_status,
@@ -143,3 +143,17 @@ async def test_body_limit_on_a_chunked_body(gateway: httpx.AsyncClient) -> None:
 async def test_models_list_is_openai_shaped(gateway: httpx.AsyncClient) -> None:
     r = await gateway.get("/v1/models")
     assert msgspec.json.decode(r.content) == {"object": "list", "data": []}
+
+
+async def test_requests_are_recorded_in_the_ledger(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.post(
+        "/v1/chat/completions", json={"model": "ghost", "messages": [{"role": "user", "content": "x"}]}
+    )
+    trace = r.headers["x-blazar-trace-id"]
+    for _ in range(100):
+        rows = (await gateway.get("/admin/requests", params={"trace_id": trace})).json()["data"]
+        if rows:
+            break
+        await trio.sleep(0.02)
+    assert rows[0]["status"] == 404 and rows[0]["blazar_code"] == "MODEL_NOT_FOUND"
+    assert rows[0]["model"] == "ghost" and rows[0]["path"] == "/v1/chat/completions"
