@@ -18,7 +18,7 @@ install: $(STAMP)
 models: $(STAMP)
 	$(BIN)/python scripts/fetch_test_models.py
 
-demo: models
+demo: install
 	bash scripts/demo.sh
 
 # The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).

@@ -12,7 +12,7 @@ if $BLAZAR ps --json | grep -q '"url"'; then already_running=1; fi
 echo ">>> $PROMPT"
 $BLAZAR run "$MODEL" "$PROMPT" --temperature 0 --seed 42
 echo
-echo "The same answer over HTTP, as any OpenAI client would ask for it:"
+echo "And over HTTP, the way any OpenAI client asks:"
 URL=$($BLAZAR ps --json | .venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["url"])')
 curl -sS "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d "{\"model\":\"$MODEL\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hello in five words.\"}],\"max_tokens\":32}"
