@@ -1,4 +1,11 @@
-"""Dialect-neutral request and response types."""
+"""Dialect-neutral request, response and stream types.
+
+Every dialect decodes its wire request into a ``ChatRequest`` (or the other
+requests here) and encodes ``ChatResponse`` / ``Delta`` back into its own
+bytes. The engine side (``blazar/dialects/engine.py``) turns a ``ChatRequest``
+into the OpenAI-shaped body llama.cpp expects and parses what it answers into
+``Delta`` and ``ChatResponse``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,27 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["ChatRequest", "CompletionRequest", "DecodeError", "Message", "Usage"]
+__all__ = [
+    "ChatRequest",
+    "ChatResponse",
+    "CompletionRequest",
+    "DecodeError",
+    "Delta",
+    "EmbedRequest",
+    "EmbedResponse",
+    "FinishReason",
+    "Message",
+    "ResponseFormat",
+    "Role",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolSpec",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "tool_calls", "stop_sequence"]
 
 
 class DecodeError(ValueError):
@@ -18,21 +45,40 @@ class DecodeError(ValueError):
         self.code = code
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text (OpenAI's convention; other dialects parse it)."""
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = {}
+    """A JSON schema for the arguments object."""
+
+
+class ToolChoice(msgspec.Struct, frozen=True, kw_only=True):
+    mode: Literal["auto", "none", "required", "function"] = "auto"
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    """The function's name when ``mode`` is ``"function"``."""
+
+
+class ResponseFormat(msgspec.Struct, frozen=True, kw_only=True):
+    kind: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    role: Role
+    content: str = ""
+    images: list[str] = []
+    """Base64-encoded images (only for models with a vision projector)."""
+    tool_calls: list[ToolCall] = []
     tool_call_id: str | None = None
-
-
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+    tool_name: str | None = None
+    thinking: str | None = None
 
 
 class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,9 +88,25 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
     seed: int | None = None
-    stop: str | list[str] | None = None
-    include_usage: bool = False
+    stop: list[str] = []
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    tools: list[ToolSpec] = []
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    think: bool | None = None
+    """Ask for reasoning to be returned separately (None: the dialect's default)."""
+    include_usage: bool = True
+    num_ctx: int | None = None
+    """Per-slot context the caller asks for (restarts the engine at that size)."""
+    keep_alive_s: float | None = None
+    """Seconds to stay loaded after this request; 0 unloads, negative keeps forever."""
+    raw_prompt: str | None = None
+    """A prompt sent as-is, without the chat template (Ollama ``generate`` with ``raw``)."""
 
 
 class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,3 +115,57 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool = False
     max_tokens: int | None = None
     include_usage: bool = False
+
+
+class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    inputs: list[str]
+    dimensions: int | None = None
+    truncate: bool = True
+
+
+class EmbedResponse(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    embeddings: list[list[float]]
+    prompt_tokens: int = 0
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the engine reused from its cache (counted in ``prompt_tokens``)."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+    """A fragment of the arguments' JSON text; fragments of one index concatenate."""
+
+
+class Delta(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a streamed answer. A final delta carries ``finish_reason``,
+    and the engine's last event carries ``usage``."""
+
+    text: str = ""
+    thinking: str = ""
+    tool_calls: list[ToolCallDelta] = []
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+
+
+class ChatResponse(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    model: str
+    created: int
+    text: str = ""
+    thinking: str = ""
+    tool_calls: list[ToolCall] = []
+    finish_reason: FinishReason = "stop"
+    usage: Usage = Usage()

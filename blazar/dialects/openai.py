@@ -12,7 +12,16 @@ from typing import Any
 
 import msgspec
 
-from blazar.dialects.neutral import ChatRequest, CompletionRequest, DecodeError, Message
+from blazar.dialects.neutral import (
+    ChatRequest,
+    CompletionRequest,
+    DecodeError,
+    Message,
+    ResponseFormat,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+)
 from blazar.errors import Dialect, error_body
 
 __all__ = [
@@ -127,23 +136,105 @@ def decode_chat_request(body: bytes) -> ChatRequest:
             )
     return ChatRequest(
         model=wire.model,
-        messages=[
-            Message(
-                role=m.role,  # type: ignore[arg-type]
-                content=m.content,
-                name=m.name,
-                tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id,
-            )
-            for m in wire.messages
-        ],
+        messages=[_message(i, m) for i, m in enumerate(wire.messages)],
         stream=bool(wire.stream),
         max_tokens=max_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
         seed=wire.seed,
-        stop=wire.stop,
+        stop=[wire.stop] if isinstance(wire.stop, str) else list(wire.stop or []),
+        presence_penalty=wire.presence_penalty,
+        frequency_penalty=wire.frequency_penalty,
+        tools=[_tool(i, t) for i, t in enumerate(wire.tools or [])],
+        tool_choice=_tool_choice(wire.tool_choice),
+        response_format=_response_format(wire.response_format),
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+    )
+
+
+def _text_and_images(i: int, content: str | list[dict[str, Any]] | None) -> tuple[str, list[str]]:
+    if content is None or isinstance(content, str):
+        return content or "", []
+    texts: list[str] = []
+    images: list[str] = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "image_url":
+            url = (part.get("image_url") or {}).get("url", "")
+            images.append(url.split(",", 1)[1] if url.startswith("data:") and "," in url else url)
+        else:
+            raise DecodeError(f"invalid field `messages[{i}].content[{j}].type`: {kind!r} is not supported")
+    return "".join(texts), images
+
+
+def _message(i: int, m: _WireMessage) -> Message:
+    text, images = _text_and_images(i, m.content)
+    role = "system" if m.role == "developer" else m.role
+    calls = []
+    for j, call in enumerate(m.tool_calls or []):
+        fn = call.get("function") or {}
+        if not isinstance(fn.get("name"), str):
+            raise DecodeError(f"missing required field `messages[{i}].tool_calls[{j}].function.name`")
+        args = fn.get("arguments", "{}")
+        calls.append(
+            ToolCall(
+                id=str(call.get("id") or f"call_{i}_{j}"),
+                name=fn["name"],
+                arguments=args if isinstance(args, str) else msgspec.json.encode(args).decode(),
+            )
+        )
+    return Message(
+        role=role,  # type: ignore[arg-type]
+        content=text,
+        images=images,
+        tool_calls=calls,
+        tool_call_id=m.tool_call_id,
+        tool_name=m.name if m.role == "tool" else None,
+    )
+
+
+def _tool(i: int, t: dict[str, Any]) -> ToolSpec:
+    fn = t.get("function")
+    if (
+        t.get("type", "function") != "function"
+        or not isinstance(fn, dict)
+        or not isinstance(fn.get("name"), str)
+    ):
+        raise DecodeError(
+            f"invalid field `tools[{i}]`: expected {{type: function, function: {{name, parameters}}}}"
+        )
+    params = fn.get("parameters") or {"type": "object", "properties": {}}
+    return ToolSpec(name=fn["name"], description=fn.get("description"), parameters=params)
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise DecodeError(f"invalid field `tool_choice`: {choice!r} is not auto, none or required")
+        return ToolChoice(mode=choice)  # type: ignore[arg-type]
+    name = (choice.get("function") or {}).get("name")
+    if not isinstance(name, str):
+        raise DecodeError("invalid field `tool_choice.function.name`: name the function to call")
+    return ToolChoice(mode="function", name=name)
+
+
+def _response_format(fmt: dict[str, Any] | None) -> ResponseFormat | None:
+    if fmt is None:
+        return None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise DecodeError("missing required field `response_format.json_schema.schema`")
+        return ResponseFormat(kind="json_schema", schema=schema)
+    if kind in ("text", "json_object"):
+        return ResponseFormat(kind=kind)
+    raise DecodeError(
+        f"invalid field `response_format.type`: {kind!r} is not text, json_object or json_schema"
     )
 
 

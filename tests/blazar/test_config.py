@@ -1,0 +1,59 @@
+"""config.toml is strict and typed; BLAZAR_HOME moves every path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blazar.config import Config, ConfigError, load_config, resolve_paths
+
+
+def test_blazar_home_moves_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    monkeypatch.delenv("BLAZAR_CACHE_DIR", raising=False)
+    paths = resolve_paths()
+    assert paths.config_file == str(tmp_path / "config.toml")
+    assert paths.models_dir == str(tmp_path / "models")
+    assert paths.run_dir == str(tmp_path / "run") and paths.log_dir == str(tmp_path / "logs")
+    assert paths.cache_dir == str(tmp_path / "cache")
+    runtime = load_config(paths).runtime(paths)
+    assert runtime.home == str(tmp_path) and runtime.slots == 4 and runtime.default_ctx == 4096
+
+
+def test_missing_file_means_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    assert load_config(resolve_paths()) == Config()
+
+
+def test_a_full_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(
+        'port = 11434\nslots = 2\ndefault_ctx = 2048\nallowed_hosts = ["box.lan"]\n'
+        '[engine]\nstart_timeout_s = 30\nextra_args = ["--no-warmup"]\n'
+        '[models."smollm2-135m"]\nctx = 1024\nslots = 1\n'
+    )
+    config = load_config(resolve_paths())
+    assert (config.port, config.slots, config.default_ctx) == (11434, 2, 2048)
+    assert config.engine.start_timeout_s == 30 and config.engine.extra_args == ["--no-warmup"]
+    assert config.models["smollm2-135m"].ctx == 1024
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("prot = 1\n", "prot"),
+        ("[engine]\nstart_timeout = 3\n", "start_timeout"),
+        ('port = "high"\n', "port"),
+        ("slots = 0\n", "slots"),
+        ("port = = 1\n", "config.toml"),
+    ],
+)
+def test_bad_files_name_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, fragment: str
+) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(resolve_paths())
+    assert fragment in str(info.value)
