@@ -46,6 +46,8 @@ __all__ = [
     "EngineState",
     "EngineStatistics",
     "EnsureReady",
+    "Lease",
+    "Reconfigure",
     "StopEngine",
 ]
 
@@ -64,6 +66,15 @@ class EnsureReady(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 class StopEngine(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     reason: str = "requested"
+
+
+class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Restart the child with another per-slot context and/or embeddings enabled,
+    once the requests running on it have finished. Replies when the change is
+    scheduled (or at once when nothing changes)."""
+
+    ctx_per_slot: int | None = None
+    embeddings: bool | None = None
 
 
 class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -87,7 +98,20 @@ class _ChildExited(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     returncode: int | None
 
 
-EngineMessage = EnsureReady | StopEngine | ConfirmCrash | _Launched | _LaunchFailed | _ChildExited
+class _Drained(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The last lease was released while a reconfiguration waited for it."""
+
+
+EngineMessage = (
+    EnsureReady
+    | StopEngine
+    | Reconfigure
+    | ConfirmCrash
+    | _Launched
+    | _LaunchFailed
+    | _ChildExited
+    | _Drained
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +147,40 @@ class EngineStatistics(msgspec.Struct, frozen=True, kw_only=True):
     last_error: str | None
 
 
+class Lease:
+    """One request's claim on an engine, released exactly once (in a ``finally``).
+
+    Taking and releasing a lease is synchronous bookkeeping on the engine's own
+    counter (one event loop, no await), so the per-request path stays cheap; the
+    actor is told only when a pending reconfiguration waits for the last one.
+    """
+
+    __slots__ = ("_engine", "_released")
+
+    def __init__(self, engine: EngineActor) -> None:
+        self._engine = engine
+        self._released = False
+        engine.in_flight += 1
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        engine = self._engine
+        engine.in_flight -= 1
+        if engine.in_flight == 0 and engine._pending_spec is not None:
+            try:
+                engine.mailbox.tell_nowait(_Drained())
+            except (ActorStopped, trio.WouldBlock):
+                pass
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -150,6 +208,7 @@ class EngineActor(Actor[EngineMessage]):
         self._nursery: trio.Nursery | None = None
         self._pending: dict[int, EngineHandle] = {}
         self._last_exit: tuple[int | None, str] = (None, "")
+        self._pending_spec: LaunchSpec | None = None
 
     def __repr__(self) -> str:
         pid = self._child.pid if self._child else "-"
@@ -157,6 +216,9 @@ class EngineActor(Actor[EngineMessage]):
             f"<EngineActor {self.spec.model} {self.state} pid={pid} gen={self.generation} "
             f"in_flight={self.in_flight} restarts={self.restarts}>"
         )
+
+    def lease(self) -> Lease:
+        return Lease(self)
 
     @property
     def engine_kind(self) -> str:
@@ -201,6 +263,22 @@ class EngineActor(Actor[EngineMessage]):
             case StopEngine(reason=reason):
                 await self._stop_child(reason)
                 env.answer(None)
+            case Reconfigure(ctx_per_slot=ctx, embeddings=emb):
+                spec = msgspec.structs.replace(
+                    self._pending_spec or self.spec,
+                    ctx_per_slot=ctx if ctx is not None else (self._pending_spec or self.spec).ctx_per_slot,
+                    embeddings=emb if emb is not None else (self._pending_spec or self.spec).embeddings,
+                )
+                if spec != self.spec:
+                    self._pending_spec = spec
+                    if self.in_flight == 0:
+                        await self._apply_pending()
+                elif self._pending_spec is not None:
+                    self._pending_spec = None  # asked back to what runs now
+                env.answer(None)
+            case _Drained():
+                if self._pending_spec is not None and self.in_flight == 0:
+                    await self._apply_pending()
             case ConfirmCrash(generation=gen):
                 assert self._nursery is not None
                 self._nursery.start_soon(self._confirm_crash, env, gen, self._child)
@@ -237,7 +315,21 @@ class EngineActor(Actor[EngineMessage]):
             case _:
                 env.fail(TypeError(f"unexpected message {env.message!r}"))
 
+    async def _apply_pending(self) -> None:
+        """Swap in the pending spec: the child restarts with it on the next request."""
+        spec, self._pending_spec = self._pending_spec, None
+        assert spec is not None
+        waiters, self._waiters = self._waiters, []
+        await self._stop_child("reconfigured")
+        self.spec = spec
+        for env in waiters:
+            self._ensure_ready(env)
+
     def _ensure_ready(self, env: Envelope[EngineMessage]) -> None:
+        if self._pending_spec is not None and self.state is EngineState.READY:
+            # Draining for a restart: new requests wait for the new child.
+            self._waiters.append(env)
+            return
         if self.state is EngineState.READY and self._handle is not None:
             env.answer(self._handle)
             return

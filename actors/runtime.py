@@ -63,6 +63,7 @@ class Runtime:
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
+        self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
         return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
@@ -80,6 +81,7 @@ class Runtime:
             ctx_per_slot=ctx,
             slots=slots,
             embeddings=bool(override and override.embeddings),
+            native_tools=bool(info.chat_template and "tools" in info.chat_template),
             threads=self.config.engine.threads,
             extra_args=extra,
         )
@@ -122,6 +124,11 @@ class Runtime:
             pass
         return True
 
+    def unload_soon(self, model: str) -> None:
+        """Stop a model's engine in the background (``keep_alive`` 0)."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self.stop_engine, model)
+
     async def forget(self, model: str) -> None:
         """Stop and drop the engine of a model that was removed from the store."""
         engine = self._engines.get(model)
@@ -161,6 +168,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         await root.start_child(ChildSpec(name="engines", start=engines.run))
         runtime = Runtime(config, store=store, catalog=catalog, root=root, engines=engines, ledger=ledger)
         runtime.reaped_orphans = reaped
+        runtime._nursery = nursery
         try:
             yield runtime
         finally:

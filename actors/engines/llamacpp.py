@@ -23,6 +23,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     ctx_per_slot: int
     slots: int
     embeddings: bool = False
+    native_tools: bool = False
+    """The chat template handles tools itself; otherwise the gateway emulates them."""
     threads: int | None = None
     extra_args: list[str] = []
 

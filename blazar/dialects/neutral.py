@@ -122,6 +122,7 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     inputs: list[str]
     dimensions: int | None = None
     truncate: bool = True
+    keep_alive_s: float | None = None
 
 
 class EmbedResponse(msgspec.Struct, frozen=True, kw_only=True):

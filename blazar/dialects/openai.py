@@ -7,7 +7,9 @@ llama.cpp speaks this dialect natively.
 
 from __future__ import annotations
 
+import base64
 import re
+import struct
 from typing import Any
 
 import msgspec
@@ -16,6 +18,8 @@ from blazar.dialects.neutral import (
     ChatRequest,
     CompletionRequest,
     DecodeError,
+    EmbedRequest,
+    EmbedResponse,
     Message,
     ResponseFormat,
     ToolCall,
@@ -27,6 +31,8 @@ from blazar.errors import Dialect, error_body
 __all__ = [
     "decode_chat_request",
     "decode_completion_request",
+    "decode_embeddings_request",
+    "encode_embeddings",
     "encode_model",
     "encode_model_list",
     "encode_stream_error",
@@ -274,3 +280,42 @@ def merge_error_code(body: bytes, code: str) -> bytes:
         return msgspec.json.encode(doc)
     text = body.decode("utf-8", "replace").strip() or "the engine returned an error"
     return msgspec.json.encode(error_body(Dialect.OPENAI, code, text))
+
+
+class _EmbeddingsBody(msgspec.Struct, kw_only=True):
+    model: str
+    input: str | list[Any]
+    encoding_format: str | None = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+
+def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
+    """POST /v1/embeddings → the neutral request and the encoding format (float or base64)."""
+    wire: _EmbeddingsBody = _decode(body, _EmbeddingsBody)
+    _check_common(wire.model, None, None, None)
+    inputs = [wire.input] if isinstance(wire.input, str) else wire.input
+    if not inputs:
+        raise DecodeError("field `input` is empty: send a string or a list of strings")
+    if not all(isinstance(x, str) for x in inputs):
+        raise DecodeError(
+            "invalid field `input`: send a string or a list of strings (token arrays are not supported)"
+        )
+    fmt = wire.encoding_format or "float"
+    if fmt not in ("float", "base64"):
+        raise DecodeError(f"invalid field `encoding_format`: {fmt!r} is not float or base64")
+    if wire.dimensions is not None and wire.dimensions < 1:
+        raise DecodeError(f"invalid field `dimensions`: must be at least 1, got {wire.dimensions}")
+    return EmbedRequest(model=wire.model, inputs=inputs, dimensions=wire.dimensions), fmt
+
+
+def encode_embeddings(resp: EmbedResponse, *, encoding_format: str) -> bytes:
+    data = []
+    for i, vector in enumerate(resp.embeddings):
+        if encoding_format == "base64":
+            value: Any = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        else:
+            value = vector
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    usage = {"prompt_tokens": resp.prompt_tokens, "total_tokens": resp.prompt_tokens}
+    return msgspec.json.encode({"object": "list", "data": data, "model": resp.model, "usage": usage})

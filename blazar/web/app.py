@@ -31,7 +31,8 @@ from blazar.config import Config
 from blazar.dialects import openai
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
-from blazar.web.relay import Lease, UpstreamStream, crash_error, send_upstream
+from blazar.web import translate
+from blazar.web.relay import UpstreamStream, crash_error, send_upstream
 from registry.errors import RegistryError
 
 __all__ = ["GatewayMiddleware", "create_app"]
@@ -308,13 +309,23 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
         req = openai.decode_completion_request(body)
         return await relay("/v1/completions", body, req.model, stream=req.stream)
 
+    @app.post("/v1/embeddings")
+    async def embeddings() -> Response:
+        req, fmt = openai.decode_embeddings_request(await read_body())
+        request.scope["blazar.model"] = req.model  # type: ignore[typeddict-unknown-key]
+        resp, timings = await translate.embed(runtime, req)
+        headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
+        return Response(
+            openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=_JSON
+        )
+
     async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
         request.scope["blazar.model"] = model  # type: ignore[typeddict-unknown-key]
         engine = await runtime.engine_for(model)
         t0 = time.monotonic()
         handle = await engine.ask(EnsureReady())
         loaded = time.monotonic() - t0 > _LOADING_S
-        lease = Lease(engine)
+        lease = engine.lease()
         try:
             upstream = await send_upstream(handle, path, body, stream=stream)
         except httpx.HTTPError as exc:

@@ -13,27 +13,11 @@ from collections.abc import Awaitable, Callable
 import httpx
 import trio
 
-from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
+from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle, Lease
 from actors.errors import ActorStopped
 from blazar.errors import BlazarError
 
-__all__ = ["Lease", "UpstreamStream", "crash_error", "send_upstream"]
-
-
-class Lease:
-    """One request's claim on an engine; released exactly once."""
-
-    __slots__ = ("_engine", "_released")
-
-    def __init__(self, engine: EngineActor) -> None:
-        self._engine = engine
-        self._released = False
-        engine.in_flight += 1
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._engine.in_flight -= 1
+__all__ = ["UpstreamStream", "crash_error", "send_upstream"]
 
 
 async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception) -> BlazarError:

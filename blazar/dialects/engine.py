@@ -1,0 +1,297 @@
+"""The engine side of translation: neutral requests in, llama.cpp's OpenAI API out.
+
+Dialects other than OpenAI decode into a ``ChatRequest``; ``engine_request``
+turns it into the path and body llama.cpp expects, and ``EngineStream`` /
+``parse_response`` turn what llama.cpp answers back into neutral ``Delta`` and
+``ChatResponse`` values. Reasoning that leaks into the text as
+``<think>…</think>`` is split out here, and tool calling for models whose chat
+template knows no tools is emulated (see ``blazar.dialects.tools``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from blazar.dialects import tools
+from blazar.dialects.neutral import (
+    ChatRequest,
+    ChatResponse,
+    Delta,
+    FinishReason,
+    Message,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+__all__ = ["EngineError", "EngineStream", "ThinkSplitter", "engine_request", "parse_response"]
+
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+_OPEN, _CLOSE = "<think>", "</think>"
+
+
+class EngineError(Exception):
+    """The engine reported an error inside a stream or a response body."""
+
+
+def _openai_message(m: Message) -> dict[str, Any]:
+    if m.images:
+        parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+        parts += [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{img}"}} for img in m.images
+        ]
+        out: dict[str, Any] = {"role": m.role, "content": parts}
+    else:
+        out = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id or ""
+        if m.tool_name:
+            out["name"] = m.tool_name
+    if m.thinking and m.role == "assistant":
+        out["reasoning_content"] = m.thinking
+    return out
+
+
+def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[str, Any]]:
+    """The llama.cpp route and JSON body for a neutral request."""
+    body: dict[str, Any] = {"stream": req.stream}
+    if req.stream:
+        body["stream_options"] = {"include_usage": True}
+    for key in ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty"):
+        value = getattr(req, key)
+        if value is not None:
+            body[key] = value
+    for key in ("presence_penalty", "frequency_penalty"):
+        value = getattr(req, key)
+        if value is not None:
+            body[key] = value
+    if req.stop:
+        body["stop"] = req.stop
+    if req.raw_prompt is not None:
+        body["prompt"] = req.raw_prompt
+        return "/v1/completions", body
+
+    messages = list(req.messages)
+    emulate = (
+        bool(req.tools) and not native_tools and (req.tool_choice is None or req.tool_choice.mode != "none")
+    )
+    if emulate:
+        messages = tools.render_for_prompt(messages, req.tools, req.tool_choice)
+        schema = tools.constraint_schema(req.tools, req.tool_choice)
+        if schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "tool_call", "schema": schema},
+            }
+    elif req.tools and native_tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description or "", "parameters": t.parameters},
+            }
+            for t in req.tools
+        ]
+        if req.tool_choice is not None:
+            choice = req.tool_choice
+            body["tool_choice"] = (
+                {"type": "function", "function": {"name": choice.name}}
+                if choice.mode == "function"
+                else choice.mode
+            )
+    if "response_format" not in body and req.response_format is not None:
+        fmt = req.response_format
+        if fmt.kind == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        elif fmt.kind == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": fmt.schema},
+            }
+    body["messages"] = [_openai_message(m) for m in messages]
+    return "/v1/chat/completions", body
+
+
+def _usage(doc: dict[str, Any] | None) -> Usage | None:
+    if not doc:
+        return None
+    details = doc.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=int(doc.get("prompt_tokens") or 0),
+        completion_tokens=int(doc.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+class ThinkSplitter:
+    """Route ``<think>…</think>`` in streamed text to thinking, tags split across chunks included."""
+
+    def __init__(self) -> None:
+        self._inside = False
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, str]:
+        data = self._held + text
+        self._held = ""
+        visible: list[str] = []
+        thought: list[str] = []
+        while data:
+            tag = _CLOSE if self._inside else _OPEN
+            at = data.find(tag)
+            if at < 0:
+                # Keep a possible partial tag at the end for the next chunk.
+                keep = next((n for n in range(len(tag) - 1, 0, -1) if data.endswith(tag[:n])), 0)
+                chunk, self._held = (data[:-keep], data[-keep:]) if keep else (data, "")
+                (thought if self._inside else visible).append(chunk)
+                break
+            (thought if self._inside else visible).append(data[:at])
+            data = data[at + len(tag) :]
+            self._inside = not self._inside
+        return "".join(visible), "".join(thought)
+
+    def flush(self) -> tuple[str, str]:
+        held, self._held = self._held, ""
+        return ("", held) if self._inside else (held, "")
+
+
+class EngineStream:
+    """Incremental parser of llama.cpp's OpenAI SSE stream into neutral deltas.
+
+    Bytes may split anywhere (inside a UTF-8 sequence too); ``feed`` buffers up
+    to the next event boundary. With emulated tools the text is held back and
+    turned into tool calls at the end, since it is JSON meant for the gateway.
+    """
+
+    def __init__(self, req: ChatRequest, *, native_tools: bool) -> None:
+        self._buf = b""
+        self._think = ThinkSplitter()
+        self._emulate = (
+            bool(req.tools)
+            and not native_tools
+            and (req.tool_choice is None or req.tool_choice.mode != "none")
+        )
+        self._req = req
+        self._held: list[str] = []
+        self._finish: FinishReason | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> list[Delta]:
+        self._buf += data
+        out: list[Delta] = []
+        while True:
+            end = self._buf.find(b"\n\n")
+            if end < 0:
+                break
+            event, self._buf = self._buf[:end], self._buf[end + 2 :]
+            for line in event.split(b"\n"):
+                if line.startswith(b"data: "):
+                    out.extend(self._event(line[6:]))
+        return out
+
+    def _event(self, payload: bytes) -> list[Delta]:
+        if payload.strip() == b"[DONE]":
+            self.done = True
+            return self._end(None)
+        doc = msgspec.json.decode(payload)
+        if "error" in doc:
+            err = doc["error"]
+            raise EngineError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        deltas: list[Delta] = []
+        for choice in doc.get("choices") or []:
+            d = choice.get("delta") or {}
+            text, thinking = self._think.feed(d.get("content") or "")
+            thinking = (d.get("reasoning_content") or "") + thinking
+            calls = [
+                ToolCallDelta(
+                    index=int(c.get("index", i)),
+                    id=c.get("id"),
+                    name=(c.get("function") or {}).get("name"),
+                    arguments=(c.get("function") or {}).get("arguments") or "",
+                )
+                for i, c in enumerate(d.get("tool_calls") or [])
+            ]
+            if self._emulate:
+                self._held.append(text)
+                text = ""
+            if choice.get("finish_reason"):
+                self._finish = _FINISH.get(choice["finish_reason"], "stop")
+            if text or thinking or calls:
+                deltas.append(Delta(text=text, thinking=thinking, tool_calls=calls))
+        usage = _usage(doc.get("usage"))
+        if usage is not None:
+            deltas.extend(self._end(usage))
+        return deltas
+
+    def _end(self, usage: Usage | None) -> list[Delta]:
+        if self._finish is None and usage is None:
+            return []
+        tail_text, tail_thinking = self._think.flush()
+        finish = self._finish or "stop"
+        self._finish = None
+        calls: list[ToolCallDelta] = []
+        if self._emulate:
+            text = "".join(self._held) + tail_text
+            self._held = []
+            parsed = tools.parse_output(text, self._req.tools, self._req.tool_choice)
+            if parsed.calls:
+                calls = [
+                    ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
+                    for i, c in enumerate(parsed.calls)
+                ]
+                finish = "tool_calls"
+            tail_text = parsed.text
+        return [
+            Delta(
+                text=tail_text,
+                thinking=tail_thinking,
+                tool_calls=calls,
+                finish_reason=finish,
+                usage=usage or Usage(),
+            )
+        ]
+
+
+def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool) -> ChatResponse:
+    """A non-stream llama.cpp response (chat or completion) as a neutral response."""
+    if "error" in doc:
+        err = doc["error"]
+        raise EngineError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+    choice = (doc.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content = message.get("content") if message else choice.get("text")
+    splitter = ThinkSplitter()
+    text, thinking = splitter.feed(content or "")
+    tail_text, tail_thinking = splitter.flush()
+    text += tail_text
+    thinking = (message.get("reasoning_content") or "") + thinking + tail_thinking
+    finish: FinishReason = _FINISH.get(choice.get("finish_reason") or "stop", "stop")
+    calls = [
+        ToolCall(
+            id=c.get("id") or f"call_{i}",
+            name=(c.get("function") or {}).get("name", ""),
+            arguments=(c.get("function") or {}).get("arguments") or "{}",
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    ]
+    if req.tools and not native_tools and (req.tool_choice is None or req.tool_choice.mode != "none"):
+        parsed = tools.parse_output(text, req.tools, req.tool_choice)
+        text, calls = parsed.text, parsed.calls or calls
+    if calls:
+        finish = "tool_calls"
+    return ChatResponse(
+        id=str(doc.get("id") or f"chatcmpl-{time.time_ns():x}"),
+        model=str(doc.get("model") or req.model),
+        created=int(doc.get("created") or time.time()),
+        text=text,
+        thinking=thinking,
+        tool_calls=calls,
+        finish_reason=finish,
+        usage=_usage(doc.get("usage")) or Usage(),
+    )

@@ -1,0 +1,243 @@
+"""Run a neutral chat request on an engine, for the dialects that translate.
+
+OpenAI requests are relayed as bytes (``blazar.web.relay``); Ollama and
+Anthropic requests become a ``ChatRequest`` and come here. ``EngineCall``
+prepares the engine (load, context change, lease) and then either completes
+the request or streams neutral deltas, which a dialect encoder turns into its
+own bytes. Timings are measured here, in the gateway.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import httpx
+import msgspec
+import trio
+
+from actors.engine import EngineActor, EngineHandle, EnsureReady, Lease, Reconfigure
+from actors.runtime import Runtime
+from blazar.dialects.engine import EngineError, EngineStream, engine_request, parse_response
+from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
+from blazar.errors import BlazarError
+from blazar.web.relay import crash_error
+
+__all__ = ["EngineCall", "StreamEncoder", "Timings", "TranslatedStream", "embed"]
+
+_LOADING_S = 0.1
+
+
+class Timings(msgspec.Struct, kw_only=True):
+    """Nanosecond timings of one request, measured by the gateway."""
+
+    started_ns: int
+    load_ns: int = 0
+    first_token_ns: int | None = None
+    ended_ns: int | None = None
+
+    @property
+    def total_ns(self) -> int:
+        return (self.ended_ns or time.perf_counter_ns()) - self.started_ns
+
+    @property
+    def prompt_eval_ns(self) -> int:
+        end = self.first_token_ns or self.ended_ns or time.perf_counter_ns()
+        return max(0, end - self.started_ns - self.load_ns)
+
+    @property
+    def eval_ns(self) -> int:
+        if self.first_token_ns is None:
+            return 0
+        return max(0, (self.ended_ns or time.perf_counter_ns()) - self.first_token_ns)
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_ns > _LOADING_S * 1e9
+
+
+class StreamEncoder(Protocol):
+    """What a dialect provides to render a translated stream."""
+
+    def start(self) -> bytes: ...
+    def feed(self, delta: Delta) -> bytes: ...
+    def finish(self, final: Delta, timings: Timings) -> bytes: ...
+    def error(self, code: str, message: str) -> bytes: ...
+
+
+def _engine_error(status: int, body: bytes, model: str) -> BlazarError:
+    try:
+        doc = msgspec.json.decode(body)
+        err = doc.get("error", doc)
+        message = err.get("message") if isinstance(err, dict) else str(err)
+    except (msgspec.DecodeError, AttributeError):
+        message = body.decode("utf-8", "replace")[:500]
+    if status < 500:
+        return BlazarError("BAD_REQUEST", f"the engine for '{model}' refused the request: {message}")
+    return BlazarError("BAD_GATEWAY", f"the engine for '{model}' failed: {message}")
+
+
+class EngineCall:
+    """One translated request: ``prepare`` first, then ``complete`` or ``stream``."""
+
+    def __init__(self, runtime: Runtime, req: ChatRequest) -> None:
+        self.runtime = runtime
+        self.req = req
+        self.timings = Timings(started_ns=time.perf_counter_ns())
+        self.engine: EngineActor | None = None
+        self.handle: EngineHandle | None = None
+        self.lease: Lease | None = None
+
+    @property
+    def native_tools(self) -> bool:
+        return bool(self.engine and self.engine.spec.native_tools)
+
+    async def prepare(self, *, embeddings: bool = False) -> EngineActor:
+        engine = self.engine = await self.runtime.engine_for(self.req.model)
+        if (self.req.num_ctx and self.req.num_ctx != engine.spec.ctx_per_slot) or (
+            embeddings and not engine.spec.embeddings
+        ):
+            await engine.ask(
+                Reconfigure(ctx_per_slot=self.req.num_ctx, embeddings=True if embeddings else None)
+            )
+        t0 = time.perf_counter_ns()
+        self.handle = await engine.ask(EnsureReady())
+        self.timings.load_ns = time.perf_counter_ns() - t0
+        self.lease = engine.lease()
+        return engine
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        self.timings.ended_ns = self.timings.ended_ns or time.perf_counter_ns()
+        keep = self.req.keep_alive_s
+        if keep == 0 and self.engine is not None and self.engine.in_flight == 0:
+            self.runtime.unload_soon(self.engine.spec.model)
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        """A non-stream engine call; errors become ``BlazarError``."""
+        assert self.engine is not None and self.handle is not None
+        try:
+            resp = await self.handle.client.post(path, content=msgspec.json.encode(body))
+        except httpx.HTTPError as exc:
+            raise await crash_error(self.engine, self.handle, exc) from exc
+        if resp.status_code >= 400:
+            raise _engine_error(resp.status_code, resp.content, self.req.model)
+        return msgspec.json.decode(resp.content)
+
+    async def complete(self) -> ChatResponse:
+        try:
+            path, body = engine_request(self.req, native_tools=self.native_tools)
+            doc = await self.post(path, body)
+            self.timings.first_token_ns = self.timings.ended_ns = time.perf_counter_ns()
+            try:
+                return parse_response(doc, self.req, native_tools=self.native_tools)
+            except EngineError as exc:
+                raise BlazarError("BAD_GATEWAY", str(exc)) from exc
+        finally:
+            self.release()
+
+    async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
+        """Open the engine stream; errors before the first byte are raised as HTTP errors."""
+        assert self.engine is not None and self.handle is not None
+        path, body = engine_request(
+            msgspec.structs.replace(self.req, stream=True), native_tools=self.native_tools
+        )
+        request = self.handle.client.build_request("POST", path, content=msgspec.json.encode(body))
+        try:
+            resp = await self.handle.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            self.release()
+            raise await crash_error(self.engine, self.handle, exc) from exc
+        except BaseException:
+            self.release()
+            raise
+        if resp.status_code >= 400:
+            try:
+                content = await resp.aread()
+            finally:
+                await resp.aclose()
+                self.release()
+            raise _engine_error(resp.status_code, content, self.req.model)
+        return TranslatedStream(self, resp, encoder)
+
+
+class TranslatedStream:
+    """The engine's SSE parsed into deltas and re-encoded; closed exactly once."""
+
+    def __init__(self, call: EngineCall, response: httpx.Response, encoder: StreamEncoder) -> None:
+        self._call = call
+        self._response = response
+        self._encoder = encoder
+        self._parser = EngineStream(call.req, native_tools=call.native_tools)
+        self._iter: AsyncIterator[bytes] = self._generate()
+        self._closed = False
+
+    def __aiter__(self) -> TranslatedStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._iter.__anext__()
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        call, timings = self._call, self._call.timings
+        yield self._encoder.start()
+        final: Delta | None = None
+        try:
+            async for chunk in self._response.aiter_raw():
+                out: list[bytes] = []
+                for delta in self._parser.feed(chunk):
+                    if timings.first_token_ns is None:
+                        timings.first_token_ns = time.perf_counter_ns()
+                    if delta.finish_reason is not None:
+                        final = delta
+                    else:
+                        out.append(self._encoder.feed(delta))
+                if out:
+                    yield b"".join(out)
+        except httpx.HTTPError as exc:
+            assert call.engine is not None and call.handle is not None
+            err = await crash_error(call.engine, call.handle, exc)
+            yield self._encoder.error(err.code, err.message)
+            return
+        except EngineError as exc:
+            yield self._encoder.error("BAD_GATEWAY", f"the engine failed mid-stream: {exc}")
+            return
+        finally:
+            await self.aclose()
+        yield self._encoder.finish(final or Delta(finish_reason="stop"), timings)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+            await self._response.aclose()
+        self._call.release()
+
+
+def _fit_dimensions(vector: list[float], dimensions: int | None) -> list[float]:
+    """Truncate to ``dimensions`` and re-normalise (how Matryoshka-style models shrink)."""
+    if dimensions is None or dimensions >= len(vector):
+        return vector
+    head = vector[:dimensions]
+    norm = sum(x * x for x in head) ** 0.5 or 1.0
+    return [x / norm for x in head]
+
+
+async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, Timings]:
+    """Embeddings from the model's engine, restarting it with a pooling type if needed."""
+    call = EngineCall(runtime, ChatRequest(model=req.model, messages=[], keep_alive_s=req.keep_alive_s))
+    await call.prepare(embeddings=True)
+    try:
+        doc = await call.post("/v1/embeddings", {"input": req.inputs, "encoding_format": "float"})
+    finally:
+        call.release()
+    rows = sorted(doc.get("data") or [], key=lambda d: d.get("index", 0))
+    vectors = [_fit_dimensions(list(d["embedding"]), req.dimensions) for d in rows]
+    usage = doc.get("usage") or {}
+    resp = EmbedResponse(
+        model=req.model, embeddings=vectors, prompt_tokens=int(usage.get("prompt_tokens") or 0)
+    )
+    return resp, call.timings

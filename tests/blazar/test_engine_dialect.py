@@ -1,0 +1,205 @@
+"""The engine side of translation: requests to llama.cpp, its SSE back to neutral deltas."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from blazar.dialects import tools
+from blazar.dialects.engine import EngineError, EngineStream, ThinkSplitter, engine_request, parse_response
+from blazar.dialects.neutral import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec
+
+GOLDEN = Path(__file__).parent / "golden" / "engine"
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Current weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+CLOCK = ToolSpec(name="get_time", parameters={"type": "object", "properties": {}})
+
+
+def _req(**kw: object) -> ChatRequest:
+    base: dict[str, object] = {"model": "m", "messages": [Message(role="user", content="Weather in Paris?")]}
+    base.update(kw)
+    return ChatRequest(**base)  # type: ignore[arg-type]
+
+
+def _golden(name: str, got: object) -> None:
+    path = GOLDEN / f"{name}.expected.json"
+    encoded = msgspec.json.format(msgspec.json.encode(got), indent=2) + b"\n"
+    if os.environ.get("BLAZAR_REGEN_GOLDEN") or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encoded)
+    assert msgspec.json.decode(encoded) == msgspec.json.decode(path.read_bytes())
+
+
+def test_sampling_fields_reach_the_engine() -> None:
+    path, body = engine_request(
+        _req(
+            max_tokens=5,
+            temperature=0.1,
+            top_k=3,
+            min_p=0.05,
+            seed=1,
+            stop=["x"],
+            repeat_penalty=1.1,
+            stream=True,
+        ),
+        native_tools=False,
+    )
+    assert path == "/v1/chat/completions"
+    assert body["stream_options"] == {"include_usage": True}
+    keys = ("max_tokens", "temperature", "top_k", "min_p", "seed", "stop", "repeat_penalty")
+    assert [body[k] for k in keys] == [5, 0.1, 3, 0.05, 1, ["x"], 1.1]
+
+
+def test_raw_prompt_skips_the_template() -> None:
+    path, body = engine_request(_req(raw_prompt="<|im_start|>user\nhi"), native_tools=False)
+    assert path == "/v1/completions" and body["prompt"] == "<|im_start|>user\nhi" and "messages" not in body
+
+
+@pytest.mark.parametrize(
+    ("name", "choice"),
+    [
+        ("auto", None),
+        ("required", ToolChoice(mode="required")),
+        ("function", ToolChoice(mode="function", name="get_time")),
+    ],
+)
+def test_emulated_tools_golden(name: str, choice: ToolChoice | None) -> None:
+    history = [
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="Weather in Paris?"),
+        Message(
+            role="assistant", tool_calls=[ToolCall(id="c1", name="get_weather", arguments='{"city":"Paris"}')]
+        ),
+        Message(role="tool", tool_call_id="c1", content="18 C, sunny"),
+    ]
+    _, body = engine_request(
+        _req(messages=history, tools=[WEATHER, CLOCK], tool_choice=choice), native_tools=False
+    )
+    _golden(f"tools_{name}", body)
+    assert ("response_format" in body) is (choice is not None)
+
+
+def test_native_tools_pass_through() -> None:
+    _, body = engine_request(
+        _req(tools=[WEATHER], tool_choice=ToolChoice(mode="required")), native_tools=True
+    )
+    assert body["tools"][0]["function"]["name"] == "get_weather" and body["tool_choice"] == "required"
+    assert "response_format" not in body
+
+
+def test_tool_choice_none_sends_no_tools() -> None:
+    _, body = engine_request(_req(tools=[WEATHER], tool_choice=ToolChoice(mode="none")), native_tools=False)
+    assert "tools" not in body and "response_format" not in body and len(body["messages"]) == 1
+
+
+def test_parse_output() -> None:
+    specs = [WEATHER]
+    call = tools.parse_output('{"name": "get_weather", "arguments": {"city": "Oslo"}}', specs, None)
+    assert call.text == "" and call.calls[0].name == "get_weather"
+    assert msgspec.json.decode(call.calls[0].arguments) == {"city": "Oslo"}
+    fenced = tools.parse_output('```json\n{"name": "get_weather", "arguments": {}}\n```', specs, None)
+    assert fenced.calls and fenced.calls[0].arguments == "{}"
+    prose = tools.parse_output("It is sunny.", specs, None)
+    assert prose.text == "It is sunny." and prose.calls == []
+    unknown = tools.parse_output('{"name": "rm_rf", "arguments": {}}', specs, None)
+    assert unknown.calls == [] and unknown.text
+
+
+def _sse(*events: object) -> bytes:
+    return b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+
+
+def _chunk(content: str | None = None, finish: str | None = None, **delta: object) -> dict[str, object]:
+    d = dict(delta)
+    if content is not None:
+        d["content"] = content
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+
+USAGE = {
+    "choices": [],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}},
+}
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, 1000])
+def test_stream_parsing_survives_any_split(step: int) -> None:
+    data = _sse(
+        _chunk("Hé"), _chunk("llo <thi"), _chunk("nk>hmm</think> wörld"), _chunk(finish="length"), USAGE
+    )
+    parser = EngineStream(_req(), native_tools=False)
+    deltas = [d for i in range(0, len(data), step) for d in parser.feed(data[i : i + step])]
+    assert "".join(d.text for d in deltas) == "Héllo  wörld"
+    assert "".join(d.thinking for d in deltas) == "hmm"
+    final = deltas[-1]
+    assert final.finish_reason == "length" and final.usage is not None
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens, final.usage.cached_tokens) == (9, 3, 4)
+    assert parser.done
+
+
+def test_stream_native_tool_call_fragments_keep_their_index() -> None:
+    def call(index: int, **fn: str) -> dict[str, object]:
+        head = {"id": f"id{index}"} if "name" in fn else {}
+        return {"index": index, **head, "function": fn}
+
+    data = _sse(
+        _chunk(tool_calls=[call(0, name="a", arguments="")]),
+        _chunk(tool_calls=[call(1, name="b", arguments='{"x"')]),
+        _chunk(tool_calls=[call(0, arguments='{"y": 1}')]),
+        _chunk(tool_calls=[call(1, arguments=": 2}")]),
+        _chunk(finish="tool_calls"),
+        USAGE,
+    )
+    deltas = EngineStream(_req(tools=[WEATHER]), native_tools=True).feed(data)
+    merged: dict[int, str] = {}
+    for d in deltas:
+        for c in d.tool_calls:
+            merged[c.index] = merged.get(c.index, "") + c.arguments
+    assert merged == {0: '{"y": 1}', 1: '{"x": 2}'}
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+def test_stream_emulated_tool_call_is_held_back_and_parsed() -> None:
+    data = _sse(
+        _chunk('{"name": "get_weather", '),
+        _chunk('"arguments": {"city": "Rome"}}'),
+        _chunk(finish="stop"),
+        USAGE,
+    )
+    req = _req(tools=[WEATHER], tool_choice=ToolChoice(mode="required"))
+    deltas = EngineStream(req, native_tools=False).feed(data)
+    assert all(d.text == "" for d in deltas)
+    final = deltas[-1]
+    assert final.finish_reason == "tool_calls" and final.tool_calls[0].name == "get_weather"
+
+
+def test_stream_error_event_raises() -> None:
+    parser = EngineStream(_req(), native_tools=False)
+    with pytest.raises(EngineError, match="boom"):
+        parser.feed(b'data: {"error": {"message": "boom"}}\n\n')
+
+
+def test_think_splitter_holds_partial_tags() -> None:
+    s = ThinkSplitter()
+    pieces = [s.feed(p) for p in ["a<", "th", "ink>b</th", "ink>c<"]]
+    pieces.append(s.flush())
+    assert "".join(p[0] for p in pieces) == "ac<" and "".join(p[1] for p in pieces) == "b"
+
+
+def test_parse_response_with_cached_usage() -> None:
+    doc = {
+        "id": "chatcmpl-1",
+        "model": "m",
+        "created": 1,
+        "choices": [{"message": {"content": "<think>x</think>Hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 6}},
+    }
+    resp = parse_response(doc, _req(), native_tools=False)
+    assert (resp.text, resp.thinking, resp.finish_reason) == ("Hi", "x", "stop")
+    assert resp.usage.cached_tokens == 6
