@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -28,11 +27,11 @@ from actors.ledger import LedgerActor, RequestRecord, read_requests, record_nowa
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
-from blazar.dialects import openai
 from blazar.dialects.neutral import DecodeError
-from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
-from blazar.web import translate
-from blazar.web.relay import UpstreamStream, crash_error, send_upstream
+from blazar.errors import CATALOG, BlazarError
+from blazar.web import openai as web_openai
+from blazar.web.common import JSON, Cleanup, error_response
+from blazar.web.relay import crash_error
 from registry.errors import RegistryError
 
 __all__ = ["GatewayMiddleware", "create_app"]
@@ -41,11 +40,6 @@ log = logging.getLogger("blazar.web")
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "[::1]", "::1"}
-_JSON = "application/json"
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_LOADING_S = 0.1
-
-Cleanup = Callable[[], Awaitable[None]]
 
 
 class GatewayMiddleware:
@@ -126,24 +120,6 @@ class GatewayMiddleware:
                 )
 
 
-def _dialect() -> Dialect:
-    path = request.path
-    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
-        return Dialect.ANTHROPIC
-    if path.startswith("/api/") and not path.startswith("/api/errors"):
-        return Dialect.OLLAMA
-    return Dialect.OPENAI
-
-
-def _error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
-    status = status_code_for(code)
-    request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
-    resp = Response(msgspec.json.encode(error_body(_dialect(), code, message)), status, content_type=_JSON)
-    if retry_after_s is not None:
-        resp.headers["Retry-After"] = str(max(1, round(retry_after_s)))
-    return resp
-
-
 def _is_loopback_bind(host: str) -> bool:
     return host in _LOOPBACK_NAMES or host.startswith("127.")
 
@@ -170,10 +146,11 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
 
     @app.before_request
     async def _before() -> Response | None:
+        request.scope["blazar.max_body"] = max_body  # type: ignore[typeddict-unknown-key]
         if guard_host:
             host = _host_name(request.headers.get("Host", "").strip().lower())
             if host and host not in allowed_hosts:
-                return _error_response(
+                return error_response(
                     "HOST_FORBIDDEN",
                     f"Host '{host}' is not allowed on a loopback-bound daemon; use http://127.0.0.1:"
                     f"{config.port} or add the name to `allowed_hosts` in config.toml",
@@ -197,45 +174,29 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
             message = f"{request.path} does not accept {request.method}"
         else:
             message = exc.description or exc.name
-        return _error_response(code, message)
+        return error_response(code, message)
 
     @app.errorhandler(BlazarError)
     async def _blazar_error(exc: BlazarError) -> Response:
-        return _error_response(exc.code, exc.message, retry_after_s=exc.retry_after_s)
+        return error_response(exc.code, exc.message, retry_after_s=exc.retry_after_s)
 
     @app.errorhandler(DecodeError)
     async def _decode_error(exc: DecodeError) -> Response:
-        return _error_response(exc.code, exc.message)
+        return error_response(exc.code, exc.message)
 
     @app.errorhandler(RegistryError)
     async def _registry_error(exc: RegistryError) -> Response:
-        return _error_response(exc.code if exc.code in CATALOG else "BAD_REQUEST", exc.message)
+        return error_response(exc.code if exc.code in CATALOG else "BAD_REQUEST", exc.message)
 
     @app.errorhandler(BlazarRuntimeError)
     async def _runtime_error(exc: BlazarRuntimeError) -> Response:
-        return _error_response(exc.code if exc.code in CATALOG else "INTERNAL", exc.message)
+        return error_response(exc.code if exc.code in CATALOG else "INTERNAL", exc.message)
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
         trace = request.scope.get("blazar.trace_id", "?")
         log.exception("unhandled error in %s %s (%s)", request.method, request.path, trace)
-        return _error_response("INTERNAL", f"internal error ({type(exc).__name__}); trace id {trace}")
-
-    async def read_body() -> bytes:
-        declared = request.content_length
-        if declared is not None and declared > max_body:
-            raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {declared} bytes exceeds {max_body} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.body:
-            size += len(chunk)
-            if size > max_body:
-                raise BlazarError("PAYLOAD_TOO_LARGE", f"body exceeds {max_body} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def on_cleanup(fn: Cleanup) -> None:
-        request.scope["blazar.cleanups"].append(fn)  # type: ignore[typeddict-item]
+        return error_response("INTERNAL", f"internal error ({type(exc).__name__}); trace id {trace}")
 
     # -- native -----------------------------------------------------------
 
@@ -247,12 +208,12 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
     @app.get("/api/errors")
     async def errors() -> Response:
         return Response(
-            msgspec.json.encode({"object": "list", "data": list(CATALOG.values())}), content_type=_JSON
+            msgspec.json.encode({"object": "list", "data": list(CATALOG.values())}), content_type=JSON
         )
 
     @app.get("/admin/engines")
     async def admin_engines() -> Response:
-        return Response(msgspec.json.encode(runtime.statistics()), content_type=_JSON)
+        return Response(msgspec.json.encode(runtime.statistics()), content_type=JSON)
 
     @app.get("/admin/engines/<path:name>/slots")
     async def admin_slots(name: str) -> Response:
@@ -263,7 +224,7 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
             upstream = await handle.client.get("/slots", timeout=10.0)
         except httpx.HTTPError as exc:
             raise await crash_error(engine, handle, exc) from exc
-        return Response(upstream.content, upstream.status_code, content_type=_JSON)
+        return Response(upstream.content, upstream.status_code, content_type=JSON)
 
     @app.get("/admin/requests")
     async def admin_requests() -> Response:
@@ -272,7 +233,7 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
         records = await trio.to_thread.run_sync(
             lambda: read_requests(runtime.ledger.path, limit=limit, trace_id=request.args.get("trace_id"))
         )
-        return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=_JSON)
+        return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=JSON)
 
     @app.post("/admin/models/<path:name>/unload")
     async def admin_unload(name: str) -> dict[str, Any]:
@@ -283,79 +244,5 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
         app.config["BLAZAR_SHUTDOWN"].set()
         return {"status": "stopping", "pid": os.getpid()}
 
-    # -- OpenAI -----------------------------------------------------------
-
-    @app.get("/v1/models")
-    async def list_models() -> Response:
-        records = await trio.to_thread.run_sync(runtime.store.list)
-        data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
-        return Response(msgspec.json.encode(openai.encode_model_list(data)), content_type=_JSON)
-
-    @app.get("/v1/models/<path:name>")
-    async def get_model(name: str) -> Response:
-        record = await trio.to_thread.run_sync(runtime.store.get, name)
-        body = openai.encode_model(record.name, created=int(record.created_at))
-        return Response(msgspec.json.encode(body), content_type=_JSON)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions() -> Response:
-        body = await read_body()
-        req = openai.decode_chat_request(body)
-        return await relay("/v1/chat/completions", body, req.model, stream=req.stream)
-
-    @app.post("/v1/completions")
-    async def completions() -> Response:
-        body = await read_body()
-        req = openai.decode_completion_request(body)
-        return await relay("/v1/completions", body, req.model, stream=req.stream)
-
-    @app.post("/v1/embeddings")
-    async def embeddings() -> Response:
-        req, fmt = openai.decode_embeddings_request(await read_body())
-        request.scope["blazar.model"] = req.model  # type: ignore[typeddict-unknown-key]
-        resp, timings = await translate.embed(runtime, req)
-        headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
-        return Response(
-            openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=_JSON
-        )
-
-    async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
-        request.scope["blazar.model"] = model  # type: ignore[typeddict-unknown-key]
-        engine = await runtime.engine_for(model)
-        t0 = time.monotonic()
-        handle = await engine.ask(EnsureReady())
-        loaded = time.monotonic() - t0 > _LOADING_S
-        lease = engine.lease()
-        try:
-            upstream = await send_upstream(handle, path, body, stream=stream)
-        except httpx.HTTPError as exc:
-            lease.release()
-            raise await crash_error(engine, handle, exc) from exc
-        except BaseException:
-            lease.release()
-            raise
-        headers = {"X-Blazar-Status": "loading"} if loaded else {}
-        if not stream or upstream.status_code != 200:
-            try:
-                content = await upstream.aread()
-            except httpx.HTTPError as exc:
-                raise await crash_error(engine, handle, exc) from exc
-            finally:
-                await upstream.aclose()
-                lease.release()
-            if upstream.status_code >= 400:
-                code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
-                content = openai.merge_error_code(content, code)
-            return Response(content, upstream.status_code, headers=headers, content_type=_JSON)
-
-        async def on_error(exc: Exception) -> bytes:
-            err = await crash_error(engine, handle, exc)
-            return openai.encode_stream_error(err.code, err.message)
-
-        relayed = UpstreamStream(upstream, lease, on_error)
-        on_cleanup(relayed.aclose)
-        resp = Response(relayed, 200, headers={**_SSE_HEADERS, **headers})
-        resp.timeout = None
-        return resp
-
+    web_openai.register(app, runtime)
     return app

@@ -1,0 +1,90 @@
+"""Helpers shared by the gateway's route modules: bodies, errors, cleanups, JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from quart import Response, request
+
+from blazar.errors import BlazarError, Dialect, error_body, status_code_for
+
+__all__ = [
+    "JSON",
+    "NDJSON",
+    "SSE_HEADERS",
+    "Cleanup",
+    "dialect",
+    "error_response",
+    "json_response",
+    "on_cleanup",
+    "read_body",
+    "set_model",
+    "stream_response",
+]
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+Cleanup = Callable[[], Awaitable[None]]
+
+
+def dialect() -> Dialect:
+    """Which error shape the current request gets (DESIGN §7)."""
+    path = request.path
+    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
+        return Dialect.ANTHROPIC
+    if path.startswith("/api/") and not path.startswith("/api/errors"):
+        return Dialect.OLLAMA
+    return Dialect.OPENAI
+
+
+def error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
+    status = status_code_for(code)
+    request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
+    resp = Response(msgspec.json.encode(error_body(dialect(), code, message)), status, content_type=JSON)
+    if retry_after_s is not None:
+        resp.headers["Retry-After"] = str(max(1, round(retry_after_s)))
+    return resp
+
+
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = obj if isinstance(obj, bytes) else msgspec.json.encode(obj)
+    return Response(body, status, headers=headers, content_type=JSON)
+
+
+def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | None = None) -> Response:
+    """A streamed response that no framework timeout may cut."""
+    resp = Response(
+        body, 200, headers={**(headers or {}), "Content-Type": content_type, "Cache-Control": "no-cache"}
+    )
+    resp.timeout = None
+    return resp
+
+
+async def read_body() -> bytes:
+    """The request body, size-limited while it is read (chunked bodies too)."""
+    max_body: int = request.scope["blazar.max_body"]  # type: ignore[typeddict-item]
+    declared = request.content_length
+    if declared is not None and declared > max_body:
+        raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {declared} bytes exceeds {max_body} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.body:
+        size += len(chunk)
+        if size > max_body:
+            raise BlazarError("PAYLOAD_TOO_LARGE", f"body exceeds {max_body} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def on_cleanup(fn: Cleanup) -> None:
+    """Run ``fn`` (shielded) when the server is done with this request, however it ends."""
+    request.scope["blazar.cleanups"].append(fn)  # type: ignore[typeddict-item]
+
+
+def set_model(name: str) -> None:
+    """Name the model in the request's ledger record."""
+    request.scope["blazar.model"] = name  # type: ignore[typeddict-unknown-key]

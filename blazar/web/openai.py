@@ -1,0 +1,102 @@
+"""OpenAI routes: ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``.
+
+llama.cpp speaks this dialect, so chat and completions are relayed as bytes:
+the caller's body goes to the engine unchanged and the engine's response or
+SSE stream comes back unchanged (its ``--alias`` already names the model).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import trio
+from quart import Response
+from quart_trio import QuartTrio
+
+from actors.engine import EnsureReady
+from actors.runtime import Runtime
+from blazar.dialects import openai
+from blazar.web import translate
+from blazar.web.common import JSON, SSE_HEADERS, json_response, on_cleanup, read_body, set_model
+from blazar.web.relay import UpstreamStream, crash_error, send_upstream
+
+__all__ = ["register"]
+
+_LOADING_S = 0.1
+
+
+def register(app: QuartTrio, runtime: Runtime) -> None:
+
+    @app.get("/v1/models")
+    async def list_models() -> Response:
+        records = await trio.to_thread.run_sync(runtime.store.list)
+        data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+        return json_response(openai.encode_model_list(data))
+
+    @app.get("/v1/models/<path:name>")
+    async def get_model(name: str) -> Response:
+        record = await trio.to_thread.run_sync(runtime.store.get, name)
+        body = openai.encode_model(record.name, created=int(record.created_at))
+        return json_response(body)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions() -> Response:
+        body = await read_body()
+        req = openai.decode_chat_request(body)
+        return await relay("/v1/chat/completions", body, req.model, stream=req.stream)
+
+    @app.post("/v1/completions")
+    async def completions() -> Response:
+        body = await read_body()
+        req = openai.decode_completion_request(body)
+        return await relay("/v1/completions", body, req.model, stream=req.stream)
+
+    @app.post("/v1/embeddings")
+    async def embeddings() -> Response:
+        req, fmt = openai.decode_embeddings_request(await read_body())
+        set_model(req.model)
+        resp, timings = await translate.embed(runtime, req)
+        headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
+        return Response(
+            openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=JSON
+        )
+
+    async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
+        set_model(model)
+        engine = await runtime.engine_for(model)
+        t0 = time.monotonic()
+        handle = await engine.ask(EnsureReady())
+        loaded = time.monotonic() - t0 > _LOADING_S
+        lease = engine.lease()
+        try:
+            upstream = await send_upstream(handle, path, body, stream=stream)
+        except httpx.HTTPError as exc:
+            lease.release()
+            raise await crash_error(engine, handle, exc) from exc
+        except BaseException:
+            lease.release()
+            raise
+        headers = {"X-Blazar-Status": "loading"} if loaded else {}
+        if not stream or upstream.status_code != 200:
+            try:
+                content = await upstream.aread()
+            except httpx.HTTPError as exc:
+                raise await crash_error(engine, handle, exc) from exc
+            finally:
+                await upstream.aclose()
+                lease.release()
+            if upstream.status_code >= 400:
+                code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
+                content = openai.merge_error_code(content, code)
+            return Response(content, upstream.status_code, headers=headers, content_type=JSON)
+
+        async def on_error(exc: Exception) -> bytes:
+            err = await crash_error(engine, handle, exc)
+            return openai.encode_stream_error(err.code, err.message)
+
+        relayed = UpstreamStream(upstream, lease, on_error)
+        on_cleanup(relayed.aclose)
+        resp = Response(relayed, 200, headers={**SSE_HEADERS, **headers})
+        resp.timeout = None
+        return resp
