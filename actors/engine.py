@@ -12,6 +12,7 @@ the pipe drain) report back through its mailbox.
 from __future__ import annotations
 
 import enum
+import logging
 import os
 import secrets
 import socket
@@ -36,6 +37,8 @@ from actors.errors import (
 )
 from actors.mailbox import Envelope
 from actors.process import ChildProcess
+
+log = logging.getLogger("blazar.engine")
 
 __all__ = [
     "ConfirmCrash",
@@ -181,6 +184,10 @@ class Lease:
         self.release()
 
 
+def _redact(argv: list[str]) -> list[str]:
+    return ["***" if i and argv[i - 1] == "--api-key" else a for i, a in enumerate(argv)]
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -288,12 +295,16 @@ class EngineActor(Actor[EngineMessage]):
                     self._handle = handle
                     self.state = EngineState.READY
                     self._started_at = time.time()
+                    log.info(
+                        "%s ready: pid %d on %s (generation %d)", self.name, handle.pid, handle.base_url, gen
+                    )
                     self._answer_waiters()
                 elif handle is not None:
                     assert self._nursery is not None
                     self._nursery.start_soon(handle.client.aclose)
             case _LaunchFailed(generation=gen, code=code, message=message):
                 if gen == self.generation:
+                    log.warning("%s failed to start: %s", self.name, message)
                     await self._stop_child(message, state=EngineState.FAILED)
                     self._record_crash(message)
                     exc_type = EngineStartTimeout if code == "MODEL_LOAD_TIMEOUT" else EngineCrashed
@@ -305,6 +316,8 @@ class EngineActor(Actor[EngineMessage]):
                 ):
                     summary = self._child.stderr_tail.summary() if self._child else ""
                     self._last_exit = (rc, summary)
+                    tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
+                    log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
                     message = f"engine for '{self.spec.model}' exited with code {rc}" + (
                         f": {summary}" if summary else ""
                     )
@@ -391,6 +404,7 @@ class EngineActor(Actor[EngineMessage]):
             await child.stop(self.config.stop_grace_s)
             return
         self._child, self._port = child, port
+        log.info("%s starting: pid %d, %s", self.name, child.pid, " ".join(_redact(argv)))
         assert self._nursery is not None
         self._nursery.start_soon(self._watch_child, child, generation)
         base_url = f"http://127.0.0.1:{port}"
@@ -462,6 +476,8 @@ class EngineActor(Actor[EngineMessage]):
             self.state = EngineState.STOPPING
         if state is EngineState.STOPPED:
             self._fail_waiters(EngineUnavailable(f"engine for '{self.spec.model}' stopped: {reason}"))
+        if child is not None and child.returncode is None:
+            log.info("%s stopping pid %d: %s", self.name, child.pid, reason)
         with trio.CancelScope(shield=True):
             if child is not None:
                 await child.stop(self.config.stop_grace_s)

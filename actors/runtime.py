@@ -13,7 +13,7 @@ async with open_runtime(cfg) as rt:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -123,6 +123,15 @@ class Runtime:
         except ActorStopped:
             pass
         return True
+
+    def engine_if_loaded(self, model: str) -> EngineActor | None:
+        """The model's engine actor if one exists, without creating it."""
+        return self._engines.get(model)
+
+    def start_soon(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """Run a background task owned by the runtime (it ends with the runtime)."""
+        assert self._nursery is not None
+        self._nursery.start_soon(fn)
 
     def unload_soon(self, model: str) -> None:
         """Stop a model's engine in the background (``keep_alive`` 0)."""

@@ -44,6 +44,13 @@ def _store(paths: Paths) -> Any:
     return Store(Path(paths.models_dir))
 
 
+def _forget(paths: Paths, name: str) -> None:
+    """Make a running daemon drop its engine for ``name`` (the file behind the name changed)."""
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        daemon.post(f"/admin/models/{name}/forget")
+
+
 def _print_json(obj: Any) -> None:
     sys.stdout.write(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode() + "\n")
 
@@ -193,7 +200,7 @@ def _repl(daemon: Daemon, model: str, options: dict[str, Any], paths: Paths) -> 
 @app.command
 def ps(*, json_: Json = False) -> None:
     """Show loaded engines: model, engine, pid, port, slots, in-flight requests, restarts."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     daemon = find_daemon(paths)
     engines = daemon.get("/admin/engines")["engines"] if daemon else []
     if json_:
@@ -230,7 +237,7 @@ def _alive(pid: int) -> bool:
 @app.command
 def stop(*, timeout_s: float = 30.0) -> None:
     """Stop the daemon: drain requests, terminate every engine, exit."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     daemon = find_daemon(paths)
     if daemon is None:
         out.print("no daemon is running")
@@ -258,7 +265,7 @@ def logs(
     *, follow: Annotated[bool, Parameter(name=["--follow", "-f"], negative="")] = False, lines: int = 50
 ) -> None:
     """Print the daemon's log (``-f`` follows it)."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     path = Path(paths.log_file)
     if not path.exists():
         raise CliError(f"no log yet at {path} — the daemon writes it once `blazar serve` runs")
@@ -291,7 +298,7 @@ def pull(name: str, *, json_: Json = False) -> None:
     from registry.pull import PullProgress
     from registry.pull import pull as do_pull
 
-    paths, _ = _setup()
+    paths = resolve_paths()
     store = _store(paths)
     columns = (
         "{task.description}",
@@ -340,10 +347,11 @@ def import_(
     json_: Json = False,
 ) -> None:
     """Add a local GGUF file to the store (hardlinked when possible, else copied)."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     if not file.is_file():
         raise CliError(f"no such file: {file}")
     record = _store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
+    _forget(paths, record.name)
     if json_:
         _print_json(record)
     else:
@@ -353,7 +361,7 @@ def import_(
 @app.command(name="list")
 def list_(*, json_: Json = False) -> None:
     """List installed models."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     records = _store(paths).list()
     if json_:
         _print_json(records)
@@ -369,7 +377,7 @@ def list_(*, json_: Json = False) -> None:
 @app.command
 def show(name: str, *, json_: Json = False) -> None:
     """Show a model's GGUF facts: architecture, parameters, quantization, context, layers, heads."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     store = _store(paths)
     record = store.get(name)
     info = store.info(record)
@@ -402,12 +410,10 @@ def show(name: str, *, json_: Json = False) -> None:
 @app.command
 def rm(name: str) -> None:
     """Remove a model from the store (its blob goes when no other name uses it)."""
-    paths, _ = _setup()
+    paths = resolve_paths()
     store = _store(paths)
     record = store.get(name)
-    daemon = find_daemon(paths)
-    if daemon is not None:
-        daemon.post(f"/admin/models/{record.name}/unload")
+    _forget(paths, record.name)
     store.remove(record.name)
     out.print(f"deleted {record.name}")
 

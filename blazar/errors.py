@@ -58,6 +58,9 @@ CATALOG: dict[str, CodeInfo] = {
         _c("UNAVAILABLE", 503, "The service is temporarily unavailable."),
         _c("GATEWAY_TIMEOUT", 504, "The upstream engine did not answer in time."),
         _c("INSUFFICIENT_STORAGE", 507, "Not enough disk space."),
+        _c("MODEL_BUSY", 409, "The model is serving requests: wait or unload it, then retry."),
+        _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
+        _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),
     )
 }
 
@@ -66,6 +69,7 @@ _OPENAI_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "conflict_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
 }

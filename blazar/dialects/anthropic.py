@@ -17,10 +17,11 @@ cache_creation_input_tokens`` is the whole prompt (the neutral
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 
+from blazar.dialects._wire import convert, decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -34,7 +35,6 @@ from blazar.dialects.neutral import (
     ToolSpec,
     Usage,
 )
-from blazar.dialects.openai import _decode, _explain
 from blazar.errors import Dialect, error_body
 
 __all__ = [
@@ -157,34 +157,18 @@ class _OutputConfig(msgspec.Struct, kw_only=True):
     format: _OutputFormat | None = None
 
 
-_T = TypeVar("_T")
-
-
-def _convert(obj: Any, kind: type[_T], path: str) -> _T:
-    """``msgspec.convert`` whose errors name the field under ``path``."""
-    try:
-        return msgspec.convert(obj, type=kind)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        if " - at `$" in text:
-            text = text.replace(" - at `$", f" - at `$.{path}", 1)
-        else:
-            text = f"{text} - at `$.{path}`"
-        raise DecodeError(_explain(msgspec.ValidationError(text))) from exc
-
-
 # --- requests -----------------------------------------------------------------
 
 
 def decode_messages_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages`` → neutral request (``max_tokens`` is required)."""
-    wire: _MessagesBody = _decode(body, _MessagesBody)
+    wire: _MessagesBody = decode_json(body, _MessagesBody)
     return _request(wire)
 
 
 def decode_count_tokens_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages/count_tokens`` → neutral request (no ``max_tokens`` needed)."""
-    wire: _CountBody = _decode(body, _CountBody)
+    wire: _CountBody = decode_json(body, _CountBody)
     return _request(wire)
 
 
@@ -248,7 +232,7 @@ def _system(system: str | list[dict[str, Any]] | None) -> list[Message]:
                 raise DecodeError(
                     f"invalid field `system[{j}].type`: {kind!r} is not supported: send text blocks"
                 )
-            parts.append(_convert(block, _Text, f"system[{j}]").text)
+            parts.append(convert(block, _Text, f"system[{j}]").text)
         text = "\n".join(parts)
     return [Message(role="system", content=text)] if text else []
 
@@ -289,21 +273,21 @@ def _messages(wire: list[_WireMessage]) -> list[Message]:
                 raise DecodeError(f"invalid field `{path}.type`: {kind!r} blocks are not supported")
             match kind:
                 case "text":
-                    texts.append(_convert(block, _Text, path).text)
+                    texts.append(convert(block, _Text, path).text)
                 case "image":
                     images.append(_image(block, path))
                 case "thinking":
-                    thinking.append(_convert(block, _Thinking, path).thinking)
+                    thinking.append(convert(block, _Thinking, path).thinking)
                 case "redacted_thinking":
                     pass  # encrypted by Anthropic: nothing a local model can read
                 case "tool_use":
-                    use = _convert(block, _ToolUse, path)
+                    use = convert(block, _ToolUse, path)
                     tool_names[use.id] = use.name
                     calls.append(
                         ToolCall(id=use.id, name=use.name, arguments=msgspec.json.encode(use.input).decode())
                     )
                 case "tool_result":
-                    result = _convert(block, _ToolResult, path)
+                    result = convert(block, _ToolResult, path)
                     text, result_images = _result_content(result.content, f"{path}.content")
                     if result.is_error:
                         text = f"Error: {text}"
@@ -331,7 +315,7 @@ def _messages(wire: list[_WireMessage]) -> list[Message]:
 
 
 def _image(block: dict[str, Any], path: str) -> str:
-    source = _convert(block, _Image, path).source
+    source = convert(block, _Image, path).source
     if source.type != "base64":
         raise DecodeError(
             f"invalid field `{path}.source.type`: {source.type!r} is not supported: send the image as base64"
@@ -349,7 +333,7 @@ def _result_content(content: str | list[dict[str, Any]] | None, path: str) -> tu
     for k, block in enumerate(content):
         kind = block.get("type")
         if kind == "text":
-            texts.append(_convert(block, _Text, f"{path}[{k}]").text)
+            texts.append(convert(block, _Text, f"{path}[{k}]").text)
         elif kind == "image":
             images.append(_image(block, f"{path}[{k}]"))
         else:
@@ -366,7 +350,7 @@ def _tool(i: int, raw: dict[str, Any]) -> ToolSpec:
             f"invalid field `tools[{i}].type`: server tool {kind!r} is not supported: "
             "declare custom tools with name, description and input_schema"
         )
-    tool = _convert(raw, _Tool, f"tools[{i}]")
+    tool = convert(raw, _Tool, f"tools[{i}]")
     if not tool.name:
         raise DecodeError(f"invalid field `tools[{i}].name`: the name is empty")
     return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
@@ -375,7 +359,7 @@ def _tool(i: int, raw: dict[str, Any]) -> ToolSpec:
 def _tool_choice(raw: dict[str, Any] | None, tools: list[ToolSpec]) -> ToolChoice | None:
     if raw is None:
         return None
-    choice = _convert(raw, _ToolChoice, "tool_choice")
+    choice = convert(raw, _ToolChoice, "tool_choice")
     match choice.type:
         case "auto":
             return ToolChoice(mode="auto")
@@ -397,7 +381,7 @@ def _tool_choice(raw: dict[str, Any] | None, tools: list[ToolSpec]) -> ToolChoic
 def _think(raw: dict[str, Any] | None, max_tokens: int | None) -> bool | None:
     if raw is None:
         return None
-    config = _convert(raw, _ThinkingConfig, "thinking")
+    config = convert(raw, _ThinkingConfig, "thinking")
     match config.type:
         case "disabled":
             return False
@@ -424,7 +408,7 @@ def _think(raw: dict[str, Any] | None, max_tokens: int | None) -> bool | None:
 def _response_format(raw: dict[str, Any] | None) -> ResponseFormat | None:
     if raw is None:
         return None
-    fmt = _convert(raw, _OutputConfig, "output_config").format
+    fmt = convert(raw, _OutputConfig, "output_config").format
     if fmt is None:
         return None
     if fmt.type != "json_schema":

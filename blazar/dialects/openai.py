@@ -8,12 +8,12 @@ llama.cpp speaks this dialect natively.
 from __future__ import annotations
 
 import base64
-import re
 import struct
 from typing import Any
 
 import msgspec
 
+from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
     CompletionRequest,
@@ -38,6 +38,9 @@ __all__ = [
     "encode_stream_error",
     "merge_error_code",
 ]
+
+
+_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
 class _StreamOptions(msgspec.Struct, kw_only=True):
@@ -89,35 +92,6 @@ class _CompletionBody(msgspec.Struct, kw_only=True):
     suffix: str | None = None
 
 
-_ROLES = {"system", "developer", "user", "assistant", "tool"}
-_AT_PATH = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
-
-
-def _explain(exc: msgspec.ValidationError) -> str:
-    """Turn msgspec's message into one that names the field and what to send."""
-    m = _AT_PATH.match(str(exc))
-    assert m is not None
-    what, path = m.group("what"), (m.group("path") or "").lstrip(".")
-    missing = re.match(r"Object missing required field `(?P<f>[^`]+)`", what)
-    if missing:
-        field = f"{path}.{missing.group('f')}" if path else missing.group("f")
-        return f"missing required field `{field}`"
-    return f"invalid field `{path or 'body'}`: {what[0].lower()}{what[1:]}"
-
-
-def _decode(body: bytes, kind: type[msgspec.Struct]) -> Any:
-    if not body.strip():
-        raise DecodeError("the request body is empty: send a JSON object", code="INVALID_JSON")
-    try:
-        return msgspec.json.decode(body, type=kind)
-    except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `object`, got") and "$." not in str(exc):
-            raise DecodeError("the request body must be a JSON object") from exc
-        raise DecodeError(_explain(exc)) from exc
-    except msgspec.DecodeError as exc:
-        raise DecodeError(f"the request body is not valid JSON: {exc}", code="INVALID_JSON") from exc
-
-
 def _check_common(model: str, n: int | None, temperature: float | None, max_tokens: int | None) -> None:
     if not model.strip():
         raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
@@ -130,7 +104,7 @@ def _check_common(model: str, n: int | None, temperature: float | None, max_toke
 
 
 def decode_chat_request(body: bytes) -> ChatRequest:
-    wire: _ChatBody = _decode(body, _ChatBody)
+    wire: _ChatBody = decode_json(body, _ChatBody)
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     _check_common(wire.model, wire.n, wire.temperature, max_tokens)
     if not wire.messages:
@@ -245,7 +219,7 @@ def _response_format(fmt: dict[str, Any] | None) -> ResponseFormat | None:
 
 
 def decode_completion_request(body: bytes) -> CompletionRequest:
-    wire: _CompletionBody = _decode(body, _CompletionBody)
+    wire: _CompletionBody = decode_json(body, _CompletionBody)
     _check_common(wire.model, wire.n, wire.temperature, wire.max_tokens)
     return CompletionRequest(
         model=wire.model,
@@ -292,7 +266,7 @@ class _EmbeddingsBody(msgspec.Struct, kw_only=True):
 
 def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
     """POST /v1/embeddings → the neutral request and the encoding format (float or base64)."""
-    wire: _EmbeddingsBody = _decode(body, _EmbeddingsBody)
+    wire: _EmbeddingsBody = decode_json(body, _EmbeddingsBody)
     _check_common(wire.model, None, None, None)
     inputs = [wire.input] if isinstance(wire.input, str) else wire.input
     if not inputs:

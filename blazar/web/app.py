@@ -29,6 +29,8 @@ from blazar import __version__
 from blazar.config import Config
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import CATALOG, BlazarError
+from blazar.web import anthropic as web_anthropic
+from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web.common import JSON, Cleanup, error_response
 from blazar.web.relay import crash_error
@@ -120,6 +122,16 @@ class GatewayMiddleware:
                 )
 
 
+_LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
+
+
+def _local_origin(origin: str) -> bool:
+    if origin == "null" or origin.startswith(_LOCAL_SCHEMES):
+        return origin != "null"
+    host = origin.split("://", 1)[-1].rstrip("/")
+    return _host_name(host).lower() in _LOOPBACK_NAMES
+
+
 def _is_loopback_bind(host: str) -> bool:
     return host in _LOOPBACK_NAMES or host.startswith("127.")
 
@@ -154,6 +166,13 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
                     "HOST_FORBIDDEN",
                     f"Host '{host}' is not allowed on a loopback-bound daemon; use http://127.0.0.1:"
                     f"{config.port} or add the name to `allowed_hosts` in config.toml",
+                )
+            origin = request.headers.get("Origin")
+            if origin and not _local_origin(origin):
+                # Browsers send Origin on cross-site requests: a web page must not drive the daemon.
+                return error_response(
+                    "HOST_FORBIDDEN",
+                    f"requests from the web origin {origin} are refused: only local clients may call",
                 )
         return None
 
@@ -239,10 +258,18 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
     async def admin_unload(name: str) -> dict[str, Any]:
         return {"model": name, "unloaded": await runtime.stop_engine(name)}
 
+    @app.post("/admin/models/<path:name>/forget")
+    async def admin_forget(name: str) -> dict[str, Any]:
+        """Stop and drop the engine of a model whose file was removed or replaced."""
+        await runtime.forget(name)
+        return {"model": name, "forgotten": True}
+
     @app.post("/admin/shutdown")
     async def admin_shutdown() -> dict[str, Any]:
         app.config["BLAZAR_SHUTDOWN"].set()
         return {"status": "stopping", "pid": os.getpid()}
 
     web_openai.register(app, runtime)
+    web_anthropic.register(app, runtime)
+    web_ollama.register(app, runtime)
     return app

@@ -24,7 +24,7 @@ from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedReque
 from blazar.errors import BlazarError
 from blazar.web.relay import crash_error
 
-__all__ = ["EngineCall", "StreamEncoder", "Timings", "TranslatedStream", "embed"]
+__all__ = ["EngineCall", "StreamEncoder", "Timings", "TranslatedStream", "count_tokens", "embed"]
 
 _LOADING_S = 0.1
 
@@ -241,3 +241,17 @@ async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, Tim
         model=req.model, embeddings=vectors, prompt_tokens=int(usage.get("prompt_tokens") or 0)
     )
     return resp, call.timings
+
+
+async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:
+    """The prompt tokens this request would use: the engine's own template and tokenizer."""
+    call = EngineCall(runtime, req)
+    await call.prepare()
+    try:
+        _, body = engine_request(req, native_tools=call.native_tools)
+        template_body: dict[str, Any] = {k: body[k] for k in ("messages", "tools") if k in body}
+        prompt = (await call.post("/apply-template", template_body))["prompt"]
+        tokens = (await call.post("/tokenize", {"content": prompt, "add_special": True}))["tokens"]
+    finally:
+        call.release()
+    return len(tokens)

@@ -157,3 +157,10 @@ async def test_requests_are_recorded_in_the_ledger(gateway: httpx.AsyncClient) -
         await trio.sleep(0.02)
     assert rows[0]["status"] == 404 and rows[0]["blazar_code"] == "MODEL_NOT_FOUND"
     assert rows[0]["model"] == "ghost" and rows[0]["path"] == "/v1/chat/completions"
+
+
+async def test_cross_origin_web_pages_are_refused(gateway: httpx.AsyncClient) -> None:
+    r = await gateway.post("/admin/shutdown", headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["blazar_code"] == "HOST_FORBIDDEN"
+    for ok in ("http://localhost:3000", "http://127.0.0.1:11435", "vscode-webview://abc"):
+        assert (await gateway.get("/health", headers={"Origin": ok})).status_code == 200

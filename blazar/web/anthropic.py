@@ -1,0 +1,71 @@
+"""Anthropic routes: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Requests are translated to a neutral ``ChatRequest``, run on the model's
+engine, and the neutral answer (or stream of deltas) is rendered as
+Anthropic's Message object or its SSE event sequence.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from actors.runtime import Runtime
+from blazar.dialects import anthropic
+from blazar.dialects.neutral import ChatRequest, Delta
+from blazar.web import translate
+from blazar.web.common import json_response, on_cleanup, read_body, set_model, stream_response
+from blazar.web.translate import Timings
+
+__all__ = ["register"]
+
+
+class _Encoder:
+    """Adapts the dialect's stream encoder to the gateway's stream protocol."""
+
+    def __init__(self, req: ChatRequest, message_id: str) -> None:
+        self._enc = anthropic.StreamEncoder(message_id=message_id, model=req.model, request=req)
+
+    def start(self) -> bytes:
+        return self._enc.start()
+
+    def feed(self, delta: Delta) -> bytes:
+        return self._enc.feed(delta)
+
+    def finish(self, final: Delta, timings: Timings) -> bytes:
+        head = self._enc.feed(msgspec.structs.replace(final, finish_reason=None, usage=None))
+        return head + self._enc.finish(final.finish_reason, final.usage)
+
+    def error(self, code: str, message: str) -> bytes:
+        return self._enc.error(code, message)
+
+
+def _headers(timings: Timings | None = None) -> dict[str, str]:
+    headers = {"request-id": str(request.scope.get("blazar.trace_id", ""))}
+    if timings is not None and timings.loaded:
+        headers["X-Blazar-Status"] = "loading"
+    return headers
+
+
+def register(app: QuartTrio, runtime: Runtime) -> None:
+    @app.post("/v1/messages")
+    async def messages() -> Response:
+        req = anthropic.decode_messages_request(await read_body())
+        set_model(req.model)
+        call = translate.EngineCall(runtime, req)
+        await call.prepare()
+        if not req.stream:
+            resp = await call.complete()
+            return json_response(anthropic.encode_response(resp, request=req), headers=_headers(call.timings))
+        message_id = anthropic.message_id_for(str(request.scope.get("blazar.trace_id", "msg")))
+        stream = await call.stream(_Encoder(req, message_id))
+        on_cleanup(stream.aclose)
+        return stream_response(stream, content_type="text/event-stream", headers=_headers(call.timings))
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens() -> Response:
+        req = anthropic.decode_count_tokens_request(await read_body())
+        set_model(req.model)
+        n = await translate.count_tokens(runtime, req)
+        return json_response(anthropic.encode_count_tokens(n), headers=_headers())

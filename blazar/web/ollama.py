@@ -1,0 +1,362 @@
+"""Ollama routes (``/``, ``/api/*``): chat, generate, embeddings and the model verbs.
+
+Requests are translated to neutral types and run on the model's engine; the
+answers are rendered as Ollama's NDJSON stream or single objects. Model verbs
+work on the store. Errors use Ollama's ``{"error": "…"}`` shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import trio
+from quart import Response
+from quart_trio import QuartTrio
+
+from actors.engine import EngineState
+from actors.runtime import Runtime
+from blazar.dialects import ollama
+from blazar.dialects.neutral import ChatRequest, DecodeError, Delta
+from blazar.errors import BlazarError
+from blazar.web import translate
+from blazar.web.common import NDJSON, json_response, on_cleanup, read_body, set_model, stream_response
+from blazar.web.translate import Timings
+from registry.catalog import Catalog
+from registry.errors import RegistryError
+from registry.gguf import ModelInfo
+from registry.pull import PullProgress, pull
+from registry.store import ModelRecord
+
+__all__ = ["OLLAMA_API_VERSION", "register"]
+
+OLLAMA_API_VERSION = "0.12.0"
+"""The Ollama API level these routes implement (clients compare it with their minimum)."""
+
+_LOADING_NS = 100_000_000
+
+
+def _now() -> str:
+    return ollama.rfc3339_ns(time.time_ns())
+
+
+def _timings(t: Timings) -> ollama.Timings:
+    return ollama.Timings(
+        total_ns=t.total_ns,
+        load_ns=t.load_ns if t.load_ns > _LOADING_NS else 0,
+        prompt_eval_ns=t.prompt_eval_ns,
+        eval_ns=t.eval_ns,
+    )
+
+
+class _Encoder:
+    """Adapts the Ollama NDJSON encoder to the gateway's stream protocol."""
+
+    def __init__(self, model: str, dialect: Literal["chat", "generate"], think: bool) -> None:
+        self._enc = ollama.StreamEncoder(model, dialect=dialect, think=think)
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, delta: Delta) -> bytes:
+        return self._enc.feed(delta, created_at=_now())
+
+    def finish(self, final: Delta, timings: Timings) -> bytes:
+        head = self._enc.feed(final, created_at=_now())
+        return head + self._enc.finish(created_at=_now(), timings=_timings(timings))
+
+    def error(self, code: str, message: str) -> bytes:
+        return ollama.encode_error(code, message)
+
+
+def _details(info: ModelInfo) -> ollama.ModelDetails:
+    return ollama.ModelDetails(
+        format="gguf",
+        family=info.architecture,
+        families=[info.architecture],
+        parameter_size=ollama.format_parameter_size(info.parameter_count),
+        quantization_level=info.file_type or "",
+    )
+
+
+def _model_info(info: ModelInfo) -> dict[str, Any]:
+    arch = info.architecture
+    doc: dict[str, Any] = {
+        "general.architecture": arch,
+        "general.parameter_count": info.parameter_count,
+        "general.file_type": info.file_type,
+    }
+    if info.name:
+        doc["general.name"] = info.name
+    if info.size_label:
+        doc["general.size_label"] = info.size_label
+    for key, value in (
+        ("context_length", info.context_length),
+        ("block_count", info.block_count),
+        ("attention.head_count", info.head_count),
+        ("attention.head_count_kv", info.head_count_kv),
+        ("embedding_length", info.embedding_length),
+        ("feed_forward_length", info.feed_forward_length),
+        ("vocab_size", info.vocab_size),
+        ("rope.freq_base", info.rope_freq_base),
+    ):
+        if value is not None:
+            doc[f"{arch}.{key}"] = value
+    return doc
+
+
+class _Body(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    name: str | None = None
+    stream: bool = True
+    insecure: bool = False
+
+    def target(self) -> str:
+        name = self.model or self.name
+        if not name:
+            raise DecodeError("missing required field `model`")
+        return name
+
+
+class _CopyBody(msgspec.Struct, kw_only=True):
+    source: str
+    destination: str
+
+
+def _decode(body: bytes, kind: type[Any]) -> Any:
+    from blazar.dialects._wire import decode_json
+
+    return decode_json(body, kind)
+
+
+def register(app: QuartTrio, runtime: Runtime) -> None:
+    store = runtime.store
+
+    async def info_of(record: ModelRecord) -> ModelInfo:
+        return await trio.to_thread.run_sync(store.info, record)
+
+    # -- probes ------------------------------------------------------------
+
+    @app.route("/", methods=["GET", "HEAD"])
+    async def root() -> Response:
+        return Response("Ollama is running", content_type="text/plain; charset=utf-8")
+
+    @app.get("/api/version")
+    async def version() -> Response:
+        from blazar import __version__
+
+        return json_response({"version": OLLAMA_API_VERSION, "blazar_version": __version__})
+
+    # -- listings ----------------------------------------------------------
+
+    @app.get("/api/tags")
+    async def tags() -> Response:
+        records = await trio.to_thread.run_sync(store.list)
+        entries = []
+        for r in records:
+            info = await info_of(r)
+            entries.append(
+                ollama.TagEntry(
+                    name=r.name,
+                    size=r.size,
+                    digest=r.digest,
+                    modified_at=r.modified_at,
+                    details=_details(info),
+                )
+            )
+        return json_response(ollama.encode_tags(entries))
+
+    @app.get("/api/ps")
+    async def ps() -> Response:
+        entries = []
+        for engine in runtime.loaded():
+            if engine.state not in (EngineState.READY, EngineState.STARTING):
+                continue
+            record = await trio.to_thread.run_sync(store.find, engine.spec.model)
+            if record is None:
+                continue
+            info = await info_of(record)
+            entries.append(
+                ollama.PsEntry(
+                    name=record.name,
+                    size=record.size,
+                    digest=record.digest,
+                    details=_details(info),
+                    context_length=engine.spec.ctx_per_slot,
+                    engine=engine.engine_kind,
+                    slots=engine.spec.slots,
+                    in_flight=engine.in_flight,
+                )
+            )
+        return json_response(ollama.encode_ps(entries))
+
+    @app.post("/api/show")
+    async def show() -> Response:
+        name = _decode(await read_body(), _Body).target()
+        record = await trio.to_thread.run_sync(store.get, name)
+        info = await info_of(record)
+        template = info.chat_template or ""
+        modelfile = f"# Modelfile generated by Blazar\nFROM {record.path}\n"
+        if template:
+            modelfile += f'TEMPLATE """{template}"""\n'
+        body = ollama.encode_show(
+            modelfile=modelfile,
+            parameters="",
+            template=template,
+            details=_details(info),
+            model_info=_model_info(info),
+            # Tools work on every chat model: emulated when the template has none.
+            capabilities=ollama.model_capabilities(tools=True),
+            modified_at=record.modified_at,
+        )
+        return json_response(body)
+
+    # -- inference ---------------------------------------------------------
+
+    async def run_chat(req: ChatRequest, dialect: Literal["chat", "generate"]) -> Response:
+        set_model(req.model)
+        think = req.think is not False
+        action = ollama.load_action(req)
+        if action == "unload":
+            await trio.to_thread.run_sync(store.get, req.model)
+            await runtime.stop_engine(req.model)
+            body = ollama.encode_load_response(
+                req.model, created_at=_now(), done_reason="unload", dialect=dialect
+            )
+            return json_response(body)
+        call = translate.EngineCall(runtime, req)
+        await call.prepare()
+        if action == "load":
+            call.release()
+            body = ollama.encode_load_response(
+                req.model, created_at=_now(), done_reason="load", dialect=dialect
+            )
+            return json_response(body)
+        if not req.stream:
+            resp = await call.complete()
+            encode = ollama.encode_chat_response if dialect == "chat" else ollama.encode_generate_response
+            return json_response(
+                encode(resp, created_at=_now(), timings=_timings(call.timings), think=think, model=req.model)
+            )
+        stream = await call.stream(_Encoder(req.model, dialect, think))
+        on_cleanup(stream.aclose)
+        return stream_response(stream, content_type=NDJSON)
+
+    @app.post("/api/chat")
+    async def chat() -> Response:
+        return await run_chat(ollama.decode_chat_request(await read_body()), "chat")
+
+    @app.post("/api/generate")
+    async def generate() -> Response:
+        return await run_chat(ollama.decode_generate_request(await read_body()), "generate")
+
+    @app.post("/api/embed")
+    async def embed() -> Response:
+        req = ollama.decode_embed_request(await read_body())
+        set_model(req.model)
+        resp, timings = await translate.embed(runtime, req)
+        t = _timings(timings)
+        return json_response(ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns))
+
+    @app.post("/api/embeddings")
+    async def embeddings_legacy() -> Response:
+        req = ollama.decode_legacy_embeddings_request(await read_body())
+        set_model(req.model)
+        if not req.inputs:
+            return json_response(ollama.encode_legacy_embedding([]))
+        resp, _ = await translate.embed(runtime, req)
+        return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]))
+
+    # -- model verbs -------------------------------------------------------
+
+    @app.post("/api/pull")
+    async def pull_model() -> Response:
+        body: _Body = _decode(await read_body(), _Body)
+        name = body.target()
+        send, recv = trio.open_memory_channel[bytes](1024)
+        scope = trio.CancelScope()
+
+        def progress(p: PullProgress) -> None:
+            line = ollama.encode_pull_progress(
+                ollama.pull_status(p.status, p.digest), digest=p.digest, total=p.total, completed=p.completed
+            )
+            try:
+                send.send_nowait(line)
+            except trio.WouldBlock:
+                pass  # a slow reader misses intermediate progress, never the outcome
+
+        async def run() -> None:
+            async with send:
+                with scope:
+                    try:
+                        record = await pull(
+                            store, name, catalog=Catalog.load(), cache_dir=Path(runtime.config.cache_dir),
+                            on_progress=progress,
+                        )  # fmt: skip
+                    except RegistryError as exc:
+                        code = (
+                            exc.code
+                            if exc.code in ("MODEL_NOT_FOUND", "INSUFFICIENT_STORAGE")
+                            else "BAD_GATEWAY"
+                        )
+                        await send.send(ollama.encode_error(code, exc.message))
+                        return
+                    await runtime.forget(record.name)  # the pull's own progress already said "success"
+
+        runtime.start_soon(run)
+
+        async def cancel() -> None:
+            scope.cancel()  # the client left: stop downloading (the partial file stays resumable)
+
+        on_cleanup(cancel)
+        if body.stream:
+            return stream_response(_drain(recv), content_type=NDJSON)
+        last = b""
+        async with recv:
+            async for line in recv:
+                last = line
+        doc = msgspec.json.decode(last)
+        if "error" in doc:
+            raise BlazarError(doc.get("blazar_code", "BAD_GATEWAY"), doc["error"])
+        return json_response(last)
+
+    @app.delete("/api/delete")
+    async def delete() -> Response:
+        name = _decode(await read_body(), _Body).target()
+        record = await trio.to_thread.run_sync(store.get, name)
+        engine = runtime.engine_if_loaded(record.name)
+        if engine is not None and engine.in_flight:
+            raise BlazarError(
+                "MODEL_BUSY",
+                f"model '{record.name}' is serving {engine.in_flight} request(s) — wait for them to finish "
+                "or unload it (`keep_alive: 0`), then delete again",
+            )
+        await runtime.forget(record.name)
+        await trio.to_thread.run_sync(store.remove, record.name)
+        return Response(b"", 200)
+
+    @app.post("/api/copy")
+    async def copy() -> Response:
+        body: _CopyBody = _decode(await read_body(), _CopyBody)
+        record = await trio.to_thread.run_sync(store.get, body.source)
+        copied = msgspec.structs.replace(record, name=body.destination, modified_at=time.time())
+        await trio.to_thread.run_sync(store.write_manifest, copied)
+        await runtime.forget(copied.name)
+        return Response(b"", 200)
+
+    @app.post("/api/push")
+    async def push() -> Response:
+        raise BlazarError(
+            "LOCAL_ONLY",
+            "Blazar never sends models off this machine: push is refused by design "
+            "(copy the files from `blazar show NAME --json` instead)",
+        )
+
+
+async def _drain(recv: trio.MemoryReceiveChannel[bytes]) -> AsyncIterator[bytes]:
+    async with recv:
+        async for line in recv:
+            yield line
