@@ -321,10 +321,12 @@ class EngineActor(Actor[EngineMessage]):
                     message = f"engine for '{self.spec.model}' exited with code {rc}" + (
                         f": {summary}" if summary else ""
                     )
-                    if self.state is EngineState.STARTING:
-                        self._fail_waiters(EngineCrashed(message, stderr_tail=summary))
+                    waiters, self._waiters = self._waiters, []
                     await self._stop_child(message, state=EngineState.FAILED)
                     self._record_crash(message)
+                    # Answer only once the state is final, so the asker sees it.
+                    for waiter in waiters:
+                        waiter.fail(EngineCrashed(message, stderr_tail=summary))
             case _:
                 env.fail(TypeError(f"unexpected message {env.message!r}"))
 
@@ -389,7 +391,7 @@ class EngineActor(Actor[EngineMessage]):
 
     async def _launch(self, generation: int) -> None:
         port = _free_port()
-        api_key = secrets.token_urlsafe(24)
+        api_key = secrets.token_hex(24)  # hex: a leading "-" would read as a flag
         argv = build_argv(self.spec, port=port, api_key=api_key, binary=self.binary)
         pidfile = self.run_dir / "engines" / f"{self.spec.model.replace('/', '_')}.pid"
         env = dict(os.environ)

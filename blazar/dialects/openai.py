@@ -16,22 +16,28 @@ import msgspec
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
+    ChatResponse,
     CompletionRequest,
     DecodeError,
+    Delta,
     EmbedRequest,
     EmbedResponse,
+    FinishReason,
     Message,
     ResponseFormat,
     ToolCall,
     ToolChoice,
     ToolSpec,
+    Usage,
 )
 from blazar.errors import Dialect, error_body
 
 __all__ = [
+    "ChatStreamEncoder",
     "decode_chat_request",
     "decode_completion_request",
     "decode_embeddings_request",
+    "encode_chat_response",
     "encode_embeddings",
     "encode_model",
     "encode_model_list",
@@ -293,3 +299,84 @@ def encode_embeddings(resp: EmbedResponse, *, encoding_format: str) -> bytes:
         data.append({"object": "embedding", "index": i, "embedding": value})
     usage = {"prompt_tokens": resp.prompt_tokens, "total_tokens": resp.prompt_tokens}
     return msgspec.json.encode({"object": "list", "data": data, "model": resp.model, "usage": usage})
+
+
+def _usage_doc(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def _finish(reason: FinishReason | None) -> str | None:
+    return "stop" if reason == "stop_sequence" else reason
+
+
+def encode_chat_response(resp: ChatResponse, *, model: str) -> bytes:
+    """A translated (not relayed) answer as a ``chat.completion`` object."""
+    message: dict[str, Any] = {"role": "assistant", "content": resp.text or None}
+    if resp.thinking:
+        message["reasoning_content"] = resp.thinking
+    if resp.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in resp.tool_calls
+        ]
+    return msgspec.json.encode(
+        {
+            "id": resp.id,
+            "object": "chat.completion",
+            "created": resp.created,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": _finish(resp.finish_reason)}],
+            "usage": _usage_doc(resp.usage),
+        }
+    )
+
+
+class ChatStreamEncoder:
+    """Neutral deltas as ``chat.completion.chunk`` SSE events, ending with ``[DONE]``."""
+
+    def __init__(self, *, completion_id: str, model: str, created: int, include_usage: bool) -> None:
+        self._head = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+        self._include_usage = include_usage
+        self._named: set[int] = set()
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        doc = {**self._head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + msgspec.json.encode(doc) + b"\n\n"
+
+    def start(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": None})
+
+    def feed(self, delta: Delta) -> bytes:
+        out: dict[str, Any] = {}
+        if delta.text:
+            out["content"] = delta.text
+        if delta.thinking:
+            out["reasoning_content"] = delta.thinking
+        if delta.tool_calls:
+            calls = []
+            for c in delta.tool_calls:
+                call: dict[str, Any] = {"index": c.index, "function": {"arguments": c.arguments}}
+                if c.index not in self._named:
+                    self._named.add(c.index)
+                    call.update(id=c.id or f"call_{c.index}", type="function")
+                    call["function"]["name"] = c.name or ""
+                calls.append(call)
+            out["tool_calls"] = calls
+        return self._chunk(out) if out else b""
+
+    def finish(self, final: Delta) -> bytes:
+        body = self.feed(final) + self._chunk({}, _finish(final.finish_reason) or "stop")
+        if self._include_usage:
+            doc = {**self._head, "choices": [], "usage": _usage_doc(final.usage or Usage())}
+            body += b"data: " + msgspec.json.encode(doc) + b"\n\n"
+        return body + b"data: [DONE]\n\n"

@@ -7,6 +7,7 @@ SSE stream comes back unchanged (its ``--alias`` already names the model).
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import httpx
@@ -17,11 +18,40 @@ from quart_trio import QuartTrio
 from actors.engine import EnsureReady
 from actors.runtime import Runtime
 from blazar.dialects import openai
+from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
-from blazar.web.common import JSON, SSE_HEADERS, json_response, on_cleanup, read_body, set_model
+from blazar.web.common import (
+    JSON,
+    SSE_HEADERS,
+    json_response,
+    on_cleanup,
+    read_body,
+    set_model,
+    stream_response,
+)
 from blazar.web.relay import UpstreamStream, crash_error, send_upstream
 
 __all__ = ["register"]
+
+
+class _Encoder:
+    """Adapts the OpenAI chunk encoder to the gateway's stream protocol."""
+
+    def __init__(self, enc: openai.ChatStreamEncoder) -> None:
+        self._enc = enc
+
+    def start(self) -> bytes:
+        return self._enc.start()
+
+    def feed(self, delta: Delta) -> bytes:
+        return self._enc.feed(delta)
+
+    def finish(self, final: Delta, timings: translate.Timings) -> bytes:
+        return self._enc.finish(final)
+
+    def error(self, code: str, message: str) -> bytes:
+        return openai.encode_stream_error(code, message)
+
 
 _LOADING_S = 0.1
 
@@ -44,7 +74,36 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
     async def chat_completions() -> Response:
         body = await read_body()
         req = openai.decode_chat_request(body)
+        set_model(req.model)
+        engine = await runtime.engine_for(req.model)
+        if (
+            req.tools
+            and not engine.spec.native_tools
+            and (req.tool_choice is None or req.tool_choice.mode != "none")
+        ):
+            # The model's template knows no tools: the gateway emulates them, so it translates.
+            return await translated(req)
         return await relay("/v1/chat/completions", body, req.model, stream=req.stream)
+
+    async def translated(req: ChatRequest) -> Response:
+        set_model(req.model)
+        call = translate.EngineCall(runtime, req)
+        await call.prepare()
+        headers = {"X-Blazar-Status": "loading"} if call.timings.loaded else {}
+        if not req.stream:
+            resp = await call.complete()
+            return json_response(openai.encode_chat_response(resp, model=req.model), headers=headers)
+        encoder = _Encoder(
+            openai.ChatStreamEncoder(
+                completion_id=f"chatcmpl-{secrets.token_hex(12)}",
+                model=req.model,
+                created=int(time.time()),
+                include_usage=req.include_usage,
+            )
+        )
+        stream = await call.stream(encoder)
+        on_cleanup(stream.aclose)
+        return stream_response(stream, content_type="text/event-stream", headers=headers)
 
     @app.post("/v1/completions")
     async def completions() -> Response:

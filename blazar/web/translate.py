@@ -130,7 +130,11 @@ class EngineCall:
         try:
             path, body = engine_request(self.req, native_tools=self.native_tools)
             doc = await self.post(path, body)
-            self.timings.first_token_ns = self.timings.ended_ns = time.perf_counter_ns()
+            self.timings.ended_ns = time.perf_counter_ns()
+            # Without a stream the gateway sees no first token; the engine's own
+            # decode time splits the wall time into prompt and generation.
+            predicted_ms = float((doc.get("timings") or {}).get("predicted_ms") or 0.0)
+            self.timings.first_token_ns = self.timings.ended_ns - int(predicted_ms * 1e6)
             try:
                 return parse_response(doc, self.req, native_tools=self.native_tools)
             except EngineError as exc:

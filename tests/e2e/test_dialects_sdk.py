@@ -1,0 +1,209 @@
+"""The Ollama and Anthropic dialects (and tool calling everywhere) with the official clients."""
+
+from __future__ import annotations
+
+import anthropic
+import ollama
+import openai
+import pytest
+
+from tests.support import MODEL, DaemonProc
+
+pytestmark = pytest.mark.slow
+
+WEATHER_OPENAI = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+WEATHER_ANTHROPIC = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "input_schema": WEATHER_OPENAI["function"]["parameters"],  # type: ignore[index]
+}
+ASK = "What is the weather in Paris?"
+
+
+@pytest.fixture(scope="module")
+def oll(daemon: DaemonProc) -> ollama.Client:
+    return ollama.Client(host=daemon.url, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ant(daemon: DaemonProc) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=60)
+
+
+# -- Ollama ---------------------------------------------------------------------
+
+
+def test_ollama_probe_version_list_show(daemon: DaemonProc, oll: ollama.Client) -> None:
+    import httpx
+
+    assert httpx.get(daemon.url).text == "Ollama is running"
+    assert httpx.head(daemon.url).status_code == 200
+    major, minor, patch = httpx.get(f"{daemon.url}/api/version").json()["version"].split(".")
+    assert all(part.isdigit() for part in (major, minor, patch))
+    models = oll.list().models
+    assert [m.model for m in models] == [f"{MODEL}:latest"]
+    assert models[0].details is not None and models[0].details.quantization_level == "Q4_1"
+    shown = oll.show(f"{MODEL}:latest")
+    assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] == 8192
+    assert shown.capabilities is not None and "completion" in shown.capabilities
+
+
+def test_ollama_chat_and_generate(oll: ollama.Client) -> None:
+    options = {"num_predict": 12, "temperature": 0, "seed": 3}
+    r = oll.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], options=options)
+    assert r.message.content and r.done and r.eval_count and r.eval_count <= 12
+    assert r.prompt_eval_count and r.total_duration and r.eval_duration
+    parts = list(
+        oll.chat(model=MODEL, messages=[{"role": "user", "content": "Hi"}], options=options, stream=True)
+    )
+    assert parts[-1].done and parts[-1].done_reason in ("stop", "length")
+    assert "".join(p.message.content or "" for p in parts) == r.message.content  # same seed, same answer
+    g = oll.generate(model=MODEL, prompt="The sky is", options=options)
+    assert g.response and g.done
+    streamed = list(oll.generate(model=MODEL, prompt="The sky is", options=options, stream=True))
+    assert "".join(p.response for p in streamed) == g.response
+
+
+def test_ollama_embed_ps_and_unload(oll: ollama.Client) -> None:
+    e = oll.embed(model=MODEL, input=["hello", "world"])
+    assert len(e.embeddings) == 2 and len(e.embeddings[0]) == 576
+    assert oll.embeddings(model=MODEL, prompt="hello").embedding
+    running = oll.ps().models
+    assert [m.model for m in running] == [f"{MODEL}:latest"]
+    assert oll.generate(model=MODEL, keep_alive=0).done_reason == "unload"
+    assert oll.ps().models == []
+    assert oll.generate(model=MODEL).done_reason == "load"
+    assert len(oll.ps().models) == 1
+
+
+def test_ollama_pull_copy_delete(oll: ollama.Client) -> None:
+    statuses = [p.status for p in oll.pull(MODEL, stream=True)]
+    assert statuses[-1] == "success"
+    assert oll.copy(MODEL, "smol-copy").status == "success"
+    assert {m.model for m in oll.list().models} == {f"{MODEL}:latest", "smol-copy:latest"}
+    assert oll.delete("smol-copy").status == "success"
+    assert [m.model for m in oll.list().models] == [f"{MODEL}:latest"]
+
+
+def test_ollama_errors(oll: ollama.Client) -> None:
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.chat(model="ghost", messages=[{"role": "user", "content": "x"}])
+    assert info.value.status_code == 404 and "blazar pull ghost" in info.value.error
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.push(MODEL)
+    assert info.value.status_code == 403
+
+
+# -- Anthropic ------------------------------------------------------------------
+
+
+def test_anthropic_create_and_stream(ant: anthropic.Anthropic) -> None:
+    system = [{"type": "text", "text": "Answer in one short sentence."}]
+    m = ant.messages.create(
+        model=MODEL, max_tokens=16, system=system, messages=[{"role": "user", "content": "Hi"}]
+    )  # type: ignore[arg-type]
+    assert m.content[0].type == "text" and m.content[0].text
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.usage.output_tokens > 0
+    with ant.messages.stream(
+        model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.content[0].text == text  # type: ignore[union-attr]
+    assert final.usage.output_tokens > 0
+
+
+def test_anthropic_count_tokens_matches_usage(ant: anthropic.Anthropic) -> None:
+    kwargs = {
+        "model": MODEL,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Count me, please."}],
+    }
+    counted = ant.messages.count_tokens(**kwargs).input_tokens  # type: ignore[arg-type]
+    u = ant.messages.create(max_tokens=4, **kwargs).usage  # type: ignore[arg-type]
+    assert counted == u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
+
+
+def test_anthropic_tool_round_trip(ant: anthropic.Anthropic) -> None:
+    first = ant.messages.create(
+        model=MODEL,
+        max_tokens=64,
+        tools=[WEATHER_ANTHROPIC],  # type: ignore[list-item]
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": ASK}],
+    )
+    assert first.stop_reason == "tool_use"
+    call = next(b for b in first.content if b.type == "tool_use")
+    assert call.name == "get_weather" and isinstance(call.input, dict) and "city" in call.input
+    second = ant.messages.create(
+        model=MODEL,
+        max_tokens=32,
+        tools=[WEATHER_ANTHROPIC],  # type: ignore[list-item]
+        tool_choice={"type": "none"},
+        messages=[
+            {"role": "user", "content": ASK},
+            {"role": "assistant", "content": first.content},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "18 C, sunny"}],
+            },
+        ],
+    )
+    assert second.content and second.content[0].type == "text"
+
+
+def test_anthropic_error_types(ant: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.NotFoundError) as nf:
+        ant.messages.create(model="ghost", max_tokens=4, messages=[{"role": "user", "content": "x"}])
+    assert nf.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        ant.messages.create(model=MODEL, max_tokens=0, messages=[{"role": "user", "content": "x"}])
+    assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "max_tokens" in bad.value.body["error"]["message"]  # type: ignore[index]
+
+
+# -- a required tool comes back well-formed through every dialect ------------------
+
+
+def test_required_tool_openai(daemon: DaemonProc) -> None:
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": ASK}],
+        tools=[WEATHER_OPENAI],
+        tool_choice="required",  # type: ignore[list-item]
+    )
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls" and calls
+    assert calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    import json
+
+    assert isinstance(json.loads(calls[0].function.arguments)["city"], str)  # type: ignore[union-attr]
+
+
+def test_required_tool_ollama(oll: ollama.Client) -> None:
+    r = oll.chat(
+        model=MODEL, messages=[{"role": "user", "content": ASK}], tools=[WEATHER_OPENAI], format="json"
+    )
+    assert r.message.tool_calls and r.message.tool_calls[0].function.name == "get_weather"
+    assert isinstance(r.message.tool_calls[0].function.arguments["city"], str)
+
+
+def test_required_tool_anthropic(ant: anthropic.Anthropic) -> None:
+    with ant.messages.stream(
+        model=MODEL,
+        max_tokens=64,
+        tools=[WEATHER_ANTHROPIC],  # type: ignore[list-item]
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=[{"role": "user", "content": ASK}],
+    ) as stream:
+        final = stream.get_final_message()
+    call = next(b for b in final.content if b.type == "tool_use")
+    assert final.stop_reason == "tool_use" and isinstance(call.input["city"], str)  # type: ignore[index]
