@@ -29,6 +29,9 @@ from blazar.dialects.neutral import (
 
 __all__ = ["EngineError", "EngineStream", "ThinkSplitter", "engine_request", "parse_response"]
 
+TOOL_CALL_MAX_TOKENS = 512
+"""Output cap for a forced tool call when the caller set none."""
+
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 _OPEN, _CLOSE = "<think>", "</think>"
 
@@ -91,6 +94,9 @@ def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[s
                 "type": "json_schema",
                 "json_schema": {"name": "tool_call", "schema": schema},
             }
+            # A grammar keeps a small model inside the JSON but not from rambling in
+            # a string forever; a call never needs this many tokens.
+            body.setdefault("max_tokens", TOOL_CALL_MAX_TOKENS)
     elif req.tools and native_tools:
         body["tools"] = [
             {

@@ -190,7 +190,11 @@ def test_required_tool_openai(daemon: DaemonProc) -> None:
 
 def test_required_tool_ollama(oll: ollama.Client) -> None:
     r = oll.chat(
-        model=MODEL, messages=[{"role": "user", "content": ASK}], tools=[WEATHER_OPENAI], format="json"
+        model=MODEL,
+        messages=[{"role": "user", "content": ASK}],
+        tools=[WEATHER_OPENAI],
+        format="json",
+        options={"temperature": 0},
     )
     assert r.message.tool_calls and r.message.tool_calls[0].function.name == "get_weather"
     assert isinstance(r.message.tool_calls[0].function.arguments["city"], str)
