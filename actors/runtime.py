@@ -72,6 +72,8 @@ class Runtime:
         override = self.config.models.get(record.name)
         info = self.store.info(record)
         trained = info.context_length or _FALLBACK_CTX
+        settings = record.settings
+        template = (settings.template if settings else None) or info.chat_template
         ctx = (override.ctx if override and override.ctx else None) or min(trained, self.config.default_ctx)
         slots = (override.slots if override and override.slots else None) or self.config.slots
         extra = [*self.config.engine.extra_args, *((override.extra_args or []) if override else [])]
@@ -81,7 +83,10 @@ class Runtime:
             ctx_per_slot=ctx,
             slots=slots,
             embeddings=bool(override and override.embeddings),
-            native_tools=bool(info.chat_template and "tools" in info.chat_template),
+            native_tools=bool(template and "tools" in template),
+            chat_template=settings.template if settings else None,
+            system=settings.system if settings else None,
+            defaults=dict(settings.parameters) if settings else {},
             threads=self.config.engine.threads,
             extra_args=extra,
         )

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -36,12 +37,29 @@ from .errors import (
 )
 from .gguf import ModelInfo, looks_like_gguf, read_model_info
 
-__all__ = ["ModelRecord", "Store", "canonical_name", "sha256_file"]
+__all__ = [
+    "ModelRecord",
+    "ModelSettings",
+    "Store",
+    "canonical_name",
+    "sha256_file",
+]
 
 _CHUNK_BYTES = 1 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
 # errnos meaning "this filesystem pair cannot hardlink", where a copy is the answer.
 _NO_HARDLINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a Modelfile (Ollama ``create``, or a registry pull) adds to the weights."""
+
+    system: str | None = None
+    """Default system prompt, used when a request brings none."""
+    template: str | None = None
+    """Chat template (Jinja) that replaces the one in the GGUF."""
+    parameters: dict[str, Any] = {}
+    """Default sampling options (Ollama option names: temperature, num_predict, stop…)."""
 
 
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +71,7 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     created_at: float
     modified_at: float
+    settings: ModelSettings | None = None
 
 
 def sha256_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from typing import Any
 
 import msgspec
 
@@ -25,6 +26,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     embeddings: bool = False
     native_tools: bool = False
     """The chat template handles tools itself; otherwise the gateway emulates them."""
+    chat_template: str | None = None
+    """A Jinja chat template replacing the GGUF's own (from the model's settings)."""
+    system: str | None = None
+    """Default system prompt from the model's settings (applied by the gateway)."""
+    defaults: dict[str, Any] = {}
+    """Default sampling options from the model's settings (Ollama option names)."""
     threads: int | None = None
     extra_args: list[str] = []
 
@@ -53,6 +60,8 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
     ]  # fmt: skip
     if spec.embeddings:
         flags += ["--embeddings", "--pooling", "mean"]
+    if spec.chat_template:
+        flags += ["--chat-template", spec.chat_template]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
     flags += spec.extra_args

@@ -27,7 +27,15 @@ from blazar.dialects.neutral import (
     Usage,
 )
 
-__all__ = ["EngineError", "EngineStream", "ThinkSplitter", "engine_request", "parse_response"]
+__all__ = [
+    "EngineError",
+    "EngineStream",
+    "ThinkSplitter",
+    "apply_defaults",
+    "classify_error",
+    "engine_request",
+    "parse_response",
+]
 
 TOOL_CALL_MAX_TOKENS = 512
 """Output cap for a forced tool call when the caller set none."""
@@ -123,6 +131,38 @@ def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[s
             }
     body["messages"] = [_openai_message(m) for m in messages]
     return "/v1/chat/completions", body
+
+
+_OPTION_FIELDS = {
+    "num_predict": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+
+
+def apply_defaults(req: ChatRequest, *, system: str | None, defaults: dict[str, Any]) -> ChatRequest:
+    """Fill what the request leaves unset from the model's settings (a Modelfile's
+    SYSTEM and PARAMETER lines); the request always wins."""
+    changes: dict[str, Any] = {}
+    for option, field in _OPTION_FIELDS.items():
+        if option in defaults and getattr(req, field) is None:
+            value = defaults[option]
+            if not (field == "max_tokens" and isinstance(value, int) and value < 0):
+                changes[field] = value
+    if "stop" in defaults and not req.stop:
+        stop = defaults["stop"]
+        changes["stop"] = [stop] if isinstance(stop, str) else list(stop)
+    if "num_ctx" in defaults and req.num_ctx is None:
+        changes["num_ctx"] = int(defaults["num_ctx"])
+    if system and req.raw_prompt is None and req.messages and req.messages[0].role != "system":
+        changes["messages"] = [Message(role="system", content=system), *req.messages]
+    return msgspec.structs.replace(req, **changes) if changes else req
 
 
 def _usage(doc: dict[str, Any] | None) -> Usage | None:
@@ -301,3 +341,20 @@ def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool)
         finish_reason=finish,
         usage=_usage(doc.get("usage")) or Usage(),
     )
+
+
+def classify_error(status: int, body: bytes) -> tuple[str, str]:
+    """The ``blazar_code`` and message for an error answer from llama.cpp."""
+    try:
+        doc = msgspec.json.decode(body)
+        err = doc.get("error", doc) if isinstance(doc, dict) else doc
+    except msgspec.DecodeError:
+        err = body.decode("utf-8", "replace")[:500]
+    message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
+        n, ctx = err.get("n_prompt_tokens"), err.get("n_ctx")
+        return "PROMPT_TOO_LONG", (
+            f"the prompt has {n} tokens but the context holds {ctx} per slot — shorten it, or raise "
+            'the context (Ollama `num_ctx`, or `ctx` under [models."NAME"] in config.toml)'
+        )
+    return ("BAD_REQUEST" if status < 500 else "BAD_GATEWAY"), message

@@ -78,10 +78,24 @@ class GatewayMiddleware:
         first_body_s: float | None = None
         sent = 0
 
+        headers = dict(scope.get("headers") or [])
+        body_done = headers.get(b"content-length", b"0") == b"0" and b"transfer-encoding" not in headers
+
+        async def tracked_receive() -> dict[str, Any]:
+            nonlocal body_done
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_done = True
+            return message
+
         async def tracked_send(message: dict[str, Any]) -> None:
             nonlocal status, first_body_s, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if not body_done:
+                    # Answered before reading the whole body (an error): the rest of it
+                    # would be taken for the next request, so this connection must end.
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
                 if body and first_body_s is None:
@@ -93,7 +107,7 @@ class GatewayMiddleware:
         if self._idle.is_set():
             self._idle = trio.Event()
         try:
-            await self.app(scope, receive, tracked_send)
+            await self.app(scope, tracked_receive, tracked_send)
         finally:
             with trio.CancelScope(shield=True):
                 for fn in reversed(cleanups):

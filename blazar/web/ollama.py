@@ -7,6 +7,7 @@ work on the store. Errors use Ollama's ``{"error": "…"}`` shape.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 import trio
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.engine import EngineState
@@ -29,7 +30,7 @@ from registry.catalog import Catalog
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
-from registry.store import ModelRecord
+from registry.store import ModelRecord, ModelSettings
 
 __all__ = ["OLLAMA_API_VERSION", "register"]
 
@@ -119,6 +120,22 @@ class _Body(msgspec.Struct, kw_only=True):
         if not name:
             raise DecodeError("missing required field `model`")
         return name
+
+
+class _CreateBody(_Body, kw_only=True):
+    from_: str | None = msgspec.field(default=None, name="from")
+    files: dict[str, str] | None = None
+    template: str | None = None
+    system: str | None = None
+    parameters: dict[str, Any] | None = None
+    quantize: str | None = None
+
+
+def _hex(digest: str) -> str:
+    hexpart = digest.removeprefix("sha256:").removeprefix("sha256-")
+    if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+        raise BlazarError("BAD_REQUEST", f"invalid digest {digest!r}: expected sha256:<64 hex digits>")
+    return hexpart
 
 
 class _CopyBody(msgspec.Struct, kw_only=True):
@@ -346,6 +363,90 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         await trio.to_thread.run_sync(store.write_manifest, copied)
         await runtime.forget(copied.name)
         return Response(b"", 200)
+
+    @app.route("/api/blobs/<digest>", methods=["HEAD"])
+    async def blob_exists(digest: str) -> Response:
+        return Response(b"", 200 if await trio.to_thread.run_sync(store.has_blob, _hex(digest)) else 404)
+
+    @app.post("/api/blobs/<digest>")
+    async def blob_upload(digest: str) -> Response:
+        """Receive a file for ``/api/create``; the bytes must hash to the digest in the path."""
+        sha = _hex(digest)
+        if await trio.to_thread.run_sync(store.has_blob, sha):
+            # Read the body anyway: unread bytes would be taken for the next request.
+            async for _ in request.body:
+                pass
+            return Response(b"", 200)
+        partial = store.partial_path(sha)
+        hasher = hashlib.sha256()
+        async with await trio.open_file(partial, "wb") as f:
+            async for chunk in request.body:
+                hasher.update(chunk)
+                await f.write(chunk)
+        if hasher.hexdigest() != sha:
+            await trio.Path(partial).unlink(missing_ok=True)
+            raise BlazarError(
+                "BAD_REQUEST",
+                f"the uploaded bytes hash to sha256:{hasher.hexdigest()}, not {digest} — upload again",
+            )
+        await trio.to_thread.run_sync(store.add_blob, partial, sha)
+        return Response(b"", 201)
+
+    @app.post("/api/create")
+    async def create() -> Response:
+        body: _CreateBody = _decode(await read_body(), _CreateBody)
+        name = body.target()
+        if body.quantize:
+            raise BlazarError(
+                "BAD_REQUEST", "quantize is not supported: create from a GGUF that is already quantized"
+            )
+        base: ModelRecord | None = None
+        lines: list[bytes] = []
+        if body.from_:
+            base = await trio.to_thread.run_sync(store.get, body.from_)
+            lines.append(ollama.encode_pull_progress(f"using existing model {base.name}"))
+        elif body.files:
+            ggufs = [d for f, d in body.files.items() if f.endswith(".gguf")] or list(body.files.values())
+            sha = _hex(ggufs[0])
+            if not await trio.to_thread.run_sync(store.has_blob, sha):
+                raise BlazarError(
+                    "BAD_REQUEST",
+                    f"blob {ggufs[0]} is not on this machine — upload it with POST /api/blobs/{ggufs[0]}",
+                )
+            blob = store.blob_path(sha)
+            now = time.time()
+            size = (await trio.Path(blob).stat()).st_size
+            base = ModelRecord(
+                name=name, digest=f"sha256:{sha}", size=size, path=str(blob), source="create", created_at=now,
+                modified_at=now,
+            )  # fmt: skip
+            lines.append(ollama.encode_pull_progress(f"using existing layer sha256:{sha}"))
+        else:
+            raise DecodeError(
+                "send `from` (an installed model) or `files` (uploaded blobs) to create a model"
+            )
+        previous = base.settings or ModelSettings()
+        settings = ModelSettings(
+            system=body.system if body.system is not None else previous.system,
+            template=body.template if body.template is not None else previous.template,
+            parameters={**previous.parameters, **(body.parameters or {})},
+        )
+        now = time.time()
+        record = msgspec.structs.replace(
+            base,
+            name=name,
+            settings=settings,
+            created_at=now,
+            modified_at=now,
+            source=f"create:{base.source}",
+        )
+        await trio.to_thread.run_sync(store.info, record)  # refuse a blob that is not a GGUF
+        await trio.to_thread.run_sync(store.write_manifest, record)
+        await runtime.forget(record.name)
+        lines += [ollama.encode_pull_progress("writing manifest"), ollama.encode_pull_progress("success")]
+        if body.stream:
+            return stream_response(b"".join(lines), content_type=NDJSON)
+        return json_response(lines[-1])
 
     @app.post("/api/push")
     async def push() -> Response:

@@ -12,12 +12,13 @@ import time
 
 import httpx
 import trio
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.engine import EnsureReady
 from actors.runtime import Runtime
 from blazar.dialects import openai
+from blazar.dialects.engine import classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
 from blazar.web.common import (
@@ -75,6 +76,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         body = await read_body()
         req = openai.decode_chat_request(body)
         set_model(req.model)
+        translate.check_images(req)
         engine = await runtime.engine_for(req.model)
         if (
             req.tools
@@ -146,7 +148,8 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
                 await upstream.aclose()
                 lease.release()
             if upstream.status_code >= 400:
-                code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
+                code, _ = classify_error(upstream.status_code, content)
+                request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
                 content = openai.merge_error_code(content, code)
             return Response(content, upstream.status_code, headers=headers, content_type=JSON)
 

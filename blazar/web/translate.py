@@ -19,12 +19,27 @@ import trio
 
 from actors.engine import EngineActor, EngineHandle, EnsureReady, Lease, Reconfigure
 from actors.runtime import Runtime
-from blazar.dialects.engine import EngineError, EngineStream, engine_request, parse_response
+from blazar.dialects.engine import (
+    EngineError,
+    EngineStream,
+    apply_defaults,
+    classify_error,
+    engine_request,
+    parse_response,
+)
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
 from blazar.web.relay import crash_error
 
-__all__ = ["EngineCall", "StreamEncoder", "Timings", "TranslatedStream", "count_tokens", "embed"]
+__all__ = [
+    "EngineCall",
+    "StreamEncoder",
+    "Timings",
+    "TranslatedStream",
+    "check_images",
+    "count_tokens",
+    "embed",
+]
 
 _LOADING_S = 0.1
 
@@ -67,15 +82,22 @@ class StreamEncoder(Protocol):
 
 
 def _engine_error(status: int, body: bytes, model: str) -> BlazarError:
-    try:
-        doc = msgspec.json.decode(body)
-        err = doc.get("error", doc)
-        message = err.get("message") if isinstance(err, dict) else str(err)
-    except (msgspec.DecodeError, AttributeError):
-        message = body.decode("utf-8", "replace")[:500]
-    if status < 500:
-        return BlazarError("BAD_REQUEST", f"the engine for '{model}' refused the request: {message}")
-    return BlazarError("BAD_GATEWAY", f"the engine for '{model}' failed: {message}")
+    code, message = classify_error(status, body)
+    if code == "BAD_REQUEST":
+        message = f"the engine for '{model}' refused the request: {message}"
+    elif code == "BAD_GATEWAY":
+        message = f"the engine for '{model}' failed: {message}"
+    return BlazarError(code, message)
+
+
+def check_images(req: ChatRequest) -> None:
+    """Images need a vision projector, which no engine here is started with yet."""
+    if any(m.images for m in req.messages):
+        raise BlazarError(
+            "VISION_PROJECTOR_MISSING",
+            f"model '{req.model}' cannot read images: it has no vision projector — "
+            "send text only, or use a vision model",
+        )
 
 
 class EngineCall:
@@ -94,7 +116,11 @@ class EngineCall:
         return bool(self.engine and self.engine.spec.native_tools)
 
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
+        check_images(self.req)
         engine = self.engine = await self.runtime.engine_for(self.req.model)
+        spec = engine.spec
+        if spec.system or spec.defaults:
+            self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)
         if (self.req.num_ctx and self.req.num_ctx != engine.spec.ctx_per_slot) or (
             embeddings and not engine.spec.embeddings
         ):

@@ -164,3 +164,23 @@ async def test_cross_origin_web_pages_are_refused(gateway: httpx.AsyncClient) ->
     assert r.status_code == 403 and r.json()["error"]["blazar_code"] == "HOST_FORBIDDEN"
     for ok in ("http://localhost:3000", "http://127.0.0.1:11435", "vscode-webview://abc"):
         assert (await gateway.get("/health", headers={"Origin": ok})).status_code == 200
+
+
+async def test_images_are_refused_without_a_vision_projector(gateway: httpx.AsyncClient) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    body = {
+        "model": "ghost",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}],
+    }
+    r = await gateway.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["blazar_code"] == "VISION_PROJECTOR_MISSING"
+
+
+async def test_an_unread_body_never_poisons_the_connection(gateway: httpx.AsyncClient) -> None:
+    # A 404 answered before the body was read must not leave the rest of that body
+    # on the keep-alive connection, where it would be taken for the next request.
+    for _ in range(2):
+        r = await gateway.post("/no/such/route", content=b"x" * 2_000_000)
+        assert r.status_code == 404 and r.headers["connection"] == "close"
+        with trio.fail_after(10):
+            assert (await gateway.get("/health")).status_code == 200

@@ -203,3 +203,16 @@ def test_parse_response_with_cached_usage() -> None:
     resp = parse_response(doc, _req(), native_tools=False)
     assert (resp.text, resp.thinking, resp.finish_reason) == ("Hi", "x", "stop")
     assert resp.usage.cached_tokens == 6
+
+
+def test_context_overflow_becomes_prompt_too_long() -> None:
+    from blazar.dialects.engine import classify_error
+
+    body = (
+        b'{"error":{"code":400,"message":"request (5031 tokens) exceeds the context size (4096 tokens)",'
+        b'"type":"exceed_context_size_error","n_prompt_tokens":5031,"n_ctx":4096}}'
+    )
+    code, message = classify_error(400, body)
+    assert code == "PROMPT_TOO_LONG" and "5031" in message and "4096" in message and "num_ctx" in message
+    assert classify_error(400, b'{"error":{"message":"bad"}}') == ("BAD_REQUEST", "bad")
+    assert classify_error(500, b"oops") == ("BAD_GATEWAY", "oops")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anthropic
 import ollama
 import openai
@@ -211,3 +213,33 @@ def test_required_tool_anthropic(ant: anthropic.Anthropic) -> None:
         final = stream.get_final_message()
     call = next(b for b in final.content if b.type == "tool_use")
     assert final.stop_reason == "tool_use" and isinstance(call.input["city"], str)  # type: ignore[index]
+
+
+def test_ollama_create_from_model_and_from_blob(oll: ollama.Client, model_path: Path) -> None:
+    created = oll.create(
+        model="smol-pirate", from_=MODEL, system="You are a pirate.", parameters={"num_predict": 8}
+    )
+    assert created.status == "success"
+    shown = oll.show("smol-pirate")
+    assert shown.modelinfo is not None
+    r = oll.chat(
+        model="smol-pirate", messages=[{"role": "user", "content": "Hello"}], options={"temperature": 0}
+    )
+    assert r.eval_count is not None and r.eval_count <= 8  # the model's own num_predict applies
+    digest = oll.create_blob(model_path)
+    assert digest.startswith("sha256:")
+    made = oll.create(model="smol-from-blob", files={"model.gguf": digest})
+    assert made.status == "success"
+    assert oll.generate(model="smol-from-blob", prompt="Hi", options={"num_predict": 4}).response
+    for name in ("smol-pirate", "smol-from-blob"):
+        oll.delete(name)
+    assert [m.model for m in oll.list().models] == [f"{MODEL}:latest"]
+
+
+def test_ollama_blob_digest_is_checked(daemon: DaemonProc) -> None:
+    import httpx
+
+    bogus = "sha256:" + "0" * 64
+    assert httpx.head(f"{daemon.url}/api/blobs/{bogus}").status_code == 404
+    r = httpx.post(f"{daemon.url}/api/blobs/{bogus}", content=b"not the bytes")
+    assert r.status_code == 400 and r.json()["blazar_code"] == "BAD_REQUEST"
