@@ -20,6 +20,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from actors.engines.lifeline import on_parent_exit
+
 __all__ = ["build_params", "main", "parse_args"]
 
 _POOLING = {"none": "NONE", "mean": "MEAN", "cls": "CLS", "last": "LAST", "rank": "RANK"}
@@ -106,16 +108,6 @@ def build_params(ns: argparse.Namespace) -> Any:
     return p
 
 
-def _exit_when_parent_goes() -> None:
-    # The parent holds the write end of our stdin; EOF means it is gone.
-    try:
-        while os.read(0, 4096):
-            pass
-    except OSError:
-        pass
-    os._exit(0)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     if not os.path.isfile(ns.model):
@@ -131,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if not os.isatty(0):
-        threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
+        on_parent_exit(lambda: os._exit(0))
 
     try:
         server = xlc.Server(build_params(ns))

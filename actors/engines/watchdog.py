@@ -9,11 +9,11 @@ end-of-file — which happens when the daemon dies, even by ``kill -9``.
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import subprocess
 import sys
-import threading
+
+from actors.engines.lifeline import on_parent_exit
 
 _PR_SET_PDEATHSIG = 1
 
@@ -37,15 +37,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
 
-    def watch_stdin() -> None:
-        try:
-            while os.read(0, 4096):
-                pass
-        except OSError:
-            pass
-        child.kill()
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
+    on_parent_exit(child.kill)
     return child.wait()
 
 

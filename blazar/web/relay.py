@@ -17,7 +17,14 @@ from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle, 
 from actors.errors import ActorStopped
 from blazar.errors import BlazarError
 
-__all__ = ["UpstreamStream", "crash_error", "send_upstream"]
+__all__ = ["UpstreamStream", "close_response", "crash_error", "send_upstream"]
+
+
+async def close_response(response: httpx.Response) -> None:
+    """Close an upstream response even while being cancelled (bounded): closing the
+    connection is what makes llama.cpp stop generating."""
+    with trio.CancelScope(shield=True), trio.move_on_after(2.0):
+        await response.aclose()
 
 
 async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception) -> BlazarError:
@@ -94,6 +101,5 @@ class UpstreamStream:
         if self._closed:
             return
         self._closed = True
-        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-            await self._response.aclose()
+        await close_response(self._response)
         self._lease.release()

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 import httpx
 import msgspec
-import trio
 
 from actors.engine import EngineActor, EngineHandle, EnsureReady, Lease, Reconfigure
 from actors.runtime import Runtime
@@ -29,7 +28,7 @@ from blazar.dialects.engine import (
 )
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
-from blazar.web.relay import crash_error
+from blazar.web.relay import close_response, crash_error
 
 __all__ = [
     "EngineCall",
@@ -242,8 +241,7 @@ class TranslatedStream:
         if self._closed:
             return
         self._closed = True
-        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-            await self._response.aclose()
+        await close_response(self._response)
         self._call.release()
 
 
