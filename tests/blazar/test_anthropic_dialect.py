@@ -33,6 +33,7 @@ from blazar.dialects.neutral import (
     ToolCallDelta,
     Usage,
 )
+from tests.golden import assert_golden_json, decoded
 
 GOLDEN = Path(__file__).parent / "golden" / "anthropic"
 CASES = sorted(p.name.removesuffix(".request.json") for p in GOLDEN.glob("*.request.json"))
@@ -61,19 +62,13 @@ def _decode(name: str, body: bytes) -> dict[str, object]:
         if name.startswith("count_")
         else anthropic.decode_messages_request
     )
-    try:
-        return {"ok": msgspec.to_builtins(decoder(body))}
-    except DecodeError as exc:
-        return {"error": {"code": exc.code, "message": exc.message}}
+    return decoded(decoder, body)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_request_golden(name: str) -> None:
     got = _decode(name, (GOLDEN / f"{name}.request.json").read_bytes())
-    expected_file = GOLDEN / f"{name}.expected.json"
-    if _regen(expected_file):
-        expected_file.write_bytes(_json(got))
-    assert got == msgspec.json.decode(expected_file.read_bytes())
+    assert_golden_json(GOLDEN / f"{name}.expected.json", got)
 
 
 def test_every_request_case_has_a_golden_answer() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
@@ -11,6 +10,7 @@ import pytest
 from blazar.dialects import tools
 from blazar.dialects.engine import EngineError, EngineStream, ThinkSplitter, engine_request, parse_response
 from blazar.dialects.neutral import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec
+from tests.golden import assert_golden_json
 
 GOLDEN = Path(__file__).parent / "golden" / "engine"
 WEATHER = ToolSpec(
@@ -28,12 +28,7 @@ def _req(**kw: object) -> ChatRequest:
 
 
 def _golden(name: str, got: object) -> None:
-    path = GOLDEN / f"{name}.expected.json"
-    encoded = msgspec.json.format(msgspec.json.encode(got), indent=2) + b"\n"
-    if os.environ.get("BLAZAR_REGEN_GOLDEN") or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encoded)
-    assert msgspec.json.decode(encoded) == msgspec.json.decode(path.read_bytes())
+    assert_golden_json(GOLDEN / f"{name}.expected.json", got)
 
 
 def test_sampling_fields_reach_the_engine() -> None:

@@ -32,6 +32,7 @@ from blazar.dialects.neutral import (
     ToolCallDelta,
     Usage,
 )
+from tests.golden import assert_golden_json, decoded
 
 GOLDEN = Path(__file__).parent / "golden" / "ollama"
 CASES = sorted(p.name.removesuffix(".request.json") for p in GOLDEN.glob("*.request.json"))
@@ -51,21 +52,11 @@ DECODERS: dict[str, Callable[[bytes], object]] = {
 }
 
 
-def _decode(name: str, body: bytes) -> dict[str, object]:
-    decoder = DECODERS[name.split("_", 1)[0]]
-    try:
-        return {"ok": msgspec.to_builtins(decoder(body))}
-    except DecodeError as exc:
-        return {"error": {"code": exc.code, "message": exc.message}}
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_decoder_golden(name: str) -> None:
-    got = _decode(name, (GOLDEN / f"{name}.request.json").read_bytes())
-    expected_file = GOLDEN / f"{name}.expected.json"
-    if REGEN or not expected_file.exists():
-        expected_file.write_bytes(msgspec.json.format(msgspec.json.encode(got), indent=2) + b"\n")
-    assert got == msgspec.json.decode(expected_file.read_bytes())
+    decoder = DECODERS[name.split("_", 1)[0]]
+    got = decoded(decoder, (GOLDEN / f"{name}.request.json").read_bytes())
+    assert_golden_json(GOLDEN / f"{name}.expected.json", got)
 
 
 def test_every_case_has_a_golden_answer() -> None:

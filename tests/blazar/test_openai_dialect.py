@@ -7,36 +7,25 @@ intended change with ``BLAZAR_REGEN_GOLDEN=1 pytest tests/blazar/test_openai_dia
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from blazar.dialects import openai
-from blazar.dialects.neutral import DecodeError
+from tests.golden import assert_golden_json, decoded
 
 GOLDEN = Path(__file__).parent / "golden" / "openai"
 CASES = sorted(p.name.removesuffix(".request.json") for p in GOLDEN.glob("*.request.json"))
 
 
-def _decode(name: str, body: bytes) -> dict[str, object]:
+@pytest.mark.parametrize("name", CASES)
+def test_golden(name: str) -> None:
     decoder = (
         openai.decode_completion_request if name.startswith("completion") else openai.decode_chat_request
     )
-    try:
-        return {"ok": msgspec.to_builtins(decoder(body))}
-    except DecodeError as exc:
-        return {"error": {"code": exc.code, "message": exc.message}}
-
-
-@pytest.mark.parametrize("name", CASES)
-def test_golden(name: str) -> None:
-    got = _decode(name, (GOLDEN / f"{name}.request.json").read_bytes())
-    expected_file = GOLDEN / f"{name}.expected.json"
-    if os.environ.get("BLAZAR_REGEN_GOLDEN") or not expected_file.exists():
-        expected_file.write_bytes(msgspec.json.format(msgspec.json.encode(got), indent=2) + b"\n")
-    assert got == msgspec.json.decode(expected_file.read_bytes())
+    got = decoded(decoder, (GOLDEN / f"{name}.request.json").read_bytes())
+    assert_golden_json(GOLDEN / f"{name}.expected.json", got)
 
 
 def test_every_case_has_a_golden_answer() -> None:
