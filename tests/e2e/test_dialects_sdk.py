@@ -243,3 +243,14 @@ def test_ollama_blob_digest_is_checked(daemon: DaemonProc) -> None:
     assert httpx.head(f"{daemon.url}/api/blobs/{bogus}").status_code == 404
     r = httpx.post(f"{daemon.url}/api/blobs/{bogus}", content=b"not the bytes")
     assert r.status_code == 400 and r.json()["blazar_code"] == "BAD_REQUEST"
+
+
+def test_ollama_num_ctx_restarts_the_engine_once(daemon: DaemonProc, oll: ollama.Client) -> None:
+    oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
+    before = daemon.engines()[0]
+    for _ in range(2):
+        oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2, "num_ctx": 1024})
+    after = daemon.engines()[0]
+    assert after["ctx_per_slot"] == 1024
+    assert after["generation"] == int(before["generation"]) + 1  # type: ignore[call-overload]
+    assert oll.ps().models[0].context_length == 1024
