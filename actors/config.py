@@ -36,6 +36,10 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     slots: int = 4
     default_ctx: int = 4096
     """Per-slot context cap; the model's training context wins when smaller."""
+    max_queue: int = 256
+    """Requests that may wait per model; more are refused with 429 QUEUE_FULL."""
+    queue_timeout_s: float = 120.0
+    """Longest wait for a slot before 503 ALL_SLOTS_BUSY."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
 

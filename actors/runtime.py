@@ -2,6 +2,7 @@
 
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
+    ├ admission         queues, slots and leases of every model
     └ engines (supervisor)
         └ engine[model] → child process (llama.cpp)
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import msgspec
 import trio
 
+from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.config import RuntimeConfig
 from actors.engine import EngineActor, EngineStatistics, StopEngine
 from actors.engines.llamacpp import LaunchSpec
@@ -38,6 +40,7 @@ _FALLBACK_CTX = 4096
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: list[EngineStatistics]
     ledger: LedgerStatistics
+    admission: AdmissionStatistics
     reaped_orphans: list[int]
 
 
@@ -53,6 +56,7 @@ class Runtime:
         root: Supervisor,
         engines: Supervisor,
         ledger: LedgerActor,
+        admission: AdmissionActor,
     ) -> None:
         self.config = config
         self.store = store
@@ -60,6 +64,7 @@ class Runtime:
         self.root = root
         self.engines = engines
         self.ledger = ledger
+        self.admission = admission
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -160,6 +165,7 @@ class Runtime:
         return RuntimeStatistics(
             engines=[e.statistics() for e in self.loaded()],
             ledger=self.ledger.statistics(),
+            admission=self.admission.statistics(),
             reaped_orphans=self.reaped_orphans,
         )
 
@@ -178,9 +184,19 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         root: Supervisor = await nursery.start(Supervisor("runtime").run)
         ledger = LedgerActor(Path(config.home) / "blazar.db")
         await root.start_child(ChildSpec(name="ledger", start=ledger.run))
+        admission = AdmissionActor(max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s)
+        await root.start_child(ChildSpec(name="admission", start=admission.run))
         engines = Supervisor("engines")
         await root.start_child(ChildSpec(name="engines", start=engines.run))
-        runtime = Runtime(config, store=store, catalog=catalog, root=root, engines=engines, ledger=ledger)
+        runtime = Runtime(
+            config,
+            store=store,
+            catalog=catalog,
+            root=root,
+            engines=engines,
+            ledger=ledger,
+            admission=admission,
+        )
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
         try:

@@ -72,6 +72,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     allowed_hosts: list[str] = []
     """Extra Host header names accepted on a loopback bind (beyond localhost names)."""
     log_max_mb: float = 10.0
+    max_queue: int = 256
+    queue_timeout_s: float = 120.0
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
 
@@ -82,6 +84,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             cache_dir=paths.cache_dir,
             slots=self.slots,
             default_ctx=self.default_ctx,
+            max_queue=self.max_queue,
+            queue_timeout_s=self.queue_timeout_s,
             engine=self.engine,
             models=self.models,
         )

@@ -22,6 +22,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
 from blazar.web.app import GatewayMiddleware, create_app
@@ -142,6 +143,8 @@ async def _serve(config: Config, paths: Paths) -> None:
                 finally:
                     _remove_daemon_info(paths)
                 log.info("shutting down: draining %d requests, then stopping engines", asgi.in_flight)
+                with trio.move_on_after(1.0):
+                    await runtime.admission.ask(Draining())  # queued and new requests: 503 SHUTTING_DOWN
                 # hypercorn would also wait out idle keep-alive connections; once the
                 # requests in flight are done there is nothing left worth waiting for.
                 with trio.move_on_after(DRAIN_GRACE_S):

@@ -406,8 +406,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
     _check_model(wire.model)
     if wire.suffix:
         raise DecodeError(
-            "invalid field `suffix`: fill-in-the-middle is not supported on /api/generate; "
-            "use POST /infill with X-Blazar-Model"
+            "invalid field `suffix`: fill-in-the-middle is not supported yet; send the prompt alone"
         )
     prompt = wire.prompt or ""
     images = [_strip_data_url(x) for x in wire.images or []]

@@ -178,8 +178,8 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
             if host and host not in allowed_hosts:
                 return error_response(
                     "HOST_FORBIDDEN",
-                    f"Host '{host}' is not allowed on a loopback-bound daemon; use http://127.0.0.1:"
-                    f"{config.port} or add the name to `allowed_hosts` in config.toml",
+                    f"Host '{host}' is not allowed on a loopback-bound daemon; call it as 127.0.0.1 or "
+                    "localhost, or add the name to `allowed_hosts` in config.toml",
                 )
             origin = request.headers.get("Origin")
             if origin and not _local_origin(origin):
@@ -223,7 +223,8 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
 
     @app.errorhandler(BlazarRuntimeError)
     async def _runtime_error(exc: BlazarRuntimeError) -> Response:
-        return error_response(exc.code if exc.code in CATALOG else "INTERNAL", exc.message)
+        code = exc.code if exc.code in CATALOG else "INTERNAL"
+        return error_response(code, exc.message, retry_after_s=getattr(exc, "retry_after_s", None))
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:

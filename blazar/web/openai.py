@@ -15,12 +15,12 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from actors.engine import EnsureReady
 from actors.runtime import Runtime
 from blazar.dialects import openai
 from blazar.dialects.engine import classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
+from blazar.web.claim import claim_engine
 from blazar.web.common import (
     JSON,
     SSE_HEADERS,
@@ -126,10 +126,9 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
     async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
         set_model(model)
         engine = await runtime.engine_for(model)
-        t0 = time.monotonic()
-        handle = await engine.ask(EnsureReady())
-        loaded = time.monotonic() - t0 > _LOADING_S
-        lease = engine.lease()
+        lease = await claim_engine(runtime, engine)
+        handle = lease.handle
+        loaded = lease.load_ns > _LOADING_S * 1e9
         try:
             upstream = await send_upstream(handle, path, body, stream=stream)
         except httpx.HTTPError as exc:

@@ -9,15 +9,21 @@ upstream response is closed, exactly once, whichever way the request ends.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import httpx
 import trio
 
-from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle, Lease
+from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
 from blazar.errors import BlazarError
 
-__all__ = ["UpstreamStream", "close_response", "crash_error", "send_upstream"]
+
+class Releasable(Protocol):
+    def release(self) -> None: ...
+
+
+__all__ = ["Releasable", "UpstreamStream", "close_response", "crash_error", "send_upstream"]
 
 
 async def close_response(response: httpx.Response) -> None:
@@ -70,7 +76,7 @@ class UpstreamStream:
     def __init__(
         self,
         response: httpx.Response,
-        lease: Lease,
+        lease: Releasable,
         on_error: Callable[[Exception], Awaitable[bytes]],
     ) -> None:
         self._response = response

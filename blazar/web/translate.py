@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import httpx
 import msgspec
 
-from actors.engine import EngineActor, EngineHandle, EnsureReady, Lease, Reconfigure
+from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from blazar.dialects.engine import (
     EngineError,
@@ -28,6 +28,7 @@ from blazar.dialects.engine import (
 )
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
+from blazar.web.claim import Claim, claim_engine
 from blazar.web.relay import close_response, crash_error
 
 __all__ = [
@@ -108,7 +109,7 @@ class EngineCall:
         self.timings = Timings(started_ns=time.perf_counter_ns())
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
-        self.lease: Lease | None = None
+        self.claim: Claim | None = None
 
     @property
     def native_tools(self) -> bool:
@@ -126,15 +127,14 @@ class EngineCall:
             await engine.ask(
                 Reconfigure(ctx_per_slot=self.req.num_ctx, embeddings=True if embeddings else None)
             )
-        t0 = time.perf_counter_ns()
-        self.handle = await engine.ask(EnsureReady())
-        self.timings.load_ns = time.perf_counter_ns() - t0
-        self.lease = engine.lease()
+        self.claim = await claim_engine(self.runtime, engine)
+        self.handle = self.claim.handle
+        self.timings.load_ns = self.claim.load_ns
         return engine
 
     def release(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
+        if self.claim is not None:
+            self.claim.release()
         self.timings.ended_ns = self.timings.ended_ns or time.perf_counter_ns()
         keep = self.req.keep_alive_s
         if keep == 0 and self.engine is not None and self.engine.in_flight == 0:

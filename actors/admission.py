@@ -1,0 +1,347 @@
+"""AdmissionActor: the sole owner of every model's queue, slots and leases.
+
+A request asks for a slot with ``acquire``; the actor answers at once (a free
+slot, or a refusal with a reason and a Retry-After) or keeps the request
+queued and answers when ``actors.scheduling.assign`` grants it a slot. Which
+waiter goes next is decided there, by pure functions; this actor only applies
+their effects and keeps time.
+
+Exactly-once: every granted id is in ``_granted`` until a ``Release`` (or a
+``Withdraw`` from an asker that was cancelled while the grant was on its way)
+removes it, and only that removal frees the slot. A waiter that disconnects is
+withdrawn at once and never reaches an engine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import msgspec
+import trio
+
+from actors.actor import Actor
+from actors.errors import ActorStopped, BlazarRuntimeError
+from actors.mailbox import Envelope
+from actors.scheduling import (
+    Expire,
+    Grant,
+    ModelQueue,
+    Tier,
+    Waiter,
+    admit,
+    assign,
+    position,
+    predicted_wait_s,
+    release,
+    update_service,
+    withdraw,
+)
+
+__all__ = [
+    "AdmissionActor",
+    "AdmissionRejected",
+    "AdmissionStatistics",
+    "Draining",
+    "Slot",
+    "acquire",
+]
+
+
+class AdmissionRejected(BlazarRuntimeError):
+    """Refused or expired before a slot was free; carries ``retry_after_s``."""
+
+    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+class Admit(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    waiter_id: int
+    model: str
+    capacity: int
+    tier: int
+    client: str
+    deadline_s: float | None = None
+
+
+class Release(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    waiter_id: int
+    model: str
+    service_s: float | None = None
+
+
+class Withdraw(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    waiter_id: int
+    model: str
+
+
+class Draining(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Stop admitting: every new and queued request is refused (shutdown)."""
+
+
+AdmissionMessage = Admit | Release | Withdraw | Draining
+
+
+class QueueStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    capacity: int
+    running: int
+    queued: int
+    service_s: float | None
+
+
+class AdmissionStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    running: bool
+    draining: bool
+    granted: int
+    rejected: int
+    expired: int
+    withdrawn: int
+    queues: list[QueueStatistics]
+
+
+@dataclass
+class Slot:
+    """A granted slot; ``release`` (idempotent) gives it back."""
+
+    admission: AdmissionActor
+    waiter_id: int
+    model: str
+    granted_at_s: float
+    queued_s: float
+    _released: bool = False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        service_s = trio.current_time() - self.granted_at_s
+        try:
+            self.admission.tell_nowait(
+                Release(waiter_id=self.waiter_id, model=self.model, service_s=service_s)
+            )
+        except (ActorStopped, trio.WouldBlock):
+            pass
+
+
+class AdmissionActor(Actor[AdmissionMessage]):
+    def __init__(self, *, max_queue: int = 256, queue_timeout_s: float = 120.0) -> None:
+        super().__init__("admission", capacity=math.inf)
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
+        self._ids = itertools.count(1)
+        self._queues: dict[str, ModelQueue] = {}
+        self._envelopes: dict[int, Envelope[AdmissionMessage]] = {}
+        self._granted: set[int] = set()
+        self._draining = False
+        self._counts = {"granted": 0, "rejected": 0, "expired": 0, "withdrawn": 0}
+
+    def __repr__(self) -> str:
+        queued = sum(len(q.waiters) for q in self._queues.values())
+        running = sum(q.running for q in self._queues.values())
+        return f"<AdmissionActor queued={queued} running={running} draining={self._draining}>"
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    def position(self, model: str, waiter_id: int) -> int | None:
+        queue = self._queues.get(model)
+        return position(queue, waiter_id) if queue else None
+
+    def statistics(self) -> AdmissionStatistics:  # type: ignore[override]
+        return AdmissionStatistics(
+            name=self.name,
+            running=self._running,
+            draining=self._draining,
+            queues=[
+                QueueStatistics(
+                    model=q.model,
+                    capacity=q.capacity,
+                    running=q.running,
+                    queued=len(q.waiters),
+                    service_s=q.service_s,
+                )
+                for q in self._queues.values()
+            ],
+            **self._counts,
+        )
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Actor[AdmissionMessage]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        self.mailbox.reopen()
+        self._running = True
+        try:
+            task_status.started(self)
+            while True:
+                # Wake for the next message, or when the earliest queued deadline or timeout falls due.
+                with trio.move_on_at(self._next_expiry()):
+                    env = await self.mailbox.receive()
+                    await self.dispatch(env)
+                    self._handled += 1
+                self._assign_all()
+        finally:
+            self._running = False
+            self.mailbox.close()
+            for env in self._envelopes.values():
+                env.fail(ActorStopped("admission stopped before a slot was free"))
+            self._envelopes.clear()
+
+    def _next_expiry(self) -> float:
+        soonest = math.inf
+        for q in self._queues.values():
+            for w in q.waiters:
+                # Just past the timeout: the scheduler expires waits strictly longer than it.
+                soonest = min(soonest, w.arrived_s + self.queue_timeout_s + 1e-3)
+                if w.deadline_s is not None:
+                    soonest = min(soonest, w.deadline_s)
+        return soonest
+
+    async def dispatch(self, env: Envelope[AdmissionMessage]) -> None:
+        now = trio.current_time()
+        match env.message:
+            case Admit() as m:
+                if self._draining:
+                    self._counts["rejected"] += 1
+                    env.fail(
+                        AdmissionRejected(
+                            "SHUTTING_DOWN", "the daemon is shutting down: retry on the next one"
+                        )
+                    )
+                    return
+                queue = self._queues.get(m.model) or ModelQueue(
+                    model=m.model, capacity=m.capacity, running=0, waiters=(), service_s=None
+                )
+                if queue.capacity != m.capacity:
+                    queue = msgspec.structs.replace(queue, capacity=m.capacity)
+                waiter = Waiter(
+                    id=m.waiter_id,
+                    model=m.model,
+                    tier=Tier(m.tier),
+                    client=m.client,
+                    arrived_s=now,
+                    deadline_s=m.deadline_s,
+                )
+                queue, rejection = admit(queue, waiter, max_queue=self.max_queue, now_s=now)
+                self._queues[m.model] = queue
+                if rejection is not None:
+                    self._counts["rejected"] += 1
+                    env.fail(
+                        AdmissionRejected(
+                            rejection.code, rejection.message, retry_after_s=rejection.retry_after_s
+                        )
+                    )
+                    return
+                self._envelopes[m.waiter_id] = env
+            case Release(waiter_id=wid, model=model, service_s=service_s):
+                if wid in self._granted:
+                    self._granted.discard(wid)
+                    queue = release(self._queues[model])
+                    if service_s is not None:
+                        queue = msgspec.structs.replace(
+                            queue, service_s=update_service(queue.service_s, service_s)
+                        )
+                    self._queues[model] = queue
+            case Withdraw(waiter_id=wid, model=model):
+                if wid in self._granted:  # the grant raced with the asker's cancellation
+                    self._granted.discard(wid)
+                    self._queues[model] = release(self._queues[model])
+                elif model in self._queues and self._envelopes.pop(wid, None) is not None:
+                    self._queues[model] = withdraw(self._queues[model], wid)
+                    self._counts["withdrawn"] += 1
+            case Draining():
+                self._draining = True
+                for wid, waiting in list(self._envelopes.items()):
+                    waiting.fail(
+                        AdmissionRejected("SHUTTING_DOWN", "the daemon is shutting down: retry later")
+                    )
+                    del self._envelopes[wid]
+                for model, queue in self._queues.items():
+                    self._queues[model] = msgspec.structs.replace(queue, waiters=())
+                env.answer(None)
+
+    def _assign_all(self) -> None:
+        now = trio.current_time()
+        for model, queue in list(self._queues.items()):
+            if not queue.waiters:
+                continue
+            queue, effects = assign(queue, now_s=now, queue_timeout_s=self.queue_timeout_s)
+            self._queues[model] = queue
+            for effect in effects:
+                env = self._envelopes.pop(effect.waiter_id, None)
+                match effect:
+                    case Grant(waiter_id=wid):
+                        self._granted.add(wid)
+                        self._counts["granted"] += 1
+                        if env is None or env.reply is None or env.reply.done:
+                            self._granted.discard(wid)
+                            queue = release(self._queues[model])
+                            self._queues[model] = queue
+                        else:
+                            env.answer(now)
+                    case Expire(waiter_id=wid, reason=reason):
+                        self._counts["expired"] += 1
+                        if env is not None:
+                            env.fail(_expired(model, reason, queue))
+
+
+def _expired(model: str, reason: str, queue: ModelQueue) -> AdmissionRejected:
+    retry = max(1.0, queue.service_s or 1.0)
+    if reason == "deadline":
+        return AdmissionRejected(
+            "DEADLINE_EXCEEDED",
+            f"the request's deadline passed while it waited for a slot on '{model}'",
+            retry_after_s=retry,
+        )
+    return AdmissionRejected(
+        "ALL_SLOTS_BUSY",
+        f"every slot of '{model}' stayed busy for the whole wait — retry later or raise queue_timeout_s",
+        retry_after_s=retry,
+    )
+
+
+async def acquire(
+    admission: AdmissionActor,
+    *,
+    model: str,
+    capacity: int,
+    tier: Tier = Tier.NORMAL,
+    client: str = "",
+    deadline_s: float | None = None,
+) -> Slot:
+    """Wait for a slot. Cancellation withdraws the request (or gives back a grant
+    that was already on its way), so a disconnect never leaks a slot."""
+    waiter_id = admission.next_id()
+    arrived = trio.current_time()
+    message = Admit(
+        waiter_id=waiter_id,
+        model=model,
+        capacity=capacity,
+        tier=int(tier),
+        client=client,
+        deadline_s=deadline_s,
+    )
+    try:
+        granted_at: float = await admission.ask(message)
+    except BaseException:
+        try:
+            admission.tell_nowait(Withdraw(waiter_id=waiter_id, model=model))
+        except (ActorStopped, trio.WouldBlock):
+            pass
+        raise
+    return Slot(
+        admission=admission,
+        waiter_id=waiter_id,
+        model=model,
+        granted_at_s=granted_at,
+        queued_s=granted_at - arrived,
+    )
+
+
+def predicted_wait(admission: AdmissionActor, model: str, waiter_id: int) -> float:
+    queue = admission._queues.get(model)
+    return predicted_wait_s(queue, waiter_id) if queue else 0.0

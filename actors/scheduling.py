@@ -1,0 +1,392 @@
+"""Admission decisions: which queued request gets the next free slot of a model.
+
+Pure functions over immutable values — no trio, no I/O, no clock, no randomness.
+The admission actor owns one :class:`ModelQueue` per model, passes the current
+time in as ``now_s`` and carries out the returned effects (:class:`Grant`,
+:class:`Expire`).
+
+Vocabulary: a model has ``capacity`` slots, ``running`` of them busy. A request
+waiting for a slot is a :class:`Waiter`. A grant *passes* a waiter when it happens
+while that waiter stays queued.
+
+Ordering (:func:`order`), most important rule first:
+
+1. **Tiers.** Waiters are ordered by *effective* tier, HIGH before NORMAL before
+   LOW. The effective tier is the nominal tier unless the starvation guard (4)
+   promoted the waiter.
+2. **Deadlines (EDF).** Inside an effective tier, waiters with a deadline come
+   first, earliest deadline first (ties by arrival). Fairness never delays them.
+3. **Fair queuing.** The remaining waiters of the tier are served round-robin
+   across clients (the fairness key), least recently served client first:
+   clients that do not appear in ``recent_clients`` come first, in arrival order
+   of each client's oldest waiter, then the clients of ``recent_clients`` from the
+   one served longest ago to the one served last. Each round takes one waiter from
+   every client; inside a client the order is FIFO. So a burst of 50 requests
+   from one client delays another client's single request (same tier, no
+   deadlines) by at most one grant; with ``n`` clients, by at most ``n - 1``.
+4. **Starvation guard (promotion).** Every grant of a waiter whose effective tier
+   is more urgent than a queued waiter's effective tier counts in that waiter's
+   ``skipped_by_higher``. Each ``starvation_limit`` such skips promote it one tier
+   up for ordering (LOW → NORMAL after ``L`` skips, → HIGH after ``2 L``).
+   ``starvation_limit`` is a field of the queue so that every function agrees on
+   it; ``None`` means ``8 * capacity``, ``0`` turns promotion off.
+5. **High-tier guard.** Every grant of a waiter of a less urgent *nominal* tier
+   counts in a queued waiter's ``skipped_by_lower``. Once that reaches
+   ``capacity`` (at least 1), the waiter is ordered ahead of every promoted waiter
+   of its effective tier (the rest of the order is kept).
+
+Guarantees (tested in ``tests/actors/test_scheduling.py``):
+
+* Without promotion (``starvation_limit=0``) tier priority is strict: no grant of
+  a NORMAL or LOW waiter happens while a HIGH waiter is queued (and none of a LOW
+  waiter while a NORMAL one is).
+* With promotion, a lower-tier grant can pass a HIGH waiter only if the granted
+  waiter was promoted to HIGH, and **once queued, a HIGH waiter is passed by at
+  most ``capacity`` grants of lower-tier waiters** (rule 5; grants are made one at
+  a time and the counters are updated between them, so this holds within one
+  :func:`assign` call too; ``capacity`` is the queue's capacity, assumed fixed
+  while the waiter is queued).
+* With promotion, a LOW (or NORMAL) waiter is eventually granted under a
+  continuous stream of HIGH arrivals that carry no deadline: after at most
+  ``2 L`` (NORMAL: ``L``) HIGH grants it is ordered as HIGH, and from there fair
+  queuing and FIFO bound its wait. (A stream of HIGH requests that all carry
+  deadlines is served EDF first and can still delay it: deadlines win.)
+* :func:`assign` never grants more than the free slots (``capacity - running``),
+  never grants a waiter twice, never drives ``running`` below 0, and is work
+  conserving: afterwards either no slot is free or no waiter is left.
+
+Predicted wait (:func:`predicted_wait_s`, used by :func:`admit`): with ``k``
+waiters ordered ahead, it is 0 when a free slot is left for the waiter
+(``capacity - running > k``) or the service time is unknown, otherwise
+``ceil(k / capacity) * service_s``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "DEFAULT_STARVATION_FACTOR",
+    "RECENT_CLIENTS_MAX",
+    "Effect",
+    "Expire",
+    "Grant",
+    "ModelQueue",
+    "Rejection",
+    "Tier",
+    "Waiter",
+    "admit",
+    "assign",
+    "effective_tier",
+    "order",
+    "parse_tier",
+    "position",
+    "predicted_wait_s",
+    "release",
+    "starvation_limit",
+    "update_service",
+    "withdraw",
+]
+
+DEFAULT_STARVATION_FACTOR = 8
+"""Default starvation limit is this many times the model's capacity."""
+RECENT_CLIENTS_MAX = 64
+"""How many distinct recently served clients a queue remembers for fairness."""
+SERVICE_STEP = 0.125
+"""Relative step of the running median estimate (:func:`update_service`)."""
+
+
+class Tier(enum.IntEnum):
+    """Priority tier of a request; a lower value is more urgent."""
+
+    HIGH = 0
+    NORMAL = 1
+    LOW = 2
+
+
+def parse_tier(header: str | None) -> Tier:
+    """The tier named by a priority header: ``high`` or ``low`` (any case), else NORMAL."""
+    value = (header or "").strip().lower()
+    if value == "high":
+        return Tier.HIGH
+    if value == "low":
+        return Tier.LOW
+    return Tier.NORMAL
+
+
+class Waiter(msgspec.Struct, frozen=True, kw_only=True):
+    """A request waiting for a slot of ``model``."""
+
+    id: int
+    """Unique, increasing in arrival order."""
+    model: str
+    tier: Tier
+    client: str
+    """Fairness key (API key, peer, user…)."""
+    arrived_s: float
+    deadline_s: float | None = None
+    """Absolute time after which the request is useless."""
+    skipped_by_lower: int = 0
+    """Grants of less urgent (nominal) tiers that passed this waiter (rule 5)."""
+    skipped_by_higher: int = 0
+    """Grants of a more urgent effective tier that passed this waiter (rule 4)."""
+
+
+class ModelQueue(msgspec.Struct, frozen=True, kw_only=True):
+    """Slots and waiters of one model."""
+
+    model: str
+    capacity: int
+    running: int
+    waiters: tuple[Waiter, ...] = ()
+    """In arrival order."""
+    service_s: float | None = None
+    """Running estimate of the median service time (:func:`update_service`)."""
+    recent_clients: tuple[str, ...] = ()
+    """Distinct clients of the most recent grants, most recently served last."""
+    starvation_limit: int | None = None
+    """Skips by more urgent grants per promotion; ``None``: 8 * capacity; ``0``: never promote."""
+
+
+class Grant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Give a slot to this waiter (``running`` already counts it)."""
+
+    waiter_id: int
+    model: str
+
+
+class Expire(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Tell this waiter it has been dropped from the queue."""
+
+    waiter_id: int
+    reason: Literal["deadline", "timeout"]
+
+
+Effect = Grant | Expire
+
+
+class Rejection(msgspec.Struct, frozen=True, kw_only=True):
+    code: Literal["QUEUE_FULL", "DEADLINE_UNMEETABLE"]
+    retry_after_s: float
+    message: str
+
+
+# --------------------------------------------------------------------------- ordering
+
+
+def starvation_limit(queue: ModelQueue) -> int:
+    """The queue's promotion threshold; 0 means promotion is off."""
+    if queue.starvation_limit is None:
+        return DEFAULT_STARVATION_FACTOR * max(1, queue.capacity)
+    return max(0, queue.starvation_limit)
+
+
+def _effective(waiter: Waiter, limit: int) -> int:
+    if limit <= 0:
+        return int(waiter.tier)
+    return max(int(Tier.HIGH), int(waiter.tier) - waiter.skipped_by_higher // limit)
+
+
+def effective_tier(queue: ModelQueue, waiter: Waiter) -> Tier:
+    """The tier ``waiter`` is ordered in, after promotion by the starvation guard."""
+    return Tier(_effective(waiter, starvation_limit(queue)))
+
+
+def _fair(waiters: list[Waiter], recent: dict[str, int]) -> list[Waiter]:
+    """Round-robin across clients, least recently served first; FIFO inside a client."""
+    per_client: dict[str, list[Waiter]] = {}
+    for w in sorted(waiters, key=lambda w: w.id):
+        per_client.setdefault(w.client, []).append(w)
+    clients = sorted(per_client, key=lambda c: (recent.get(c, -1), per_client[c][0].id))
+    out: list[Waiter] = []
+    rounds = max((len(v) for v in per_client.values()), default=0)
+    for r in range(rounds):
+        for c in clients:
+            queue = per_client[c]
+            if r < len(queue):
+                out.append(queue[r])
+    return out
+
+
+def _guard(tier_order: list[Waiter], tier: int, guard: int) -> list[Waiter]:
+    """Move promoted waiters behind the last guarded waiter of the tier (rule 5)."""
+    last = -1
+    for i, w in enumerate(tier_order):
+        if w.tier == tier and w.skipped_by_lower >= guard:
+            last = i
+    if last < 0:
+        return tier_order
+    head = tier_order[: last + 1]
+    return [w for w in head if w.tier == tier] + [w for w in head if w.tier != tier] + tier_order[last + 1 :]
+
+
+def order(queue: ModelQueue) -> list[Waiter]:
+    """The order in which the queue's waiters would be granted (see the module docstring)."""
+    limit = starvation_limit(queue)
+    guard = max(1, queue.capacity)
+    recent = {c: i for i, c in enumerate(queue.recent_clients)}
+    by_tier: dict[int, list[Waiter]] = {}
+    for w in queue.waiters:
+        by_tier.setdefault(_effective(w, limit), []).append(w)
+    out: list[Waiter] = []
+    for tier in sorted(by_tier):
+        group = by_tier[tier]
+        timed = sorted(
+            (w for w in group if w.deadline_s is not None),
+            key=lambda w: (w.deadline_s, w.id),
+        )
+        untimed = _fair([w for w in group if w.deadline_s is None], recent)
+        out.extend(_guard(timed + untimed, tier, guard))
+    return out
+
+
+def position(queue: ModelQueue, waiter_id: int) -> int | None:
+    """1-based place of the waiter in :func:`order`, or None when it is not queued."""
+    for i, w in enumerate(order(queue)):
+        if w.id == waiter_id:
+            return i + 1
+    return None
+
+
+def _wait_for(queue: ModelQueue, ahead: int) -> float:
+    free = max(0, queue.capacity - queue.running)
+    if queue.service_s is None or free > ahead:
+        return 0.0
+    return math.ceil(ahead / max(1, queue.capacity)) * max(0.0, queue.service_s)
+
+
+def predicted_wait_s(queue: ModelQueue, waiter_id: int) -> float:
+    """Predicted seconds until the waiter is granted; raises KeyError when it is not queued."""
+    pos = position(queue, waiter_id)
+    if pos is None:
+        raise KeyError(waiter_id)
+    return _wait_for(queue, pos - 1)
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+def _passed(w: Waiter, granted: Waiter, granted_tier: int, limit: int) -> Waiter:
+    lower = 1 if granted.tier > w.tier else 0
+    higher = 1 if granted_tier < _effective(w, limit) else 0
+    if not lower and not higher:
+        return w
+    return msgspec.structs.replace(
+        w,
+        skipped_by_lower=w.skipped_by_lower + lower,
+        skipped_by_higher=w.skipped_by_higher + higher,
+    )
+
+
+def _grant(queue: ModelQueue, granted: Waiter) -> ModelQueue:
+    limit = starvation_limit(queue)
+    granted_tier = _effective(granted, limit)
+    waiters = tuple(_passed(w, granted, granted_tier, limit) for w in queue.waiters if w.id != granted.id)
+    recent = (*(c for c in queue.recent_clients if c != granted.client), granted.client)
+    return msgspec.structs.replace(
+        queue,
+        waiters=waiters,
+        running=queue.running + 1,
+        recent_clients=recent[-RECENT_CLIENTS_MAX:],
+    )
+
+
+def assign(queue: ModelQueue, *, now_s: float, queue_timeout_s: float) -> tuple[ModelQueue, list[Effect]]:
+    """Expire overdue waiters, then fill the free slots in :func:`order`.
+
+    A waiter expires with reason ``"deadline"`` when ``deadline_s <= now_s``, else
+    with ``"timeout"`` when it has waited longer than ``queue_timeout_s``. Expiries
+    come first in the effects (arrival order), then grants in grant order. Grants
+    are made one at a time so that the skip counters and ``recent_clients`` of
+    one grant already shape the next.
+    """
+    effects: list[Effect] = []
+    keep: list[Waiter] = []
+    for w in queue.waiters:
+        if w.deadline_s is not None and w.deadline_s <= now_s:
+            effects.append(Expire(waiter_id=w.id, reason="deadline"))
+        elif now_s - w.arrived_s > queue_timeout_s:
+            effects.append(Expire(waiter_id=w.id, reason="timeout"))
+        else:
+            keep.append(w)
+    if len(keep) != len(queue.waiters):
+        queue = msgspec.structs.replace(queue, waiters=tuple(keep))
+    free = max(0, queue.capacity - queue.running)
+    while free > 0 and queue.waiters:
+        nxt = order(queue)[0]
+        queue = _grant(queue, nxt)
+        effects.append(Grant(waiter_id=nxt.id, model=queue.model))
+        free -= 1
+    return queue, effects
+
+
+def admit(
+    queue: ModelQueue, waiter: Waiter, *, max_queue: int, now_s: float
+) -> tuple[ModelQueue, Rejection | None]:
+    """Queue ``waiter`` or say why not.
+
+    ``QUEUE_FULL`` when ``max_queue`` waiters are already queued; ``DEADLINE_UNMEETABLE``
+    when the waiter's deadline has passed or would pass before its predicted grant.
+    ``retry_after_s`` is the predicted wait at the place the waiter would take, at
+    least 1 s. The queue comes back unchanged on rejection.
+    """
+    candidate = msgspec.structs.replace(queue, waiters=(*queue.waiters, waiter))
+    wait = predicted_wait_s(candidate, waiter.id)
+    retry = max(1.0, wait)
+    if len(queue.waiters) >= max_queue:
+        return queue, Rejection(
+            code="QUEUE_FULL",
+            retry_after_s=retry,
+            message=(
+                f"the queue for model '{queue.model}' is full ({len(queue.waiters)} waiting)"
+                f" — retry in {math.ceil(retry)} s"
+            ),
+        )
+    if waiter.deadline_s is not None and now_s + wait >= waiter.deadline_s:
+        return queue, Rejection(
+            code="DEADLINE_UNMEETABLE",
+            retry_after_s=retry,
+            message=(
+                f"model '{queue.model}' cannot start this request before its deadline"
+                f" (predicted wait {wait:.1f} s, {max(0.0, waiter.deadline_s - now_s):.1f} s left)"
+                f" — allow more time or retry in {math.ceil(retry)} s"
+            ),
+        )
+    return candidate, None
+
+
+def withdraw(queue: ModelQueue, waiter_id: int) -> ModelQueue:
+    """Remove a waiter that left (disconnect, cancel); unchanged when it is not queued."""
+    waiters = tuple(w for w in queue.waiters if w.id != waiter_id)
+    if len(waiters) == len(queue.waiters):
+        return queue
+    return msgspec.structs.replace(queue, waiters=waiters)
+
+
+def release(queue: ModelQueue) -> ModelQueue:
+    """A running request finished: one slot is free again (``running`` never below 0)."""
+    return msgspec.structs.replace(queue, running=max(0, queue.running - 1))
+
+
+def update_service(previous_s: float | None, sample_s: float) -> float:
+    """Running estimate of the median service time.
+
+    A frugal streaming median: the estimate moves toward each sample by a factor
+    of ``1 + SERVICE_STEP`` (up or down), never past the sample. It settles where
+    half of the samples are above it, one outlier moves it by at most 12.5 %, it
+    costs O(1) with no memory, and it always stays between the smallest and the
+    largest sample seen. The first sample (or any sample after a zero estimate)
+    is taken as is. Negative samples count as 0.
+    """
+    sample = max(0.0, sample_s)
+    if previous_s is None or previous_s <= 0.0:
+        return sample
+    if sample > previous_s:
+        return min(sample, previous_s * (1.0 + SERVICE_STEP))
+    if sample < previous_s:
+        return max(sample, previous_s / (1.0 + SERVICE_STEP))
+    return previous_s
