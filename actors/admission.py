@@ -312,10 +312,11 @@ async def acquire(
     tier: Tier = Tier.NORMAL,
     client: str = "",
     deadline_s: float | None = None,
+    waiter_id: int | None = None,
 ) -> Slot:
     """Wait for a slot. Cancellation withdraws the request (or gives back a grant
     that was already on its way), so a disconnect never leaks a slot."""
-    waiter_id = admission.next_id()
+    waiter_id = waiter_id if waiter_id is not None else admission.next_id()
     arrived = trio.current_time()
     message = Admit(
         waiter_id=waiter_id,

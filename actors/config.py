@@ -24,6 +24,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     slots: int | None = None
     embeddings: bool | None = None
     extra_args: list[str] | None = None
+    keep_alive_s: float | None = None
+    """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +42,12 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Requests that may wait per model; more are refused with 429 QUEUE_FULL."""
     queue_timeout_s: float = 120.0
     """Longest wait for a slot before 503 ALL_SLOTS_BUSY."""
+    keep_alive_s: float = 300.0
+    """Seconds a model stays loaded after its last request; negative: forever, 0: unload at once."""
+    max_loaded_models: int = 0
+    """Models loaded at once; loading one more evicts the least recently used idle one. 0: no limit."""
+    preload: list[str] = []
+    """Models loaded in the background at startup (a failure is logged, not fatal)."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
 

@@ -3,8 +3,9 @@
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
     ├ admission         queues, slots and leases of every model
-    └ engines (supervisor)
-        └ engine[model] → child process (llama.cpp)
+    ├ engines (supervisor)
+    │   └ engine[model] → child process (llama.cpp)
+    └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models
 
 
 async with open_runtime(cfg) as rt:
@@ -14,6 +15,7 @@ async with open_runtime(cfg) as rt:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,16 +25,19 @@ import trio
 
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.config import RuntimeConfig
-from actors.engine import EngineActor, EngineStatistics, StopEngine
+from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec
 from actors.errors import ActorStopped
 from actors.ledger import LedgerActor, LedgerStatistics
+from actors.lifecycle import LifecycleActor, LifecycleStatistics, ModelLifecycle
 from actors.process import reap_orphans
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.catalog import Catalog
 from registry.store import ModelRecord, Store
 
 __all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
+
+log = logging.getLogger("blazar.runtime")
 
 _FALLBACK_CTX = 4096
 
@@ -41,6 +46,7 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: list[EngineStatistics]
     ledger: LedgerStatistics
     admission: AdmissionStatistics
+    lifecycle: LifecycleStatistics
     reaped_orphans: list[int]
 
 
@@ -57,6 +63,7 @@ class Runtime:
         engines: Supervisor,
         ledger: LedgerActor,
         admission: AdmissionActor,
+        lifecycle: LifecycleActor | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -65,6 +72,7 @@ class Runtime:
         self.engines = engines
         self.ledger = ledger
         self.admission = admission
+        self.lifecycle = lifecycle or self._lifecycle_actor()
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -134,6 +142,42 @@ class Runtime:
             pass
         return True
 
+    def _lifecycle_actor(self) -> LifecycleActor:
+        c = self.config
+        return LifecycleActor(
+            ModelLifecycle(loaded=self._loaded_in_flight, pending=self._admitted, stop=self.stop_engine),
+            keep_alive_s=c.keep_alive_s,
+            max_loaded_models=c.max_loaded_models,
+            load_wait_s=c.queue_timeout_s,
+            model_keep_alive={m: o.keep_alive_s for m, o in c.models.items() if o.keep_alive_s is not None},
+        )
+
+    def _loaded_in_flight(self) -> dict[str, int]:
+        """Model → requests in flight, for each engine whose child is starting or ready."""
+        return {
+            e.spec.model: e.in_flight
+            for e in self.loaded()
+            if e.state in (EngineState.READY, EngineState.STARTING)
+        }
+
+    def _admitted(self) -> dict[str, int]:
+        """Model → requests admission holds for it (granted a slot or queued)."""
+        return {q.model: q.running + q.queued for q in self.admission.statistics().queues}
+
+    async def preload(self, models: list[str]) -> None:
+        """Load ``models`` one after another; a failure is logged and the next one tried."""
+        for name in models:
+            try:
+                engine = await self.engine_for(name)
+                model = engine.spec.model
+                if engine.state is not EngineState.READY:
+                    await self.lifecycle.before_load(model)
+                await engine.ask(EnsureReady())
+                self.lifecycle.touch_nowait(model, None)
+                log.info("preloaded '%s'", model)
+            except Exception as exc:
+                log.warning("could not preload '%s': %s", name, getattr(exc, "message", None) or exc)
+
     def engine_if_loaded(self, model: str) -> EngineActor | None:
         """The model's engine actor if one exists, without creating it."""
         return self._engines.get(model)
@@ -142,11 +186,6 @@ class Runtime:
         """Run a background task owned by the runtime (it ends with the runtime)."""
         assert self._nursery is not None
         self._nursery.start_soon(fn)
-
-    def unload_soon(self, model: str) -> None:
-        """Stop a model's engine in the background (``keep_alive`` 0)."""
-        if self._nursery is not None:
-            self._nursery.start_soon(self.stop_engine, model)
 
     async def forget(self, model: str) -> None:
         """Stop and drop the engine of a model that was removed from the store."""
@@ -166,6 +205,7 @@ class Runtime:
             engines=[e.statistics() for e in self.loaded()],
             ledger=self.ledger.statistics(),
             admission=self.admission.statistics(),
+            lifecycle=self.lifecycle.statistics(),
             reaped_orphans=self.reaped_orphans,
         )
 
@@ -178,8 +218,9 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
 
     reaped, store, catalog = await trio.to_thread.run_sync(prepare)
-    # The tree of DESIGN §3. Children stop in reverse start order: engines first,
-    # then the ledger, which writes what is still queued.
+    # The tree of DESIGN §3. Children stop in reverse start order: lifecycle first (no
+    # idle unload races the shutdown), then engines, then the ledger, which writes what
+    # is still queued.
     async with trio.open_nursery() as nursery:
         root: Supervisor = await nursery.start(Supervisor("runtime").run)
         ledger = LedgerActor(Path(config.home) / "blazar.db")
@@ -197,8 +238,11 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             ledger=ledger,
             admission=admission,
         )
+        await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
+        if config.preload:
+            nursery.start_soon(runtime.preload, list(config.preload))
         try:
             yield runtime
         finally:

@@ -261,6 +261,18 @@ def stop(*, timeout_s: float = 30.0) -> None:
 
 
 @app.command
+def unload(model: str) -> None:
+    """Unload MODEL's engine from the running daemon; the next request loads it again."""
+    from urllib.parse import quote
+
+    daemon = find_daemon(resolve_paths())
+    if daemon is None:
+        raise CliError("no daemon is running, so nothing is loaded — start one with `blazar serve`")
+    result = daemon.post(f"/admin/models/{quote(model, safe=':/')}/unload")
+    out.print(f"unloaded {model}" if result.get("unloaded") else f"{model} was not loaded")
+
+
+@app.command
 def logs(
     *, follow: Annotated[bool, Parameter(name=["--follow", "-f"], negative="")] = False, lines: int = 50
 ) -> None:

@@ -74,6 +74,12 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     log_max_mb: float = 10.0
     max_queue: int = 256
     queue_timeout_s: float = 120.0
+    keep_alive_s: float = 300.0
+    """Seconds a model stays loaded after its last request; negative: forever, 0: unload at once."""
+    max_loaded_models: int = 0
+    """Models loaded at once (0: no limit); the least recently used idle one is evicted first."""
+    preload: list[str] = []
+    """Models loaded in the background when the daemon starts."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
 
@@ -86,6 +92,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             default_ctx=self.default_ctx,
             max_queue=self.max_queue,
             queue_timeout_s=self.queue_timeout_s,
+            keep_alive_s=self.keep_alive_s,
+            max_loaded_models=self.max_loaded_models,
+            preload=self.preload,
             engine=self.engine,
             models=self.models,
         )
@@ -103,4 +112,6 @@ def load_config(paths: Paths) -> Config:
         raise ConfigError(f"{path}: slots must be at least 1")
     if config.default_ctx < 256:
         raise ConfigError(f"{path}: default_ctx must be at least 256")
+    if config.max_loaded_models < 0:
+        raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
     return config

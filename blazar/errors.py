@@ -62,6 +62,11 @@ CATALOG: dict[str, CodeInfo] = {
         _c("DEADLINE_UNMEETABLE", 429, "The predicted wait exceeds X-Blazar-Deadline-Ms: retry later."),
         _c("DEADLINE_EXCEEDED", 429, "The deadline passed while the request waited for a slot."),
         _c("SHUTTING_DOWN", 503, "The daemon is shutting down and admits no new work."),
+        _c(
+            "MAX_LOADED_MODELS",
+            503,
+            "Every loaded model is busy and max_loaded_models is reached: retry later.",
+        ),
         _c("MODEL_BUSY", 409, "The model is serving requests: wait or unload it, then retry."),
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),

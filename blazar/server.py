@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
-from blazar.web.app import GatewayMiddleware, create_app
+from blazar.web.app import serve_app
 
 __all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
 
@@ -114,8 +114,8 @@ async def _serve(config: Config, paths: Paths) -> None:
     async with open_runtime(config.runtime(paths)) as runtime:
         if runtime.reaped_orphans:
             log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
-        app = create_app(runtime, config)
-        app.config["BLAZAR_SHUTDOWN"] = shutdown
+        asgi = serve_app(runtime, config)
+        asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
         hconfig = HypercornConfig()
         host = config.host
         hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
@@ -123,7 +123,6 @@ async def _serve(config: Config, paths: Paths) -> None:
         hconfig.accesslog = None
         hconfig.errorlog = logging.getLogger("hypercorn.error")
         hconfig.keep_alive_timeout = 75
-        asgi = GatewayMiddleware(app, runtime.ledger)
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:

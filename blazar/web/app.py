@@ -28,15 +28,17 @@ from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
 from blazar.dialects.neutral import DecodeError
-from blazar.errors import CATALOG, BlazarError
+from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.web import anthropic as web_anthropic
+from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
-from blazar.web.common import JSON, Cleanup, error_response
+from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState, CardView
+from blazar.web.common import JSON, Cleanup, dialect_for, error_response
 from blazar.web.relay import crash_error
 from registry.errors import RegistryError
 
-__all__ = ["GatewayMiddleware", "create_app"]
+__all__ = ["GatewayMiddleware", "create_app", "serve_app"]
 
 log = logging.getLogger("blazar.web")
 
@@ -53,9 +55,10 @@ class GatewayMiddleware:
     finished request is recorded in the ledger without ever waiting on it.
     """
 
-    def __init__(self, app: Any, ledger: LedgerActor | None = None) -> None:
+    def __init__(self, app: Any, ledger: LedgerActor | None = None, cards: Cards | None = None) -> None:
         self.app = app
         self.ledger = ledger
+        self.cards = cards if cards is not None else Cards()
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -73,41 +76,61 @@ class GatewayMiddleware:
         cleanups: list[Cleanup] = []
         scope["blazar.cleanups"] = cleanups
         scope["blazar.trace_id"] = trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        card: Card | None = None
+        if scope["method"] == "POST" and scope["path"] in INFERENCE_PATHS:
+            card = scope["blazar.card"] = self.cards.open(trace_id, scope["path"])
         started_at, t0 = time.time(), time.perf_counter()
         status = 0
         first_body_s: float | None = None
         sent = 0
-
+        response_started = response_done = disconnected = False
         headers = dict(scope.get("headers") or [])
         body_done = headers.get(b"content-length", b"0") == b"0" and b"transfer-encoding" not in headers
 
         async def tracked_receive() -> dict[str, Any]:
-            nonlocal body_done
+            nonlocal body_done, disconnected
             message = await receive()
             if message["type"] == "http.request" and not message.get("more_body", False):
                 body_done = True
+            elif message["type"] == "http.disconnect":
+                disconnected = True
             return message
 
         async def tracked_send(message: dict[str, Any]) -> None:
-            nonlocal status, first_body_s, sent
+            nonlocal status, first_body_s, sent, response_started, response_done
             if message["type"] == "http.response.start":
                 status = message["status"]
+                response_started = True
                 if not body_done:
                     # Answered before reading the whole body (an error): the rest of it
                     # would be taken for the next request, so this connection must end.
                     message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
-                if body and first_body_s is None:
-                    first_body_s = time.perf_counter() - t0
+                if body:
+                    if first_body_s is None:
+                        first_body_s = time.perf_counter() - t0
+                    if card is not None:
+                        card.first_byte_s = card.first_byte_s or time.perf_counter()
+                        card.chunks += 1
+                        card.bytes_out += len(body)
                 sent += len(body)
+                response_done = not message.get("more_body", False)
             await send(message)
 
         self.in_flight += 1
         if self._idle.is_set():
             self._idle = trio.Event()
         try:
-            await self.app(scope, tracked_receive, tracked_send)
+            if card is None:
+                await self.app(scope, tracked_receive, tracked_send)
+            else:
+                with card.scope:
+                    await self.app(scope, tracked_receive, tracked_send)
+                if card.ended_by is not None and not disconnected:
+                    with trio.CancelScope(shield=True), trio.move_on_after(5.0):
+                        await self._end_from_outside(scope, card, send, response_started, response_done)
+                        status = status or 499
         finally:
             with trio.CancelScope(shield=True):
                 for fn in reversed(cleanups):
@@ -116,6 +139,9 @@ class GatewayMiddleware:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+            if card is not None:
+                card.model = scope.get("blazar.model")
+                self.cards.close(card, status=status or 499, disconnected=disconnected)
             if self.ledger is not None:
                 client = scope.get("client")
                 record_nowait(
@@ -134,6 +160,38 @@ class GatewayMiddleware:
                         client=client[0] if client else None,
                     ),
                 )
+
+    async def _end_from_outside(
+        self, scope: dict[str, Any], card: Card, send: Any, started: bool, done: bool
+    ) -> None:
+        """Finish a request cancelled or interrupted from another connection."""
+        if not started:
+            headers = {k.decode("latin1").lower(): v.decode("latin1") for k, v in scope.get("headers") or []}
+            body = msgspec.json.encode(
+                error_body(
+                    dialect_for(scope["path"], headers),
+                    "CLIENT_CLOSED_REQUEST",
+                    f"request {card.trace_id} was {card.ended_by} from another connection: {card.reason}",
+                )
+            )
+            scope["blazar.code"] = "CLIENT_CLOSED_REQUEST"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 499,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        elif not done:
+            tail = b""
+            if card.enders is not None:
+                tail = (
+                    card.enders.interrupted()
+                    if card.ended_by is CardState.INTERRUPTED
+                    else card.enders.cancelled()
+                )
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 _LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
@@ -156,7 +214,14 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-def create_app(runtime: Runtime, config: Config) -> QuartTrio:
+def serve_app(runtime: Runtime, config: Config) -> GatewayMiddleware:
+    """The ASGI application hypercorn serves: the app inside the gateway layer."""
+    cards = Cards()
+    return GatewayMiddleware(create_app(runtime, config, cards=cards), runtime.ledger, cards)
+
+
+def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) -> QuartTrio:
+    cards = cards if cards is not None else Cards()
     app = QuartTrio("blazar")
     app.config.update(
         RESPONSE_TIMEOUT=None,  # long generations must not be cut
@@ -269,9 +334,51 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
         )
         return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=JSON)
 
+    # -- live requests ----------------------------------------------------
+
+    def card_view(card: Card) -> CardView:
+        position = None
+        if card.state is CardState.QUEUED and card.model and card.waiter_id is not None:
+            position = runtime.admission.position(card.model, card.waiter_id)
+        return card.view(position)
+
+    def find_card(card_id: str) -> Card:
+        card = cards.get(card_id)
+        if card is None:
+            raise BlazarError("NOT_FOUND", f"no request {card_id} — see GET /v1/requests for the live ones")
+        return card
+
+    @app.get("/v1/requests")
+    async def list_requests() -> Response:
+        model, state = request.args.get("model"), request.args.get("state")
+        views = [
+            card_view(c)
+            for c in cards.all()
+            if (model is None or c.model == model) and (state is None or c.state == state)
+        ]
+        return Response(msgspec.json.encode({"object": "list", "data": views}), content_type=JSON)
+
+    @app.get("/v1/requests/<card_id>")
+    async def get_request(card_id: str) -> Response:
+        return Response(msgspec.json.encode(card_view(find_card(card_id))), content_type=JSON)
+
+    @app.post("/v1/requests/<card_id>/cancel")
+    async def cancel_request(card_id: str) -> Response:
+        card = find_card(card_id)
+        ended = card.end_from_outside(CardState.CANCELLED, "cancelled by POST /v1/requests/{id}/cancel")
+        return Response(msgspec.json.encode({"id": card_id, "cancelled": ended}), content_type=JSON)
+
+    @app.post("/v1/requests/<card_id>/interrupt")
+    async def interrupt_request(card_id: str) -> Response:
+        card = find_card(card_id)
+        ended = card.end_from_outside(
+            CardState.INTERRUPTED, "interrupted by POST /v1/requests/{id}/interrupt"
+        )
+        return Response(msgspec.json.encode({"id": card_id, "interrupted": ended}), content_type=JSON)
+
     @app.post("/admin/models/<path:name>/unload")
     async def admin_unload(name: str) -> dict[str, Any]:
-        return {"model": name, "unloaded": await runtime.stop_engine(name)}
+        return {"model": name, "unloaded": await runtime.lifecycle.unload(name)}
 
     @app.post("/admin/models/<path:name>/forget")
     async def admin_forget(name: str) -> dict[str, Any]:
@@ -287,4 +394,5 @@ def create_app(runtime: Runtime, config: Config) -> QuartTrio:
     web_openai.register(app, runtime)
     web_anthropic.register(app, runtime)
     web_ollama.register(app, runtime)
+    web_lifecycle.register(app, runtime)
     return app

@@ -10,13 +10,15 @@ import time
 from dataclasses import dataclass
 
 import trio
-from actors.scheduling import parse_tier
 from quart import request
 
 from actors.admission import Slot, acquire
-from actors.engine import EngineActor, EngineHandle, EnsureReady, Lease
+from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, Lease
 from actors.runtime import Runtime
+from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
+from blazar.web.cards import CardState
+from blazar.web.common import card
 
 __all__ = ["Claim", "claim_engine"]
 
@@ -64,16 +66,25 @@ def _deadline_s() -> float | None:
 
 
 async def claim_engine(runtime: Runtime, engine: EngineActor) -> Claim:
+    live = card()
+    waiter_id = runtime.admission.next_id()
+    if live is not None:
+        live.waiter_id = waiter_id
     slot = await acquire(
         runtime.admission,
+        waiter_id=waiter_id,
         model=engine.spec.model,
         capacity=engine.spec.slots,
         tier=parse_tier(request.headers.get("X-Blazar-Priority")),
         client=_client_key(),
         deadline_s=_deadline_s(),
     )
+    if live is not None:
+        live.state, live.engine = CardState.RUNNING, engine.engine_kind
     try:
         t0 = time.perf_counter_ns()
+        if engine.state is not EngineState.READY:
+            await runtime.lifecycle.before_load(engine.spec.model)  # max_loaded_models: evict idle ones
         handle: EngineHandle = await engine.ask(EnsureReady())
         load_ns = time.perf_counter_ns() - t0
         lease = engine.lease()

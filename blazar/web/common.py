@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 from quart import Response, request
 
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
+from blazar.web.cards import Card, StreamEnders
 
 __all__ = [
     "JSON",
     "NDJSON",
     "SSE_HEADERS",
     "Cleanup",
+    "card",
     "dialect",
+    "dialect_for",
     "error_response",
     "json_response",
+    "keep_alive_header",
     "on_cleanup",
     "read_body",
     "set_model",
+    "set_stream_enders",
     "stream_response",
 ]
 
@@ -31,14 +36,18 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 Cleanup = Callable[[], Awaitable[None]]
 
 
-def dialect() -> Dialect:
-    """Which error shape the current request gets (DESIGN §7)."""
-    path = request.path
-    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
+def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
+    """Which error shape a request gets (DESIGN §7); ``headers`` has lower-case names."""
+    if path.startswith("/v1/messages") or "anthropic-version" in headers:
         return Dialect.ANTHROPIC
     if path.startswith("/api/") and not path.startswith("/api/errors"):
         return Dialect.OLLAMA
     return Dialect.OPENAI
+
+
+def dialect() -> Dialect:
+    """The error shape of the current request."""
+    return dialect_for(request.path, {k.lower(): v for k, v in request.headers.items()})
 
 
 def error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
@@ -86,5 +95,29 @@ def on_cleanup(fn: Cleanup) -> None:
 
 
 def set_model(name: str) -> None:
-    """Name the model in the request's ledger record."""
+    """Name the model in the request's ledger record and live card."""
     request.scope["blazar.model"] = name  # type: ignore[typeddict-unknown-key]
+    if (c := card()) is not None:
+        c.model = name
+
+
+def keep_alive_header(value: str) -> float | None:
+    """``X-Blazar-Keep-Alive``: seconds or a duration like ``5m``; negative keeps loaded."""
+    from blazar.dialects.neutral import DecodeError
+    from blazar.dialects.ollama import parse_duration_s
+
+    try:
+        return parse_duration_s(value)
+    except DecodeError as exc:
+        raise BlazarError("BAD_REQUEST", f"X-Blazar-Keep-Alive: {exc.message}") from exc
+
+
+def card() -> Card | None:
+    """The live card of the current inference request, if it has one."""
+    return request.scope.get("blazar.card")  # type: ignore[return-value]
+
+
+def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], bytes]) -> None:
+    """How this request's stream ends when cancelled or interrupted from another connection."""
+    if (c := card()) is not None:
+        c.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)

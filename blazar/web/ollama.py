@@ -203,6 +203,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
                     digest=record.digest,
                     details=_details(info),
                     context_length=engine.spec.ctx_per_slot,
+                    expires_at=runtime.lifecycle.expires_at(engine.spec.model),
                     engine=engine.engine_kind,
                     slots=engine.spec.slots,
                     in_flight=engine.in_flight,

@@ -28,6 +28,7 @@ from blazar.web.common import (
     on_cleanup,
     read_body,
     set_model,
+    set_stream_enders,
     stream_response,
 )
 from blazar.web.relay import UpstreamStream, crash_error, send_upstream
@@ -157,6 +158,12 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             return openai.encode_stream_error(err.code, err.message)
 
         relayed = UpstreamStream(upstream, lease, on_error)
+        set_stream_enders(
+            cancelled=lambda: openai.encode_stream_error(
+                "CLIENT_CLOSED_REQUEST", "the request was cancelled from another connection"
+            ),
+            interrupted=lambda: b"data: [DONE]\n\n",
+        )
         on_cleanup(relayed.aclose)
         resp = Response(relayed, 200, headers={**SSE_HEADERS, **headers})
         resp.timeout = None

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import httpx
 import msgspec
+from quart import request
 
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
@@ -29,7 +30,8 @@ from blazar.dialects.engine import (
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
-from blazar.web.relay import close_response, crash_error
+from blazar.web.common import keep_alive_header, set_stream_enders
+from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
     "EngineCall",
@@ -105,6 +107,8 @@ class EngineCall:
 
     def __init__(self, runtime: Runtime, req: ChatRequest) -> None:
         self.runtime = runtime
+        if req.keep_alive_s is None and (header := request.headers.get("X-Blazar-Keep-Alive")):
+            req = msgspec.structs.replace(req, keep_alive_s=keep_alive_header(header))
         self.req = req
         self.timings = Timings(started_ns=time.perf_counter_ns())
         self.engine: EngineActor | None = None
@@ -136,15 +140,14 @@ class EngineCall:
         if self.claim is not None:
             self.claim.release()
         self.timings.ended_ns = self.timings.ended_ns or time.perf_counter_ns()
-        keep = self.req.keep_alive_s
-        if keep == 0 and self.engine is not None and self.engine.in_flight == 0:
-            self.runtime.unload_soon(self.engine.spec.model)
+        if self.engine is not None:
+            self.runtime.lifecycle.touch_nowait(self.engine.spec.model, self.req.keep_alive_s)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """A non-stream engine call; errors become ``BlazarError``."""
         assert self.engine is not None and self.handle is not None
         try:
-            resp = await self.handle.client.post(path, content=msgspec.json.encode(body))
+            resp = await send_upstream(self.handle, path, msgspec.json.encode(body), stream=False)
         except httpx.HTTPError as exc:
             raise await crash_error(self.engine, self.handle, exc) from exc
         if resp.status_code >= 400:
@@ -173,9 +176,8 @@ class EngineCall:
         path, body = engine_request(
             msgspec.structs.replace(self.req, stream=True), native_tools=self.native_tools
         )
-        request = self.handle.client.build_request("POST", path, content=msgspec.json.encode(body))
         try:
-            resp = await self.handle.client.send(request, stream=True)
+            resp = await send_upstream(self.handle, path, msgspec.json.encode(body), stream=True)
         except httpx.HTTPError as exc:
             self.release()
             raise await crash_error(self.engine, self.handle, exc) from exc
@@ -189,7 +191,14 @@ class EngineCall:
                 await resp.aclose()
                 self.release()
             raise _engine_error(resp.status_code, content, self.req.model)
-        return TranslatedStream(self, resp, encoder)
+        stream = TranslatedStream(self, resp, encoder)
+        set_stream_enders(
+            cancelled=lambda: encoder.error(
+                "CLIENT_CLOSED_REQUEST", "the request was cancelled from another connection"
+            ),
+            interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
+        )
+        return stream
 
 
 class TranslatedStream:

@@ -15,7 +15,7 @@ from hypercorn.trio import serve
 from actors.runtime import open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.errors import CATALOG
-from blazar.web.app import GatewayMiddleware, create_app
+from blazar.web.app import serve_app
 
 
 @pytest.fixture
@@ -24,14 +24,14 @@ async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     config = Config(max_body_mb=0.01)  # about 10 KiB, so the limit is cheap to cross
     paths = resolve_paths()
     async with open_runtime(config.runtime(paths)) as runtime, trio.open_nursery() as nursery:
-        app = create_app(runtime, config)
+        asgi = serve_app(runtime, config)
         hconfig = HypercornConfig()
         hconfig.bind = ["127.0.0.1:0"]
         hconfig.accesslog = None
         stop = trio.Event()
         binds = await nursery.start(
             lambda task_status: serve(
-                GatewayMiddleware(app, runtime.ledger),  # type: ignore[arg-type]
+                asgi,  # type: ignore[arg-type]
                 hconfig,
                 shutdown_trigger=stop.wait,
                 task_status=task_status,

@@ -1,0 +1,148 @@
+"""Request cards: what every inference request is doing, live, and how it ended.
+
+The gateway's ASGI layer opens a card for each inference request and runs the
+request inside the card's cancel scope, so ``POST /v1/requests/{id}/cancel``
+(or ``/interrupt``) from another connection ends it exactly like a client
+disconnect would: the upstream connection closes, the slot is released.
+Finished cards stay in a bounded ring for inspection.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import trio
+
+__all__ = ["Card", "CardState", "CardView", "Cards", "StreamEnders"]
+
+INFERENCE_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+        "/api/embed",
+        "/api/embeddings",
+    }
+)
+
+
+class CardState(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    DISCONNECTED = "disconnected"
+
+
+@dataclass
+class StreamEnders:
+    """Final bytes for a stream ended from outside, in the stream's own dialect."""
+
+    cancelled: Callable[[], bytes]
+    interrupted: Callable[[], bytes]
+
+
+class CardView(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    trace_id: str
+    path: str
+    model: str | None
+    engine: str | None
+    state: str
+    queue_position: int | None
+    chunks: int
+    bytes_out: int
+    status: int | None
+    created_at: float
+    ttft_ms: float | None
+    elapsed_ms: float
+    reason: str | None
+
+
+@dataclass
+class Card:
+    trace_id: str
+    path: str
+    created_s: float = field(default_factory=time.time)
+    t0: float = field(default_factory=time.perf_counter)
+    model: str | None = None
+    engine: str | None = None
+    state: CardState = CardState.QUEUED
+    waiter_id: int | None = None
+    first_byte_s: float | None = None
+    ended_s: float | None = None
+    chunks: int = 0
+    bytes_out: int = 0
+    status: int | None = None
+    reason: str | None = None
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    enders: StreamEnders | None = None
+    ended_by: CardState | None = None
+    """Set when the request is cancelled or interrupted from another connection."""
+
+    def view(self, position: int | None = None) -> CardView:
+        end = self.ended_s if self.ended_s is not None else time.perf_counter()
+        return CardView(
+            id=self.trace_id,
+            trace_id=self.trace_id,
+            path=self.path,
+            model=self.model,
+            engine=self.engine,
+            state=str(self.state),
+            queue_position=position if self.state is CardState.QUEUED else None,
+            chunks=self.chunks,
+            bytes_out=self.bytes_out,
+            status=self.status,
+            created_at=self.created_s,
+            ttft_ms=(self.first_byte_s - self.t0) * 1000 if self.first_byte_s is not None else None,
+            elapsed_ms=(end - self.t0) * 1000,
+            reason=self.reason,
+        )
+
+    def end_from_outside(self, how: CardState, reason: str) -> bool:
+        """Cancel or interrupt; False when the request has already ended."""
+        if self.ended_s is not None or self.ended_by is not None:
+            return False
+        self.ended_by = how
+        self.reason = reason
+        self.scope.cancel()
+        return True
+
+
+class Cards:
+    def __init__(self, *, keep_finished: int = 1024) -> None:
+        self.live: dict[str, Card] = {}
+        self.finished: deque[Card] = deque(maxlen=keep_finished)
+
+    def open(self, trace_id: str, path: str) -> Card:
+        card = Card(trace_id=trace_id, path=path)
+        self.live[trace_id] = card
+        return card
+
+    def close(self, card: Card, *, status: int, disconnected: bool) -> None:
+        card.ended_s = time.perf_counter()
+        card.status = status
+        if card.ended_by is not None:
+            card.state = card.ended_by
+        elif disconnected:
+            card.state = CardState.DISCONNECTED
+        else:
+            card.state = CardState.DONE if status < 400 else CardState.FAILED
+        self.live.pop(card.trace_id, None)
+        self.finished.append(card)
+
+    def get(self, card_id: str) -> Card | None:
+        return self.live.get(card_id) or next((c for c in self.finished if c.trace_id == card_id), None)
+
+    def all(self) -> list[Card]:
+        return [*self.live.values(), *reversed(self.finished)]
