@@ -72,6 +72,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     allowed_hosts: list[str] = []
     """Extra Host header names accepted on a loopback bind (beyond localhost names)."""
     log_max_mb: float = 10.0
+    drain_grace_s: float = 10.0
+    """On shutdown, how long requests in flight may run before engines are stopped."""
     max_queue: int = 256
     queue_timeout_s: float = 120.0
     keep_alive_s: float = 300.0

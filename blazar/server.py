@@ -31,8 +31,6 @@ __all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
 
 log = logging.getLogger("blazar.server")
 
-DRAIN_GRACE_S = 5.0
-
 
 class BindError(Exception):
     pass
@@ -119,7 +117,7 @@ async def _serve(config: Config, paths: Paths) -> None:
         hconfig = HypercornConfig()
         host = config.host
         hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
-        hconfig.graceful_timeout = DRAIN_GRACE_S
+        hconfig.graceful_timeout = config.drain_grace_s
         hconfig.accesslog = None
         hconfig.errorlog = logging.getLogger("hypercorn.error")
         hconfig.keep_alive_timeout = 75
@@ -146,7 +144,7 @@ async def _serve(config: Config, paths: Paths) -> None:
                     await runtime.admission.ask(Draining())  # queued and new requests: 503 SHUTTING_DOWN
                 # hypercorn would also wait out idle keep-alive connections; once the
                 # requests in flight are done there is nothing left worth waiting for.
-                with trio.move_on_after(DRAIN_GRACE_S):
+                with trio.move_on_after(config.drain_grace_s):
                     await asgi.wait_idle()
                 web.cancel_scope.cancel()
             outer.cancel_scope.cancel()

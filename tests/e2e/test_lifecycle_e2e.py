@@ -1,0 +1,90 @@
+"""Model lifecycle and shutdown with the real engine: LRU with two models, SIGTERM drains."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from registry.store import Store
+from tests.support import MODEL, make_home, start_daemon, wait_gone
+
+pytestmark = pytest.mark.slow
+
+OTHER = "smol-two"
+
+
+def _ask(url: str, model: str, max_tokens: int = 4, timeout_s: float = 60) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": max_tokens}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
+
+
+def _loaded(url: str) -> set[str]:
+    engines = httpx.get(f"{url}/admin/engines", timeout=10).json()["engines"]
+    return {e["model"] for e in engines if e["state"] == "ready"}
+
+
+def test_max_loaded_models_evicts_lru_but_never_during_work(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path, config="max_loaded_models = 1\n")
+    Store(home / "models").import_file(model_path, OTHER, source="test")
+    d = start_daemon(home)
+    try:
+        assert _ask(d.url, MODEL).status_code == 200
+        assert _loaded(d.url) == {MODEL}
+        assert _ask(d.url, OTHER).status_code == 200
+        assert _loaded(d.url) == {OTHER}  # the idle one was evicted
+
+        # While OTHER streams, a request for MODEL must wait for it, not evict it.
+        done: dict[str, int] = {}
+
+        def long_stream() -> None:
+            body = {
+                "model": OTHER,
+                "messages": [{"role": "user", "content": "Tell a story."}],
+                "max_tokens": 120,
+            }
+            with httpx.stream(
+                "POST", f"{d.url}/v1/chat/completions", json={**body, "stream": True}, timeout=120
+            ) as r:
+                done["chunks"] = sum(1 for _ in r.iter_lines())
+                done["status"] = r.status_code
+
+        t = threading.Thread(target=long_stream)
+        t.start()
+        time.sleep(0.5)
+        assert _ask(d.url, MODEL, timeout_s=120).status_code == 200
+        t.join(120)
+        assert done["status"] == 200 and done["chunks"] > 20  # the stream ran to its end
+        assert _loaded(d.url) == {MODEL}
+    finally:
+        d.stop()
+
+
+def test_sigterm_lets_the_running_stream_finish(tmp_path: Path, model_path: Path) -> None:
+    d = start_daemon(make_home(tmp_path / "home", model_path))
+    assert _ask(d.url, MODEL).status_code == 200
+    engine_pid = httpx.get(f"{d.url}/admin/engines", timeout=10).json()["engines"][0]["pid"]
+    out: dict[str, str] = {}
+
+    def stream() -> None:
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Count."}],
+            "max_tokens": 60,
+            "stream": True,
+        }
+        with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=body, timeout=60) as r:
+            out["body"] = "".join(r.iter_text())
+
+    t = threading.Thread(target=stream)
+    t.start()
+    time.sleep(0.3)
+    d.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    assert out["body"].rstrip().endswith("data: [DONE]")  # drained, not cut
+    assert d.proc.wait(30) == 0
+    assert wait_gone([engine_pid]) == []
