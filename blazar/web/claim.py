@@ -18,24 +18,31 @@ from actors.runtime import Runtime
 from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
 from blazar.web.cards import CardState
-from blazar.web.common import card
+from blazar.web.common import card, keep_alive_header
 
 __all__ = ["Claim", "claim_engine"]
 
 
 @dataclass
 class Claim:
+    runtime: Runtime
     engine: EngineActor
     handle: EngineHandle
     slot: Slot
     lease: Lease
     load_ns: int
     queued_s: float
+    keep_alive_s: float | None
+    released: bool = False
 
     def release(self) -> None:
-        """Idempotent: the engine's lease, then the admission slot."""
+        """Idempotent: the engine's lease, the admission slot, then the idle timer."""
+        if self.released:
+            return
+        self.released = True
         self.lease.release()
         self.slot.release()
+        self.runtime.lifecycle.touch_nowait(self.engine.spec.model, self.keep_alive_s)
 
 
 def _client_key() -> str:
@@ -65,7 +72,10 @@ def _deadline_s() -> float | None:
     return trio.current_time() + ms / 1000
 
 
-async def claim_engine(runtime: Runtime, engine: EngineActor) -> Claim:
+async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None) -> Claim:
+    """``keep_alive_s``: from the request body (Ollama), else the X-Blazar-Keep-Alive header."""
+    if keep_alive_s is None and (header := request.headers.get("X-Blazar-Keep-Alive")):
+        keep_alive_s = keep_alive_header(header)
     live = card()
     waiter_id = runtime.admission.next_id()
     if live is not None:
@@ -92,5 +102,12 @@ async def claim_engine(runtime: Runtime, engine: EngineActor) -> Claim:
         slot.release()
         raise
     return Claim(
-        engine=engine, handle=handle, slot=slot, lease=lease, load_ns=load_ns, queued_s=slot.queued_s
+        runtime=runtime,
+        engine=engine,
+        handle=handle,
+        slot=slot,
+        lease=lease,
+        load_ns=load_ns,
+        queued_s=slot.queued_s,
+        keep_alive_s=keep_alive_s,
     )

@@ -15,7 +15,6 @@ from typing import Any, Protocol
 
 import httpx
 import msgspec
-from quart import request
 
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
@@ -30,7 +29,7 @@ from blazar.dialects.engine import (
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
-from blazar.web.common import keep_alive_header, set_stream_enders
+from blazar.web.common import set_stream_enders
 from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
@@ -107,8 +106,6 @@ class EngineCall:
 
     def __init__(self, runtime: Runtime, req: ChatRequest) -> None:
         self.runtime = runtime
-        if req.keep_alive_s is None and (header := request.headers.get("X-Blazar-Keep-Alive")):
-            req = msgspec.structs.replace(req, keep_alive_s=keep_alive_header(header))
         self.req = req
         self.timings = Timings(started_ns=time.perf_counter_ns())
         self.engine: EngineActor | None = None
@@ -131,7 +128,7 @@ class EngineCall:
             await engine.ask(
                 Reconfigure(ctx_per_slot=self.req.num_ctx, embeddings=True if embeddings else None)
             )
-        self.claim = await claim_engine(self.runtime, engine)
+        self.claim = await claim_engine(self.runtime, engine, keep_alive_s=self.req.keep_alive_s)
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
         return engine
@@ -140,8 +137,6 @@ class EngineCall:
         if self.claim is not None:
             self.claim.release()
         self.timings.ended_ns = self.timings.ended_ns or time.perf_counter_ns()
-        if self.engine is not None:
-            self.runtime.lifecycle.touch_nowait(self.engine.spec.model, self.req.keep_alive_s)
 
     async def post(self, path: str, body: dict[str, Any]) -> Any:
         """A non-stream engine call; errors become ``BlazarError``."""

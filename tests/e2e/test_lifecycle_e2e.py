@@ -88,3 +88,23 @@ def test_sigterm_lets_the_running_stream_finish(tmp_path: Path, model_path: Path
     assert out["body"].rstrip().endswith("data: [DONE]")  # drained, not cut
     assert d.proc.wait(30) == 0
     assert wait_gone([engine_pid]) == []
+
+
+def test_keep_alive_header_on_the_openai_route(tmp_path: Path, model_path: Path) -> None:
+    d = start_daemon(make_home(tmp_path / "home", model_path))
+    try:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        r = httpx.post(
+            f"{d.url}/v1/chat/completions", json=body, headers={"X-Blazar-Keep-Alive": "0"}, timeout=60
+        )
+        assert r.status_code == 200
+        deadline = time.monotonic() + 10
+        while _loaded(d.url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _loaded(d.url) == set()  # unloaded right after the request
+        bad = httpx.post(
+            f"{d.url}/v1/chat/completions", json=body, headers={"X-Blazar-Keep-Alive": "soon"}, timeout=60
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["blazar_code"] == "BAD_REQUEST"
+    finally:
+        d.stop()
