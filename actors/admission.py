@@ -33,7 +33,6 @@ from actors.scheduling import (
     admit,
     assign,
     position,
-    predicted_wait_s,
     release,
     update_service,
     withdraw,
@@ -341,8 +340,3 @@ async def acquire(
         granted_at_s=granted_at,
         queued_s=granted_at - arrived,
     )
-
-
-def predicted_wait(admission: AdmissionActor, model: str, waiter_id: int) -> float:
-    queue = admission._queues.get(model)
-    return predicted_wait_s(queue, waiter_id) if queue else 0.0

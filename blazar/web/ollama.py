@@ -21,6 +21,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineState
 from actors.runtime import Runtime
 from blazar.dialects import ollama
+from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta
 from blazar.errors import BlazarError
 from blazar.web import translate
@@ -143,12 +144,6 @@ class _CopyBody(msgspec.Struct, kw_only=True):
     destination: str
 
 
-def _decode(body: bytes, kind: type[Any]) -> Any:
-    from blazar.dialects._wire import decode_json
-
-    return decode_json(body, kind)
-
-
 def register(app: QuartTrio, runtime: Runtime) -> None:
     store = runtime.store
 
@@ -213,7 +208,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
 
     @app.post("/api/show")
     async def show() -> Response:
-        name = _decode(await read_body(), _Body).target()
+        name = decode_json(await read_body(), _Body).target()
         record = await trio.to_thread.run_sync(store.get, name)
         info = await info_of(record)
         template = info.chat_template or ""
@@ -292,7 +287,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
 
     @app.post("/api/pull")
     async def pull_model() -> Response:
-        body: _Body = _decode(await read_body(), _Body)
+        body: _Body = decode_json(await read_body(), _Body)
         name = body.target()
         send, recv = trio.open_memory_channel[bytes](1024)
         scope = trio.CancelScope()
@@ -343,7 +338,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
 
     @app.delete("/api/delete")
     async def delete() -> Response:
-        name = _decode(await read_body(), _Body).target()
+        name = decode_json(await read_body(), _Body).target()
         record = await trio.to_thread.run_sync(store.get, name)
         engine = runtime.engine_if_loaded(record.name)
         if engine is not None and engine.in_flight:
@@ -358,7 +353,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
 
     @app.post("/api/copy")
     async def copy() -> Response:
-        body: _CopyBody = _decode(await read_body(), _CopyBody)
+        body: _CopyBody = decode_json(await read_body(), _CopyBody)
         record = await trio.to_thread.run_sync(store.get, body.source)
         copied = msgspec.structs.replace(record, name=body.destination, modified_at=time.time())
         await trio.to_thread.run_sync(store.write_manifest, copied)
@@ -395,7 +390,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
 
     @app.post("/api/create")
     async def create() -> Response:
-        body: _CreateBody = _decode(await read_body(), _CreateBody)
+        body: _CreateBody = decode_json(await read_body(), _CreateBody)
         name = body.target()
         if body.quantize:
             raise BlazarError(
