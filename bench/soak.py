@@ -90,6 +90,7 @@ class Tally:
     def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
         self.unexpected: list[str] = []
+        self.timeouts: list[str] = []
 
 
 async def _one(client: httpx.AsyncClient, url: str, tally: Tally, rng: random.Random) -> None:
@@ -121,6 +122,13 @@ async def _one(client: httpx.AsyncClient, url: str, tally: Tally, rng: random.Ra
             tally.outcomes[f"{action}:{status}"] += 1
     except httpx.HTTPError as exc:
         tally.outcomes[f"{action}:{type(exc).__name__}"] += 1
+        if isinstance(exc, httpx.TimeoutException):
+            # Where was it stuck? The card of the request says (queued, running, …).
+            stuck = (await client.get(f"{url}/v1/requests", params={"path": path})).json()["data"]
+            live = [
+                f"{c['id']}:{c['state']}:{c['chunks']}" for c in stuck if c["state"] in ("queued", "running")
+            ]
+            tally.timeouts.append(f"{kind} stream={stream} {path} live={live[:4]}")
 
 
 async def _load(url: str, n: int, concurrency: int, seed: int) -> Tally:
@@ -186,6 +194,7 @@ def main() -> int:
         "outcomes": dict(sorted(tally.outcomes.items())),
         "leaked_slots": leaked,
         "unexpected_5xx": tally.unexpected,
+        "client_timeouts": tally.timeouts,
         "rss_after_warmup_mb": round(rss_after_warmup / 2**20, 1),
         "rss_end_mb": round(rss_end / 2**20, 1),
         "rss_growth": round(growth, 4),
