@@ -34,6 +34,7 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
+TIMEOUT_S = 120.0
 DELIBERATE = {"ENGINE_CRASHED", "SHUTTING_DOWN", "ALL_SLOTS_BUSY"}
 
 
@@ -93,11 +94,12 @@ class Tally:
         self.timeouts: list[str] = []
 
 
-async def _one(client: httpx.AsyncClient, url: str, tally: Tally, rng: random.Random) -> None:
+async def _one(client: httpx.AsyncClient, url: str, tally: Tally, rng: random.Random, chaos: bool) -> None:
     kind = rng.choice(["openai", "ollama", "anthropic"])
     stream = rng.random() < 0.6
     path, body = _request(kind, stream, rng.randint(4, 24))
-    action = rng.choices(["normal", "disconnect", "cancel", "interrupt"], weights=[80, 10, 5, 5])[0]
+    weights = [80, 10, 5, 5] if chaos else [1, 0, 0, 0]
+    action = rng.choices(["normal", "disconnect", "cancel", "interrupt"], weights=weights)[0]
     try:
         async with client.stream("POST", url + path, json=body) as resp:
             trace = resp.headers.get("x-blazar-trace-id", "")
@@ -131,16 +133,16 @@ async def _one(client: httpx.AsyncClient, url: str, tally: Tally, rng: random.Ra
             tally.timeouts.append(f"{kind} stream={stream} {path} live={live[:4]}")
 
 
-async def _load(url: str, n: int, concurrency: int, seed: int) -> Tally:
+async def _load(url: str, n: int, concurrency: int, seed: int, chaos: bool = True) -> Tally:
     tally = Tally()
     rng = random.Random(seed)
     counter = iter(range(n))
     limits = httpx.Limits(max_connections=concurrency * 2)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S), limits=limits) as client:
 
         async def worker() -> None:
             for _ in counter:
-                await _one(client, url, tally, rng)
+                await _one(client, url, tally, rng, chaos)
 
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
@@ -154,7 +156,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="client read timeout")
+    parser.add_argument(
+        "--no-chaos", dest="chaos", action="store_false", help="no disconnects, cancels or interrupts"
+    )
     args = parser.parse_args()
+    global TIMEOUT_S
+    TIMEOUT_S = args.timeout_s
 
     sys.path.insert(0, str(ROOT))
     from tests.support import ensure_model, make_home
@@ -166,7 +174,7 @@ def main() -> int:
         t0 = time.monotonic()
         trio.run(_load, url, args.warmup, args.concurrency, args.seed)
         rss_after_warmup = _rss_bytes(proc.pid)
-        tally = trio.run(_load, url, args.requests, args.concurrency, args.seed + 1)
+        tally = trio.run(_load, url, args.requests, args.concurrency, args.seed + 1, args.chaos)
         time.sleep(1.0)
         rss_end = _rss_bytes(proc.pid)
         slots = httpx.get(f"{url}/admin/engines/{MODEL}/slots", timeout=30).json()
