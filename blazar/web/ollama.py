@@ -27,7 +27,6 @@ from blazar.errors import BlazarError
 from blazar.web import translate
 from blazar.web.common import NDJSON, json_response, on_cleanup, read_body, set_model, stream_response
 from blazar.web.translate import Timings
-from registry.catalog import Catalog
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
@@ -306,7 +305,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
                 with scope:
                     try:
                         record = await pull(
-                            store, name, catalog=Catalog.load(), cache_dir=Path(runtime.config.cache_dir),
+                            store, name, catalog=runtime.catalog, cache_dir=Path(runtime.config.cache_dir),
                             on_progress=progress,
                         )  # fmt: skip
                     except RegistryError as exc:
@@ -373,7 +372,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             async for _ in request.body:
                 pass
             return Response(b"", 200)
-        partial = store.partial_path(sha)
+        partial = await trio.to_thread.run_sync(store.partial_path, sha)
         hasher = hashlib.sha256()
         async with await trio.open_file(partial, "wb") as f:
             async for chunk in request.body:
