@@ -8,11 +8,14 @@ from typing import Any
 import msgspec
 from quart import Response, request
 
+from blazar.dialects.neutral import DecodeError
+from blazar.dialects.ollama import parse_duration_s
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
 from blazar.web.cards import Card, StreamEnders
 
 __all__ = [
     "JSON",
+    "LOADING_NS",
     "NDJSON",
     "SSE_HEADERS",
     "Cleanup",
@@ -30,6 +33,9 @@ __all__ = [
 ]
 
 JSON = "application/json"
+LOADING_NS = 100_000_000
+"""A request that waited longer than this for its engine is marked as loading
+(``X-Blazar-Status: loading``, Ollama ``load_duration``)."""
 NDJSON = "application/x-ndjson"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -103,9 +109,6 @@ def set_model(name: str) -> None:
 
 def keep_alive_header(value: str) -> float | None:
     """``X-Blazar-Keep-Alive``: seconds or a duration like ``5m``; negative keeps loaded."""
-    from blazar.dialects.neutral import DecodeError
-    from blazar.dialects.ollama import parse_duration_s
-
     try:
         return parse_duration_s(value)
     except DecodeError as exc:

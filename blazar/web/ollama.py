@@ -37,8 +37,6 @@ __all__ = ["OLLAMA_API_VERSION", "register"]
 OLLAMA_API_VERSION = "0.12.0"
 """The Ollama API level these routes implement (clients compare it with their minimum)."""
 
-_LOADING_NS = 100_000_000
-
 
 def _now() -> str:
     return ollama.rfc3339_ns(time.time_ns())
@@ -47,7 +45,7 @@ def _now() -> str:
 def _timings(t: Timings) -> ollama.Timings:
     return ollama.Timings(
         total_ns=t.total_ns,
-        load_ns=t.load_ns if t.load_ns > _LOADING_NS else 0,
+        load_ns=t.load_ns if t.loaded else 0,
         prompt_eval_ns=t.prompt_eval_ns,
         eval_ns=t.eval_ns,
     )
@@ -234,7 +232,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         action = ollama.load_action(req)
         if action == "unload":
             await trio.to_thread.run_sync(store.get, req.model)
-            await runtime.stop_engine(req.model)
+            await runtime.lifecycle.unload(req.model)  # also clears its idle timer
             body = ollama.encode_load_response(
                 req.model, created_at=_now(), done_reason="unload", dialect=dialect
             )

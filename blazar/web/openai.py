@@ -23,6 +23,7 @@ from blazar.web import translate
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
     JSON,
+    LOADING_NS,
     SSE_HEADERS,
     json_response,
     on_cleanup,
@@ -53,9 +54,6 @@ class _Encoder:
 
     def error(self, code: str, message: str) -> bytes:
         return openai.encode_stream_error(code, message)
-
-
-_LOADING_S = 0.1
 
 
 def register(app: QuartTrio, runtime: Runtime) -> None:
@@ -129,7 +127,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         engine = await runtime.engine_for(model)
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
-        loaded = lease.load_ns > _LOADING_S * 1e9
+        loaded = lease.load_ns > LOADING_NS
         try:
             upstream = await send_upstream(handle, path, body, stream=stream)
         except httpx.HTTPError as exc:

@@ -29,7 +29,7 @@ from blazar.dialects.engine import (
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
-from blazar.web.common import set_stream_enders
+from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
@@ -41,8 +41,6 @@ __all__ = [
     "count_tokens",
     "embed",
 ]
-
-_LOADING_S = 0.1
 
 
 class Timings(msgspec.Struct, kw_only=True):
@@ -70,7 +68,7 @@ class Timings(msgspec.Struct, kw_only=True):
 
     @property
     def loaded(self) -> bool:
-        return self.load_ns > _LOADING_S * 1e9
+        return self.load_ns > LOADING_NS
 
 
 class StreamEncoder(Protocol):
