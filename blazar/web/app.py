@@ -116,7 +116,12 @@ class GatewayMiddleware:
                         card.bytes_out += len(body)
                 sent += len(body)
                 response_done = not message.get("more_body", False)
-            await send(message)
+            # Shielded: a cancel from another connection (or the app's own nursery)
+            # must not land inside the server's send. Hypercorn recycles a
+            # keep-alive connection from within the final send; cancelled there, the
+            # connection stays open but never reads the client's next request.
+            with trio.CancelScope(shield=True):
+                await send(message)
 
         self.in_flight += 1
         if self._idle.is_set():
