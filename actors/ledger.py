@@ -9,6 +9,7 @@ open their own read-only connections; WAL lets them run beside the writer.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, assert_never
 
@@ -27,6 +28,7 @@ __all__ = [
     "LedgerMessage",
     "LedgerStatistics",
     "RequestRecord",
+    "last_used_by_model",
     "read_requests",
     "record_nowait",
 ]
@@ -300,12 +302,8 @@ def record_nowait(ledger: LedgerActor, record: RequestRecord) -> bool:
     return True
 
 
-def read_requests(path: Path, *, limit: int = 100, trace_id: str | None = None) -> list[RequestRecord]:
-    """The newest ``limit`` records (optionally of one trace), newest first.
-
-    Synchronous, with its own read-only connection: call it from a worker thread
-    in async code. A missing or not yet migrated file reads as empty.
-    """
+def _read(path: Path, sql: str, params: Sequence[Any]) -> list[Row]:
+    """Rows of one query on a read-only connection; a missing or not yet migrated file reads as empty."""
     path = Path(path)
     if not path.exists():
         return []
@@ -317,15 +315,32 @@ def read_requests(path: Path, *, limit: int = 100, trace_id: str | None = None) 
         ).fetchone()
         if has_table is None:
             return []
-        sql = _SELECT
-        params: list[Any] = []
-        if trace_id is not None:
-            sql += " WHERE trace_id = ?"
-            params.append(trace_id)
-        # id breaks ties between records started in the same instant
-        sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
-        params.append(limit)
-        rows = conn.execute(sql, params).fetchall()
+        return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def read_requests(path: Path, *, limit: int = 100, trace_id: str | None = None) -> list[RequestRecord]:
+    """The newest ``limit`` records (optionally of one trace), newest first.
+
+    Synchronous, with its own read-only connection: call it from a worker thread
+    in async code.
+    """
+    sql = _SELECT
+    params: list[Any] = []
+    if trace_id is not None:
+        sql += " WHERE trace_id = ?"
+        params.append(trace_id)
+    # id breaks ties between records started in the same instant
+    sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
+    params.append(limit)
+    rows = _read(path, sql, params)
     return [RequestRecord(**dict(zip(_COLUMNS, row, strict=True))) for row in rows]
+
+
+def last_used_by_model(path: Path) -> dict[str, float]:
+    """When each model last received a request (epoch seconds), from the ledger."""
+    rows = _read(
+        path, "SELECT model, MAX(started_at) FROM requests WHERE model IS NOT NULL GROUP BY model", ()
+    )
+    return {model: float(ts) for model, ts in rows}

@@ -421,13 +421,99 @@ def show(name: str, *, json_: Json = False) -> None:
 
 @app.command
 def rm(name: str) -> None:
-    """Remove a model from the store (its blob goes when no other name uses it)."""
+    """Remove a model from the store (its blob goes when no other name uses it).
+
+    Refused while the model is serving requests."""
     paths = resolve_paths()
+    record = _remove(paths, name)
+    out.print(f"deleted {record.name}")
+
+
+def _remove(paths: Paths, name: str) -> Any:
     store = _store(paths)
     record = store.get(name)
-    _forget(paths, record.name)
-    store.remove(record.name)
-    out.print(f"deleted {record.name}")
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        # The daemon owns running engines: it refuses while the model serves, else stops it first.
+        daemon.delete("/api/delete", {"model": record.name})
+    else:
+        store.remove(record.name)
+    return record
+
+
+@app.command
+def cp(source: str, destination: str) -> None:
+    """Give a model a second name (no bytes are copied)."""
+    from registry.storage import copy_model
+
+    paths = resolve_paths()
+    record = copy_model(_store(paths), source, destination)
+    out.print(f"copied {source} to {record.name} (same file, 0 bytes copied)")
+
+
+# -- disk care ------------------------------------------------------------------
+
+
+@app.command
+def storage(*, json_: Json = False) -> None:
+    """Disk used by the store: per model, shared files counted once, and free space."""
+    from registry.storage import storage_report
+
+    report = storage_report(_store(resolve_paths()))
+    if json_:
+        _print_json(report)
+        return
+    table = Table("NAME", "SIZE", "DIGEST", "SHARED WITH", box=None)
+    for blob in report.blobs:
+        for name in blob.names:
+            others = ", ".join(n for n in blob.names if n != name) or "-"
+            size = _size(blob.size) + (" (link)" if blob.linked else "")
+            table.add_row(name, size, blob.digest.removeprefix("sha256:")[:12], others)
+    out.print(table)
+    out.print(
+        f"\nstore {report.root}: {_size(report.used_bytes)} in {len(report.blobs)} file(s)"
+        f", {_size(report.partial_bytes)} in partial downloads, {_size(report.orphan_bytes)} orphaned"
+        f"\ndisk: {_size(report.free_bytes)} free of {_size(report.total_bytes)}"
+    )
+    if report.orphan_bytes or report.partial_bytes:
+        out.print("reclaim with `blazar prune --orphans` (add `--partials` for unfinished downloads)")
+
+
+@app.command
+def prune(
+    *,
+    orphans: Annotated[bool, Parameter(negative="", help="Files no model uses.")] = False,
+    partials: Annotated[bool, Parameter(negative="", help="Unfinished downloads too.")] = False,
+    unused: Annotated[float | None, Parameter(help="Remove models unused for this many days.")] = None,
+    dry_run: Annotated[bool, Parameter(negative="", help="Say what would go; delete nothing.")] = False,
+    json_: Json = False,
+) -> None:
+    """Reclaim disk: orphaned files, unfinished downloads, models unused for DAYS."""
+    from actors.ledger import last_used_by_model
+    from registry.storage import prune_orphans, unused_models
+
+    if not (orphans or partials or unused is not None):
+        raise CliError("say what to prune: --orphans, --partials and/or --unused DAYS")
+    paths = resolve_paths()
+    store = _store(paths)
+    removed: list[dict[str, Any]] = []
+    if unused is not None:
+        last_used = last_used_by_model(Path(paths.data_dir) / "blazar.db")
+        for record in unused_models(store, unused, last_used):
+            if not dry_run:
+                _remove(paths, record.name)
+            removed.append({"kind": "model", "name": record.name, "size": record.size})
+    if orphans or partials:
+        for orphan in prune_orphans(store, partials=partials, dry_run=dry_run):
+            removed.append({"kind": orphan.kind, "name": orphan.path, "size": orphan.size})
+    if json_:
+        _print_json({"dry_run": dry_run, "removed": removed})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in removed:
+        out.print(f"{verb} {item['kind']} {item['name']} ({_size(item['size'])})")
+    total = sum(item["size"] for item in removed)
+    out.print(f"{verb} {len(removed)} item(s), {_size(total)}")
 
 
 def main(argv: list[str] | None = None) -> None:

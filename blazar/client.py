@@ -42,6 +42,11 @@ class Daemon:
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._check(self.http.post(path, json=body or {}))
 
+    def delete(self, path: str, body: dict[str, Any]) -> None:
+        resp = self.http.request("DELETE", path, json=body)
+        if resp.status_code >= 400:
+            raise CliError(_error_message(resp))
+
     def stream_chat(self, body: dict[str, Any]) -> Iterator[str]:
         """Yield the text deltas of a streamed chat completion."""
         with self.http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:

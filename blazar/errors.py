@@ -67,6 +67,7 @@ CATALOG: dict[str, CodeInfo] = {
             503,
             "Every loaded model is busy and max_loaded_models is reached: retry later.",
         ),
+        _c("MODEL_EXISTS", 409, "A model of that name exists: pick another name or remove it first."),
         _c("MODEL_BUSY", 409, "The model is serving requests: wait or unload it, then retry."),
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),

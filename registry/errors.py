@@ -7,6 +7,7 @@ __all__ = [
     "InsufficientStorage",
     "InvalidModelFile",
     "InvalidModelName",
+    "ModelExists",
     "ModelNotFound",
     "PullFailed",
     "RegistryError",
@@ -28,6 +29,16 @@ class ModelNotFound(RegistryError):
         self.name = name
         super().__init__(
             message or f"model '{name}' is not installed — run `blazar pull {name}` or see `blazar list`"
+        )
+
+
+class ModelExists(RegistryError):
+    code = "MODEL_EXISTS"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"a model called '{name}' already exists — pick another name or `blazar rm {name}` first"
         )
 
 

@@ -289,7 +289,7 @@ class Store:
         )
         self.write_manifest(record)
         if previous is not None and previous.digest != record.digest:
-            self._collect(previous.digest)
+            self.collect(previous.digest)
         return record
 
     def remove(self, name: str) -> ModelRecord:
@@ -307,10 +307,11 @@ class Store:
             except OSError:
                 break
             parent = parent.parent
-        self._collect(record.digest)
+        self.collect(record.digest)
         return record
 
-    def _collect(self, digest: str) -> None:
+    def collect(self, digest: str) -> None:
+        """Delete a blob (and its cached header) once no manifest names it."""
         if any(r.digest == digest for r in self.list()):
             return
         sha = _check_hex(digest)

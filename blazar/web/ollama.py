@@ -7,6 +7,7 @@ work on the store. Errors use Ollama's ``{"error": "…"}`` shape.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from blazar.web.translate import Timings
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
+from registry.storage import copy_model
 from registry.store import ModelRecord, ModelSettings
 
 __all__ = ["OLLAMA_API_VERSION", "register"]
@@ -351,9 +353,9 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
     @app.post("/api/copy")
     async def copy() -> Response:
         body: _CopyBody = decode_json(await read_body(), _CopyBody)
-        record = await trio.to_thread.run_sync(store.get, body.source)
-        copied = msgspec.structs.replace(record, name=body.destination, modified_at=time.time())
-        await trio.to_thread.run_sync(store.write_manifest, copied)
+        copied = await trio.to_thread.run_sync(
+            functools.partial(copy_model, store, body.source, body.destination, replace=True)
+        )
         await runtime.forget(copied.name)
         return Response(b"", 200)
 

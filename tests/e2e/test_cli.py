@@ -180,3 +180,25 @@ def test_serve_refuses_a_taken_port(tmp_path: Path) -> None:
         out = blazar(env, "serve", "--port", str(port), timeout_s=60)
     assert out.returncode == 3, out.stderr
     assert "already in use" in out.stderr and time.monotonic() - t0 < 60
+
+
+def test_disk_care_commands(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path)
+    env = home_env(home)
+    copied = blazar(env, "cp", MODEL, "smol-copy")
+    assert copied.returncode == 0 and "0 bytes copied" in copied.stdout, copied.stderr
+    assert "already exists" in blazar(env, "cp", MODEL, "smol-copy").stderr
+
+    report = json.loads(blazar(env, "storage", "--json").stdout)
+    (blob,) = report["blobs"]
+    assert blob["names"] == ["smol-copy", MODEL] and report["used_bytes"] == blob["size"]
+    assert "smol-copy" in blazar(env, "storage").stdout
+
+    stray = home / "models" / "blobs" / ("sha256-" + "ef" * 32)
+    stray.write_bytes(b"z" * 10)
+    dry = json.loads(blazar(env, "prune", "--orphans", "--dry-run", "--json").stdout)
+    assert dry["removed"] == [{"kind": "blob", "name": str(stray), "size": 10}] and stray.exists()
+    assert "removed 1 item(s)" in blazar(env, "prune", "--orphans").stdout and not stray.exists()
+    assert "say what to prune" in blazar(env, "prune").stderr
+    # Nothing was ever requested and both names are fresh: nothing is unused for a day.
+    assert json.loads(blazar(env, "prune", "--unused", "1", "--json").stdout)["removed"] == []

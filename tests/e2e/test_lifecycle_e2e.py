@@ -108,3 +108,29 @@ def test_keep_alive_header_on_the_openai_route(tmp_path: Path, model_path: Path)
         assert bad.status_code == 400 and bad.json()["error"]["blazar_code"] == "BAD_REQUEST"
     finally:
         d.stop()
+
+
+def test_rm_is_refused_while_the_model_serves(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path)
+    Store(home / "models").import_file(model_path, OTHER, source="test")
+    d = start_daemon(home)
+    try:
+        body = {
+            "model": OTHER,
+            "messages": [{"role": "user", "content": "Tell a long story."}],
+            "max_tokens": 400,
+            "stream": True,
+        }
+        with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=body, timeout=120) as r:
+            lines = r.iter_lines()
+            next(lines)  # the model is loaded and generating
+            refused = d.cli("rm", OTHER, check=False)
+            assert refused.returncode == 1 and "is serving 1 request" in refused.stderr, refused.stderr
+            sum(1 for _ in lines)
+        removed = d.cli("rm", OTHER, check=False)
+        assert removed.returncode == 0, removed.stderr
+        assert OTHER not in {m["name"] for m in httpx.get(f"{d.url}/api/tags", timeout=10).json()["models"]}
+        assert OTHER not in _loaded(d.url)  # its engine was stopped with it
+        assert _ask(d.url, MODEL).status_code == 200  # the file is shared: the other name still works
+    finally:
+        d.stop()
