@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig"]
+__all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig", "Tunables"]
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -28,13 +28,9 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
 
 
-class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    home: str
-    """Data root: ``models/`` lives below it."""
-    run_dir: str
-    """Pid files of engine children (for reaping after a crash)."""
-    cache_dir: str
-    """Downloaded wheels and other re-fetchable files."""
+class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The runtime's settings a user writes in ``config.toml`` (top-level keys)."""
+
     slots: int = 4
     default_ctx: int = 4096
     """Per-slot context cap; the model's training context wins when smaller."""
@@ -48,8 +44,19 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Models loaded at once; loading one more evicts the least recently used idle one. 0: no limit."""
     preload: list[str] = []
     """Models loaded in the background at startup (a failure is logged, not fatal)."""
+    ledger_keep_requests: int = 200_000
+    """Request records the ledger keeps; older ones are deleted as new ones arrive. 0: keep all."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
+
+
+class RuntimeConfig(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    home: str
+    """Data root: ``models/`` lives below it."""
+    run_dir: str
+    """Pid files of engine children (for reaping after a crash)."""
+    cache_dir: str
+    """Downloaded wheels and other re-fetchable files."""
 
     @property
     def models_dir(self) -> str:

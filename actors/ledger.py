@@ -158,10 +158,15 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _write(conn: sqlite3.Connection, rows: list[Row]) -> None:
+def _write(conn: sqlite3.Connection, rows: list[Row], keep: int) -> None:
+    """Insert a batch and, with ``keep`` > 0, drop what falls out of the newest ``keep``
+    records: in one transaction, a range delete on the rowid (nothing to scan when
+    nothing is old)."""
     conn.execute("BEGIN")
     try:
         conn.executemany(_INSERT, rows)
+        if keep > 0:
+            conn.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (keep,))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -172,10 +177,14 @@ def _write(conn: sqlite3.Connection, rows: list[Row]) -> None:
 class LedgerActor(Actor[LedgerMessage]):
     """The only writer of the ledger file. Start it with ``nursery.start(ledger.run)``."""
 
-    def __init__(self, path: Path, *, capacity: int = 4096, batch_max: int = 256) -> None:
+    def __init__(
+        self, path: Path, *, capacity: int = 4096, batch_max: int = 256, keep_records: int = 0
+    ) -> None:
         super().__init__("ledger", capacity=capacity)
         self.path = Path(path)
         self.batch_max = batch_max
+        self.keep_records = keep_records
+        """Keep only the newest this many request records (0: all)."""
         self.stop_grace_s = 2.0
         self._conn: sqlite3.Connection | None = None
         # envelopes taken from the mailbox but not yet committed; kept on the
@@ -250,7 +259,7 @@ class LedgerActor(Actor[LedgerMessage]):
             assert self._conn is not None
             try:
                 # not abandoned on cancel: once started, the commit finishes
-                await trio.to_thread.run_sync(_write, self._conn, rows)
+                await trio.to_thread.run_sync(_write, self._conn, rows, self.keep_records)
             except sqlite3.Error as exc:
                 # a full or broken disk must not take serving down with it:
                 # count the loss, tell whoever flushes, carry on

@@ -223,7 +223,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
     # is still queued.
     async with trio.open_nursery() as nursery:
         root: Supervisor = await nursery.start(Supervisor("runtime").run)
-        ledger = LedgerActor(Path(config.home) / "blazar.db")
+        ledger = LedgerActor(Path(config.home) / "blazar.db", keep_records=config.ledger_keep_requests)
         await root.start_child(ChildSpec(name="ledger", start=ledger.run))
         admission = AdmissionActor(max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s)
         await root.start_child(ChildSpec(name="admission", start=admission.run))

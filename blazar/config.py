@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import platformdirs
 
-from actors.config import EngineConfig, ModelOverride, RuntimeConfig
+from actors.config import RuntimeConfig, Tunables
 
 __all__ = ["Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
 
@@ -63,42 +63,22 @@ def resolve_paths() -> Paths:
     )
 
 
-class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``config.toml``: the server's own keys here, the runtime's in ``Tunables``."""
+
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    slots: int = 4
-    default_ctx: int = 4096
     max_body_mb: float = 50.0
     allowed_hosts: list[str] = []
     """Extra Host header names accepted on a loopback bind (beyond localhost names)."""
     log_max_mb: float = 10.0
     drain_grace_s: float = 10.0
     """On shutdown, how long requests in flight may run before engines are stopped."""
-    max_queue: int = 256
-    queue_timeout_s: float = 120.0
-    keep_alive_s: float = 300.0
-    """Seconds a model stays loaded after its last request; negative: forever, 0: unload at once."""
-    max_loaded_models: int = 0
-    """Models loaded at once (0: no limit); the least recently used idle one is evicted first."""
-    preload: list[str] = []
-    """Models loaded in the background when the daemon starts."""
-    engine: EngineConfig = EngineConfig()
-    models: dict[str, ModelOverride] = {}
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
+        tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
         return RuntimeConfig(
-            home=paths.data_dir,
-            run_dir=paths.run_dir,
-            cache_dir=paths.cache_dir,
-            slots=self.slots,
-            default_ctx=self.default_ctx,
-            max_queue=self.max_queue,
-            queue_timeout_s=self.queue_timeout_s,
-            keep_alive_s=self.keep_alive_s,
-            max_loaded_models=self.max_loaded_models,
-            preload=self.preload,
-            engine=self.engine,
-            models=self.models,
+            home=paths.data_dir, run_dir=paths.run_dir, cache_dir=paths.cache_dir, **tunables
         )
 
 

@@ -10,6 +10,7 @@ from actors.ledger import (
     LedgerActor,
     LedgerError,
     RequestRecord,
+    last_used_by_model,
     read_requests,
     record_nowait,
 )
@@ -52,6 +53,22 @@ async def test_records_round_trip_newest_first(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
         assert not ledger.statistics().running
         assert "stopped" in repr(ledger)
+
+
+async def test_keeps_only_the_newest_records_and_knows_last_use(tmp_path: Path) -> None:
+    db = tmp_path / "blazar.db"
+    with trio.fail_after(10):
+        ledger = LedgerActor(db, keep_records=5, batch_max=3)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            for i in range(12):
+                await ledger.tell(make_record(i))
+            await ledger.ask(Flush())
+            assert [r.trace_id for r in read_requests(db)] == [f"trace-{i}" for i in range(11, 6, -1)]
+            # odd records name the model; the newest of them is record 11
+            assert last_used_by_model(db) == {"qwen3:0.6b": 1_700_000_011.0}
+            nursery.cancel_scope.cancel()
+    assert last_used_by_model(tmp_path / "missing.db") == {}
 
 
 async def test_flush_waits_for_prior_writes(tmp_path: Path) -> None:
