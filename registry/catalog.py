@@ -44,6 +44,8 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     size: int | None = None
     sha256: str | None = None
     license: str | None = None
+    capabilities: list[str] = []
+    """What the model does: completion, tools, thinking, vision, embedding, rerank, code…"""
     sources: list[Source]
 
 

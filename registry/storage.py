@@ -47,7 +47,8 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     size: int
     kind: str
-    """``blob`` (no manifest names it), ``info`` (cached header of a gone blob) or ``partial``."""
+    """``blob`` (no manifest names it), ``info`` (cached header of a gone blob), ``shards``
+    (the part links of a gone split model) or ``partial`` (a resumable download)."""
     modified_at: float
 
 
@@ -71,7 +72,8 @@ def storage_report(store: Store) -> StorageReport:
     records = store.list()
     by_digest: dict[str, list[str]] = {}
     for record in records:
-        by_digest.setdefault(record.digest, []).append(record.name)
+        for digest in record.digests():
+            by_digest.setdefault(digest, []).append(record.name)
     blobs: list[BlobUse] = []
     for digest, names in sorted(by_digest.items()):
         path = store.blob_path(_digest_hex(digest))
@@ -105,11 +107,12 @@ def _orphan(path: Path, kind: str) -> Orphan | None:
 
 def find_orphans(store: Store) -> list[Orphan]:
     """Blobs and cached headers that no manifest uses, and partial downloads."""
-    used = {_digest_hex(r.digest) for r in store.list()}
+    used = {_digest_hex(d) for d in store.used_digests()}
     found: list[Orphan] = []
     for directory, kind, suffix in (
         (store.blobs_dir, "blob", ""),
         (store.info_dir, "info", ".json"),
+        (store.shards_dir, "shards", ""),
         (store.partial_dir, "partial", None),
     ):
         if not directory.is_dir():
@@ -134,7 +137,10 @@ def prune_orphans(store: Store, *, partials: bool = False, dry_run: bool = False
             continue
         if not dry_run:
             try:
-                os.unlink(orphan.path)
+                if orphan.kind == "shards":
+                    shutil.rmtree(orphan.path)
+                else:
+                    os.unlink(orphan.path)
             except FileNotFoundError:
                 continue
         removed.append(orphan)
@@ -164,5 +170,5 @@ def copy_model(store: Store, src: str, dst: str, *, replace: bool = False) -> Mo
     copy = msgspec.structs.replace(record, name=target, created_at=now, modified_at=now)
     store.write_manifest(copy)
     if previous is not None and previous.digest != copy.digest:
-        store.collect(previous.digest)
+        store.collect(*previous.digests())
     return copy

@@ -5,6 +5,7 @@ Layout under the root (`<home>/models`):
     blobs/sha256-<hex>        model bytes (a hardlink, a copy, or a symlink for link=True)
     manifests/<name>.json     one ModelRecord per model name
     info/sha256-<hex>.json    cached GGUF header facts
+    shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
     partial/                  downloads in progress (resumable, never listed)
 
 Every method is blocking; async callers run them in a worker thread.
@@ -72,6 +73,14 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float
     modified_at: float
     settings: ModelSettings | None = None
+    projector: str | None = None
+    """Path of the vision projector (mmproj) blob, when the model has one."""
+    blobs: list[str] = []
+    """The other blobs the model needs (``sha256:`` digests): split parts 2..N, the projector."""
+
+    def digests(self) -> list[str]:
+        """Every blob this model uses, its main file first."""
+        return [self.digest, *self.blobs]
 
 
 def sha256_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None) -> str:
@@ -150,6 +159,7 @@ class Store:
         self.manifests_dir = self.root / "manifests"
         self.info_dir = self.root / "info"
         self.partial_dir = self.root / "partial"
+        self.shards_dir = self.root / "shards"
 
     def __repr__(self) -> str:
         return f"<Store {self.root}>"
@@ -289,7 +299,7 @@ class Store:
         )
         self.write_manifest(record)
         if previous is not None and previous.digest != record.digest:
-            self.collect(previous.digest)
+            self.collect(*previous.digests())
         return record
 
     def remove(self, name: str) -> ModelRecord:
@@ -307,16 +317,22 @@ class Store:
             except OSError:
                 break
             parent = parent.parent
-        self.collect(record.digest)
+        self.collect(*record.digests())
         return record
 
-    def collect(self, digest: str) -> None:
-        """Delete a blob (and its cached header) once no manifest names it."""
-        if any(r.digest == digest for r in self.list()):
-            return
-        sha = _check_hex(digest)
-        self.blob_path(sha).unlink(missing_ok=True)
-        (self.info_dir / f"sha256-{sha}.json").unlink(missing_ok=True)
+    def used_digests(self) -> set[str]:
+        return {d for r in self.list() for d in r.digests()}
+
+    def collect(self, *digests: str) -> None:
+        """Delete blobs (with their cached header and split-part folder) no manifest uses."""
+        used = self.used_digests()
+        for digest in digests:
+            if digest in used:
+                continue
+            sha = _check_hex(digest)
+            self.blob_path(sha).unlink(missing_ok=True)
+            (self.info_dir / f"sha256-{sha}.json").unlink(missing_ok=True)
+            shutil.rmtree(self.shards_dir / f"sha256-{sha}", ignore_errors=True)
 
     def _write_info(self, sha: str, info: ModelInfo) -> None:
         # The cache only saves time; failing to write it must not fail the operation.

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import registry.pull as pull_mod
+from registry._hf import pick_gguf
 from registry.catalog import Catalog, CatalogEntry, HfSource, PypiSource
 from registry.errors import ModelNotFound, PullFailed
 from registry.pull import PullProgress, pull
@@ -238,10 +239,10 @@ async def test_hf_repo_offline(store: Store, tmp_path: Path) -> None:
 
 def test_pick_gguf() -> None:
     files = ["README.md", "m-Q8_0.gguf", "m-Q4_K_M.gguf", "mmproj-m-f16.gguf", "m-Q2_K.gguf"]
-    assert pull_mod._pick_gguf(files, None) == "m-Q4_K_M.gguf"
-    assert pull_mod._pick_gguf(files, "q8_0") == "m-Q8_0.gguf"
-    assert pull_mod._pick_gguf(files, "iq1") is None
-    assert pull_mod._pick_gguf(["README.md"], None) is None
+    assert pick_gguf(files, None) == "m-Q4_K_M.gguf"
+    assert pick_gguf(files, "q8_0") == "m-Q8_0.gguf"
+    assert pick_gguf(files, "iq1") is None
+    assert pick_gguf(["README.md"], None) is None
 
 
 async def test_hf_download_resumes(

@@ -83,3 +83,26 @@ def test_unused_uses_the_last_request_else_the_install_time(store: Store) -> Non
     assert [r.name for r in unused_models(store, 7, last_used, now=now)] == ["alpha"]
     assert [r.name for r in unused_models(store, 0.5, last_used, now=now)] == ["alpha", "beta"]
     assert unused_models(store, 30, last_used, now=now) == []
+
+
+def test_split_parts_and_projector_belong_to_their_model(store: Store, tmp_path: Path) -> None:
+    """Blobs a record names besides its main file are in use: never orphans; removed with it."""
+    import msgspec
+
+    extra = store.import_file(write_gguf(tmp_path / "part2.gguf", seed=3), "tmp-part")
+    part_digest = extra.digest
+    alpha = store.get("alpha")
+    shards = store.shards_dir / ("sha256-" + alpha.digest.removeprefix("sha256:"))
+    shards.mkdir(parents=True)
+    (shards / "m-00002-of-00002.gguf").symlink_to(extra.path)
+    # the pull's record of a split model: the main file plus the other part
+    store.write_manifest(msgspec.structs.replace(alpha, name="split", blobs=[part_digest]))
+    store.remove("tmp-part")
+    assert Path(extra.path).exists()  # still used by "split"
+    assert find_orphans(store) == []
+    report = storage_report(store)
+    assert {b.digest: b.names for b in report.blobs}[part_digest] == ["split"]
+
+    store.remove("split")
+    store.remove("alpha")
+    assert not Path(extra.path).exists() and not shards.exists()

@@ -1,0 +1,186 @@
+"""The Ollama registry: `ollama:[NS/]NAME[:TAG]` resolved through its manifest and blob API.
+
+The manifest (Docker distribution v2) lists layers by media type: the GGUF weights, an
+optional vision projector, and small template / system / params layers, which become
+the model's settings. Every layer is checked against its sha256 digest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import msgspec
+
+from ._download import Fetch, Plan, RetryPolicy, fetch_small
+from ._names import canonical_name
+from .errors import InvalidModelName, ModelNotFound, PullFailed
+from .store import ModelSettings
+
+__all__ = ["OllamaRef", "ollama_settings", "parse_ollama_ref", "resolve_ollama"]
+
+DEFAULT_REGISTRY = "https://registry.ollama.ai"
+_MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+)
+_MODEL = "application/vnd.ollama.image.model"
+_PROJECTOR = "application/vnd.ollama.image.projector"
+_ADAPTER = "application/vnd.ollama.image.adapter"
+_TEMPLATE = "application/vnd.ollama.image.template"
+_SYSTEM = "application/vnd.ollama.image.system"
+_PARAMS = "application/vnd.ollama.image.params"
+_MAX_MANIFEST_BYTES = 1 << 20
+_MAX_SETTINGS_LAYER_BYTES = 1 << 20
+_HEX = re.compile(r"[0-9a-f]{64}")
+# Ollama's templates are Go templates: they name fields with a dot or use Go's keywords. Jinja never does.
+_GO_TEMPLATE = re.compile(r"\{\{-?\s*(?:\.|end\b|range\b|if\b|else\b|with\b|template\b|define\b|block\b)")
+
+
+class OllamaRef(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    name: str
+    tag: str
+    canonical: str
+    """The local model name: `name:tag`, or `ns/name:tag` outside the library namespace."""
+
+    def describe(self) -> str:
+        return f"ollama:{self.namespace}/{self.name}:{self.tag}"
+
+
+class _Layer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    media_type: str
+    digest: str
+    size: int
+
+
+class _Manifest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    schema_version: int = 2
+    layers: list[_Layer] = []
+
+
+def registry_base() -> str:
+    return (os.environ.get("BLAZAR_OLLAMA_REGISTRY") or DEFAULT_REGISTRY).rstrip("/")
+
+
+def parse_ollama_ref(raw: str) -> OllamaRef:
+    """`ollama:[ns/]name[:tag]` → its parts; InvalidModelName for anything else."""
+    body = raw.strip()
+    if not body.lower().startswith("ollama:"):
+        raise InvalidModelName(f"'{raw}' is not an Ollama registry name (ollama:name[:tag])")
+    base, _, tag = body[len("ollama:") :].strip().lower().partition(":")
+    namespace, _, name = base.rpartition("/")
+    namespace = namespace or "library"
+    tag = tag or "latest"
+    if not name or "/" in namespace:
+        raise InvalidModelName(
+            f"'{raw}' is not an Ollama registry name — use ollama:name[:tag] or ollama:ns/name[:tag]"
+        )
+    local = f"{name}:{tag}" if namespace == "library" else f"{namespace}/{name}:{tag}"
+    return OllamaRef(namespace=namespace, name=name, tag=tag, canonical=canonical_name(local))
+
+
+def ollama_settings(
+    template: str | None, system: str | None, params: dict[str, Any] | None
+) -> ModelSettings | None:
+    """Settings from a registry model's template, system and params layers (as /api/create maps them).
+
+    An Ollama template is a Go template, which llama.cpp cannot run: it is kept only when it
+    is in fact Jinja; otherwise the GGUF's own chat template serves.
+    """
+    jinja = template if template and _GO_TEMPLATE.search(template) is None else None
+    settings = ModelSettings(system=system or None, template=jinja, parameters=dict(params or {}))
+    return None if settings == ModelSettings() else settings
+
+
+def _layer_hex(layer: _Layer, label: str) -> str:
+    hexpart = layer.digest.lower().removeprefix("sha256:")
+    if not layer.digest.lower().startswith("sha256:") or not _HEX.fullmatch(hexpart):
+        raise PullFailed(f"{label}: the manifest lists a layer with digest {layer.digest!r}, not a sha256")
+    if layer.size < 0:
+        raise PullFailed(f"{label}: the manifest lists a layer of negative size")
+    return hexpart
+
+
+async def _settings(
+    client: httpx.AsyncClient, blob_url: str, layers: Sequence[_Layer], label: str, retry: RetryPolicy
+) -> ModelSettings | None:
+    texts: dict[str, str] = {}
+    for layer in layers:
+        if layer.media_type not in (_TEMPLATE, _SYSTEM, _PARAMS) or layer.media_type in texts:
+            continue
+        digest = _layer_hex(layer, label)
+        kind = layer.media_type.rsplit(".", 1)[-1]
+        if layer.size > _MAX_SETTINGS_LAYER_BYTES:
+            raise PullFailed(f"{label}: the {kind} layer is {layer.size} bytes, too large to be settings")
+        resp = await fetch_small(
+            client,
+            blob_url + layer.digest,
+            label=f"{label} ({kind})",
+            max_bytes=_MAX_SETTINGS_LAYER_BYTES,
+            sha256=digest,
+            retry=retry,
+        )
+        if resp.status_code != 200:
+            raise PullFailed(f"{label}: HTTP {resp.status_code} for the {kind} layer")
+        texts[layer.media_type] = resp.content.decode("utf-8", errors="replace")
+    params: dict[str, Any] | None = None
+    if _PARAMS in texts:
+        try:
+            params = msgspec.json.decode(texts[_PARAMS], type=dict[str, Any])
+        except msgspec.DecodeError as exc:
+            raise PullFailed(f"{label}: the params layer is not a JSON object ({exc})") from exc
+    return ollama_settings(texts.get(_TEMPLATE), texts.get(_SYSTEM), params)
+
+
+async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: RetryPolicy) -> Plan:
+    """Read the manifest of `ref` (and its settings layers); the weights are left to download."""
+    base = registry_base()
+    label = ref.describe()
+    repo_url = f"{base}/v2/{ref.namespace}/{ref.name}"
+    resp = await fetch_small(
+        client,
+        f"{repo_url}/manifests/{ref.tag}",
+        label=label,
+        max_bytes=_MAX_MANIFEST_BYTES,
+        headers={"Accept": _MANIFEST_TYPES},
+        retry=retry,
+    )
+    if resp.status_code == 404:
+        raise ModelNotFound(
+            ref.canonical,
+            f"'{ref.name}:{ref.tag}' is not in the Ollama registry at {base} — check the name and tag",
+        )
+    if resp.status_code in (401, 403):
+        raise PullFailed(f"{label}: the registry at {base} refused access (HTTP {resp.status_code})")
+    if resp.status_code != 200:
+        raise PullFailed(f"{label}: HTTP {resp.status_code} from the registry at {base}")
+    try:
+        manifest = msgspec.json.decode(resp.content, type=_Manifest)
+    except msgspec.DecodeError as exc:
+        raise PullFailed(f"{label}: the registry sent an unreadable manifest ({exc})") from exc
+    if any(layer.media_type == _ADAPTER for layer in manifest.layers):
+        raise PullFailed(f"{label} needs a LoRA adapter layer, which Blazar cannot apply yet")
+    models = [layer for layer in manifest.layers if layer.media_type == _MODEL]
+    if len(models) != 1:
+        raise PullFailed(f"{label}: the manifest has {len(models)} model layers, expected one")
+    projector = next((layer for layer in manifest.layers if layer.media_type == _PROJECTOR), None)
+    settings = await _settings(client, f"{repo_url}/blobs/", manifest.layers, label, retry)
+
+    def fetch(layer: _Layer) -> Fetch:
+        # The registry redirects blob reads to its CDN, whose host varies: any https host is allowed.
+        return Fetch(
+            url=f"{repo_url}/blobs/{layer.digest}",
+            sha256=_layer_hex(layer, label),
+            size=layer.size,
+            label=label,
+        )
+
+    return Plan(
+        source=label,
+        parts=[(f"{ref.name}.gguf", fetch(models[0]))],
+        projector=fetch(projector) if projector else None,
+        settings=settings,
+    )
