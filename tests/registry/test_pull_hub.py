@@ -18,10 +18,11 @@ import trio
 
 import registry.pull as pull_mod
 from registry._download import Fetch, _redirect_target, fetch_blob
+from registry._hf import HF_HOSTS
 from registry.catalog import Catalog, HfSource
 from registry.errors import ChecksumMismatch, InsufficientStorage, ModelNotFound, PullFailed
 from registry.pull import PullProgress, RetryPolicy, pull
-from registry.store import ModelRecord, Store
+from registry.store import ModelRecord, Store, sha256_file
 from tests.registry.hub import (
     MODEL_MEDIA,
     PARAMS_MEDIA,
@@ -451,7 +452,7 @@ async def test_redirected_download(hub: Hub, tiny_repo: dict[str, bytes], do_pul
 def test_redirect_policy() -> None:
     here = httpx.URL("https://huggingface.co/o/r/resolve/main/x.gguf")
 
-    def target(location: str, hosts: tuple[str, ...] = pull_mod.HF_HOSTS) -> str:
+    def target(location: str, hosts: tuple[str, ...] = HF_HOSTS) -> str:
         return str(_redirect_target(here, location, label="t", redirect_hosts=hosts))
 
     assert target("https://cas-bridge.xethub.hf.co/x") == "https://cas-bridge.xethub.hf.co/x"
@@ -479,7 +480,7 @@ async def test_token_stays_with_the_first_host(store: Store) -> None:
         size=len(data),
         label="t",
         headers={"Authorization": "Bearer hf_x"},
-        redirect_hosts=pull_mod.HF_HOSTS,
+        redirect_hosts=HF_HOSTS,
     )
     async with httpx.AsyncClient(transport=httpx.MockTransport(serve)) as client:
         blob = await fetch_blob(client, store, fetch, lambda p: None)
@@ -624,3 +625,20 @@ def test_partials_are_never_listed(store: Store) -> None:
     store.partial_path("ab" * 32).write_bytes(b"half")
     assert store.list() == []
     assert os.listdir(store.partial_dir) == [f"sha256-{'ab' * 32}.partial"]
+
+
+async def test_a_catalog_name_with_a_quant_picks_its_file(
+    hub: Hub, store: Store, do_pull: Pulls, tmp_path: Path
+) -> None:
+    """Shipped catalog entries name a repo and a quant; the file comes from the repo's listing."""
+    catalog = Catalog.load()
+    entry = catalog.get("qwen3-0.6b")
+    assert entry is not None
+    (source,) = entry.sources
+    assert isinstance(source, HfSource) and source.quant == "Q8_0" and source.file is None
+    (wanted,) = make_gguf(tmp_path / "q8.gguf", seed=7)
+    hub.add_hf_file(source.repo, "Qwen3-0.6B-Q8_0.gguf", wanted)
+    hub.add_hf_file(source.repo, "Qwen3-0.6B-BF16.gguf", make_gguf(tmp_path / "bf16.gguf", seed=8)[0])
+    record = await do_pull("qwen3-0.6b", catalog=catalog)
+    assert record.name == "qwen3-0.6b" and record.source == f"hf:{source.repo}/Qwen3-0.6B-Q8_0.gguf"
+    assert sha256_file(record.path) == sha256_file(wanted)

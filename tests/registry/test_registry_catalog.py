@@ -48,7 +48,7 @@ def test_extra_file_overrides(tmp_path: Path) -> None:
     assert catalog.default_model == "mine"
     entry = catalog.get("mine")
     assert entry is not None
-    assert entry.sources == [HfSource(repo="me/mine-GGUF", file="mine.gguf", revision="main")]
+    assert entry.sources == [HfSource(repo="me/mine-GGUF", file="mine.gguf")]
     assert catalog.get("smollm2-135m") is not None
 
 
@@ -63,3 +63,21 @@ def test_constructed_catalog() -> None:
     entry = CatalogEntry(name="a", file="a.gguf", sources=[])
     catalog = Catalog([entry], default_model="a")
     assert catalog.get("a:latest") is entry
+
+
+def test_shipped_catalog_is_well_formed() -> None:
+    from registry._names import canonical_name
+
+    catalog = Catalog.load()
+    entries = catalog.entries()
+    assert len(entries) >= 25
+    known = {"completion", "tools", "thinking", "vision", "embedding", "rerank", "code", "insert"}
+    for entry in entries:
+        assert canonical_name(entry.name) == entry.name
+        assert entry.sources and entry.description and entry.license, entry.name
+        assert set(entry.capabilities) <= known and entry.capabilities, entry.name
+        for source in entry.sources:
+            if isinstance(source, HfSource):
+                assert source.file or source.quant, entry.name
+    kinds = {c for e in entries for c in e.capabilities}
+    assert {"embedding", "rerank", "vision", "code", "tools"} <= kinds

@@ -5,11 +5,9 @@ import json
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
 
-import registry.pull as pull_mod
 from registry._hf import pick_gguf
 from registry.catalog import Catalog, CatalogEntry, HfSource, PypiSource
 from registry.errors import ModelNotFound, PullFailed
@@ -243,66 +241,3 @@ def test_pick_gguf() -> None:
     assert pick_gguf(files, "q8_0") == "m-Q8_0.gguf"
     assert pick_gguf(files, "iq1") is None
     assert pick_gguf(["README.md"], None) is None
-
-
-async def test_hf_download_resumes(
-    store: Store, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    data = read(tiny_gguf)
-    digest = sha(tiny_gguf)
-    ranges: list[str | None] = []
-
-    def serve(request: httpx.Request) -> httpx.Response:
-        ranges.append(request.headers.get("range"))
-        start = int(request.headers["range"].removeprefix("bytes=").rstrip("-")) if ranges[-1] else 0
-        status = 206 if start else 200
-        return httpx.Response(status, content=data[start:])
-
-    def metadata(source: HfSource) -> pull_mod._HfFile:
-        return pull_mod._HfFile(url="https://hub.test/tiny.gguf", size=len(data), sha256=digest, headers={})
-
-    monkeypatch.setattr(pull_mod, "_hf_file_metadata", metadata)
-    monkeypatch.setattr(
-        pull_mod, "_open_http_client", lambda: httpx.AsyncClient(transport=httpx.MockTransport(serve))
-    )
-    store.partial_path(digest).write_bytes(data[:1000])
-    hf = HfSource(repo="example/tiny-GGUF", file="tiny.gguf")
-    catalog = Catalog([entry_for(tiny_gguf, hf)], default_model="tiny")
-    events: list[PullProgress] = []
-    record = await pull(store, "tiny", catalog=catalog, cache_dir=tmp_path, on_progress=events.append)
-    assert ranges == ["bytes=1000-"]
-    assert record.source == "hf:example/tiny-GGUF/tiny.gguf"
-    assert read(record.path) == data
-    assert any(e.status == "downloading" for e in events)
-    assert not store.partial_path(digest).exists()
-
-
-async def test_hf_short_download_keeps_partial(
-    store: Store, tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    data = read(tiny_gguf)
-    digest = sha(tiny_gguf)
-    monkeypatch.setattr(
-        pull_mod,
-        "_hf_file_metadata",
-        lambda source: pull_mod._HfFile(url="https://hub.test/t", size=len(data), sha256=digest, headers={}),
-    )
-    monkeypatch.setattr(
-        pull_mod,
-        "_open_http_client",
-        lambda: httpx.AsyncClient(
-            transport=httpx.MockTransport(lambda r: httpx.Response(200, content=data[:500]))
-        ),
-    )
-    hf = HfSource(repo="example/tiny-GGUF", file="tiny.gguf")
-    with pytest.raises(PullFailed, match="resumes"):
-        await pull(
-            store,
-            "tiny",
-            catalog=Catalog([entry_for(tiny_gguf, hf)], default_model="tiny"),
-            cache_dir=tmp_path,
-        )
-    assert store.partial_path(digest).stat().st_size == 500
-    assert store.list() == []
