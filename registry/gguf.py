@@ -4,6 +4,10 @@ Reads the key/value header and the tensor table from a prefix of a GGUF file and
 stops where the tensor data begins. The `gguf` package supplies the key names
 and quant block sizes; its GGUFReader is not used because it decodes every
 vocabulary string eagerly, which costs seconds per file in a listing.
+
+`parse_header` keeps every scalar and every short numeric array (per-layer
+settings such as head counts or sliding-window flags) for callers that need
+more than `ModelInfo` holds, such as the memory fit in `registry.fit`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ import msgspec
 from .errors import InvalidModelFile
 
 __all__ = [
+    "GGUFHeader",
     "ModelInfo",
     "NeedMoreData",
     "TensorInfo",
     "looks_like_gguf",
+    "model_info",
     "parse",
+    "parse_header",
+    "read_header",
     "read_model_info",
 ]
 
@@ -31,6 +39,9 @@ _MAGIC = b"GGUF"
 _SUPPORTED_VERSIONS = (2, 3)
 _MAX_DIMS = 8
 _FIRST_READ_BYTES = 1 << 20
+# Numeric arrays up to this length are decoded (per-layer settings); longer ones
+# (token types, scores) are only measured, which keeps a listing fast.
+_SMALL_ARRAY = 4096
 
 _VT = _gg.GGUFValueType
 # Fixed-size scalar value types: struct format (little-endian).
@@ -88,6 +99,19 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     data_offset: int
 
 
+class GGUFHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything before the tensor data: metadata values and the tensor table."""
+
+    version: int
+    values: dict[str, Any]
+    """Scalars, strings and numeric arrays of at most 4096 entries (as lists), by key."""
+    array_lengths: dict[str, int]
+    """The length of every array in the header, decoded or not."""
+    tensor_count: int
+    tensors: list[TensorInfo]
+    data_offset: int
+
+
 class _Cursor:
     __slots__ = ("buf", "pos")
 
@@ -138,7 +162,10 @@ def _value_type(raw: int) -> int:
 
 
 def _read_value(cur: _Cursor) -> tuple[Any, int | None]:
-    """Return (scalar value, None) or (None, array length); arrays are skipped, not decoded."""
+    """Return (scalar value, None) or (array or None, array length).
+
+    Short numeric arrays come back as lists; long ones and string arrays are skipped.
+    """
     vtype = _value_type(cur.u32())
     if vtype == _VT.STRING:
         return cur.string(), None
@@ -147,7 +174,14 @@ def _read_value(cur: _Cursor) -> tuple[Any, int | None]:
     etype = _value_type(cur.u32())
     count = cur.u64()
     if etype in _SCALAR_SIZES:
-        cur.skip(count * _SCALAR_SIZES[etype])
+        size = count * _SCALAR_SIZES[etype]
+        if count <= _SMALL_ARRAY:
+            cur._need(size)
+            fmt = f"<{count}{_SCALAR_FORMATS[etype][1:]}"
+            items = list(struct.unpack_from(fmt, cur.buf, cur.pos))
+            cur.pos += size
+            return items, count
+        cur.skip(size)
     elif etype == _VT.STRING:
         for _ in range(count):
             cur.skip_string()
@@ -183,8 +217,8 @@ def _opt_int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def parse(buf: bytes | memoryview) -> ModelInfo:
-    """Parse the GGUF header and tensor table held in `buf` (a prefix of the file is enough).
+def parse_header(buf: bytes | memoryview) -> GGUFHeader:
+    """Parse the metadata and tensor table held in `buf` (a prefix of the file is enough).
 
     Raises NeedMoreData when `buf` ends before the tensor table does, and
     InvalidModelFile when the bytes are not a GGUF file this reader understands.
@@ -207,13 +241,12 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
     for _ in range(kv_count):
         key = cur.string()
         value, length = _read_value(cur)
-        if length is None:
-            values[key] = value
-        else:
+        if length is not None:
             array_lengths[key] = length
+        if value is not None:
+            values[key] = value
 
     tensors: list[TensorInfo] = []
-    parameter_count = 0
     for _ in range(tensor_count):
         tname = cur.string()
         n_dims = cur.u32()
@@ -223,7 +256,6 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
         type_name, block, type_size = _tensor_type(cur.u32())
         offset = cur.u64()
         n_elements = math.prod(shape)
-        parameter_count += n_elements
         n_bytes = None
         if block and type_size is not None:
             n_bytes = n_elements // block * type_size
@@ -231,12 +263,25 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
 
     alignment = _opt_int(values.get(_gg.Keys.General.ALIGNMENT)) or _gg.GGUF_DEFAULT_ALIGNMENT
     data_offset = -(-cur.pos // alignment) * alignment
+    return GGUFHeader(
+        version=version,
+        values=values,
+        array_lengths=array_lengths,
+        tensor_count=tensor_count,
+        tensors=tensors,
+        data_offset=data_offset,
+    )
 
+
+def model_info(header: GGUFHeader) -> ModelInfo:
+    """The facts `blazar show` and the store cache keep, taken from a parsed header."""
+    values = header.values
     arch = values.get(_gg.Keys.General.ARCHITECTURE)
     if not isinstance(arch, str) or not arch:
         raise InvalidModelFile("GGUF header has no general.architecture")
 
     def arch_int(template: str) -> int | None:
+        # Per-layer arrays are not single facts; ModelInfo leaves them out.
         return _opt_int(values.get(template.format(arch=arch)))
 
     def text(key: str) -> str | None:
@@ -245,7 +290,7 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
 
     vocab_size = arch_int(_gg.Keys.LLM.VOCAB_SIZE)
     if vocab_size is None:
-        vocab_size = array_lengths.get(_gg.Keys.Tokenizer.LIST)
+        vocab_size = header.array_lengths.get(_gg.Keys.Tokenizer.LIST)
     rope_base = values.get(_gg.Keys.Rope.FREQ_BASE.format(arch=arch))
 
     return ModelInfo(
@@ -253,7 +298,7 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
         name=text(_gg.Keys.General.NAME),
         size_label=text(_gg.Keys.General.SIZE_LABEL),
         file_type=_quant_name(values.get(_gg.Keys.General.FILE_TYPE)),
-        parameter_count=parameter_count,
+        parameter_count=sum(math.prod(t.shape) for t in header.tensors),
         context_length=arch_int(_gg.Keys.LLM.CONTEXT_LENGTH),
         block_count=arch_int(_gg.Keys.LLM.BLOCK_COUNT),
         head_count=arch_int(_gg.Keys.Attention.HEAD_COUNT),
@@ -265,10 +310,19 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
         key_length=arch_int(_gg.Keys.Attention.KEY_LENGTH),
         value_length=arch_int(_gg.Keys.Attention.VALUE_LENGTH),
         chat_template=text(_gg.Keys.Tokenizer.CHAT_TEMPLATE),
-        tensor_count=tensor_count,
-        tensors=tensors,
-        data_offset=data_offset,
+        tensor_count=header.tensor_count,
+        tensors=header.tensors,
+        data_offset=header.data_offset,
     )
+
+
+def parse(buf: bytes | memoryview) -> ModelInfo:
+    """Parse the GGUF header and tensor table held in `buf` (a prefix of the file is enough).
+
+    Raises NeedMoreData when `buf` ends before the tensor table does, and
+    InvalidModelFile when the bytes are not a GGUF file this reader understands.
+    """
+    return model_info(parse_header(buf))
 
 
 def looks_like_gguf(path: str | os.PathLike[str]) -> bool:
@@ -282,13 +336,22 @@ def looks_like_gguf(path: str | os.PathLike[str]) -> bool:
 
 def read_model_info(path: str | os.PathLike[str]) -> ModelInfo:
     """Read just enough of a GGUF file to parse its header; never reads the tensor data."""
+    header = read_header(path)
+    try:
+        return model_info(header)
+    except InvalidModelFile as exc:
+        raise InvalidModelFile(f"{os.fspath(path)}: {exc.message}") from None
+
+
+def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read just enough of a GGUF file to parse its metadata and tensor table."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             buf = f.read(_FIRST_READ_BYTES)
             while True:
                 try:
-                    return parse(buf)
+                    return parse_header(buf)
                 except NeedMoreData as more:
                     if more.needed > size or len(buf) >= size:
                         raise InvalidModelFile(
