@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import cyclopts
 import msgspec
@@ -302,8 +302,18 @@ def logs(
 
 
 @app.command
-def pull(name: str, *, json_: Json = False) -> None:
-    """Download a model (a catalog name like smollm2-135m, or ORG/REPO[:QUANT])."""
+def pull(
+    name: str,
+    *,
+    link: Annotated[
+        bool, Parameter(negative="", help="Symlink files reused from another tool's store.")
+    ] = False,
+    json_: Json = False,
+) -> None:
+    """Download a model: a catalog name (smollm2-135m), ORG/REPO[:QUANT] or ollama:NAME[:TAG].
+
+    Bytes another tool already has on disk (Ollama, the Hugging Face cache, LM Studio,
+    llama.cpp) are hardlinked instead of downloaded."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     from registry.catalog import Catalog
@@ -326,8 +336,10 @@ def pull(name: str, *, json_: Json = False) -> None:
             if json_:
                 sys.stdout.write(msgspec.json.encode(p).decode() + "\n")
                 return
-            if p.status == "trying next source":
+            if p.status in ("trying next source", "not reused"):
                 err.print(f"[yellow]{p.source}: {p.message}[/]")
+            elif p.status == "reused":
+                err.print(f"reused {p.message}")
             bar.update(
                 task,
                 description=f"{p.status} {p.source or ''}".strip(),
@@ -342,6 +354,7 @@ def pull(name: str, *, json_: Json = False) -> None:
                 catalog=Catalog.load(),
                 cache_dir=Path(paths.cache_dir),
                 on_progress=on_progress,
+                link=link,
             )
         )
     if json_:
@@ -350,16 +363,80 @@ def pull(name: str, *, json_: Json = False) -> None:
         out.print(f"pulled {record.name} ({_size(record.size)}, {record.digest[:19]}) from {record.source}")
 
 
+@app.command
+def search(
+    query: str,
+    *,
+    limit: Annotated[int, Parameter(help="Hub repositories to list.")] = 10,
+    offline: Annotated[bool, Parameter(negative="", help="The catalog only.")] = False,
+    json_: Json = False,
+) -> None:
+    """Find models: catalog names first, then GGUF repositories on the Hugging Face Hub."""
+    from registry.catalog import Catalog
+    from registry.search import search as do_search
+
+    result = trio.run(lambda: do_search(query, Catalog.load(), limit=limit, hub=not offline))
+    if json_:
+        _print_json(result)
+        return
+    if result.catalog:
+        table = Table("NAME", "PARAMS", "SIZE", "CAPABILITIES", "DESCRIPTION", box=None)
+        for hit in result.catalog:
+            size = _size(hit.size) if hit.size else "-"
+            table.add_row(
+                hit.name, hit.parameter_size or "-", size, ", ".join(hit.capabilities), hit.description
+            )
+        out.print(table)
+    if result.hub:
+        out.print()
+        table = Table("HUGGING FACE", "DOWNLOADS", "LIKES", "QUANTS", box=None)
+        for repo in result.hub:
+            quants = ", ".join(
+                f"{f.quant or f.file} {_size(f.size)}" if f.size else (f.quant or f.file) for f in repo.files
+            )
+            table.add_row(f"hf.co/{repo.repo}", f"{repo.downloads:,}", f"{repo.likes:,}", quants)
+        out.print(table)
+        out.print("pull one with `blazar pull hf.co/ORG/REPO:QUANT`")
+    if not result.catalog and not result.hub:
+        out.print(f"no model matches {query!r}")
+    if result.note:
+        err.print(f"[yellow]{result.note}[/]")
+
+
 @app.command(name="import")
 def import_(
-    file: Path,
+    file: Path | None = None,
     *,
-    name: str,
+    name: str | None = None,
+    scan: Annotated[
+        bool,
+        Parameter(negative="", help="List models in Ollama, Hugging Face, LM Studio and llama.cpp stores."),
+    ] = False,
+    all_: Annotated[
+        bool, Parameter(name="--all", negative="", help="With --scan: adopt every model found.")
+    ] = False,
     link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
     json_: Json = False,
 ) -> None:
-    """Add a local GGUF file to the store (hardlinked when possible, else copied)."""
+    """Add a local GGUF file to the store (hardlinked when possible, else copied).
+
+    With --scan, find the models other tools already keep on disk; --scan --all adopts them.
+    """
     paths = resolve_paths()
+    if scan:
+        if file is not None or name is not None:
+            raise CliError(
+                "--scan finds the files itself — give FILE --name NAME, or --scan [--all], not both"
+            )
+        _import_scan(paths, adopt=all_, link=link, json_=json_)
+        return
+    if all_:
+        raise CliError("--all adopts what --scan finds — run `blazar import --scan --all`")
+    if file is None or name is None:
+        raise CliError(
+            "give a GGUF file and a name (`blazar import FILE --name NAME`), "
+            "or look for models other tools keep with `blazar import --scan`"
+        )
     if not file.is_file():
         raise CliError(f"no such file: {file}")
     record = _store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
@@ -368,6 +445,64 @@ def import_(
         _print_json(record)
     else:
         out.print(f"imported {record.name} ({_size(record.size)}, {record.digest[:19]})")
+
+
+def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
+    """`blazar import --scan [--all]`: list, or adopt, the models other tools keep on disk."""
+    from rich.markup import escape
+
+    from registry.scan import Adoption, adopt_all, default_roots
+    from registry.scan import scan as find_models
+
+    roots = default_roots()
+    found = find_models(roots)
+    for warning in found.warnings:
+        err.print(f"warning: {warning}", style="yellow", markup=False)
+    if not adopt:
+        if json_:
+            _print_json(found)
+        elif not found.models:
+            looked = [*roots.ollama, *roots.huggingface, *roots.lmstudio, *roots.llamacpp]
+            out.print("no models found in other tools' stores; looked in:", markup=False)
+            for folder in looked:
+                out.print(f"  {folder}", markup=False)
+        else:
+            from rich.table import Column
+
+            # Paths fold instead of ending in '…', so they can be copied from a narrow terminal.
+            table = Table("NAME", "STORE", "QUANT", "SIZE", Column("PATH", overflow="fold"), box=None)
+            for m in found.models:
+                table.add_row(escape(m.name), m.store, m.quantization or "-", _size(m.size), escape(m.path))
+            out.print(table)
+            out.print(f"\nadopt them all with `blazar import --scan --all{' --link' if link else ''}`")
+        return
+
+    def report(a: Adoption) -> None:
+        if json_:
+            return
+        if a.status == "adopted":
+            how = {"hardlink": "hardlink", "copy": "copy", "symlink": "symlink", "existing": "already stored"}
+            copied = "0 bytes copied" if a.bytes_copied == 0 else f"{_size(a.bytes_copied)} copied"
+            out.print(f"adopted {a.name} from {a.store} ({how[a.method or 'copy']}, {copied})", markup=False)
+        elif a.status == "skipped":
+            out.print(f"skipped {a.name}: {a.reason}", markup=False)
+        else:
+            err.print(f"failed {a.name}: {a.reason}", markup=False)
+
+    results = adopt_all(_store(paths), found.models, link=link, on_result=report)
+    failed = [a for a in results if a.status == "failed"]
+    if json_:
+        _print_json(results)
+    else:
+        adopted = [a for a in results if a.status == "adopted"]
+        copied_bytes = sum(a.bytes_copied for a in adopted)
+        copied = "0 bytes copied" if copied_bytes == 0 else f"{_size(copied_bytes)} copied"
+        out.print(
+            f"adopted {len(adopted)} model(s), skipped {len(results) - len(adopted) - len(failed)}, {copied}",
+            markup=False,
+        )
+    if failed:
+        raise CliError(f"{len(failed)} model(s) could not be adopted — see the lines above")
 
 
 @app.command(name="list")
@@ -417,6 +552,119 @@ def show(name: str, *, json_: Json = False) -> None:
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", value)
     out.print(table)
+
+
+def _bin(n: int | float) -> str:
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+_FIT_FIELDS = ("weights", "kv", "k", "v", "recurrent", "compute", "overhead", "total")
+
+
+@app.command
+def fit(
+    target: str,
+    *,
+    ctx: int | None = None,
+    slots: int | None = None,
+    cache_type: Literal["f16", "q8_0", "q4_0"] = "f16",
+    json_: Json = False,
+) -> None:
+    """Estimate a model's memory (weights, KV cache, compute) and whether it fits on this machine.
+
+    TARGET is an installed model name or a path to a .gguf file. --ctx is per slot (the engine
+    gets ctx x slots); the defaults are the ones the daemon would use. Needs no daemon.
+    """
+    from blazar.census import take_census
+    from registry import fit as fitting
+
+    paths, config = _setup()
+    path, override = Path(target).expanduser(), None
+    name = path.name
+    if not path.is_file():
+        record = _store(paths).get(target)
+        path, name, override = Path(record.path), record.name, config.models.get(record.name)
+    shape = fitting.read_shape(path)
+    ctx = ctx or (override.ctx if override else None) or fitting.default_ctx(shape, config.default_ctx)
+    settings = fitting.Settings(
+        ctx_per_slot=ctx,
+        slots=slots or (override.slots if override else None) or config.slots,
+        cache_type_k=cache_type,
+        cache_type_v=cache_type,
+    )
+    census = take_census()
+    report = fitting.fit(shape, settings, census.memory())
+    est = report.estimate
+    notes = [*report.notes, *([census.note] if census.note else [])]
+    if json_:
+        doc = {
+            "model": name,
+            "path": str(path),
+            "architecture": shape.architecture,
+            "quantization": shape.file_type,
+            "parameters": shape.parameter_count,
+            "layers": shape.n_layer,
+            **{k: getattr(est, k) for k in _FIT_FIELDS},
+            "weights_by_type": est.weights_by_type,
+            "cells_per_slot": est.cells_per_slot,
+            "swa_cells_per_slot": est.swa_cells_per_slot,
+            "settings": settings,
+            "verdict": report.verdict,
+            "device": report.device,
+            "available": report.available,
+            "ram_available": report.ram_available,
+            "gpu_layers": report.gpu_layers,
+            "n_layers": report.n_layers,
+            "headroom": report.headroom,
+            "tight": report.tight,
+            "levers": report.levers,
+            "census": census,
+            "notes": notes,
+        }
+        _print_json(doc)
+        return
+    quant, params = shape.file_type or "?", _params(shape.parameter_count)
+    out.print(f"[bold]{name}[/]  {shape.architecture} · {quant} · {params} params · {shape.n_layer} layers")
+    out.print(
+        f"ctx {settings.ctx_per_slot} per slot x {settings.slots} slot(s), "
+        f"KV cache {cache_type}, flash attention on"
+    )
+    by_type = sorted(est.weights_by_type.items(), key=lambda kv: -kv[1])
+    cells = f"{est.cells_per_slot} cells per slot"
+    if est.swa_cells_per_slot is not None:
+        cells += f", {est.swa_cells_per_slot} on sliding-window layers"
+    rows = [
+        ("weights", _bin(est.weights), ", ".join(f"{t} {_bin(b)}" for t, b in by_type)),
+        ("KV cache", _bin(est.kv), f"K {_bin(est.k)} + V {_bin(est.v)}; {cells}"),
+        *([("recurrent", _bin(est.recurrent), "fixed state per slot")] if est.recurrent else []),
+        ("compute", _bin(est.compute), "graph and output buffers (estimate)"),
+        ("overhead", _bin(est.overhead), "engine process"),
+        ("total", _bin(est.total), ""),
+    ]  # fmt: skip
+    table = Table(box=None, show_header=False)
+    for key, value, detail in rows:
+        table.add_row(f"[bold]{key}[/]", value, f"[dim]{detail}[/]")
+    out.print(table)
+    where = "free VRAM" if report.device == "gpu" else "available RAM"
+    verdict = {
+        "fits": "fits",
+        "offload": f"fits with {report.gpu_layers} of {report.n_layers} layers on the GPU, the rest in RAM"
+        if report.gpu_layers
+        else "fits in RAM only: no layer fits on the GPU",
+        "no_fit": "does not fit",
+    }[report.verdict]
+    room = f"{_bin(report.available)} {where}, headroom {_bin(report.headroom)}"
+    out.print(f"[bold]verdict[/]  {verdict} ({room})")
+    if report.levers:
+        table = Table("LEVER", "WEIGHTS", "KV", "TOTAL", "VERDICT", box=None)
+        for lever in report.levers:
+            result: str = lever.verdict
+            if lever.verdict == "offload":
+                result = f"offload, {lever.gpu_layers} GPU layers"
+            table.add_row(lever.change, _bin(lever.weights), _bin(lever.kv), _bin(lever.total), result)
+        out.print(table)
+    for note in notes:
+        out.print(f"[dim]note: {note}[/]")
 
 
 @app.command

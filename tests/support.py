@@ -116,6 +116,9 @@ def home_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
     env["BLAZAR_HOME"] = str(home)
     env["HF_HUB_OFFLINE"] = "1"
+    # Pulls reuse files from other tools' stores: keep the machine's own out of the tests.
+    for var, sub in (("OLLAMA_MODELS", "ollama"), ("HF_HUB_CACHE", "hf"), ("LLAMA_CACHE", "llama.cpp")):
+        env[var] = str(home / "other-stores" / sub)
     return env
 
 

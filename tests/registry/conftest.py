@@ -39,6 +39,19 @@ def write_gguf(path: Path, *, name: str = "Tiny Test", seed: int = 0) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_foreign_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Pulls look for the bytes in other tools' stores first: point every one of them
+    at an empty folder of the test, never at the machine's own (a test builds one there)."""
+    others = tmp_path / "other-stores"
+    monkeypatch.setenv("HOME", str(others / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(others / "cache"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(others / "ollama"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(others / "hf"))
+    monkeypatch.setenv("LLAMA_CACHE", str(others / "llama.cpp"))
+    return others
+
+
 @pytest.fixture
 def tiny_gguf(tmp_path: Path) -> Path:
     folder = tmp_path / "src"

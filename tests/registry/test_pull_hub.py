@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -642,3 +643,71 @@ async def test_a_catalog_name_with_a_quant_picks_its_file(
     record = await do_pull("qwen3-0.6b", catalog=catalog)
     assert record.name == "qwen3-0.6b" and record.source == f"hf:{source.repo}/Qwen3-0.6B-Q8_0.gguf"
     assert sha256_file(record.path) == sha256_file(wanted)
+
+
+# -- reuse of other tools' stores ---------------------------------------------------
+
+
+def _ollama_store(root: Path, name: str, tag: str, model: Path) -> Path:
+    """An Ollama store on disk in its real layout holding `model`; returns the blob path."""
+    digest = sha256_file(model)
+    blob = root / "blobs" / f"sha256-{digest}"
+    blob.parent.mkdir(parents=True)
+    os.link(model, blob)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "layers": [
+            {
+                "mediaType": "application/vnd.ollama.image.model",
+                "digest": f"sha256:{digest}",
+                "size": model.stat().st_size,
+            }
+        ],
+    }
+    folder = root / "manifests" / "registry.ollama.ai" / "library" / name
+    folder.mkdir(parents=True)
+    (folder / tag).write_text(json.dumps(manifest))
+    return blob
+
+
+@pytest.mark.parametrize("link", [False, True])
+async def test_bytes_in_the_ollama_store_are_reused_not_downloaded(
+    hub: Hub, store: Store, do_pull: Pulls, tmp_path: Path, no_foreign_stores: Path, link: bool
+) -> None:
+    (model,) = make_gguf(tmp_path / "m.gguf", seed=11)
+    theirs = _ollama_store(no_foreign_stores / "ollama", "tiny", "1b", model)
+    sha = hub.add_hf_file("org/Tiny-GGUF", "tiny-Q4_K_M.gguf", model)
+
+    record = await do_pull("org/Tiny-GGUF:Q4_K_M", link=link)
+
+    assert hub.bytes_served(sha) == 0  # not one byte downloaded
+    reused = [e for e in do_pull.events if e.status == "reused"]
+    assert len(reused) == 1 and "0 bytes downloaded" in (reused[0].message or "")
+    assert reused[0].source == f"ollama:{no_foreign_stores / 'ollama'}"
+    if link:
+        assert os.readlink(record.path) == str(theirs.resolve())
+    else:
+        assert os.stat(record.path).st_ino == os.stat(theirs).st_ino  # one file on disk, two names
+    assert record.digest == f"sha256:{sha}" and record.source == "hf:org/Tiny-GGUF/tiny-Q4_K_M.gguf"
+
+
+async def test_a_corrupt_file_elsewhere_is_downloaded_instead(
+    hub: Hub, store: Store, do_pull: Pulls, tmp_path: Path, no_foreign_stores: Path
+) -> None:
+    (model,) = make_gguf(tmp_path / "m.gguf", seed=12)
+    sha = hub.add_hf_file("org/Tiny-GGUF", "tiny-Q4_K_M.gguf", model)
+    bad = tmp_path / "bad.gguf"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    theirs = _ollama_store(no_foreign_stores / "ollama", "tiny", "1b", bad)
+    theirs = theirs.rename(theirs.with_name(f"sha256-{sha}"))  # a blob whose name lies about its bytes
+    manifest = next((no_foreign_stores / "ollama" / "manifests").rglob("1b"))
+    manifest.write_text(manifest.read_text().replace(sha256_file(bad), sha))
+
+    record = await do_pull("org/Tiny-GGUF:Q4_K_M")  # downloaded instead
+    assert hub.bytes_served(sha) == model.stat().st_size
+    assert sha256_file(record.path) == sha and os.stat(record.path).st_ino != os.stat(theirs).st_ino
+    skipped = [e for e in do_pull.events if e.status == "not reused"]
+    assert len(skipped) == 1 and "sha256" in (skipped[0].message or "")

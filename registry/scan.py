@@ -1,0 +1,858 @@
+"""Find models other tools already keep on disk, and adopt them without copying.
+
+Stores read (every root is a parameter; `default_roots()` reads the usual variables):
+
+    ollama       <models>/manifests/<host>/<namespace>/<model>/<tag>  +  blobs/sha256-<hex>
+    huggingface  <hub>/models--ORG--REPO/snapshots/<rev>/<file>  ->  ../../blobs/<etag>
+    lmstudio     <models>/<publisher>/<repo>/<file>.gguf
+    llama.cpp    <cache>/<org>_<repo>_<file>.gguf (+ a .json sidecar), or the hub layout
+
+Only GGUF files count; vision projectors (mmproj) are companions, never models. A broken
+entry (unreadable manifest, dangling symlink, truncated blob) is skipped with a warning:
+scanning never raises for what it finds on disk. A sha256 is reported only when the store
+names its files by it (Ollama blobs, Hugging Face LFS blobs); nothing is hashed by `scan`.
+
+Every function is blocking; async callers run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from ._names import canonical_name
+from ._ollama import ollama_settings
+from .errors import InvalidModelFile, InvalidModelName, RegistryError
+from .gguf import looks_like_gguf, read_model_info
+from .store import ModelRecord, ModelSettings, Store, sha256_file
+
+__all__ = [
+    "HASH_CACHE_FILE",
+    "Adoption",
+    "Companion",
+    "FoundModel",
+    "Roots",
+    "ScanResult",
+    "StoreKind",
+    "adopt",
+    "adopt_all",
+    "default_roots",
+    "find_reusable",
+    "scan",
+]
+
+StoreKind = Literal["ollama", "huggingface", "lmstudio", "llama.cpp"]
+
+HASH_CACHE_FILE = "reuse-hashes.json"
+"""Hashes computed by `find_reusable`, kept under the Blazar store's root."""
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+_SPLIT = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# The quant tag inside a file name, as the Hub's GGUF repos spell it (last match wins).
+_QUANT = re.compile(
+    r"(?<![a-z0-9])(?:ud-)?(?:i?q\d(?:_[a-z0-9]+)*|bf16|f16|fp16|f32|mxfp4(?:_moe)?)(?![a-z0-9])",
+    re.IGNORECASE,
+)
+_HUB_URL = re.compile(r"^https?://[^/]+/(?P<org>[^/]+)/(?P<repo>[^/]+)/resolve/[^/]+/(?P<file>.+)$")
+_OLLAMA_HOST = "registry.ollama.ai"
+_OLLAMA_MODEL = "application/vnd.ollama.image.model"
+_OLLAMA_PROJECTOR = "application/vnd.ollama.image.projector"
+_OLLAMA_ADAPTER = "application/vnd.ollama.image.adapter"
+_OLLAMA_TEMPLATE = "application/vnd.ollama.image.template"
+_OLLAMA_SYSTEM = "application/vnd.ollama.image.system"
+_OLLAMA_PARAMS = "application/vnd.ollama.image.params"
+_MAX_MANIFEST_BYTES = 1 << 20
+_MAX_SETTINGS_BYTES = 1 << 20
+_STORE_ORDER: tuple[StoreKind, ...] = ("ollama", "huggingface", "lmstudio", "llama.cpp")
+_PREFERRED_PROJECTORS = ("f16", "bf16", "f32", "q8_0")
+
+
+class Companion(msgspec.Struct, frozen=True, kw_only=True):
+    """A file that belongs with a model: its vision projector, where the store pairs them."""
+
+    path: str
+    """The file itself, symlinks resolved."""
+    filename: str
+    """Its name in its store (a blob's name says nothing: ``mmproj-F16.gguf``)."""
+    size: int
+    sha256: str | None = None
+
+
+class FoundModel(msgspec.Struct, frozen=True, kw_only=True):
+    """One GGUF file in another tool's store."""
+
+    store: StoreKind
+    root: str
+    """The other store's root, e.g. ``/root/.ollama/models``."""
+    name: str
+    """The Blazar name suggested for it (canonical)."""
+    origin: str
+    """What the other tool calls it: ``llama3.2:1b``, ``org/repo/file.gguf``…"""
+    path: str
+    """The file itself, symlinks resolved."""
+    size: int
+    sha256: str | None = None
+    """Known without hashing (the store names the file by it), else None."""
+    quantization: str | None = None
+    family: str | None = None
+    settings: ModelSettings | None = None
+    companions: list[Companion] = []
+    role: Literal["model", "projector"] = "model"
+
+    @property
+    def source(self) -> str:
+        """What an adopted record's `source` says: ``<store>:<root>``."""
+        return f"{self.store}:{self.root}"
+
+
+class ScanResult(msgspec.Struct, frozen=True, kw_only=True):
+    models: list[FoundModel]
+    warnings: list[str]
+
+
+class Roots(msgspec.Struct, frozen=True, kw_only=True):
+    """Where each kind of store is looked for; a missing directory is simply empty."""
+
+    ollama: tuple[str, ...] = ()
+    huggingface: tuple[str, ...] = ()
+    lmstudio: tuple[str, ...] = ()
+    llamacpp: tuple[str, ...] = ()
+
+
+class Adoption(msgspec.Struct, frozen=True, kw_only=True):
+    """What `adopt_all` did with one found model."""
+
+    name: str
+    store: StoreKind
+    path: str
+    status: Literal["adopted", "skipped", "failed"]
+    method: Literal["hardlink", "copy", "symlink", "existing"] | None = None
+    """How the blob got into the store; ``existing``: the store already held those bytes."""
+    bytes_copied: int = 0
+    reason: str | None = None
+    record: ModelRecord | None = None
+
+
+# -- where stores live ------------------------------------------------------------
+
+
+def default_roots(
+    environ: Mapping[str, str] | None = None, home: Path | None = None, *, system_wide: bool | None = None
+) -> Roots:
+    """The stores' usual places, honouring OLLAMA_MODELS, HF_HUB_CACHE/HF_HOME and LLAMA_CACHE.
+
+    `system_wide` adds Ollama's Linux service store (/usr/share/ollama); by default only when
+    neither `environ` nor `home` is given, so tests never see the machine's own stores.
+    """
+    if system_wide is None:
+        system_wide = environ is None and home is None
+    env = os.environ if environ is None else environ
+    home = Path(home) if home is not None else Path(env.get("HOME") or Path.home())
+    xdg_cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home / ".cache"
+
+    ollama = [Path(env["OLLAMA_MODELS"])] if env.get("OLLAMA_MODELS") else [home / ".ollama" / "models"]
+    if system_wide:
+        ollama.append(Path("/usr/share/ollama/.ollama/models"))
+
+    if env.get("HF_HUB_CACHE"):
+        hub = Path(env["HF_HUB_CACHE"])
+    elif env.get("HUGGINGFACE_HUB_CACHE"):
+        hub = Path(env["HUGGINGFACE_HUB_CACHE"])
+    elif env.get("HF_HOME"):
+        hub = Path(env["HF_HOME"]) / "hub"
+    else:
+        hub = xdg_cache / "huggingface" / "hub"
+
+    lmstudio = [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+    if env.get("LLAMA_CACHE"):
+        llamacpp = [Path(env["LLAMA_CACHE"])]
+    else:
+        llamacpp = [xdg_cache / "llama.cpp"]
+        if sys.platform == "darwin":
+            llamacpp.append(home / "Library" / "Caches" / "llama.cpp")
+
+    def strs(paths: Iterable[Path]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(str(p.expanduser().absolute()) for p in paths))
+
+    return Roots(
+        ollama=strs(ollama), huggingface=strs([hub]), lmstudio=strs(lmstudio), llamacpp=strs(llamacpp)
+    )
+
+
+# -- entries before naming ----------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    store: StoreKind
+    root: Path
+    origin: str
+    path: Path
+    size: int
+    base: str
+    """The suggested name without its tag."""
+    tag: str | None = None
+    """The tag when the store gives one (Ollama); else derived from `filename`."""
+    filename: str = ""
+    sha256: str | None = None
+    role: Literal["model", "projector"] = "model"
+    settings: ModelSettings | None = None
+    companions: list[Companion] = field(default_factory=list)
+
+
+@dataclass
+class _Collector:
+    entries: list[_Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def _segment(text: str) -> str:
+    value = re.sub(r"[^a-z0-9._-]+", "-", text.strip().lower()).strip("-")
+    return value.lstrip(".") or "model"
+
+
+def _tag(text: str) -> str:
+    value = re.sub(r"[^a-z0-9._-]+", "-", text.strip().lower()).strip("-.")
+    return value if value and value[0] not in "-." else f"v{value}"
+
+
+def _file_quant(filename: str) -> str | None:
+    stem = Path(filename).name
+    stem = m["stem"] if (m := _SPLIT.match(stem)) else re.sub(r"\.gguf$", "", stem, flags=re.IGNORECASE)
+    hits = _QUANT.findall(stem)
+    return hits[-1] if hits else None
+
+
+def _suggest(entry: _Entry, header_quant: str | None) -> str:
+    base = "/".join(_segment(part) for part in entry.base.split("/") if part) or "model"
+    tag = entry.tag or _file_quant(entry.filename) or header_quant or Path(entry.filename).stem or "default"
+    try:
+        return canonical_name(f"{base}:{_tag(tag)}")
+    except InvalidModelName:
+        return canonical_name(f"{_segment(base.replace('/', '-'))[:150]}:{_tag(tag)[:40]}")
+
+
+def _walk_gguf(folder: Path, col: _Collector, max_depth: int) -> Iterator[Path]:
+    """GGUF files (or symlinks to them) under `folder`, sorted, down to `max_depth` levels."""
+
+    def on_error(exc: OSError) -> None:
+        col.warn(f"cannot read {exc.filename}: {exc.strerror or exc}")
+
+    base_depth = len(folder.parts)
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=on_error, followlinks=True):
+        here = Path(dirpath)
+        if len(here.parts) - base_depth >= max_depth:
+            dirnames.clear()
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.lower().endswith(".gguf") and not name.startswith("."):
+                yield here / name
+
+
+def _file_entry(link: Path, col: _Collector, label: str, **fields: Any) -> _Entry | None:
+    """An entry for one GGUF file (its symlinks resolved), or None with a warning when it is unusable."""
+    m = _SPLIT.match(link.name)
+    if m is not None:
+        if int(m["no"]) == 1:
+            col.warn(f"{label}: {link.name} is split in {int(m['count'])} parts, which cannot be adopted yet")
+        return None
+    try:
+        real = link.resolve(strict=True)
+        if not real.is_file():
+            col.warn(f"{label}: {link} is not a regular file — skipped")
+            return None
+        size = real.stat().st_size
+    except (OSError, RuntimeError):
+        col.warn(f"{label}: {link} is a dangling symlink — skipped")
+        return None
+    filename = fields.pop("filename", link.name)
+    role: Literal["model", "projector"] = "projector" if "mmproj" in Path(filename).name.lower() else "model"
+    entry = _Entry(path=real, size=size, filename=filename, role=role, **fields)
+    col.entries.append(entry)
+    return entry
+
+
+def _pair_projectors(groups: Iterable[list[_Entry]]) -> None:
+    """Each model gets the projectors of its group (a folder, a repo) as companions."""
+    for group in groups:
+        projectors = [
+            Companion(path=str(e.path), filename=e.filename, size=e.size, sha256=e.sha256)
+            for e in group
+            if e.role == "projector"
+        ]
+        for entry in group:
+            if entry.role == "model":
+                entry.companions = list(projectors)
+
+
+# -- Ollama ---------------------------------------------------------------------------
+
+
+class _OllamaLayer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    media_type: str
+    digest: str
+    size: int
+
+
+class _OllamaManifest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    schema_version: int = 2
+    layers: list[_OllamaLayer] = []
+
+
+def _ollama_blob(root: Path, digest: str) -> tuple[str, Path] | None:
+    hexpart = digest.lower().removeprefix("sha256:")
+    if not digest.lower().startswith("sha256:") or not _HEX.fullmatch(hexpart):
+        return None
+    blobs = root / "blobs"
+    # Ollama before 0.1.32 (and on some filesystems) spelled blobs `sha256:<hex>`.
+    for candidate in (blobs / f"sha256-{hexpart}", blobs / f"sha256:{hexpart}"):
+        if candidate.exists():
+            return hexpart, candidate
+    return hexpart, blobs / f"sha256-{hexpart}"
+
+
+def _ollama_text(root: Path, layer: _OllamaLayer, label: str, col: _Collector) -> str | None:
+    found = _ollama_blob(root, layer.digest)
+    if found is None or layer.size > _MAX_SETTINGS_BYTES:
+        col.warn(
+            f"{label}: ignored its {layer.media_type.rsplit('.', 1)[-1]} layer (bad digest or too large)"
+        )
+        return None
+    try:
+        return found[1].read_bytes()[:_MAX_SETTINGS_BYTES].decode("utf-8", errors="replace")
+    except OSError as exc:
+        col.warn(
+            f"{label}: cannot read its {layer.media_type.rsplit('.', 1)[-1]} layer ({exc.strerror or exc})"
+        )
+        return None
+
+
+def _ollama_settings(
+    root: Path, layers: Sequence[_OllamaLayer], label: str, col: _Collector
+) -> ModelSettings | None:
+    """The template, system and params layers as ModelSettings (the names are Ollama's options).
+
+    An Ollama template is a Go template, which llama.cpp cannot run: it is kept only when it
+    is Jinja, and otherwise the GGUF's own chat template is used.
+    """
+    texts = {
+        layer.media_type: text
+        for layer in layers
+        if layer.media_type in (_OLLAMA_TEMPLATE, _OLLAMA_SYSTEM, _OLLAMA_PARAMS)
+        and (text := _ollama_text(root, layer, label, col)) is not None
+    }
+    params: dict[str, Any] = {}
+    if _OLLAMA_PARAMS in texts:
+        try:
+            params = msgspec.json.decode(texts[_OLLAMA_PARAMS], type=dict[str, Any])
+        except msgspec.DecodeError as exc:
+            col.warn(f"{label}: its params layer is not a JSON object ({exc}) — parameters not carried over")
+    return ollama_settings(texts.get(_OLLAMA_TEMPLATE), texts.get(_OLLAMA_SYSTEM), params)
+
+
+def _scan_ollama(root: Path, col: _Collector) -> None:
+    manifests = root / "manifests"
+    if not manifests.is_dir():
+        return
+    for dirpath, _dirs, files in sorted(os.walk(manifests, onerror=lambda e: col.warn(f"ollama: {e}"))):
+        for filename in sorted(files):
+            path = Path(dirpath) / filename
+            parts = path.relative_to(manifests).parts
+            if filename.startswith(".") or len(parts) != 4:
+                continue
+            host, namespace, model, tag = parts
+            base = model if namespace == "library" else f"{namespace}/{model}"
+            if host != _OLLAMA_HOST:
+                base = f"{host}/{base}"
+            label = f"ollama {base}:{tag}"
+            _ollama_manifest(root, path, base, tag, label, col)
+
+
+def _ollama_manifest(root: Path, path: Path, base: str, tag: str, label: str, col: _Collector) -> None:
+    try:
+        raw = path.read_bytes()
+        if len(raw) > _MAX_MANIFEST_BYTES:
+            raise ValueError("manifest too large")
+        manifest = msgspec.json.decode(raw, type=_OllamaManifest)
+    except (OSError, ValueError, msgspec.DecodeError) as exc:
+        col.warn(f"{label}: unreadable manifest {path} ({exc}) — skipped")
+        return
+    kinds = [layer.media_type for layer in manifest.layers]
+    if _OLLAMA_ADAPTER in kinds:
+        col.warn(f"{label} needs a LoRA adapter, which Blazar cannot apply yet — skipped")
+        return
+    models = [layer for layer in manifest.layers if layer.media_type == _OLLAMA_MODEL]
+    if len(models) != 1:
+        col.warn(f"{label}: the manifest has {len(models)} model layers, expected one — skipped")
+        return
+    weights = _ollama_weights(root, models[0], label, col)
+    if weights is None:
+        return
+    sha, blob, size = weights
+    companions: list[Companion] = []
+    for layer in manifest.layers:
+        if layer.media_type != _OLLAMA_PROJECTOR:
+            continue
+        projector = _ollama_weights(root, layer, f"{label} (projector)", col)
+        if projector is not None:
+            p_sha, p_blob, p_size = projector
+            companions.append(Companion(path=str(p_blob), filename="projector", size=p_size, sha256=p_sha))
+            col.entries.append(
+                _Entry(
+                    store="ollama", root=root, origin=f"{base}:{tag} (projector)", path=p_blob, size=p_size,
+                    base=base, tag=f"{tag}-mmproj", sha256=p_sha, role="projector",
+                )
+            )  # fmt: skip
+    col.entries.append(
+        _Entry(
+            store="ollama", root=root, origin=f"{base}:{tag}", path=blob, size=size, base=base, tag=tag,
+            sha256=sha, settings=_ollama_settings(root, manifest.layers, label, col), companions=companions,
+        )
+    )  # fmt: skip
+
+
+def _ollama_weights(
+    root: Path, layer: _OllamaLayer, label: str, col: _Collector
+) -> tuple[str, Path, int] | None:
+    found = _ollama_blob(root, layer.digest)
+    if found is None:
+        col.warn(f"{label}: layer digest {layer.digest!r} is not a sha256 — skipped")
+        return None
+    sha, blob = found
+    try:
+        size = blob.stat().st_size
+    except OSError:
+        col.warn(f"{label}: blob {blob.name} is missing — skipped")
+        return None
+    if size != layer.size:
+        col.warn(f"{label}: blob {blob.name} has {size} bytes, the manifest says {layer.size} — skipped")
+        return None
+    if not looks_like_gguf(blob):
+        col.warn(f"{label}: blob {blob.name} is not a GGUF file — skipped")
+        return None
+    return sha, blob, size
+
+
+# -- Hugging Face hub cache (also llama.cpp's newer cache) ---------------------------------
+
+
+def _scan_hub(root: Path, col: _Collector, kind: StoreKind) -> None:
+    if not root.is_dir():
+        return
+    for repo_dir in sorted(root.glob("models--*")):
+        repo = repo_dir.name.removeprefix("models--").replace("--", "/")
+        snapshots = repo_dir / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        main = ""
+        with contextlib.suppress(OSError):
+            main = (repo_dir / "refs" / "main").read_text().strip()
+        # The revision `main` points at first, so its files win a name shared with older ones.
+        for snapshot in sorted(
+            (p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: (p.name != main, p.name)
+        ):
+            _scan_snapshot(root, snapshot, repo, col, kind)
+
+
+def _scan_snapshot(root: Path, snapshot: Path, repo: str, col: _Collector, kind: StoreKind) -> None:
+    group: list[_Entry] = []
+    for link in _walk_gguf(snapshot, col, max_depth=4):
+        origin = f"{repo}/{link.relative_to(snapshot).as_posix()}"
+        entry = _file_entry(link, col, f"{kind} {repo}", store=kind, root=root, origin=origin, base=repo)
+        if entry is not None:
+            # An LFS file's blob is named by its sha256; a plain git file's by its sha1 (40 hex).
+            if entry.path.parent.name == "blobs" and _HEX.fullmatch(entry.path.name):
+                entry.sha256 = entry.path.name
+            group.append(entry)
+    _pair_projectors([group])
+
+
+# -- LM Studio -------------------------------------------------------------------------------
+
+
+def _scan_lmstudio(root: Path, col: _Collector) -> None:
+    if not root.is_dir():
+        return
+    by_folder: dict[Path, list[_Entry]] = {}
+    for link in _walk_gguf(root, col, max_depth=4):
+        rel = link.relative_to(root)
+        folders = rel.parent.parts
+        base = "/".join(folders[:2]) if folders else f"lmstudio/{link.stem}"
+        label = f"lmstudio {rel.parent.as_posix()}"
+        entry = _file_entry(link, col, label, store="lmstudio", root=root, origin=rel.as_posix(), base=base)
+        if entry is not None:
+            by_folder.setdefault(link.parent, []).append(entry)
+    _pair_projectors(by_folder.values())
+
+
+# -- llama.cpp's cache -----------------------------------------------------------------------
+
+
+class _Sidecar(msgspec.Struct, kw_only=True):
+    url: str | None = None
+
+
+def _flat_origin(path: Path) -> tuple[str, str] | None:
+    """`(org/repo, file)` from the download URL llama.cpp kept in `<file>.json`, when there is one."""
+    with contextlib.suppress(OSError, msgspec.DecodeError):
+        sidecar = msgspec.json.decode(Path(f"{path}.json").read_bytes(), type=_Sidecar)
+        if sidecar.url and (m := _HUB_URL.match(sidecar.url.split("?", 1)[0])):
+            return f"{m['org']}/{m['repo']}", m["file"]
+    return None
+
+
+def _guess_flat(name: str) -> tuple[str, str]:
+    """`(org/repo, file)` from `<org>_<repo>_<file>.gguf`: the repo is the piece ending in gguf, if any."""
+    org, _, rest = name.partition("_")
+    if not rest:
+        return f"llama.cpp/{Path(name).stem}", name
+    cuts = [i for i, ch in enumerate(rest) if ch == "_"]
+    for i in cuts:
+        if rest[:i].lower().endswith("gguf"):
+            return f"{org}/{rest[:i]}", rest[i + 1 :]
+    if cuts:
+        return f"{org}/{rest[: cuts[0]]}", rest[cuts[0] + 1 :]
+    return f"{org}/{Path(rest).stem}", rest
+
+
+def _scan_llamacpp(root: Path, col: _Collector) -> None:
+    if not root.is_dir():
+        return
+    by_repo: dict[str, list[_Entry]] = {}
+    try:
+        files = sorted(
+            p for p in root.iterdir() if p.name.lower().endswith(".gguf") and not p.name.startswith(".")
+        )
+    except OSError as exc:
+        col.warn(f"llama.cpp: cannot list {root} ({exc.strerror or exc})")
+        files = []
+    for link in files:
+        repo, filename = _flat_origin(link) or _guess_flat(link.name)
+        entry = _file_entry(
+            link, col, f"llama.cpp {link.name}", store="llama.cpp", root=root, origin=link.name, base=repo,
+            filename=filename,
+        )  # fmt: skip
+        if entry is not None:
+            by_repo.setdefault(repo.lower(), []).append(entry)
+    _pair_projectors(by_repo.values())
+    _scan_hub(root, col, "llama.cpp")
+
+
+# -- scanning ----------------------------------------------------------------------------------
+
+
+def _collect(roots: Roots) -> _Collector:
+    col = _Collector()
+    plan: list[tuple[str, tuple[str, ...], Callable[[Path, _Collector], None]]] = [
+        ("ollama", roots.ollama, _scan_ollama),
+        ("huggingface", roots.huggingface, lambda root, col: _scan_hub(root, col, "huggingface")),
+        ("lmstudio", roots.lmstudio, _scan_lmstudio),
+        ("llama.cpp", roots.llamacpp, _scan_llamacpp),
+    ]
+    for kind, paths, read in plan:
+        for raw in dict.fromkeys(paths):
+            root = Path(raw).expanduser().absolute()
+            try:
+                read(root, col)
+            except (OSError, ValueError, RuntimeError) as exc:
+                # A store that breaks mid-walk hides only itself, never the other stores.
+                col.warn(f"{kind}: stopped reading {root} ({exc})")
+    return col
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _found(
+    entry: _Entry, name: str, quantization: str | None = None, family: str | None = None
+) -> FoundModel:
+    return FoundModel(
+        store=entry.store,
+        root=str(entry.root),
+        name=name,
+        origin=entry.origin,
+        path=str(entry.path),
+        size=entry.size,
+        sha256=entry.sha256,
+        quantization=quantization,
+        family=family,
+        settings=entry.settings,
+        companions=list(entry.companions),
+        role=entry.role,
+    )
+
+
+def scan(roots: Roots | None = None) -> ScanResult:
+    """Every GGUF model in the stores under `roots` (default: `default_roots()`), one per name."""
+    col = _collect(roots if roots is not None else default_roots())
+    models: list[FoundModel] = []
+    seen: set[tuple[tuple[int, int] | None, str]] = set()
+    names: dict[str, tuple[int, int] | None] = {}
+    for entry in col.entries:
+        if entry.role != "model":
+            continue
+        try:
+            info = read_model_info(entry.path)
+        except (RegistryError, OSError, ValueError) as exc:
+            message = exc.message if isinstance(exc, RegistryError) else str(exc)
+            col.warn(f"{entry.store} {entry.origin}: not a readable GGUF file ({message}) — skipped")
+            continue
+        name = _suggest(entry, info.file_type)
+        inode = _inode(entry.path)
+        # The same file reached twice (overlapping roots, LLAMA_CACHE pointing at the hub) counts once.
+        if (inode, name) in seen:
+            continue
+        seen.add((inode, name))
+        if name in names and names[name] != inode:
+            name = _unique(name, entry.store, names)
+        names[name] = inode
+        quant = info.file_type or _file_quant(entry.filename)
+        models.append(_found(entry, name, quant, info.architecture))
+    models.sort(key=lambda m: (_STORE_ORDER.index(m.store), m.name))
+    return ScanResult(models=models, warnings=col.warnings)
+
+
+def _unique(name: str, kind: StoreKind, taken: Mapping[str, object]) -> str:
+    stem = f"{name}-{_tag(kind)}" if ":" in name else f"{name}:{_tag(kind)}"
+    candidate, n = stem, 2
+    while candidate in taken:
+        candidate, n = f"{stem}-{n}", n + 1
+    return canonical_name(candidate)
+
+
+# -- reuse by content ------------------------------------------------------------------------
+
+
+class _HashEntry(msgspec.Struct, frozen=True, kw_only=True):
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+class _HashCache:
+    """sha256 of files elsewhere, keyed by (path, size, mtime), so a second scan hashes nothing."""
+
+    def __init__(self, file: Path | None) -> None:
+        self.file = file
+        self.entries: dict[str, _HashEntry] = {}
+        self.dirty = False
+        if file is not None:
+            with contextlib.suppress(OSError, msgspec.DecodeError):
+                self.entries = msgspec.json.decode(file.read_bytes(), type=dict[str, _HashEntry])
+
+    def sha256(self, path: Path) -> str:
+        st = path.stat()
+        key = str(path)
+        hit = self.entries.get(key)
+        if hit is not None and hit.size == st.st_size and hit.mtime_ns == st.st_mtime_ns:
+            return hit.sha256
+        sha = sha256_file(path)
+        self.entries[key] = _HashEntry(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
+        self.dirty = True
+        return sha
+
+    def save(self) -> None:
+        if self.file is None or not self.dirty:
+            return
+        live = {k: v for k, v in self.entries.items() if os.path.exists(k)}
+        # The cache only saves time; failing to write it must not fail the caller.
+        with contextlib.suppress(OSError):
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(msgspec.json.encode(live))
+                os.replace(tmp, self.file)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        self.dirty = False
+
+
+def _hash_cache(store: Store | None) -> _HashCache:
+    return _HashCache(store.root / HASH_CACHE_FILE if store is not None else None)
+
+
+def find_reusable(
+    size: int,
+    sha256: str | None,
+    roots: Roots | None = None,
+    *,
+    store: Store | None = None,
+    filename: str | None = None,
+) -> FoundModel | None:
+    """A file in another store with these bytes (model or projector), or None.
+
+    With `sha256`, a candidate of the right size is hashed only when its store does not name
+    it by its sha256; hashes are cached in `<store.root>/reuse-hashes.json` when `store` is
+    given. Without `sha256` nothing can be proven: a candidate must then have the same size
+    and the same file name (`filename`), and no `filename` means no match.
+    """
+    col = _collect(roots if roots is not None else default_roots())
+    candidates = [e for e in col.entries if e.size == size]
+    if sha256 is None:
+        wanted_file = Path(filename).name.lower() if filename else None
+        for entry in candidates:
+            if wanted_file and (entry.filename or Path(entry.origin).name).lower() == wanted_file:
+                return _found(entry, _suggest(entry, None))
+        return None
+    want = sha256.lower().removeprefix("sha256:")
+    if not _HEX.fullmatch(want):
+        raise RegistryError(f"'{sha256}' is not a sha256 hex digest")
+    for entry in candidates:
+        if entry.sha256 == want:
+            return _found(entry, _suggest(entry, None))
+    cache = _hash_cache(store)
+    try:
+        for entry in candidates:
+            if entry.sha256 is not None:
+                continue
+            try:
+                got = cache.sha256(entry.path)
+            except OSError:
+                continue
+            if got == want:
+                entry.sha256 = got
+                return _found(entry, _suggest(entry, None))
+    finally:
+        cache.save()
+    return None
+
+
+# -- adoption ------------------------------------------------------------------------------------
+
+
+def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool = False) -> ModelRecord:
+    """Add a found model to `store` (hardlink, else copy; a symlink with `link`).
+
+    The model keeps its settings (Ollama) and its vision projector, placed in the store the
+    same way. Replaces any model already called `name`, like `Store.import_file`. A known
+    sha256 is checked against the file's bytes, so a corrupt blob elsewhere is refused.
+    """
+    if found.role != "model":
+        raise InvalidModelFile(f"{found.path} is a vision projector, not a model")
+    projector = _pick_projector(found.companions)
+    return store.import_file(
+        Path(found.path),
+        name or found.name,
+        link=link,
+        source=found.source,
+        expected_sha256=found.sha256,
+        settings=found.settings,
+        projector=Path(projector.path) if projector else None,
+        projector_sha256=projector.sha256 if projector else None,
+    )
+
+
+def _pick_projector(companions: Sequence[Companion]) -> Companion | None:
+    def rank(c: Companion) -> tuple[int, str]:
+        name = c.filename.lower()
+        order = next(
+            (i for i, p in enumerate(_PREFERRED_PROJECTORS) if p in name), len(_PREFERRED_PROJECTORS)
+        )
+        return order, c.filename
+
+    return min(companions, key=rank) if companions else None
+
+
+def _same_bytes(installed: ModelRecord, found: FoundModel, cache: _HashCache) -> bool:
+    if found.sha256 is not None:
+        return installed.digest == f"sha256:{found.sha256}"
+    if installed.size != found.size:
+        return False
+    with contextlib.suppress(OSError):
+        if os.path.samefile(installed.path, found.path):
+            return True
+    try:
+        return installed.digest == f"sha256:{cache.sha256(Path(found.path))}"
+    except OSError:
+        return False
+
+
+def adopt_all(
+    store: Store,
+    found: Sequence[FoundModel],
+    *,
+    link: bool = False,
+    on_result: Callable[[Adoption], None] | None = None,
+) -> list[Adoption]:
+    """Adopt each found model under its suggested name; never replaces an installed model.
+
+    A name already installed with the same bytes is skipped as done; a name taken by other
+    bytes is skipped with a reason. One failure does not stop the others. `on_result` hears
+    of each model as soon as it is done (copies across filesystems take a while).
+    """
+    results: list[Adoption] = []
+    cache = _hash_cache(store)
+    try:
+        for item in found:
+            if item.role != "model":
+                continue
+            results.append(outcome := _adopt_one(store, item, link, cache))
+            if on_result is not None:
+                on_result(outcome)
+    finally:
+        cache.save()
+    return results
+
+
+def _adopt_one(store: Store, item: FoundModel, link: bool, cache: _HashCache) -> Adoption:
+    def result(status: Literal["adopted", "skipped", "failed"], **kw: Any) -> Adoption:
+        return Adoption(name=item.name, store=item.store, path=item.path, status=status, **kw)
+
+    try:
+        installed = store.find(item.name)
+        if installed is not None and Path(installed.path).exists():
+            if _same_bytes(installed, item, cache):
+                return result("skipped", reason="already installed", record=installed)
+            return result(
+                "skipped",
+                reason=f"'{item.name}' is installed with other bytes — import this one under another "
+                f"name: blazar import {item.path} --name NAME",
+            )
+        try:
+            before = set(os.listdir(store.blobs_dir))
+        except OSError:
+            before = set()
+        record = adopt(store, item, link=link)
+    except (RegistryError, OSError) as exc:
+        reason = exc.message if isinstance(exc, RegistryError) else f"{exc.strerror or exc}"
+        return result("failed", reason=reason)
+    method, copied = _placement(Path(record.path), Path(item.path), before, record.size)
+    if record.projector is not None:
+        projector = _pick_projector(item.companions)
+        if projector is not None:
+            copied += _placement(Path(record.projector), Path(projector.path), before, projector.size)[1]
+    return result("adopted", method=method, bytes_copied=copied, record=record)
+
+
+def _placement(
+    blob: Path, src: Path, before: set[str], size: int
+) -> tuple[Literal["hardlink", "copy", "symlink", "existing"], int]:
+    """How `blob` came to hold `src`'s bytes, and how many bytes that copied."""
+    if blob.is_symlink():
+        return "symlink", 0
+    if _inode(blob) == _inode(src):
+        return "hardlink", 0
+    if blob.name in before:
+        return "existing", 0
+    return "copy", size
