@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 import blazar.cli as cli
+import blazar.cli.models as cli_models
 import registry.scan as scan_mod
 from registry.store import Store
 
@@ -54,7 +55,7 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(
         scan_mod, "default_roots", functools.partial(scan_mod.default_roots, system_wide=False)
     )
-    monkeypatch.setattr(cli, "out", Console(highlight=False, soft_wrap=True, width=400))
+    monkeypatch.setattr(cli_models, "out", Console(highlight=False, soft_wrap=True, width=400))
     return home
 
 

@@ -18,7 +18,7 @@ import msgspec
 
 from registry.fit import Memory
 
-__all__ = ["Census", "Gpu", "GpuProcess", "take_census"]
+__all__ = ["Census", "Gpu", "GpuProcess", "ram_available", "take_census"]
 
 
 class GpuProcess(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +164,12 @@ def _gpus(nvml: Any, ours: set[int]) -> tuple[list[Gpu], str | None]:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def ram_available(meminfo: str | os.PathLike[str] = "/proc/meminfo") -> int | None:
+    """Bytes of RAM the system can give a new process now (MemAvailable); None when unknown."""
+    memory = _meminfo(meminfo) or _sysconf_memory()
+    return memory[1] if memory else None
 
 
 def take_census(

@@ -1,4 +1,4 @@
-"""blazar.census: NVML when present, else CPU and system RAM; it never raises."""
+"""actors.census: NVML when present, else CPU and system RAM; it never raises."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from blazar.census import take_census
+from actors.census import take_census
 
 GIB = 1 << 30
 

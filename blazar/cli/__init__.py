@@ -1,0 +1,58 @@
+"""The ``blazar`` command line.
+
+Every failing command prints one line that says what went wrong and what to
+run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
+
+The commands live by theme in ``serving``, ``models``, ``fit`` and ``disk``; each
+registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cyclopts
+
+from blazar import __version__
+from blazar.cli._common import err
+from blazar.client import CliError
+from blazar.config import ConfigError
+
+__all__ = ["app", "main"]
+
+app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
+
+# Imported for their side effect: each module's @app.command decorators register its commands.
+from blazar.cli import disk, fit, models, serving  # noqa: E402, F401
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(argv if argv is not None else sys.argv[1:])
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("BLAZAR_DEBUG"):
+            raise
+        sys.stderr.write(f"error: {_one_line(exc)}\n")
+        sys.exit(1)
+
+
+def _one_line(exc: BaseException) -> str:
+    from registry.errors import RegistryError
+
+    if isinstance(exc, (CliError, ConfigError)):
+        return str(exc)
+    if isinstance(exc, RegistryError):
+        return exc.message
+    import httpx
+
+    if isinstance(exc, httpx.HTTPError):
+        return f"could not reach the daemon ({exc}) — check `blazar ps` and `blazar logs`"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc} ({exc.filename or ''})".strip()
+    return f"{type(exc).__name__}: {exc}"

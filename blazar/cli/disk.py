@@ -1,0 +1,77 @@
+"""Disk care for the model store: storage, prune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+from rich.table import Table
+
+from blazar.cli import app
+from blazar.cli._common import Json, human_size, open_store, out, print_json, remove_model
+from blazar.client import CliError
+from blazar.config import resolve_paths
+
+
+@app.command
+def storage(*, json_: Json = False) -> None:
+    """Disk used by the store: per model, shared files counted once, and free space."""
+    from registry.storage import storage_report
+
+    report = storage_report(open_store(resolve_paths()))
+    if json_:
+        print_json(report)
+        return
+    table = Table("NAME", "SIZE", "DIGEST", "SHARED WITH", box=None)
+    for blob in report.blobs:
+        for name in blob.names:
+            others = ", ".join(n for n in blob.names if n != name) or "-"
+            size = human_size(blob.size) + (" (link)" if blob.linked else "")
+            table.add_row(name, size, blob.digest.removeprefix("sha256:")[:12], others)
+    out.print(table)
+    partial, orphaned = human_size(report.partial_bytes), human_size(report.orphan_bytes)
+    out.print(
+        f"\nstore {report.root}: {human_size(report.used_bytes)} in {len(report.blobs)} file(s)"
+        f", {partial} in partial downloads, {orphaned} orphaned"
+        f"\ndisk: {human_size(report.free_bytes)} free of {human_size(report.total_bytes)}"
+    )
+    if report.orphan_bytes or report.partial_bytes:
+        out.print("reclaim with `blazar prune --orphans` (add `--partials` for unfinished downloads)")
+
+
+@app.command
+def prune(
+    *,
+    orphans: Annotated[bool, Parameter(negative="", help="Files no model uses.")] = False,
+    partials: Annotated[bool, Parameter(negative="", help="Unfinished downloads too.")] = False,
+    unused: Annotated[float | None, Parameter(help="Remove models unused for this many days.")] = None,
+    dry_run: Annotated[bool, Parameter(negative="", help="Say what would go; delete nothing.")] = False,
+    json_: Json = False,
+) -> None:
+    """Reclaim disk: orphaned files, unfinished downloads, models unused for DAYS."""
+    from actors.ledger import last_used_by_model
+    from registry.storage import prune_orphans, unused_models
+
+    if not (orphans or partials or unused is not None):
+        raise CliError("say what to prune: --orphans, --partials and/or --unused DAYS")
+    paths = resolve_paths()
+    store = open_store(paths)
+    removed: list[dict[str, Any]] = []
+    if unused is not None:
+        last_used = last_used_by_model(Path(paths.data_dir) / "blazar.db")
+        for record in unused_models(store, unused, last_used):
+            if not dry_run:
+                remove_model(paths, record.name)
+            removed.append({"kind": "model", "name": record.name, "size": record.size})
+    if orphans or partials:
+        for orphan in prune_orphans(store, partials=partials, dry_run=dry_run):
+            removed.append({"kind": orphan.kind, "name": orphan.path, "size": orphan.size})
+    if json_:
+        print_json({"dry_run": dry_run, "removed": removed})
+        return
+    verb = "would remove" if dry_run else "removed"
+    for item in removed:
+        out.print(f"{verb} {item['kind']} {item['name']} ({human_size(item['size'])})")
+    total = sum(item["size"] for item in removed)
+    out.print(f"{verb} {len(removed)} item(s), {human_size(total)}")

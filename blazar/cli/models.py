@@ -1,0 +1,310 @@
+"""Commands on the model store: pull, search, import (and --scan), list, show, rm, cp."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import trio
+from cyclopts import Parameter
+from rich.table import Table
+
+from blazar.cli import app
+from blazar.cli._common import (
+    Json,
+    err,
+    forget,
+    human_params,
+    human_size,
+    open_store,
+    out,
+    print_json,
+    remove_model,
+    time_ago,
+)
+from blazar.client import CliError
+from blazar.config import Paths, resolve_paths
+
+
+@app.command
+def pull(
+    name: str,
+    *,
+    link: Annotated[
+        bool, Parameter(negative="", help="Symlink files reused from another tool's store.")
+    ] = False,
+    json_: Json = False,
+) -> None:
+    """Download a model: a catalog name (smollm2-135m), ORG/REPO[:QUANT] or ollama:NAME[:TAG].
+
+    Bytes another tool already has on disk (Ollama, the Hugging Face cache, LM Studio,
+    llama.cpp) are hardlinked instead of downloaded."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from registry.catalog import Catalog
+    from registry.pull import PullProgress
+    from registry.pull import pull as do_pull
+
+    paths = resolve_paths()
+    store = open_store(paths)
+    columns = (
+        "{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, transient=True, disable=json_ or not err.is_terminal) as bar:
+        task = bar.add_task(name, total=None)
+
+        def on_progress(p: PullProgress) -> None:
+            if json_:
+                sys.stdout.write(msgspec.json.encode(p).decode() + "\n")
+                return
+            if p.status in ("trying next source", "not reused"):
+                err.print(f"[yellow]{p.source}: {p.message}[/]")
+            elif p.status == "reused":
+                err.print(f"reused {p.message}")
+            bar.update(
+                task,
+                description=f"{p.status} {p.source or ''}".strip(),
+                total=p.total,
+                completed=p.completed or 0,
+            )
+
+        record = trio.run(
+            lambda: do_pull(
+                store,
+                name,
+                catalog=Catalog.load(),
+                cache_dir=Path(paths.cache_dir),
+                on_progress=on_progress,
+                link=link,
+            )
+        )
+    if json_:
+        print_json(record)
+    else:
+        out.print(
+            f"pulled {record.name} ({human_size(record.size)}, {record.digest[:19]}) from {record.source}"
+        )
+
+
+@app.command
+def search(
+    query: str,
+    *,
+    limit: Annotated[int, Parameter(help="Hub repositories to list.")] = 10,
+    offline: Annotated[bool, Parameter(negative="", help="The catalog only.")] = False,
+    json_: Json = False,
+) -> None:
+    """Find models: catalog names first, then GGUF repositories on the Hugging Face Hub."""
+    from registry.catalog import Catalog
+    from registry.search import search as do_search
+
+    result = trio.run(lambda: do_search(query, Catalog.load(), limit=limit, hub=not offline))
+    if json_:
+        print_json(result)
+        return
+    if result.catalog:
+        table = Table("NAME", "PARAMS", "SIZE", "CAPABILITIES", "DESCRIPTION", box=None)
+        for hit in result.catalog:
+            size = human_size(hit.size) if hit.size else "-"
+            table.add_row(
+                hit.name, hit.parameter_size or "-", size, ", ".join(hit.capabilities), hit.description
+            )
+        out.print(table)
+    if result.hub:
+        out.print()
+        table = Table("HUGGING FACE", "DOWNLOADS", "LIKES", "QUANTS", box=None)
+        for repo in result.hub:
+            quants = ", ".join(
+                f"{f.quant or f.file} {human_size(f.size)}" if f.size else (f.quant or f.file)
+                for f in repo.files
+            )
+            table.add_row(f"hf.co/{repo.repo}", f"{repo.downloads:,}", f"{repo.likes:,}", quants)
+        out.print(table)
+        out.print("pull one with `blazar pull hf.co/ORG/REPO:QUANT`")
+    if not result.catalog and not result.hub:
+        out.print(f"no model matches {query!r}")
+    if result.note:
+        err.print(f"[yellow]{result.note}[/]")
+
+
+@app.command(name="import")
+def import_(
+    file: Path | None = None,
+    *,
+    name: str | None = None,
+    scan: Annotated[
+        bool,
+        Parameter(negative="", help="List models in Ollama, Hugging Face, LM Studio and llama.cpp stores."),
+    ] = False,
+    all_: Annotated[
+        bool, Parameter(name="--all", negative="", help="With --scan: adopt every model found.")
+    ] = False,
+    link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
+    json_: Json = False,
+) -> None:
+    """Add a local GGUF file to the store (hardlinked when possible, else copied).
+
+    With --scan, find the models other tools already keep on disk; --scan --all adopts them.
+    """
+    paths = resolve_paths()
+    if scan:
+        if file is not None or name is not None:
+            raise CliError(
+                "--scan finds the files itself — give FILE --name NAME, or --scan [--all], not both"
+            )
+        _import_scan(paths, adopt=all_, link=link, json_=json_)
+        return
+    if all_:
+        raise CliError("--all adopts what --scan finds — run `blazar import --scan --all`")
+    if file is None or name is None:
+        raise CliError(
+            "give a GGUF file and a name (`blazar import FILE --name NAME`), "
+            "or look for models other tools keep with `blazar import --scan`"
+        )
+    if not file.is_file():
+        raise CliError(f"no such file: {file}")
+    record = open_store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
+    forget(paths, record.name)
+    if json_:
+        print_json(record)
+    else:
+        out.print(f"imported {record.name} ({human_size(record.size)}, {record.digest[:19]})")
+
+
+def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
+    """`blazar import --scan [--all]`: list, or adopt, the models other tools keep on disk."""
+    from rich.markup import escape
+
+    from registry.scan import Adoption, adopt_all, default_roots
+    from registry.scan import scan as find_models
+
+    roots = default_roots()
+    found = find_models(roots)
+    for warning in found.warnings:
+        err.print(f"warning: {warning}", style="yellow", markup=False)
+    if not adopt:
+        if json_:
+            print_json(found)
+        elif not found.models:
+            looked = [*roots.ollama, *roots.huggingface, *roots.lmstudio, *roots.llamacpp]
+            out.print("no models found in other tools' stores; looked in:", markup=False)
+            for folder in looked:
+                out.print(f"  {folder}", markup=False)
+        else:
+            from rich.table import Column
+
+            # Paths fold instead of ending in '…', so they can be copied from a narrow terminal.
+            table = Table("NAME", "STORE", "QUANT", "SIZE", Column("PATH", overflow="fold"), box=None)
+            for m in found.models:
+                table.add_row(
+                    escape(m.name), m.store, m.quantization or "-", human_size(m.size), escape(m.path)
+                )
+            out.print(table)
+            out.print(f"\nadopt them all with `blazar import --scan --all{' --link' if link else ''}`")
+        return
+
+    def report(a: Adoption) -> None:
+        if json_:
+            return
+        if a.status == "adopted":
+            how = {"hardlink": "hardlink", "copy": "copy", "symlink": "symlink", "existing": "already stored"}
+            copied = "0 bytes copied" if a.bytes_copied == 0 else f"{human_size(a.bytes_copied)} copied"
+            out.print(f"adopted {a.name} from {a.store} ({how[a.method or 'copy']}, {copied})", markup=False)
+        elif a.status == "skipped":
+            out.print(f"skipped {a.name}: {a.reason}", markup=False)
+        else:
+            err.print(f"failed {a.name}: {a.reason}", markup=False)
+
+    results = adopt_all(open_store(paths), found.models, link=link, on_result=report)
+    failed = [a for a in results if a.status == "failed"]
+    if json_:
+        print_json(results)
+    else:
+        adopted = [a for a in results if a.status == "adopted"]
+        copied_bytes = sum(a.bytes_copied for a in adopted)
+        copied = "0 bytes copied" if copied_bytes == 0 else f"{human_size(copied_bytes)} copied"
+        out.print(
+            f"adopted {len(adopted)} model(s), skipped {len(results) - len(adopted) - len(failed)}, {copied}",
+            markup=False,
+        )
+    if failed:
+        raise CliError(f"{len(failed)} model(s) could not be adopted — see the lines above")
+
+
+@app.command(name="list")
+def list_(*, json_: Json = False) -> None:
+    """List installed models."""
+    paths = resolve_paths()
+    records = open_store(paths).list()
+    if json_:
+        print_json(records)
+        return
+    table = Table("NAME", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
+    for r in records:
+        table.add_row(
+            r.name,
+            r.digest.removeprefix("sha256:")[:12],
+            human_size(r.size),
+            time_ago(r.modified_at),
+            r.source,
+        )
+    out.print(table)
+
+
+@app.command
+def show(name: str, *, json_: Json = False) -> None:
+    """Show a model's GGUF facts: architecture, parameters, quantization, context, layers, heads."""
+    paths = resolve_paths()
+    store = open_store(paths)
+    record = store.get(name)
+    info = store.info(record)
+    if json_:
+        doc = msgspec.to_builtins(info)
+        doc.pop("tensors", None)
+        print_json({"model": record, "info": doc})
+        return
+    rows = [
+        ("name", record.name),
+        ("architecture", info.architecture),
+        ("parameters", human_params(info.parameter_count)),
+        ("quantization", info.file_type or "-"),
+        ("context length", str(info.context_length or "-")),
+        ("layers", str(info.block_count or "-")),
+        ("attention heads", str(info.head_count or "-")),
+        ("KV heads", str(info.head_count_kv or "-")),
+        ("embedding length", str(info.embedding_length or "-")),
+        ("chat template", "present" if info.chat_template else "absent"),
+        ("size", human_size(record.size)),
+        ("digest", record.digest),
+        ("source", record.source),
+    ]  # fmt: skip
+    table = Table(box=None, show_header=False)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(table)
+
+
+@app.command
+def rm(name: str) -> None:
+    """Remove a model from the store (its blob goes when no other name uses it).
+
+    Refused while the model is serving requests."""
+    paths = resolve_paths()
+    record = remove_model(paths, name)
+    out.print(f"deleted {record.name}")
+
+
+@app.command
+def cp(source: str, destination: str) -> None:
+    """Give a model a second name (no bytes are copied)."""
+    from registry.storage import copy_model
+
+    paths = resolve_paths()
+    record = copy_model(open_store(paths), source, destination)
+    out.print(f"copied {source} to {record.name} (same file, 0 bytes copied)")
