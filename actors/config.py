@@ -44,6 +44,9 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Models loaded at once; loading one more evicts the least recently used idle one. 0: no limit."""
     preload: list[str] = []
     """Models loaded in the background at startup (a failure is logged, not fatal)."""
+    memory_budget_mb: float | None = None
+    """Memory all loaded models may use together (MiB). Unset: what the system has
+    available; 0: no memory check. A load that does not fit evicts idle models or is refused."""
     ledger_keep_requests: int = 200_000
     """Request records the ledger keeps; older ones are deleted as new ones arrive. 0: keep all."""
     engine: EngineConfig = EngineConfig()

@@ -40,11 +40,13 @@ log = logging.getLogger("blazar.lifecycle")
 
 __all__ = [
     "EvictionPlan",
+    "InsufficientMemory",
     "LifecycleActor",
     "LifecycleStatistics",
     "MaxLoadedModels",
     "ModelBusy",
     "ModelLifecycle",
+    "ModelTooLarge",
     "Resident",
     "ResidentStatistics",
     "Timer",
@@ -57,6 +59,22 @@ class MaxLoadedModels(BlazarRuntimeError):
     """Loading one more model would exceed ``max_loaded_models`` and every loaded model is busy."""
 
     code = "MAX_LOADED_MODELS"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ModelTooLarge(BlazarRuntimeError):
+    """The model's estimated footprint exceeds the memory budget even with nothing else loaded."""
+
+    code = "MODEL_TOO_LARGE"
+
+
+class InsufficientMemory(BlazarRuntimeError):
+    """The model fits the budget, but not beside the models that are busy now."""
+
+    code = "INSUFFICIENT_MEMORY"
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -97,6 +115,8 @@ class EvictionPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Set when no plan exists: the reason, for the error message."""
     busy: tuple[str, ...] = ()
     """The residents that could not be evicted because they have work."""
+    short_of_memory: bool = False
+    """Refused because ``fits`` failed (memory), not because of ``max_loaded``."""
 
     @property
     def ok(self) -> bool:
@@ -140,7 +160,9 @@ def choose_evictions(
                 )
             else:
                 reason = f"'{incoming}' does not fit beside the busy loaded models ({', '.join(busy)})"
-            return EvictionPlan(incoming=incoming, refused=reason, busy=busy)
+            return EvictionPlan(
+                incoming=incoming, refused=reason, busy=busy, short_of_memory=within_count(kept)
+            )
         victim = idle.pop(0)
         kept = [c for c in kept if c.model != victim.model]
         evict.append(victim.model)
@@ -163,6 +185,10 @@ def arm(last_used_s: float, keep_alive_s: float) -> Timer:
     """The timer of a model whose last request ended at ``last_used_s``."""
     deadline = None if keep_alive_s < 0 else last_used_s + keep_alive_s
     return Timer(last_used_s=last_used_s, keep_alive_s=keep_alive_s, deadline_s=deadline)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def tick(timer: Timer, *, now_s: float, busy: bool, recheck_s: float) -> tuple[Timer | None, bool]:
@@ -193,9 +219,12 @@ class Touch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class PlanLoad(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """``model``'s engine is about to start: evict what must go (the reply comes once it has)."""
+    """``model``'s engine is about to start: evict what must go (the reply comes once it has).
+
+    ``need_bytes``: its estimated footprint (None: unknown, no memory check)."""
 
     model: str
+    need_bytes: int | None = None
 
 
 class Unload(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -252,6 +281,13 @@ class ModelLifecycle:
     loaded: Callable[[], Mapping[str, int]]
     pending: Callable[[], Mapping[str, int]]
     stop: Callable[[str], Awaitable[object]]
+    footprint: Callable[[str], int | None] = lambda model: None
+    """Estimated bytes a loaded model holds (None: unknown)."""
+    memory_budget: Callable[[int], int | None] = lambda held: None
+    """Bytes all models together may use, given ``held`` bytes held by the resident
+    models now (None: no memory check)."""
+    advice: Callable[[str, int], str] = lambda model, budget: ""
+    """What would make ``model`` fit in ``budget`` bytes (smaller context, quantized KV…)."""
 
 
 class LifecycleActor:
@@ -306,16 +342,18 @@ class LifecycleActor:
         except (ActorStopped, trio.WouldBlock):
             pass
 
-    async def before_load(self, model: str) -> None:
+    async def before_load(self, model: str, need_bytes: int | None = None) -> None:
         """Call before starting ``model``'s engine: evicts idle models as ``max_loaded_models``
-        requires, waits (up to ``load_wait_s``) while every loaded model is busy, then
-        raises ``MaxLoadedModels``."""
+        and the memory budget require; waits (up to ``load_wait_s``) while every loaded
+        model is busy, then raises ``MaxLoadedModels``. With ``need_bytes`` (its estimated
+        footprint), raises ``ModelTooLarge`` when it exceeds the budget even alone and
+        ``InsufficientMemory`` when only busy models stand in its way."""
         deadline = trio.current_time() + self.load_wait_s
         self._waiting_loads += 1
         try:
             while True:
                 changed = self._changed
-                plan: EvictionPlan = await self.mailbox.ask(PlanLoad(model=model))
+                plan: EvictionPlan = await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
                 if plan.ok:
                     return
                 if trio.current_time() >= deadline:
@@ -455,8 +493,8 @@ class LifecycleActor:
                     ka = self._default_keep_alive(model) if keep is None else keep
                     self._timers[model] = arm(now, ka)
                     self._notify()
-                case PlanLoad(model=model):
-                    self._plan_load(env, model, now)
+                case PlanLoad(model=model, need_bytes=need):
+                    self._plan_load(env, model, need, now)
                 case Unload(model=model, only_idle=only_idle):
                     self._unload(env, model, only_idle)
                 case _Stopped(models=models, skipped=skipped):
@@ -473,9 +511,37 @@ class LifecycleActor:
         except BlazarRuntimeError as exc:
             env.fail(exc)
 
-    def _plan_load(self, env: Envelope[LifecycleMessage], model: str, now: float) -> None:
+    def _plan_load(self, env: Envelope[LifecycleMessage], model: str, need: int | None, now: float) -> None:
         self._last_used[model] = now
-        plan = choose_evictions(self.residents(), incoming=model, max_loaded=self.max_loaded_models)
+        residents = [
+            msgspec.structs.replace(r, memory_bytes=self.hooks.footprint(r.model)) for r in self.residents()
+        ]
+        held = sum(r.memory_bytes or 0 for r in residents if r.model != model)
+        budget = self.hooks.memory_budget(held) if need is not None else None
+        fits = None
+        if need is not None and budget is not None:
+            if need > budget:
+                self._counts["refused"] += 1
+                advice = self.hooks.advice(model, budget)
+                raise ModelTooLarge(
+                    f"'{model}' needs about {_gib(need)} but the memory budget is {_gib(budget)} even "
+                    f"with no other model loaded{' — ' + advice if advice else ''}"
+                )
+
+            def fits(kept: list[Resident]) -> bool:
+                return need + sum(r.memory_bytes or 0 for r in kept) <= budget
+
+        plan = choose_evictions(residents, incoming=model, max_loaded=self.max_loaded_models, fits=fits)
+        if not plan.ok and plan.short_of_memory and need is not None and budget is not None:
+            self._counts["refused"] += 1
+            busy = {r.model: r.memory_bytes or 0 for r in residents if r.busy and r.model != model}
+            raise InsufficientMemory(
+                f"'{model}' needs about {_gib(need)}; the budget is {_gib(budget)} and the busy models "
+                + ", ".join(f"'{m}' ({_gib(b)})" for m, b in sorted(busy.items()))
+                + f" hold {_gib(sum(busy.values()))} — retry when they are idle, or unload one "
+                "(`blazar unload NAME`)",
+                retry_after_s=5.0,
+            )
         if not plan.ok:
             env.answer(plan)
             return

@@ -5,7 +5,7 @@
     ├ admission         queues, slots and leases of every model
     ├ engines (supervisor)
     │   └ engine[model] → child process (llama.cpp)
-    └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models
+    └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
 
 
 async with open_runtime(cfg) as rt:
@@ -30,6 +30,7 @@ from actors.engines.llamacpp import LaunchSpec
 from actors.errors import ActorStopped
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, ModelLifecycle
+from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.catalog import Catalog
@@ -72,6 +73,7 @@ class Runtime:
         self.engines = engines
         self.ledger = ledger
         self.admission = admission
+        self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
@@ -145,7 +147,14 @@ class Runtime:
     def _lifecycle_actor(self) -> LifecycleActor:
         c = self.config
         return LifecycleActor(
-            ModelLifecycle(loaded=self._loaded_in_flight, pending=self._admitted, stop=self.stop_engine),
+            ModelLifecycle(
+                loaded=self._loaded_in_flight,
+                pending=self._admitted,
+                stop=self.stop_engine,
+                footprint=self.memory.footprint,
+                memory_budget=self.memory.budget,
+                advice=self.memory.advice,
+            ),
             keep_alive_s=c.keep_alive_s,
             max_loaded_models=c.max_loaded_models,
             load_wait_s=c.queue_timeout_s,
@@ -164,6 +173,11 @@ class Runtime:
         """Model → requests admission holds for it (granted a slot or queued)."""
         return {q.model: q.running + q.queued for q in self.admission.statistics().queues}
 
+    async def before_load(self, engine: EngineActor) -> None:
+        """Make room for ``engine``'s model (count limit and memory budget), or raise why not."""
+        need = await self.memory.need(engine.spec)
+        await self.lifecycle.before_load(engine.spec.model, need)
+
     async def preload(self, models: list[str]) -> None:
         """Load ``models`` one after another; a failure is logged and the next one tried."""
         for name in models:
@@ -171,7 +185,7 @@ class Runtime:
                 engine = await self.engine_for(name)
                 model = engine.spec.model
                 if engine.state is not EngineState.READY:
-                    await self.lifecycle.before_load(model)
+                    await self.before_load(engine)
                 await engine.ask(EnsureReady())
                 self.lifecycle.touch_nowait(model, None)
                 log.info("preloaded '%s'", model)

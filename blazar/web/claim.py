@@ -94,7 +94,7 @@ async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: f
     try:
         t0 = time.perf_counter_ns()
         if engine.state is not EngineState.READY:
-            await runtime.lifecycle.before_load(engine.spec.model)  # max_loaded_models: evict idle ones
+            await runtime.before_load(engine)  # max_loaded_models and memory: evict idle ones
         handle: EngineHandle = await engine.ask(EnsureReady())
         load_ns = time.perf_counter_ns() - t0
         lease = engine.lease()

@@ -161,8 +161,18 @@ class World:
         self.stopped.append((trio.current_time(), model))
         return was
 
+    sizes: dict[str, int] = {}
+    budget: int | None = None
+
     def hooks(self) -> ModelLifecycle:
-        return ModelLifecycle(loaded=lambda: self.loaded, pending=lambda: self.pending, stop=self.stop)
+        return ModelLifecycle(
+            loaded=lambda: self.loaded,
+            pending=lambda: self.pending,
+            stop=self.stop,
+            footprint=self.sizes.get,
+            memory_budget=lambda held: self.budget,
+            advice=lambda model, budget: f"try --ctx 1024 for {model}",
+        )
 
     def names(self) -> list[str]:
         return [m for _, m in self.stopped]
@@ -480,3 +490,63 @@ def test_cli_unload_without_a_daemon(
     assert info.value.code == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no daemon is running" in err
+
+
+async def test_memory_budget_evicts_idle_models_until_the_new_one_fits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    world = World(stop_s=0)
+    world.sizes = {"a": 300, "b": 300, "c": 500}
+    world.budget = 1000
+    async with trio.open_nursery() as nursery:
+        life = await _start(nursery, world)
+        world.loaded.update(a=0, b=0)
+        life.touch_nowait("a", None)
+        await trio.sleep(1)
+        life.touch_nowait("b", None)
+        await life.before_load("c", need_bytes=500)  # 300 + 300 + 500 > 1000: the older one goes
+        assert world.names() == ["a"]
+        world.loaded["c"] = 0
+        await life.before_load("a", need_bytes=300)  # 300 + 500 + 300 > 1000: 'b' is now the oldest
+        assert world.names() == ["a", "b"]
+        assert life.statistics().evictions == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_memory_refusals_carry_the_numbers(autojump_clock: trio.testing.MockClock) -> None:
+    from actors.lifecycle import InsufficientMemory, ModelTooLarge
+
+    world = World(stop_s=0)
+    world.sizes = {"a": 600 << 20}
+    world.budget = 1 << 30
+    async with trio.open_nursery() as nursery:
+        life = await _start(nursery, world)
+        with pytest.raises(ModelTooLarge) as too_large:
+            await life.before_load("huge", need_bytes=2 << 30)
+        assert too_large.value.code == "MODEL_TOO_LARGE"
+        assert "2.00 GiB" in too_large.value.message and "1.00 GiB" in too_large.value.message
+        assert "try --ctx 1024 for huge" in too_large.value.message
+
+        world.loaded["a"] = 1  # busy: it cannot make room
+        with pytest.raises(InsufficientMemory) as short:
+            await life.before_load("b", need_bytes=500 << 20)
+        assert short.value.code == "INSUFFICIENT_MEMORY" and short.value.retry_after_s
+        assert "'a' (600 MiB)" in short.value.message and "500 MiB" in short.value.message
+        assert world.stopped == []  # nothing was evicted for a load that cannot happen
+
+        world.loaded["a"] = 0  # idle now: evicted to make room
+        await life.before_load("b", need_bytes=500 << 20)
+        assert world.names() == ["a"]
+        assert life.statistics().refused == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_unknown_footprints_skip_the_memory_check(autojump_clock: trio.testing.MockClock) -> None:
+    world = World(stop_s=0)
+    world.budget = 100
+    async with trio.open_nursery() as nursery:
+        life = await _start(nursery, world)
+        world.loaded["a"] = 0
+        await life.before_load("b")  # no estimate for 'b': loaded unchecked
+        assert world.stopped == []
+        nursery.cancel_scope.cancel()

@@ -134,3 +134,58 @@ def test_rm_is_refused_while_the_model_serves(tmp_path: Path, model_path: Path) 
         assert _ask(d.url, MODEL).status_code == 200  # the file is shared: the other name still works
     finally:
         d.stop()
+
+
+def _footprint_mib(model_path: Path, ctx: int, slots: int) -> float:
+    from registry import fit
+
+    return fit.estimate(fit.read_shape(model_path), fit.Settings(ctx_per_slot=ctx, slots=slots)).total / 2**20
+
+
+def test_memory_budget_evicts_idle_and_refuses_with_numbers(tmp_path: Path, model_path: Path) -> None:
+    one = _footprint_mib(model_path, 512, 1)
+    home = make_home(
+        tmp_path / "home",
+        model_path,
+        config=f"slots = 1\ndefault_ctx = 512\nmemory_budget_mb = {one * 1.5:.0f}\n",
+    )
+    Store(home / "models").import_file(model_path, OTHER, source="test")
+    d = start_daemon(home)
+    try:
+        assert _ask(d.url, MODEL).status_code == 200
+        assert _ask(d.url, OTHER).status_code == 200  # two do not fit: the idle one made room
+        assert _loaded(d.url) == {OTHER}
+
+        body = {"model": OTHER, "messages": [{"role": "user", "content": "Tell a long story."}]}
+        with httpx.stream(
+            "POST",
+            f"{d.url}/v1/chat/completions",
+            json={**body, "max_tokens": 4000, "ignore_eos": True, "stream": True},
+            timeout=120,
+        ) as r:
+            lines = r.iter_lines()
+            next(lines)  # OTHER is busy now (until this client leaves)
+            refused = _ask(d.url, MODEL)
+            if refused.status_code == 200:  # seen twice on a loaded machine, not reproduced since
+                rest = list(lines)
+                pytest.fail(f"'{OTHER}' was not busy: its stream had ended ({len(rest)} lines: {rest[-3:]})")
+            assert refused.status_code == 507 and refused.headers.get("retry-after")
+            error = refused.json()["error"]
+            assert error["blazar_code"] == "INSUFFICIENT_MEMORY"
+            assert f"'{OTHER}'" in error["message"] and "MiB" in error["message"]
+            assert _loaded(d.url) == {OTHER}  # the busy model was never evicted
+    finally:
+        d.stop()
+
+    (home / "config.toml").write_text(f"slots = 1\ndefault_ctx = 512\nmemory_budget_mb = {one / 2:.0f}\n")
+    d = start_daemon(home)
+    try:
+        refused = _ask(d.url, MODEL)
+        assert refused.status_code == 503
+        error = refused.json()["error"]
+        assert error["blazar_code"] == "MODEL_TOO_LARGE"
+        assert "needs about" in error["message"] and "memory budget" in error["message"]
+        assert "blazar fit" in error["message"]  # where the levers are
+        assert _loaded(d.url) == set()
+    finally:
+        d.stop()

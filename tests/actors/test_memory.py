@@ -1,0 +1,50 @@
+"""MemoryPlanner: footprints from the GGUF header at launch settings, and the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.engines.llamacpp import LaunchSpec
+from actors.memory import MemoryPlanner
+from registry import fit
+
+MIB = 1 << 20
+
+
+def _spec(path: Path, model: str = "smol", ctx: int = 4096, slots: int = 4) -> LaunchSpec:
+    return LaunchSpec(model=model, path=str(path), ctx_per_slot=ctx, slots=slots)
+
+
+async def test_need_is_the_fit_estimate_at_the_launch_settings(model_path: Path) -> None:
+    planner = MemoryPlanner(None, available=lambda: 8 << 30)
+    need = await planner.need(_spec(model_path, ctx=2048, slots=2))
+    shape = fit.read_shape(model_path)
+    assert need == fit.estimate(shape, fit.Settings(ctx_per_slot=2048, slots=2)).total
+    assert planner.footprint("smol") == need and planner.footprint("other") is None
+    bigger = await planner.need(_spec(model_path, ctx=8192, slots=2))
+    assert bigger is not None and bigger > need  # more context, more KV cache
+
+
+async def test_budget_configured_automatic_or_off(model_path: Path) -> None:
+    assert MemoryPlanner(512).budget(held=100 * MIB) == 512 * MIB
+    auto = MemoryPlanner(None, available=lambda: 300 * MIB)
+    assert auto.budget(held=100 * MIB) == 400 * MIB  # what is free plus what our models would free
+    assert MemoryPlanner(None, available=lambda: None).budget(held=0) is None
+    off = MemoryPlanner(0)
+    assert off.budget(held=0) is None and await off.need(_spec(model_path)) is None
+
+
+async def test_unreadable_models_are_loaded_unchecked(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf")
+    planner = MemoryPlanner(512)
+    assert await planner.need(_spec(junk)) is None and planner.footprint("smol") is None
+
+
+async def test_advice_names_levers_with_numbers(model_path: Path) -> None:
+    planner = MemoryPlanner(None, available=lambda: 1 << 30)
+    need = await planner.need(_spec(model_path, ctx=8192, slots=4))
+    assert need is not None
+    advice = planner.advice("smol", int(need * 0.6))
+    assert "levers that fit" in advice and "MiB" in advice and "blazar fit smol" in advice
+    assert "no setting makes it fit" in planner.advice("smol", 10 * MIB)  # not even the weights
