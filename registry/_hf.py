@@ -245,7 +245,13 @@ async def resolve_hf(raw: str, canonical: str, catalog: Catalog, retry: RetryPol
         picked = pick_gguf(names, tag or None)
         if picked is None:
             wanted = f"matching '{tag}' " if tag else ""
-            here = sorted({_stem(n).rsplit("-", 1)[-1] for n in names if n.lower().endswith(".gguf")})
+            here = sorted(
+                {
+                    _stem(n).rsplit("-", 1)[-1]
+                    for n in names
+                    if n.lower().endswith(".gguf") and "mmproj" not in n.lower()
+                }
+            )
             raise PullFailed(
                 f"hf:{repo} has no GGUF file {wanted}to pull"
                 + (f" (it has: {', '.join(here)})" if here else "")

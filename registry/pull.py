@@ -45,7 +45,7 @@ from ._names import canonical_name
 from ._ollama import parse_ollama_ref, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
 from .errors import ChecksumMismatch, InsufficientStorage, InvalidModelFile, PullFailed, RegistryError
-from .gguf import looks_like_gguf
+from .gguf import looks_like_gguf, read_model_info
 from .scan import find_reusable
 from .store import ModelRecord, ModelSettings, Store
 
@@ -254,11 +254,14 @@ def _reusable_blob(
 ) -> tuple[str, Path, str] | None:
     """An identical blob already stored (under another name, or in another tool's store)
     saves the download entirely."""
-    if not entry.sha256 or entry.size is None or not _reuse(store, entry.sha256, entry.size, report, link):
+    if not entry.sha256 or entry.size is None:
+        return None
+    origin = _reuse(store, entry.sha256, entry.size, report, link)
+    if origin is None:
         return None
     digest = f"sha256:{entry.sha256}"
     owner = next((r for r in store.list() if r.digest == digest), None)
-    label = owner.source if owner else entry.sources[0].describe() if entry.sources else "store"
+    label = owner.source if owner else origin
     return entry.sha256, store.blob_path(entry.sha256), label
 
 
@@ -318,21 +321,21 @@ async def _pull_catalog(
 # -- Hugging Face repos and the Ollama registry ------------------------------------
 
 
-def _reuse(store: Store, sha256: str, size: int, report: Report, link: bool) -> bool:
+def _reuse(store: Store, sha256: str, size: int, report: Report, link: bool) -> str | None:
     """Runs in a thread: take the bytes from another tool's store (Ollama, the Hugging Face
-    cache, LM Studio, llama.cpp's cache) when one holds them, instead of downloading."""
+    cache, LM Studio, llama.cpp's cache) when one holds them, instead of downloading.
+    Returns where the bytes are from (``store`` when they were here already), or None."""
     if store.has_blob(sha256):
-        return True
+        return "store"
     found = find_reusable(size, sha256, store=store)
     if found is None:
-        return False
+        return None
     try:
-        store.adopt_blob(Path(found.path), sha256, link=link)
+        how = store.adopt_blob(Path(found.path), sha256, link=link)
     except (ChecksumMismatch, InvalidModelFile) as exc:
         # Another tool's damaged copy must not fail the pull: download it instead.
         report(PullProgress(status="not reused", source=found.source, message=exc.message))
-        return False
-    how = "linked" if link else "hardlinked or copied"
+        return None
     report(
         PullProgress(
             status="reused",
@@ -343,7 +346,7 @@ def _reuse(store: Store, sha256: str, size: int, report: Report, link: bool) -> 
             message=f"{found.path} {how} from {found.store}'s store: 0 bytes downloaded",
         )
     )
-    return True
+    return found.source
 
 
 async def _pull_plan(
@@ -396,6 +399,8 @@ def _commit_plan(
     first_sha, first_blob = parts[0][1], parts[0][2]
     if not looks_like_gguf(first_blob):
         raise PullFailed(f"{plan.source} is not a GGUF file (bad magic bytes)")
+    if read_model_info(first_blob).architecture == "clip":
+        raise PullFailed(f"{plan.source} is a vision projector (mmproj), not a model — pull the model file")
     path = _link_split(store, parts) if len(parts) > 1 else first_blob
     # Parts after the first and the projector are named in the record, or a prune takes them for orphans.
     others = [f"sha256:{sha}" for _name, sha, _blob in parts[1:]]
@@ -460,9 +465,7 @@ def _commit(
         blobs=list(blobs),
     )
     # The manifest is the commit point: written last, so an interrupted pull leaves none.
-    store.write_manifest(record)
-    if previous is not None and previous.digest != record.digest:
-        store.collect(*previous.digests())  # as an import over an existing name does
+    store.write_manifest(record)  # a replaced model's blobs go when unused
     report(PullProgress(status="success", source=source, digest=record.digest, total=size, completed=size))
     return record
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from ._names import canonical_name
-from .errors import ModelExists
+from .errors import InvalidModelName, ModelExists
 from .store import ModelRecord, Store
 
 __all__ = [
@@ -129,11 +129,14 @@ def find_orphans(store: Store) -> list[Orphan]:
     return found
 
 
-def prune_orphans(store: Store, *, partials: bool = False, dry_run: bool = False) -> list[Orphan]:
-    """Delete orphaned blobs and headers (and partial downloads when asked); returns what went."""
+def prune_orphans(
+    store: Store, *, orphans: bool = True, partials: bool = False, dry_run: bool = False
+) -> list[Orphan]:
+    """Delete orphaned blobs, headers and part links (``orphans``) and partial downloads
+    (``partials``); returns what went."""
     removed: list[Orphan] = []
     for orphan in find_orphans(store):
-        if orphan.kind == "partial" and not partials:
+        if (orphan.kind == "partial" and not partials) or (orphan.kind != "partial" and not orphans):
             continue
         if not dry_run:
             try:
@@ -153,7 +156,15 @@ def unused_models(
     """Models not used for ``days``: last request from ``last_used`` (the ledger), else
     the time the model was installed or last changed."""
     cutoff = (time.time() if now is None else now) - days * _DAY_S
-    return [r for r in store.list() if max(last_used.get(r.name, 0.0), r.modified_at) < cutoff]
+    # The ledger keeps names as clients wrote them ("SmolLM2-135M", "x:latest").
+    used: dict[str, float] = {}
+    for name, at in last_used.items():
+        try:
+            key = canonical_name(name)
+        except InvalidModelName:
+            continue
+        used[key] = max(at, used.get(key, 0.0))
+    return [r for r in store.list() if max(used.get(r.name, 0.0), r.modified_at) < cutoff]
 
 
 def copy_model(store: Store, src: str, dst: str, *, replace: bool = False) -> ModelRecord:
@@ -168,7 +179,5 @@ def copy_model(store: Store, src: str, dst: str, *, replace: bool = False) -> Mo
         raise ModelExists(target)
     now = time.time()
     copy = msgspec.structs.replace(record, name=target, created_at=now, modified_at=now)
-    store.write_manifest(copy)
-    if previous is not None and previous.digest != copy.digest:
-        store.collect(*previous.digests())
+    store.write_manifest(copy)  # a replaced model's blobs go when unused
     return copy

@@ -36,7 +36,7 @@ from .errors import (
     ModelNotFound,
     RegistryError,
 )
-from .gguf import ModelInfo, looks_like_gguf, read_model_info
+from .gguf import ModelInfo, looks_like_gguf, model_info, read_header, read_model_info
 
 __all__ = [
     "ModelRecord",
@@ -207,13 +207,18 @@ class Store:
         return record
 
     def write_manifest(self, record: ModelRecord) -> None:
+        """Install ``record`` under its name (atomically); the blobs of a model it replaces
+        are deleted once no name uses them."""
         canonical = canonical_name(record.name)
         if canonical != record.name:
             record = msgspec.structs.replace(record, name=canonical)
+        previous = self.find(canonical)
         try:
             _atomic_write(self._manifest_path(canonical), msgspec.json.encode(record))
         except OSError as exc:
             raise _storage_error(exc, f"write the manifest of '{canonical}'") from exc
+        if previous is not None:
+            self.collect(*(set(previous.digests()) - set(record.digests())))
 
     def add_blob(self, tmp_file: Path, sha256_hex: str) -> Path:
         """Move a fully downloaded, already verified file into the blob directory."""
@@ -277,7 +282,18 @@ class Store:
             raise InvalidModelFile(f"no such file: {src}")
         if not looks_like_gguf(src):
             raise InvalidModelFile(f"{src} is not a GGUF file (bad magic bytes)")
-        info = read_model_info(src)
+        header = read_header(src)
+        info = model_info(header)
+        if info.architecture == "clip":
+            raise InvalidModelFile(
+                f"{src} is a vision projector (mmproj), not a model — give it with its model "
+                "(`blazar pull` of the repo brings both)"
+            )
+        if int(header.values.get("split.count") or 1) > 1:
+            raise InvalidModelFile(
+                f"{src} is one part of a split model — pull the repo (`blazar pull ORG/REPO:QUANT`), "
+                "or merge the parts first (`llama-gguf-split --merge`)"
+            )
         sha = self._verified_sha256(src, expected_sha256)
         projector_blob = None
         if projector is not None:
@@ -308,22 +324,23 @@ class Store:
             blobs=[f"sha256:{projector_blob.name.removeprefix('sha256-')}"] if projector_blob else [],
         )
         self.write_manifest(record)
-        if previous is not None and previous.digest != record.digest:
-            self.collect(*previous.digests())
         return record
 
-    def adopt_blob(self, src: Path, sha256_hex: str, *, link: bool = False) -> Path:
+    def adopt_blob(self, src: Path, sha256_hex: str, *, link: bool = False) -> str:
         """Make a file from elsewhere the blob ``sha256_hex`` (hardlink, else copy; symlink
-        with ``link``), after checking its bytes; returns the blob's path."""
+        with ``link``), after checking its bytes. Returns how: ``hardlinked``, ``copied``,
+        ``symlinked`` or ``already stored``."""
         blob = self.blob_path(sha256_hex)
         if blob.exists():
-            return blob
+            return "already stored"
         self._verified_sha256(Path(src), sha256_hex)
         try:
             self._place_blob(Path(src), blob, link=link)
+            if link:
+                return "symlinked"
+            return "hardlinked" if os.stat(blob).st_ino == os.stat(src).st_ino else "copied"
         except OSError as exc:
             raise _storage_error(exc, f"add {src} to the store") from exc
-        return blob
 
     @staticmethod
     def _verified_sha256(path: Path, expected: str | None) -> str:

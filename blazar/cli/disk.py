@@ -65,7 +65,7 @@ def prune(
                 remove_model(paths, record.name)
             removed.append({"kind": "model", "name": record.name, "size": record.size})
     if orphans or partials:
-        for orphan in prune_orphans(store, partials=partials, dry_run=dry_run):
+        for orphan in prune_orphans(store, orphans=orphans, partials=partials, dry_run=dry_run):
             removed.append({"kind": orphan.kind, "name": orphan.path, "size": orphan.size})
     if json_:
         print_json({"dry_run": dry_run, "removed": removed})

@@ -74,6 +74,7 @@ def pull(
                 completed=p.completed or 0,
             )
 
+        before = {r.name: r.digest for r in store.list()}
         record = trio.run(
             lambda: do_pull(
                 store,
@@ -84,6 +85,8 @@ def pull(
                 link=link,
             )
         )
+    if before.get(record.name) not in (None, record.digest):
+        forget(paths, record.name)  # a running daemon must not keep serving the old file
     if json_:
         print_json(record)
     else:

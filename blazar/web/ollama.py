@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from actors.runtime import Runtime
 from blazar.dialects import ollama
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta
-from blazar.errors import BlazarError
+from blazar.errors import CATALOG, BlazarError
 from blazar.web import translate
 from blazar.web.common import NDJSON, json_response, on_cleanup, read_body, set_model, stream_response
 from blazar.web.translate import Timings
@@ -33,6 +34,8 @@ from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
 from registry.storage import copy_model
 from registry.store import ModelRecord, ModelSettings
+
+log = logging.getLogger("blazar.web")
 
 __all__ = ["OLLAMA_API_VERSION", "register"]
 
@@ -309,12 +312,17 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
                             on_progress=progress,
                         )  # fmt: skip
                     except RegistryError as exc:
-                        code = (
-                            exc.code
-                            if exc.code in ("MODEL_NOT_FOUND", "INSUFFICIENT_STORAGE")
-                            else "BAD_GATEWAY"
-                        )
+                        code = exc.code if exc.code in CATALOG else "BAD_GATEWAY"
                         await send.send(ollama.encode_error(code, exc.message))
+                        return
+                    except OSError as exc:  # a full or unwritable disk
+                        message = f"the pull could not write to the model store: {exc.strerror or exc}"
+                        await send.send(ollama.encode_error("INSUFFICIENT_STORAGE", message))
+                        return
+                    except Exception as exc:
+                        # The task belongs to the runtime: nothing may escape it and stop the daemon.
+                        log.exception("pull of '%s' failed", name)
+                        await send.send(ollama.encode_error("INTERNAL", f"the pull failed: {exc!r}"))
                         return
                     await runtime.forget(record.name)  # the pull's own progress already said "success"
 

@@ -711,3 +711,13 @@ async def test_a_corrupt_file_elsewhere_is_downloaded_instead(
     assert sha256_file(record.path) == sha and os.stat(record.path).st_ino != os.stat(theirs).st_ino
     skipped = [e for e in do_pull.events if e.status == "not reused"]
     assert len(skipped) == 1 and "sha256" in (skipped[0].message or "")
+
+
+async def test_a_catalog_pull_says_which_store_its_bytes_came_from(
+    hub: Hub, store: Store, do_pull: Pulls, model_path: Path, no_foreign_stores: Path
+) -> None:
+    theirs = _ollama_store(no_foreign_stores / "ollama", "smollm2", "135m", model_path)
+    record = await do_pull("smollm2-135m", catalog=Catalog.load())
+    assert record.source == f"ollama:{no_foreign_stores / 'ollama'}"
+    assert os.stat(record.path).st_ino == os.stat(theirs).st_ino
+    assert not hub.requests()  # no source was contacted

@@ -216,3 +216,33 @@ def test_sha256_file_progress(tiny_gguf: Path) -> None:
     seen: list[int] = []
     assert sha256_file(tiny_gguf, seen.append) == _sha(tiny_gguf)
     assert seen[-1] == tiny_gguf.stat().st_size
+
+
+def test_projectors_and_split_parts_are_not_models(tmp_path: Path) -> None:
+    import gguf
+    import numpy as np
+
+    from registry.errors import InvalidModelFile
+
+    store = Store(tmp_path / "models")
+    projector = tmp_path / "mmproj-f16.gguf"
+    writer = gguf.GGUFWriter(projector, arch="clip")
+    writer.add_tensor("v.patch_embd.weight", np.ones(4, dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(InvalidModelFile, match="vision projector"):
+        store.import_file(projector, "proj")
+
+    part = tmp_path / "m-00001-of-00002.gguf"
+    writer = gguf.GGUFWriter(part, arch="llama")
+    writer.add_uint16("split.count", 2)
+    writer.add_tensor("token_embd.weight", np.ones(4, dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(InvalidModelFile, match="one part of a split model"):
+        store.import_file(part, "part")
+    assert store.list() == []

@@ -106,3 +106,27 @@ def test_split_parts_and_projector_belong_to_their_model(store: Store, tmp_path:
     store.remove("split")
     store.remove("alpha")
     assert not Path(extra.path).exists() and not shards.exists()
+
+
+def test_partials_and_orphans_are_pruned_separately(store: Store) -> None:
+    stray = store.blobs_dir / ("sha256-" + "ab" * 32)
+    stray.write_bytes(b"x")
+    partial = store.partial_path("cd" * 32)
+    partial.write_bytes(b"y")
+    assert [o.kind for o in prune_orphans(store, orphans=False, partials=True)] == ["partial"]
+    assert stray.exists() and not partial.exists()
+
+
+def test_unused_matches_the_names_clients_wrote(store: Store) -> None:
+    now = store.get("alpha").modified_at + 10 * 86400
+    last_used = {"ALPHA": now - 3600, "beta:latest": now - 3600, "bad#name": now}
+    assert unused_models(store, 7, last_used, now=now) == []
+
+
+def test_replacing_a_name_frees_the_old_file(store: Store) -> None:
+    import msgspec
+
+    beta = store.get("beta")
+    alpha = store.get("alpha")
+    store.write_manifest(msgspec.structs.replace(alpha, name="beta"))  # as /api/create over a name
+    assert not Path(beta.path).exists() and Path(alpha.path).exists()
