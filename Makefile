@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install models demo test test-fast test-slow check lint typecheck fmt clean
+.PHONY: install models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,22 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 check: lint typecheck test-fast
+
+# Benchmarks (issue 5; long: run on a quiet machine): results under bench/results/, then BENCHMARK.md.
+# BENCH_ARGS passes options, e.g. `make bench BENCH_ARGS="--only overhead"`.
+BENCH_ARGS ?=
+LITELLM_VENV := .cache/bench/litellm-venv
+
+bench: models bench-litellm
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(BIN)/python -m bench run $(BENCH_ARGS)
+	$(BIN)/python scripts/bench_report.py
+
+# The LiteLLM proxy to compare with, in its own venv (in ours it would downgrade huggingface_hub
+# and rich). Best effort: without it the overhead benchmark says so and goes on.
+bench-litellm:
+	-test -x $(LITELLM_VENV)/bin/litellm || ($(PYTHON) -m venv $(LITELLM_VENV) && \
+		$(LITELLM_VENV)/bin/python -m pip install -q --disable-pip-version-check 'litellm[proxy]')
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

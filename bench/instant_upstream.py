@@ -1,0 +1,350 @@
+"""A minimal OpenAI-compatible upstream that answers at once: the yardstick for gateway overhead.
+
+    python bench/instant_upstream.py --port 8080 [--chunks 32] [--interval-ms 0]
+
+It accepts llama-server's flags (``-m``, ``-c``, ``-np``, ``--host``, ``--port``,
+``--api-key``, ``--alias``, ``--metrics`` and any other, ignored), so the daemon
+can run it as its engine through ``[engine] llama_server = "bench/instant-upstream"``.
+It serves what the gateway asks an engine for: ``GET /health``, ``/slots``,
+``/props``, ``/v1/models``, ``POST /v1/chat/completions`` and ``/v1/completions``
+(a fixed body, or a stream of ``max_tokens`` chunks, ``--chunks`` without one),
+``/tokenize``, ``/detokenize`` and ``/apply-template``.
+
+Only the standard library (asyncio with a hand-rolled HTTP/1.1 parser), so any
+Python 3.11 runs it and it costs a small fraction of the gateway's CPU per request.
+A body field ``bench_interval_ms`` overrides ``--interval-ms`` (the pause between
+stream chunks) for one request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed"}
+_MAX_HEAD = 64 * 1024
+
+
+class Upstream:
+    """The fixed answers, encoded once."""
+
+    def __init__(self, alias: str, slots: int, chunks: int, interval_ms: float) -> None:
+        self.alias = alias
+        self.slots = slots
+        self.chunks = chunks
+        self.interval_ms = interval_ms
+        created = int(time.time())
+        self.chat_body = _json(
+            {
+                "id": "chatcmpl-instant",
+                "object": "chat.completion",
+                "created": created,
+                "model": alias,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Hello from the instant upstream."},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 8, "completion_tokens": 7, "total_tokens": 15},
+            }
+        )
+        self.completion_body = _json(
+            {
+                "id": "cmpl-instant",
+                "object": "text_completion",
+                "created": created,
+                "model": alias,
+                "choices": [{"index": 0, "text": "Hello.", "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10},
+            }
+        )
+        base = {
+            "id": "chatcmpl-instant",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": alias,
+        }
+        self.chat_first = _event({**base, "choices": [_choice({"role": "assistant", "content": "tok"})]})
+        self.chat_token = _event({**base, "choices": [_choice({"content": " tok"})]})
+        self.chat_last = {
+            reason: _event({**base, "choices": [_choice({}, reason)]}) for reason in ("stop", "length")
+        }
+        self.chat_usage = base
+        cbase = {"id": "cmpl-instant", "object": "text_completion", "created": created, "model": alias}
+        self.text_token = _event({**cbase, "choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
+        self.text_last = {
+            reason: _event({**cbase, "choices": [{"index": 0, "text": "", "finish_reason": reason}]})
+            for reason in ("stop", "length")
+        }
+        self.slots_body = _json([{"id": i, "n_ctx": 1024, "is_processing": False} for i in range(slots)])
+        self.models_body = _json({"object": "list", "data": [{"id": alias, "object": "model", "created": 0}]})
+        self.props_body = _json(
+            {
+                "total_slots": slots,
+                "model_path": "instant",
+                "build_info": "instant-upstream",
+                "chat_template": "",
+            }
+        )
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "finish_reason": finish}
+
+
+def _event(obj: Any) -> bytes:
+    return b"data: " + _json(obj) + b"\n\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _head(status: int, content_type: bytes, length: int | None, close: bool) -> bytes:
+    lines = [b"HTTP/1.1 %d %s" % (status, _REASONS.get(status, b"Error")), b"Content-Type: " + content_type]
+    lines.append(b"Transfer-Encoding: chunked" if length is None else b"Content-Length: %d" % length)
+    if close:
+        lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive client connection; requests are answered in order."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.up = upstream
+        self.buf = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.busy: asyncio.Task[None] | None = None
+        self.closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        if self.busy is not None:
+            self.busy.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.busy is None:
+            self._drain()
+
+    def _drain(self) -> None:
+        while not self.closing and self.busy is None:
+            request = self._parse()
+            if request is None:
+                return
+            method, path, body, close = request
+            stream = self._answer(method, path, body, close)
+            if stream is not None:
+                self.busy = asyncio.ensure_future(stream)
+                self.busy.add_done_callback(self._stream_done)
+
+    def _stream_done(self, task: asyncio.Task[None]) -> None:
+        self.busy = None
+        if not task.cancelled() and task.exception() is not None:
+            self._close()
+        elif not self.closing:
+            self._drain()
+
+    def _parse(self) -> tuple[bytes, bytes, bytes, bool] | None:
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buf) > _MAX_HEAD:
+                self._close()
+            return None
+        head = bytes(self.buf[:end]).split(b"\r\n")
+        try:
+            method, target, version = head[0].split(b" ", 2)
+        except ValueError:
+            self._close()
+            return None
+        length, chunked = 0, False
+        close = version == b"HTTP/1.0"
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                close = b"close" in value.lower() or (close and b"keep-alive" not in value.lower())
+        start = end + 4
+        if chunked:
+            parsed = _dechunk(self.buf, start)
+            if parsed is None:
+                return None
+            body, stop = parsed
+        else:
+            if len(self.buf) < start + length:
+                return None
+            body, stop = bytes(self.buf[start : start + length]), start + length
+        del self.buf[:stop]
+        return method, target.split(b"?", 1)[0], body, close
+
+    def _send(self, data: bytes) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _reply(
+        self, status: int, body: bytes, close: bool, content_type: bytes = b"application/json"
+    ) -> None:
+        self._send(_head(status, content_type, len(body), close) + body)
+        if close:
+            self._close()
+
+    def _answer(self, method: bytes, path: bytes, body: bytes, close: bool) -> Any:
+        up = self.up
+        if method == b"GET":
+            if path == b"/health":
+                self._reply(200, b'{"status":"ok"}', close)
+            elif path == b"/slots":
+                self._reply(200, up.slots_body, close)
+            elif path in (b"/v1/models", b"/models"):
+                self._reply(200, up.models_body, close)
+            elif path == b"/props":
+                self._reply(200, up.props_body, close)
+            elif path == b"/metrics":
+                self._reply(200, b"# instant upstream\n", close, b"text/plain")
+            else:
+                self._reply(404, b'{"error":{"code":404,"message":"not found"}}', close)
+            return None
+        if method != b"POST":
+            self._reply(405, b'{"error":{"code":405,"message":"method not allowed"}}', close)
+            return None
+        try:
+            doc = json.loads(body) if body else {}
+        except ValueError:
+            self._reply(400, b'{"error":{"code":400,"message":"bad json"}}', close)
+            return None
+        if path in (b"/v1/chat/completions", b"/chat/completions", b"/v1/completions", b"/completions"):
+            chat = b"chat" in path
+            if not doc.get("stream"):
+                self._reply(200, up.chat_body if chat else up.completion_body, close)
+                return None
+            n = doc.get("max_tokens") or doc.get("n_predict") or up.chunks
+            interval_ms = float(doc.get("bench_interval_ms", up.interval_ms))
+            usage = bool((doc.get("stream_options") or {}).get("include_usage"))
+            return self._stream(chat, int(n), interval_ms, usage, close)
+        if path == b"/tokenize":
+            n = max(1, len(str(doc.get("content", ""))) // 4)
+            self._reply(200, _json({"tokens": list(range(n))}), close)
+        elif path == b"/detokenize":
+            self._reply(200, b'{"content":"tok"}', close)
+        elif path == b"/apply-template":
+            prompt = "\n".join(str(m.get("content", "")) for m in doc.get("messages") or [])
+            self._reply(200, _json({"prompt": prompt}), close)
+        else:
+            self._reply(404, b'{"error":{"code":404,"message":"not found"}}', close)
+        return None
+
+    async def _stream(self, chat: bool, n: int, interval_ms: float, usage: bool, close: bool) -> None:
+        up = self.up
+        self._send(_head(200, b"text/event-stream", None, close))
+        pause_s = interval_ms / 1000.0
+        for i in range(n):
+            if pause_s:
+                await asyncio.sleep(pause_s)
+            if chat:
+                self._send(_chunk(up.chat_first if i == 0 else up.chat_token))
+            else:
+                self._send(_chunk(up.text_token))
+            if not pause_s and i % 8 == 7:
+                await asyncio.sleep(0)  # let other connections in
+        tail = (up.chat_last if chat else up.text_last)["length"]
+        if usage:
+            tail += _event(
+                {
+                    **up.chat_usage,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
+                }
+            )
+        self._send(_chunk(tail + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        if close:
+            self._close()
+
+
+def _dechunk(buf: bytearray, pos: int) -> tuple[bytes, int] | None:
+    out = bytearray()
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+        pos = eol + 2
+        if size == 0:
+            end = buf.find(b"\r\n", pos)
+            while end > pos:  # trailers
+                pos = end + 2
+                end = buf.find(b"\r\n", pos)
+            if end < 0:
+                return None
+            return bytes(out), end + 2
+        if len(buf) < pos + size + 2:
+            return None
+        out += buf[pos : pos + size]
+        pos += size + 2
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="instant_upstream", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("-a", "--alias", default="instant")
+    p.add_argument("-np", "--parallel", type=int, default=4)
+    p.add_argument(
+        "--chunks", type=int, default=32, help="stream chunks when the request names no max_tokens"
+    )
+    p.add_argument("--interval-ms", type=float, default=0.0, help="pause before each stream chunk")
+    ns, _ = p.parse_known_args(list(argv))  # llama-server's other flags are accepted and ignored
+    return ns
+
+
+async def serve(ns: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    upstream = Upstream(ns.alias, ns.parallel, ns.chunks, ns.interval_ms)
+    server = await loop.create_server(lambda: Connection(upstream), ns.host, ns.port, backlog=1024)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"READY http://{ns.host}:{ns.port}", flush=True)
+    async with server:
+        await stop.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        asyncio.run(serve(ns))
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

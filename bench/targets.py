@@ -1,0 +1,66 @@
+"""The targets of issue 5: each a figure from one benchmark, checked on its median over runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TARGETS", "Target", "evaluate"]
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str
+    bench: str
+    label: str
+    op: str
+    """``>=`` or ``<=``."""
+    limit: float
+    unit: str = ""
+
+    def met(self, value: float) -> bool:
+        return value >= self.limit if self.op == ">=" else value <= self.limit
+
+    def describe(self) -> str:
+        return f"{'≥' if self.op == '>=' else '≤'} {self.limit:g}{self.unit and ' ' + self.unit}"
+
+
+TARGETS = [
+    Target("decode_ratio_c1", "engine", "decode tok/s, gateway ÷ direct, C=1", ">=", 0.98),
+    Target("aggregate_ratio_c8", "engine", "aggregate tok/s, gateway ÷ direct, C=8", ">=", 0.97),
+    Target("ttft_added_p50_ms", "engine", "TTFT p50 added by the gateway, C=1", "<=", 5.0, "ms"),
+    Target("itl_added_p99_ms", "engine", "inter-token p99 added by the gateway, C=1", "<=", 2.0, "ms"),
+    Target("overhead_p50_ms", "overhead", "added latency p50, C=1, non-stream", "<=", 1.0, "ms"),
+    Target("overhead_p99_ms", "overhead", "added latency p99, C=1, non-stream", "<=", 3.0, "ms"),
+    Target("cpu_per_request_ms", "overhead", "gateway CPU per non-stream request, C=16", "<=", 1.0, "ms"),
+    Target("cpu_per_chunk_ms", "overhead", "gateway CPU per relayed stream chunk, C=16", "<=", 0.1, "ms"),
+    Target("litellm_rps_ratio_c16", "overhead", "req/s Blazar ÷ LiteLLM, C=16, non-stream", ">=", 3.0),
+    Target("cancel_p99_ms", "cancel", "client disconnect → slot idle p99 (gateway)", "<=", 100.0, "ms"),
+    Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
+]
+
+
+def evaluate(bench: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of ``bench``'s targets with its measured median (min/max) and whether it is met."""
+    out = []
+    for target in TARGETS:
+        if target.bench != bench:
+            continue
+        summary = values.get(target.id) or {}
+        median = summary.get("median")
+        out.append(
+            {
+                "id": target.id,
+                "label": target.label,
+                "target": target.describe(),
+                "op": target.op,
+                "limit": target.limit,
+                "unit": target.unit,
+                "median": median,
+                "min": summary.get("min"),
+                "max": summary.get("max"),
+                "n": summary.get("n", 0),
+                "met": None if median is None else target.met(median),
+            }
+        )
+    return out

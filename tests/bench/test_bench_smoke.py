@@ -1,0 +1,79 @@
+"""The benchmark harness works: a tiny run writes a result of the expected shape.
+
+Nothing here asserts a speed; speed is measured by hand with `make bench`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench._rigs import InstantUpstream
+from bench.loadgen import run_job
+from bench.targets import TARGETS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_loadgen_against_the_instant_upstream(tmp_path: Path) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    with InstantUpstream(log_dir=tmp_path) as upstream:
+        job = {
+            "url": upstream.url,
+            "requests": [
+                {"path": "/v1/chat/completions", "body": body | {"stream": False}},
+                {"path": "/v1/chat/completions", "body": body | {"stream": True}},
+            ],
+            "concurrency": 4,
+            "count": 40,
+            "warmup": 4,
+            "events": True,
+            "timeout_s": 30,
+        }
+        result = asyncio.run(run_job(job))
+    assert result["count"] == 40 and result["ok"] == 40 and result["errors"] == 0
+    assert len(result["latency_s"]) == len(result["ttfb_s"]) == len(result["tokens"]) == 40
+    # Token events: five per stream, none for a plain JSON body.
+    assert sorted({len(t) for t in result["tokens"]}) == [0, 5]
+
+
+@pytest.mark.slow
+def test_quick_overhead_run_writes_a_result(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench", "run", "--quick", "--only", "overhead", "--litellm", "off"]
+    proc = subprocess.run([*cmd, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    [path] = out.glob("*-overhead.json")
+    doc = json.loads(path.read_text())
+    assert doc["name"] == "overhead" and doc["quick"] is True and doc["schema"] == 1
+    assert {"cpu_model", "cpus", "ram_gib", "gpus"} <= doc["machine"].keys()
+    assert {"python", "blazar", "xllamacpp"} <= doc["versions"].keys()
+    assert {"harness", "daemon", "direct upstream", "load generator"} <= doc["commands"].keys()
+    assert {t["id"] for t in doc["targets"]} == {t.id for t in TARGETS if t.bench == "overhead"}
+    for table in doc["tables"]:
+        assert table["rows"] and all(len(row) == len(table["columns"]) for row in table["rows"])
+    [run] = doc["raw_runs"]
+    for case in ("non-stream C=1", "non-stream C=16", "non-stream C=64", "stream C=1", "stream C=64"):
+        for who in ("direct", "blazar"):
+            assert run[case][who]["requests"] > 0 and run[case][who]["errors"] == 0, (case, who)
+    assert path.with_suffix(".md").read_text().startswith("# Pure gateway overhead")
+    for plot in doc["plots"]:
+        assert (out / plot["file"]).stat().st_size > 0
+
+    report = tmp_path / "BENCHMARK.md"
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_report.py", "--results", str(out), "--out", str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = report.read_text()
+    assert "## Targets" in text and "## Pure gateway overhead" in text
