@@ -18,7 +18,7 @@ import msgspec
 
 from registry.fit import Memory
 
-__all__ = ["Census", "Gpu", "GpuProcess", "ram_available", "take_census"]
+__all__ = ["Census", "Gpu", "GpuProcess", "ram_available", "take_census", "tree_rss"]
 
 
 class GpuProcess(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +164,28 @@ def _gpus(nvml: Any, ours: set[int]) -> tuple[list[Gpu], str | None]:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def tree_rss(pid: int, proc: str | os.PathLike[str] = "/proc") -> int | None:
+    """Resident bytes of a process and all its descendants; None when it is gone."""
+    root = Path(proc)
+    total, stack, seen = 0, [pid], set()
+    while stack:
+        p = stack.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            for line in (root / str(p) / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+            for task in (root / str(p) / "task").iterdir():
+                stack += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            if p == pid:
+                return None
+    return total
 
 
 def ram_available(meminfo: str | os.PathLike[str] = "/proc/meminfo") -> int | None:

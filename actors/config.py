@@ -25,6 +25,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     embeddings: bool | None = None
     extra_args: list[str] | None = None
     keep_alive_s: float | None = None
+    gpu_layers: int | None = None
+    """Layers on the GPU (``-ngl``) for a GPU build of llama-server; unset: from the fit plan."""
     """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "InsufficientMemory",
     "LifecycleActor",
     "LifecycleStatistics",
+    "LoadPreview",
     "MaxLoadedModels",
     "ModelBusy",
     "ModelLifecycle",
@@ -253,6 +254,19 @@ class ResidentStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """UNIX time of the last use."""
     expires_at: float | None
     """UNIX time it unloads when it stays idle; None: kept forever."""
+
+
+class LoadPreview(msgspec.Struct, frozen=True, kw_only=True):
+    """What a load would do now: the models it would evict, or why it would be refused."""
+
+    model: str
+    need_bytes: int | None
+    """Its estimated footprint (None: unknown, loaded unchecked)."""
+    budget_bytes: int | None = None
+    resident_bytes: dict[str, int | None] = {}
+    evict: list[str] = []
+    refused: str | None = None
+    code: str | None = None
 
 
 class LifecycleStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -511,8 +525,25 @@ class LifecycleActor:
         except BlazarRuntimeError as exc:
             env.fail(exc)
 
-    def _plan_load(self, env: Envelope[LifecycleMessage], model: str, need: int | None, now: float) -> None:
-        self._last_used[model] = now
+    def preview(self, model: str, need: int | None) -> LoadPreview:
+        """What loading ``model`` now would do, without doing it (``blazar plan``)."""
+        try:
+            plan, budget, residents = self._decide(model, need)
+        except (ModelTooLarge, InsufficientMemory) as exc:
+            return LoadPreview(model=model, need_bytes=need, refused=exc.message, code=exc.code)
+        return LoadPreview(
+            model=model,
+            need_bytes=need,
+            budget_bytes=budget,
+            resident_bytes={r.model: r.memory_bytes for r in residents if r.model != model},
+            evict=list(plan.evict),
+            refused=plan.refused,
+            code=None if plan.ok else "MAX_LOADED_MODELS",
+        )
+
+    def _decide(self, model: str, need: int | None) -> tuple[EvictionPlan, int | None, list[Resident]]:
+        """The eviction plan for loading ``model`` (estimated at ``need`` bytes), the memory
+        budget and the residents; raises when memory rules the load out."""
         residents = [
             msgspec.structs.replace(r, memory_bytes=self.hooks.footprint(r.model)) for r in self.residents()
         ]
@@ -521,7 +552,6 @@ class LifecycleActor:
         fits = None
         if need is not None and budget is not None:
             if need > budget:
-                self._counts["refused"] += 1
                 advice = self.hooks.advice(model, budget)
                 raise ModelTooLarge(
                     f"'{model}' needs about {_gib(need)} but the memory budget is {_gib(budget)} even "
@@ -533,7 +563,6 @@ class LifecycleActor:
 
         plan = choose_evictions(residents, incoming=model, max_loaded=self.max_loaded_models, fits=fits)
         if not plan.ok and plan.short_of_memory and need is not None and budget is not None:
-            self._counts["refused"] += 1
             busy = {r.model: r.memory_bytes or 0 for r in residents if r.busy and r.model != model}
             raise InsufficientMemory(
                 f"'{model}' needs about {_gib(need)}; the budget is {_gib(budget)} and the busy models "
@@ -542,6 +571,15 @@ class LifecycleActor:
                 "(`blazar unload NAME`)",
                 retry_after_s=5.0,
             )
+        return plan, budget, residents
+
+    def _plan_load(self, env: Envelope[LifecycleMessage], model: str, need: int | None, now: float) -> None:
+        self._last_used[model] = now
+        try:
+            plan, _budget, _residents = self._decide(model, need)
+        except (ModelTooLarge, InsufficientMemory):
+            self._counts["refused"] += 1
+            raise
         if not plan.ok:
             env.answer(plan)
             return

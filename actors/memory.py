@@ -66,6 +66,10 @@ class MemoryPlanner:
         self._estimates[spec.model] = found
         return found[1].total
 
+    def estimate_of(self, model: str) -> fit.Estimate | None:
+        found = self._estimates.get(model)
+        return found[1] if found else None
+
     def footprint(self, model: str) -> int | None:
         found = self._estimates.get(model)
         return found[1].total if found else None

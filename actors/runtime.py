@@ -24,19 +24,22 @@ import msgspec
 import trio
 
 from actors.admission import AdmissionActor, AdmissionStatistics
+from actors.census import take_census
 from actors.config import RuntimeConfig
 from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
-from actors.engines.llamacpp import LaunchSpec
+from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.errors import ActorStopped
 from actors.ledger import LedgerActor, LedgerStatistics
-from actors.lifecycle import LifecycleActor, LifecycleStatistics, ModelLifecycle
+from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
 from actors.supervisor import ChildSpec, Restart, Supervisor
+from registry import fit
 from registry.catalog import Catalog
+from registry.errors import RegistryError
 from registry.store import ModelRecord, Store
 
-__all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
+__all__ = ["LoadPlan", "Runtime", "RuntimeStatistics", "launch_spec_for", "open_runtime", "plan_offline"]
 
 log = logging.getLogger("blazar.runtime")
 
@@ -49,6 +52,104 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     admission: AdmissionStatistics
     lifecycle: LifecycleStatistics
     reaped_orphans: list[int]
+
+
+class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """How a model would run: engine lane, context, slots, memory, and what a load would evict."""
+
+    model: str
+    lane: str
+    """``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel) or ``llama-server``."""
+    binary: str | None
+    ctx_per_slot: int
+    slots: int
+    ctx_total: int
+    cache_type: str
+    gpu_layers: int
+    loaded: bool
+    estimate: fit.Estimate | None
+    preview: LoadPreview
+
+
+def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> LaunchSpec:
+    """How ``record``'s engine starts under ``config`` (context, slots, template, defaults)."""
+    override = config.models.get(record.name)
+    info = store.info(record)
+    trained = info.context_length or _FALLBACK_CTX
+    settings = record.settings
+    template = (settings.template if settings else None) or info.chat_template
+    ctx = (override.ctx if override and override.ctx else None) or min(trained, config.default_ctx)
+    slots = (override.slots if override and override.slots else None) or config.slots
+    extra = [*config.engine.extra_args, *((override.extra_args or []) if override else [])]
+    gpu_layers = override.gpu_layers if override and override.gpu_layers is not None else None
+    if gpu_layers is None:
+        gpu_layers = _planned_gpu_layers(config, record.path, ctx, slots)
+    return LaunchSpec(
+        model=record.name,
+        path=record.path,
+        ctx_per_slot=ctx,
+        slots=slots,
+        embeddings=bool(override and override.embeddings),
+        native_tools=bool(template and "tools" in template),
+        chat_template=settings.template if settings else None,
+        system=settings.system if settings else None,
+        defaults=dict(settings.parameters) if settings else {},
+        threads=config.engine.threads,
+        extra_args=extra,
+        gpu_layers=gpu_layers,
+    )
+
+
+def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) -> int | None:
+    """Layers to offload on a GPU build of llama-server, from the fit plan against the GPUs'
+    free memory; None on the CPU lane, or when the GPUs cannot be measured (llama.cpp decides)."""
+    binary = find_llama_server(config.engine.llama_server)
+    if binary is None or gpu_backend(binary) is None:
+        return None
+    census = take_census()
+    if not census.gpus:
+        return None
+    try:
+        shape = fit.read_shape(path)
+    except (RegistryError, OSError):
+        return None
+    report = fit.fit(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), census.memory())
+    return report.gpu_layers or 0
+
+
+def make_plan(
+    spec: LaunchSpec, config: RuntimeConfig, memory: MemoryPlanner, preview: LoadPreview, *, loaded: bool
+) -> LoadPlan:
+    binary = find_llama_server(config.engine.llama_server)
+    return LoadPlan(
+        model=spec.model,
+        lane="llama-server" if binary else "llamacpp-host",
+        binary=binary,
+        ctx_per_slot=spec.ctx_per_slot,
+        slots=spec.slots,
+        ctx_total=spec.ctx_total,
+        cache_type="f16",
+        gpu_layers=spec.gpu_layers or 0,
+        loaded=loaded,
+        estimate=memory.estimate_of(spec.model),
+        preview=preview,
+    )
+
+
+async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
+    """The plan without a running daemon: nothing else is loaded."""
+    store = Store(Path(config.models_dir))
+    record = await trio.to_thread.run_sync(store.get, model)
+    spec = await trio.to_thread.run_sync(launch_spec_for, config, store, record)
+    memory = MemoryPlanner(config.memory_budget_mb)
+    need = await memory.need(spec)
+    budget = memory.budget(0) if need is not None else None
+    refused = code = None
+    if need is not None and budget is not None and need > budget:
+        code = "MODEL_TOO_LARGE"
+        refused = f"needs about {need / 2**20:,.0f} MiB; the budget is {budget / 2**20:,.0f} MiB"
+    preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
+    return make_plan(spec, config, memory, preview, loaded=False)
 
 
 class Runtime:
@@ -84,27 +185,21 @@ class Runtime:
         return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
 
     def launch_spec(self, record: ModelRecord) -> LaunchSpec:
-        override = self.config.models.get(record.name)
-        info = self.store.info(record)
-        trained = info.context_length or _FALLBACK_CTX
-        settings = record.settings
-        template = (settings.template if settings else None) or info.chat_template
-        ctx = (override.ctx if override and override.ctx else None) or min(trained, self.config.default_ctx)
-        slots = (override.slots if override and override.slots else None) or self.config.slots
-        extra = [*self.config.engine.extra_args, *((override.extra_args or []) if override else [])]
-        return LaunchSpec(
-            model=record.name,
-            path=record.path,
-            ctx_per_slot=ctx,
-            slots=slots,
-            embeddings=bool(override and override.embeddings),
-            native_tools=bool(template and "tools" in template),
-            chat_template=settings.template if settings else None,
-            system=settings.system if settings else None,
-            defaults=dict(settings.parameters) if settings else {},
-            threads=self.config.engine.threads,
-            extra_args=extra,
+        return launch_spec_for(self.config, self.store, record)
+
+    async def plan(self, model: str) -> LoadPlan:
+        """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
+        record = await trio.to_thread.run_sync(self.store.get, model)
+        spec = await trio.to_thread.run_sync(self.launch_spec, record)
+        engine = self._engines.get(spec.model)
+        loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
+        need = await self.memory.need(spec)
+        preview = (
+            LoadPreview(model=spec.model, need_bytes=need)
+            if loaded
+            else self.lifecycle.preview(spec.model, need)
         )
+        return make_plan(spec, self.config, self.memory, preview, loaded=loaded)
 
     async def engine_for(self, model: str) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.

@@ -397,6 +397,7 @@ class PrefixReader:
         self.total_size = total_size
         self._buf = bytearray()
         self._wanted = first_bytes if total_size is None else min(first_bytes, total_size)
+        self.header: GGUFHeader | None = None
         self.shape: ModelShape | None = None
 
     @property
@@ -404,17 +405,17 @@ class PrefixReader:
         return len(self._buf)
 
     def next_range(self) -> tuple[int, int] | None:
-        if self.shape is not None:
+        if self.header is not None:
             return None
         return (len(self._buf), max(self._wanted, len(self._buf) + 1))
 
     def feed(self, data: bytes | bytearray | memoryview) -> ModelShape | None:
         """Append the next bytes of the file; returns the shape once the header is complete."""
-        if self.shape is not None:
+        if self.header is not None:
             return self.shape
         self._buf += data
         try:
-            self.shape = parse_shape(memoryview(self._buf))
+            header = parse_header(memoryview(self._buf))
         except NeedMoreData as more:
             if self.total_size is not None and (
                 more.needed > self.total_size or self.received >= self.total_size
@@ -429,6 +430,10 @@ class PrefixReader:
             self._wanted = target if self.total_size is None else min(target, self.total_size)
             return None
         self._buf = bytearray()
+        self.header = header
+        # The second and later parts of a split model carry tensors but no model metadata.
+        if _as_int(header.values.get(_gg.Keys.Split.LLM_KV_SPLIT_NO)) in (None, 0):
+            self.shape = shape_from_header(header)
         return self.shape
 
 

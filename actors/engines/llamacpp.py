@@ -9,6 +9,7 @@ watchdog, which ties its life to the daemon's.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from typing import Any
 
@@ -34,6 +35,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Default sampling options from the model's settings (Ollama option names)."""
     threads: int | None = None
     extra_args: list[str] = []
+    gpu_layers: int | None = None
+    """Layers to offload (``-ngl``) on a GPU build of ``llama-server``; None: CPU only."""
 
     @property
     def ctx_total(self) -> int:
@@ -45,6 +48,30 @@ def find_llama_server(configured: str | None) -> str | None:
     if configured:
         return configured
     return shutil.which("llama-server")
+
+
+_GPU_BACKENDS = ("CUDA", "ROCm", "HIP", "Metal", "Vulkan", "SYCL")
+_gpu_backend_cache: dict[str, str | None] = {}
+
+
+def gpu_backend(binary: str) -> str | None:
+    """The GPU backend a ``llama-server`` build offers (``CUDA``, ``Metal``, ``Vulkan``…),
+    from its ``--list-devices``; None for a CPU-only build or a binary that will not say."""
+    if binary not in _gpu_backend_cache:
+        try:
+            out = subprocess.run(
+                [binary, "--list-devices"], capture_output=True, text=True, timeout=20, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        found = None
+        for line in out.splitlines():
+            device = line.strip().split(":", 1)[0]
+            found = next((b for b in _GPU_BACKENDS if device.upper().startswith(b.upper())), None)
+            if found:
+                break
+        _gpu_backend_cache[binary] = found
+    return _gpu_backend_cache[binary]
 
 
 def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None) -> list[str]:
@@ -64,6 +91,8 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
         flags += ["--chat-template", spec.chat_template]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
+    if spec.gpu_layers is not None and binary is not None:
+        flags += ["-ngl", str(spec.gpu_layers)]
     flags += spec.extra_args
     if binary is None:
         return [sys.executable, "-m", "actors.engines.llamacpp_host", *flags]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import msgspec
+import trio
 from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_params, load_setup, open_store, out, print_json
+from blazar.config import Paths
 
 
 def _bin(n: int | float) -> str:
@@ -16,6 +19,27 @@ def _bin(n: int | float) -> str:
 
 
 _FIT_FIELDS = ("weights", "kv", "k", "v", "recurrent", "compute", "overhead", "total")
+
+
+def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
+    """(shape, model name, where it was read) of a file, an installed model, or a remote one."""
+    from registry import fit as fitting
+    from registry.catalog import Catalog
+    from registry.errors import ModelNotFound
+    from registry.remote import remote_shape
+
+    path = Path(target).expanduser()
+    if path.is_file():
+        return fitting.read_shape(path), path.name, str(path)
+    try:
+        record = open_store(paths).get(target)
+    except ModelNotFound:
+        catalog = Catalog.load()
+        if "/" not in target and catalog.get(target) is None:
+            raise  # neither a file, nor installed, nor something to fetch a header of
+        shape, source = trio.run(remote_shape, target, catalog)
+        return shape, target, source
+    return fitting.read_shape(record.path), record.name, record.path
 
 
 @app.command
@@ -29,19 +53,16 @@ def fit(
 ) -> None:
     """Estimate a model's memory (weights, KV cache, compute) and whether it fits on this machine.
 
-    TARGET is an installed model name or a path to a .gguf file. --ctx is per slot (the engine
-    gets ctx x slots); the defaults are the ones the daemon would use. Needs no daemon.
+    TARGET is an installed model, a path to a .gguf file, or a model not downloaded yet (a catalog
+    name or ORG/REPO:QUANT: only its header is fetched). --ctx is per slot (the engine gets
+    ctx x slots); the defaults are the ones the daemon would use. Needs no daemon.
     """
     from actors.census import take_census
     from registry import fit as fitting
 
     paths, config = load_setup()
-    path, override = Path(target).expanduser(), None
-    name = path.name
-    if not path.is_file():
-        record = open_store(paths).get(target)
-        path, name, override = Path(record.path), record.name, config.models.get(record.name)
-    shape = fitting.read_shape(path)
+    shape, name, path = _shape_of(target, paths)
+    override = config.models.get(name)
     ctx = ctx or (override.ctx if override else None) or fitting.default_ctx(shape, config.default_ctx)
     settings = fitting.Settings(
         ctx_per_slot=ctx,
@@ -56,7 +77,7 @@ def fit(
     if json_:
         doc = {
             "model": name,
-            "path": str(path),
+            "path": path,
             "architecture": shape.architecture,
             "quantization": shape.file_type,
             "parameters": shape.parameter_count,
@@ -122,3 +143,95 @@ def fit(
         out.print(table)
     for note in notes:
         out.print(f"[dim]note: {note}[/]")
+
+
+@app.command
+def plan(model: str, *, json_: Json = False) -> None:
+    """Preview how MODEL would run: engine, context, slots, memory, and what loading it would evict.
+
+    With a daemon running, the answer is the daemon's own decision for a load now (the same code
+    as a real load); without one, nothing else is loaded."""
+    from actors.runtime import plan_offline
+    from blazar.client import find_daemon
+
+    paths, config = load_setup()
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        doc = daemon.get(f"/api/plan/{model}")
+    else:
+        doc = msgspec.to_builtins(trio.run(plan_offline, config.runtime(paths), model))
+    if json_:
+        print_json(doc)
+        return
+    est, preview = doc["estimate"], doc["preview"]
+    lane = doc["lane"] + (f" ({doc['binary']})" if doc["binary"] else "")
+    rows = [
+        ("engine", lane),
+        ("context", f"{doc['ctx_per_slot']} per slot x {doc['slots']} slot(s) = {doc['ctx_total']}"),
+        ("KV cache", doc["cache_type"]),
+        ("GPU layers", str(doc["gpu_layers"])),
+    ]
+    if est:
+        rows.append(
+            (
+                "memory",
+                f"{_bin(est['total'])} (weights {_bin(est['weights'])}, KV {_bin(est['kv'])}, "
+                f"compute {_bin(est['compute'])})",
+            )
+        )
+    if preview.get("budget_bytes") is not None:
+        rows.append(("budget", _bin(preview["budget_bytes"])))
+    if doc["loaded"]:
+        decision = "already loaded"
+    elif preview["refused"]:
+        decision = f"refused ({preview['code']}): {preview['refused']}"
+    elif preview["evict"]:
+        decision = "loads after evicting " + ", ".join(preview["evict"])
+    else:
+        decision = "loads, nothing to evict"
+    rows.append(("decision", decision))
+    table = Table(box=None, show_header=False)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(f"[bold]{doc['model']}[/]" + ("" if daemon else "  [dim](no daemon running)[/]"))
+    out.print(table)
+
+
+@app.command
+def coreside(models: list[str], *, json_: Json = False) -> None:
+    """Check whether MODELS fit in memory together, each at the context and slots it would run with."""
+    from actors.census import take_census
+    from actors.runtime import launch_spec_for
+    from registry import fit as fitting
+
+    paths, config = load_setup()
+    runtime = config.runtime(paths)
+    store = open_store(paths)
+    rows = []
+    for name in models:
+        record = store.get(name)
+        spec = launch_spec_for(runtime, store, record)
+        settings = fitting.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots)
+        est = fitting.estimate(fitting.read_shape(record.path), settings)
+        rows.append(
+            {"model": record.name, "ctx_per_slot": spec.ctx_per_slot, "slots": spec.slots, "bytes": est.total}
+        )
+    total = sum(r["bytes"] for r in rows)
+    census = take_census()
+    if config.memory_budget_mb:
+        budget, where = int(config.memory_budget_mb * 2**20), "memory_budget_mb"
+    else:
+        budget, where = census.ram_available, "available RAM"
+    fits = total <= budget
+    if json_:
+        print_json({"models": rows, "total": total, "budget": budget, "budget_from": where, "fits": fits})
+        return
+    table = Table("MODEL", "CONTEXT", "MEMORY", box=None)
+    for r in rows:
+        table.add_row(r["model"], f"{r['ctx_per_slot']} x {r['slots']}", _bin(r["bytes"]))
+    table.add_row("[bold]together[/]", "", f"[bold]{_bin(total)}[/]")
+    out.print(table)
+    verdict = "fit together" if fits else "do not fit together"
+    out.print(f"[bold]{verdict}[/] in {_bin(budget)} ({where}; headroom {_bin(budget - total)})")
+    if not fits:
+        out.print("[dim]levers: lower ctx or slots per model in config.toml, or see `blazar fit NAME`[/]")

@@ -30,6 +30,7 @@ from blazar.config import Config
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.web import anthropic as web_anthropic
+from blazar.web import capacity as web_capacity
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
@@ -400,4 +401,5 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
     web_anthropic.register(app, runtime)
     web_ollama.register(app, runtime)
     web_lifecycle.register(app, runtime)
+    web_capacity.register(app, runtime)
     return app

@@ -100,3 +100,53 @@ def test_unknown_model(
         run_fit(monkeypatch, capsys, home, "no-such-model")
     assert exc.value.code == 1
     assert "not installed" in capsys.readouterr().err
+
+
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *args: str
+) -> str:
+    for key, value in home_env(home).items():
+        monkeypatch.setenv(key, value)
+    try:
+        main(list(args))
+    except SystemExit as done:
+        if done.code not in (0, None):
+            raise
+    return capsys.readouterr().out
+
+
+def test_plan_without_a_daemon(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path
+) -> None:
+    (home / "config.toml").write_text("slots = 2\ndefault_ctx = 1024\nmemory_budget_mb = 4096\n")
+    doc = json.loads(run_cli(monkeypatch, capsys, home, "plan", MODEL, "--json"))
+    assert (doc["lane"], doc["ctx_per_slot"], doc["slots"], doc["ctx_total"]) == (
+        "llamacpp-host",
+        1024,
+        2,
+        2048,
+    )
+    assert doc["preview"]["budget_bytes"] == 4096 << 20 and doc["preview"]["refused"] is None
+    assert doc["estimate"]["kv"] >= 2048 * KV_PER_CELL and not doc["loaded"]
+    text = run_cli(monkeypatch, capsys, home, "plan", MODEL)
+    assert "1024 per slot x 2 slot(s)" in text and "loads, nothing to evict" in text
+
+
+def test_coreside_adds_models_at_their_launch_settings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, model_path: Path
+) -> None:
+    from registry.store import Store
+
+    Store(home / "models").import_file(model_path, "second")
+    (home / "config.toml").write_text('memory_budget_mb = 700\n[models."second"]\nctx = 512\nslots = 1\n')
+    doc = json.loads(run_cli(monkeypatch, capsys, home, "coreside", MODEL, "second", "--json"))
+    first, second = doc["models"]
+    assert (first["ctx_per_slot"], first["slots"], second["ctx_per_slot"], second["slots"]) == (
+        4096,
+        4,
+        512,
+        1,
+    )
+    assert doc["total"] == first["bytes"] + second["bytes"] and first["bytes"] > second["bytes"]
+    assert doc["budget"] == 700 << 20 and doc["fits"] is (doc["total"] <= 700 << 20)
+    assert "together" in run_cli(monkeypatch, capsys, home, "coreside", MODEL, "second")

@@ -155,6 +155,14 @@ def test_memory_budget_evicts_idle_and_refuses_with_numbers(tmp_path: Path, mode
         assert _ask(d.url, MODEL).status_code == 200
         assert _ask(d.url, OTHER).status_code == 200  # two do not fit: the idle one made room
         assert _loaded(d.url) == {OTHER}
+        plan = httpx.get(f"{d.url}/api/plan/{MODEL}", timeout=30).json()
+        assert plan["preview"]["evict"] == [OTHER] and plan["preview"]["refused"] is None
+        assert plan["estimate"]["total"] == plan["preview"]["need_bytes"] and not plan["loaded"]
+        capacity = httpx.get(f"{d.url}/api/capacity", timeout=30).json()
+        (resident,) = capacity["models"]
+        assert resident["model"] == OTHER and resident["estimated_bytes"] == plan["preview"]["need_bytes"]
+        assert resident["rss_bytes"] > 50 << 20 and capacity["census"]["ram_total"] > 0
+        assert capacity["memory_budget_bytes"] == int(float(f"{one * 1.5:.0f}") * 2**20)
 
         body = {"model": OTHER, "messages": [{"role": "user", "content": "Tell a long story."}]}
         with httpx.stream(
@@ -172,6 +180,8 @@ def test_memory_budget_evicts_idle_and_refuses_with_numbers(tmp_path: Path, mode
             assert refused.status_code == 507 and refused.headers.get("retry-after")
             error = refused.json()["error"]
             assert error["blazar_code"] == "INSUFFICIENT_MEMORY"
+            preview = httpx.get(f"{d.url}/api/plan/{MODEL}", timeout=30).json()["preview"]
+            assert preview["code"] == "INSUFFICIENT_MEMORY" and preview["evict"] == []
             assert f"'{OTHER}'" in error["message"] and "MiB" in error["message"]
             assert _loaded(d.url) == {OTHER}  # the busy model was never evicted
     finally:
