@@ -17,11 +17,14 @@ import contextlib
 import copy
 import email.utils
 import errno
+import fcntl
 import functools
 import hashlib
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ __all__ = [
 ]
 
 _REPORT_INTERVAL_S = 0.1
+_LOCK_POLL_S = 0.25
 _MAX_REDIRECTS = 8
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -445,13 +449,54 @@ async def fetch_blob(
     flight.listeners.append(report)
     flights[key] = flight
     try:
-        return await _download(client, store, fetch, flight.report, retry or RetryPolicy())
+        async with _process_lock(store, fetch, flight.report) as blob:
+            if blob is not None:  # another process finished it while we waited
+                return blob
+            return await _download(client, store, fetch, flight.report, retry or RetryPolicy())
     except Exception as exc:
         flight.error = exc
         raise
     finally:
         del flights[key]
         flight.done.set()
+
+
+@asynccontextmanager
+async def _process_lock(store: Store, fetch: Fetch, report: Report) -> AsyncIterator[Path | None]:
+    """Hold an exclusive lock on the blob's download, across processes (a CLI pull and the
+    daemon's): the partial file has one writer. Yields the blob's path when another process
+    completed it while this one waited, else None."""
+    lock = store.partial_path(fetch.sha256).with_suffix(".lock")
+    fd = await trio.to_thread.run_sync(lambda: os.open(lock, os.O_RDWR | os.O_CREAT, 0o644))
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    told = True
+                    report(
+                        PullProgress(
+                            status="waiting",
+                            source=fetch.label,
+                            digest=f"sha256:{fetch.sha256}",
+                            total=fetch.size,
+                            message="another process is downloading this file; waiting for it",
+                        )
+                    )
+                await trio.sleep(_LOCK_POLL_S)
+        # Checked under the lock: the holder we waited for may have installed the blob.
+        if await trio.to_thread.run_sync(store.has_blob, fetch.sha256):
+            yield store.blob_path(fetch.sha256)
+        else:
+            yield None
+    finally:
+        with contextlib.suppress(OSError):
+            if store.has_blob(fetch.sha256):
+                lock.unlink()  # done for good; a waiter re-checks the blob once it gets the lock
+        os.close(fd)  # releases the lock
 
 
 async def fetch_small(

@@ -118,8 +118,8 @@ def find_orphans(store: Store) -> list[Orphan]:
         if not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
-            if path.name.startswith("."):
-                continue
+            if path.name.startswith(".") or path.suffix == ".lock":
+                continue  # a lock belongs to a download that may be running now
             if suffix is not None:
                 sha = path.name.removeprefix("sha256-").removesuffix(suffix)
                 if sha in used:

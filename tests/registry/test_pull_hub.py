@@ -751,3 +751,31 @@ async def test_remote_shape_of_a_split_model_counts_every_part(hub: Hub, tmp_pat
     shape, _ = await remote_shape("org/Big-GGUF:Q8_0", Catalog([], default_model="none"))
     assert shape.weights == fit.read_shape(parts[0]).weights  # read_shape adds the local parts too
     assert shape.weights == (64 * 16 + 16 + 16) * 4
+
+
+async def test_another_process_downloading_the_blob_is_waited_for(
+    hub: Hub, store: Store, do_pull: Pulls, tmp_path: Path
+) -> None:
+    """The partial file has one writer across processes: a lock another process holds is
+    waited for, and when that process installed the blob meanwhile, nothing is fetched."""
+    import fcntl
+
+    (model,) = make_gguf(tmp_path / "m.gguf", seed=21)
+    sha = hub.add_hf_file("org/Tiny-GGUF", "tiny-Q4_K_M.gguf", model)
+    lock = store.partial_path(sha).with_suffix(".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)  # a separate open file: another "process"
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    result: list[ModelRecord] = []
+    async with trio.open_nursery() as nursery:
+
+        async def pull_it() -> None:
+            result.append(await do_pull("org/Tiny-GGUF:Q4_K_M"))
+
+        nursery.start_soon(pull_it)
+        await wait_for(lambda: any("another process" in (e.message or "") for e in do_pull.events))
+        assert hub.bytes_served(sha) == 0
+        store.adopt_blob(model, sha)  # the other process finishes the download
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert hub.bytes_served(sha) == 0 and sha256_file(result[0].path) == sha
+    assert not lock.exists()
