@@ -37,8 +37,13 @@ from actors.errors import (
 )
 from actors.mailbox import Envelope
 from actors.process import ChildProcess
+from actors.upstream import UpstreamPool
 
 log = logging.getLogger("blazar.engine")
+
+# llama.cpp's HTTP server drops idle keep-alive connections after 5 s; expiring
+# ours first avoids reusing a socket it is closing.
+_KEEPALIVE_EXPIRY_S = 4.0
 
 __all__ = [
     "ConfirmCrash",
@@ -119,13 +124,20 @@ EngineMessage = (
 
 @dataclass(frozen=True, slots=True)
 class EngineHandle:
-    """What a request needs to talk to a ready child. ``client`` is pooled per child."""
+    """What a request needs to talk to a ready child, with two clients pooled per child:
+    ``upstream`` carries the relayed inference requests (the hot path), ``client`` (httpx)
+    the rest (health, slots, tokenize, admin)."""
 
     model: str
     base_url: str
     generation: int
     pid: int
     client: httpx.AsyncClient
+    upstream: UpstreamPool
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        await self.client.aclose()
 
 
 class CrashReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -301,7 +313,7 @@ class EngineActor(Actor[EngineMessage]):
                     self._answer_waiters()
                 elif handle is not None:
                     assert self._nursery is not None
-                    self._nursery.start_soon(handle.client.aclose)
+                    self._nursery.start_soon(handle.aclose)
             case _LaunchFailed(generation=gen, code=code, message=message):
                 if gen == self.generation:
                     log.warning("%s failed to start: %s", self.name, message)
@@ -414,10 +426,10 @@ class EngineActor(Actor[EngineMessage]):
             base_url=base_url,
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(10.0, read=None, pool=None),
-            # llama.cpp's HTTP server drops idle keep-alive connections after 5 s;
-            # expiring ours first avoids reusing a socket it is closing.
             limits=httpx.Limits(
-                max_connections=None, max_keepalive_connections=self.spec.slots * 4, keepalive_expiry=4.0
+                max_connections=None,
+                max_keepalive_connections=self.spec.slots * 4,
+                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
             ),
         )
         error = await self._wait_healthy(child, client)
@@ -431,6 +443,13 @@ class EngineActor(Actor[EngineMessage]):
             generation=generation,
             pid=child.pid,
             client=client,
+            upstream=UpstreamPool(
+                "127.0.0.1",
+                port,
+                headers={"Authorization": f"Bearer {api_key}"},
+                max_idle=self.spec.slots * 4,
+                idle_expiry_s=_KEEPALIVE_EXPIRY_S,
+            ),
         )
         await self._tell_self(_Launched(generation=generation))
 
@@ -485,7 +504,7 @@ class EngineActor(Actor[EngineMessage]):
                 await child.stop(self.config.stop_grace_s)
             if handle is not None:
                 with trio.move_on_after(1.0):
-                    await handle.client.aclose()
+                    await handle.aclose()
         self.state = state
         self._port = None if state is EngineState.STOPPED else self._port
         self._started_at = None

@@ -10,12 +10,12 @@ from __future__ import annotations
 import secrets
 import time
 
-import httpx
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
+from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.dialects.engine import classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
@@ -129,8 +129,8 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         handle = lease.handle
         loaded = lease.load_ns > LOADING_NS
         try:
-            upstream = await send_upstream(handle, path, body, stream=stream)
-        except httpx.HTTPError as exc:
+            upstream = await send_upstream(handle, path, body)
+        except UpstreamError as exc:
             lease.release()
             raise await crash_error(engine, handle, exc) from exc
         except BaseException:
@@ -140,7 +140,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         if not stream or upstream.status_code != 200:
             try:
                 content = await upstream.aread()
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 raise await crash_error(engine, handle, exc) from exc
             finally:
                 await upstream.aclose()

@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-import httpx
-import trio
-
 from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
+from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.errors import BlazarError
 
 
@@ -26,11 +24,14 @@ class Releasable(Protocol):
 __all__ = ["Releasable", "UpstreamStream", "close_response", "crash_error", "send_upstream"]
 
 
-async def close_response(response: httpx.Response) -> None:
-    """Close an upstream response even while being cancelled (bounded): closing the
-    connection is what makes llama.cpp stop generating."""
-    with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-        await response.aclose()
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+async def close_response(response: UpstreamResponse) -> None:
+    """Close an upstream response, also while being cancelled: closing the connection
+    before the end of the body is what makes llama.cpp stop generating.
+    ``UpstreamResponse.aclose`` does it in a shielded, bounded scope."""
+    await response.aclose()
 
 
 async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception) -> BlazarError:
@@ -49,18 +50,12 @@ async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception)
     return BlazarError("BAD_GATEWAY", f"lost the connection to the engine for '{handle.model}': {exc!r}")
 
 
-async def send_upstream(handle: EngineHandle, path: str, body: bytes, *, stream: bool) -> httpx.Response:
-    """Send the request; a pooled connection the engine closed just before reuse is retried once."""
-    request = handle.client.build_request(
-        "POST", path, content=body, headers={"Content-Type": "application/json"}
-    )
-    try:
-        return await handle.client.send(request, stream=stream)
-    except httpx.RemoteProtocolError as exc:
-        # "Server disconnected without sending a response": nothing was processed.
-        if "without sending a response" not in str(exc):
-            raise
-    return await handle.client.send(request, stream=stream)
+async def send_upstream(handle: EngineHandle, path: str, body: bytes) -> UpstreamResponse:
+    """POST a JSON body and return once the response head has arrived; the body is read
+    (``aread``, ``aiter_raw``) and the response closed by the caller. A pooled connection
+    the engine closed just before reuse is retried once on a new one (nothing was processed);
+    other failures raise ``UpstreamError``."""
+    return await handle.upstream.request("POST", path, body=body, headers=_JSON_HEADERS)
 
 
 class UpstreamStream:
@@ -75,7 +70,7 @@ class UpstreamStream:
 
     def __init__(
         self,
-        response: httpx.Response,
+        response: UpstreamResponse,
         lease: Releasable,
         on_error: Callable[[Exception], Awaitable[bytes]],
     ) -> None:
@@ -99,7 +94,7 @@ class UpstreamStream:
             self._finished = True
             await self.aclose()
             raise
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             self._finished = True
             return await self._on_error(exc)
 

@@ -13,11 +13,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-import httpx
 import msgspec
 
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
+from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects.engine import (
     EngineError,
     EngineStream,
@@ -140,12 +140,16 @@ class EngineCall:
         """A non-stream engine call; errors become ``BlazarError``."""
         assert self.engine is not None and self.handle is not None
         try:
-            resp = await send_upstream(self.handle, path, msgspec.json.encode(body), stream=False)
-        except httpx.HTTPError as exc:
+            resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
+            try:
+                content = await resp.aread()
+            finally:
+                await close_response(resp)
+        except UpstreamError as exc:
             raise await crash_error(self.engine, self.handle, exc) from exc
         if resp.status_code >= 400:
-            raise _engine_error(resp.status_code, resp.content, self.req.model)
-        return msgspec.json.decode(resp.content)
+            raise _engine_error(resp.status_code, content, self.req.model)
+        return msgspec.json.decode(content)
 
     async def complete(self) -> ChatResponse:
         try:
@@ -170,8 +174,8 @@ class EngineCall:
             msgspec.structs.replace(self.req, stream=True), native_tools=self.native_tools
         )
         try:
-            resp = await send_upstream(self.handle, path, msgspec.json.encode(body), stream=True)
-        except httpx.HTTPError as exc:
+            resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
+        except UpstreamError as exc:
             self.release()
             raise await crash_error(self.engine, self.handle, exc) from exc
         except BaseException:
@@ -180,8 +184,10 @@ class EngineCall:
         if resp.status_code >= 400:
             try:
                 content = await resp.aread()
+            except UpstreamError as exc:
+                raise await crash_error(self.engine, self.handle, exc) from exc
             finally:
-                await resp.aclose()
+                await close_response(resp)
                 self.release()
             raise _engine_error(resp.status_code, content, self.req.model)
         stream = TranslatedStream(self, resp, encoder)
@@ -197,7 +203,7 @@ class EngineCall:
 class TranslatedStream:
     """The engine's SSE parsed into deltas and re-encoded; closed exactly once."""
 
-    def __init__(self, call: EngineCall, response: httpx.Response, encoder: StreamEncoder) -> None:
+    def __init__(self, call: EngineCall, response: UpstreamResponse, encoder: StreamEncoder) -> None:
         self._call = call
         self._response = response
         self._encoder = encoder
@@ -227,7 +233,7 @@ class TranslatedStream:
                         out.append(self._encoder.feed(delta))
                 if out:
                     yield b"".join(out)
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             assert call.engine is not None and call.handle is not None
             err = await crash_error(call.engine, call.handle, exc)
             yield self._encoder.error(err.code, err.message)

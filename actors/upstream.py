@@ -1,0 +1,346 @@
+"""A small HTTP/1.1 client for the hot path from the gateway to an engine child.
+
+Every relayed inference request crosses this client, so it does as little as
+it can: h11 frames the bytes, trio moves them, and the pool is a deque of idle
+keep-alive connections (LIFO, so the freshest is reused and the stalest
+expire first). A connection carries one request at a time; while in use it
+is out of the deque, so every pool operation is O(1) however many requests
+are in flight. General-purpose clients (httpx) stay for the cold calls.
+
+Closing a response before its end closes the socket: that is how a client
+disconnect reaches llama.cpp, which stops generating when its connection
+closes. A connection goes back to the pool only after a complete response,
+when both sides of h11's state machine can start a new cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import h11
+import trio
+
+__all__ = [
+    "UpstreamBrokenError",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamResponse",
+]
+
+_READ_SIZE = 64 * 1024
+_CLOSE_GRACE_S = 1.0
+_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.RemoteProtocolError)
+
+
+class UpstreamError(Exception):
+    """A request to the upstream failed; the message says where and why."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """No connection could be opened: nothing was sent."""
+
+
+class UpstreamBrokenError(UpstreamError):
+    """The connection broke or the upstream broke the protocol during the exchange."""
+
+
+class _NoResponse(UpstreamBrokenError):
+    """The connection failed before any byte of the response arrived: nothing was processed."""
+
+
+class _Connection:
+    __slots__ = ("h11", "idle_since", "reused", "stream")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
+        self.reused = False
+
+    def close(self) -> None:
+        # A socket closes synchronously (a task blocked on it is woken with
+        # ClosedResourceError), so this works in any state, cancelled or not.
+        self.stream.socket.close()
+
+
+class UpstreamPool:
+    """Keep-alive HTTP/1.1 connections to one ``host:port``, for one engine child.
+
+    ``headers`` go with every request (the child's API key). At most
+    ``max_idle`` idle connections are kept, none longer than ``idle_expiry_s``:
+    llama.cpp drops idle keep-alive connections after about 5 s, so expiring
+    ours first avoids most reuses of a socket it is closing; the rest are
+    retried once on a fresh connection (see ``request``).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        headers: Mapping[str, str],
+        max_idle: int,
+        idle_expiry_s: float,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.max_idle = max_idle
+        self.idle_expiry_s = idle_expiry_s
+        self.connect_timeout_s = connect_timeout_s
+        self._headers: list[tuple[bytes, bytes]] = [(b"host", f"{host}:{port}".encode())]
+        self._headers += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        self._idle: deque[_Connection] = deque()
+        self._active: set[_Connection] = set()
+        self._closed = False
+        self.connects = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<UpstreamPool {self.host}:{self.port} idle={len(self._idle)} active={len(self._active)}"
+            f" connects={self.connects}{' closed' if self._closed else ''}>"
+        )
+
+    @property
+    def idle_count(self) -> int:
+        return len(self._idle)
+
+    async def request(
+        self, method: str, path: str, *, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> UpstreamResponse:
+        """Send one request and return once the response head has arrived.
+
+        A reused connection that fails before any byte of the response arrives
+        was closed by the server while idle, so the request never reached it:
+        it is sent once more on a fresh connection. The caller must ``aclose``
+        the response (or read it to its end).
+        """
+        if self._closed:
+            raise UpstreamError(f"the client for {self.host}:{self.port} is closed")
+        head = self._headers.copy()
+        if headers:
+            head += [(k.encode(), v.encode()) for k, v in headers.items()]
+        head.append((b"content-length", b"%d" % len(body)))
+        try:
+            request = h11.Request(method=method, target=path, headers=head)
+        except h11.LocalProtocolError as exc:
+            raise UpstreamError(f"invalid request for {self.host}:{self.port}: {exc}") from exc
+        conn = self._take_idle()
+        if conn is not None:
+            try:
+                return await self._exchange(conn, request, body)
+            except _NoResponse:
+                pass
+        return await self._exchange(await self._connect(), request, body)
+
+    async def aclose(self) -> None:
+        """Close every connection, idle or in use; later requests fail."""
+        self._closed = True
+        conns = [*self._idle, *self._active]
+        self._idle.clear()
+        self._active.clear()
+        for conn in conns:
+            conn.close()
+        await trio.lowlevel.checkpoint()
+
+    # -- internals --------------------------------------------------------
+
+    def _take_idle(self) -> _Connection | None:
+        idle = self._idle
+        if not idle:
+            return None
+        conn = idle.pop()
+        if time.monotonic() - conn.idle_since < self.idle_expiry_s:
+            return conn
+        # The freshest one has expired, so all the older ones have too.
+        conn.close()
+        while idle:
+            idle.pop().close()
+        return None
+
+    def _release(self, conn: _Connection) -> None:
+        """A response ended: keep its connection for the next request if it can take one."""
+        self._active.discard(conn)
+        h = conn.h11
+        if (
+            self._closed
+            or self.max_idle <= 0
+            or h.our_state is not h11.DONE
+            or h.their_state is not h11.DONE
+            or h.trailing_data[0]
+        ):
+            conn.close()
+            return
+        h.start_next_cycle()
+        conn.reused = True
+        conn.idle_since = time.monotonic()
+        if len(self._idle) >= self.max_idle:
+            self._idle.popleft().close()
+        self._idle.append(conn)
+
+    def _discard(self, conn: _Connection) -> None:
+        self._active.discard(conn)
+        conn.close()
+
+    async def _connect(self) -> _Connection:
+        try:
+            with trio.fail_after(self.connect_timeout_s):
+                stream = await trio.open_tcp_stream(self.host, self.port)
+        except trio.TooSlowError as exc:
+            raise UpstreamConnectError(
+                f"connecting to {self.host}:{self.port} timed out after {self.connect_timeout_s:g} s"
+            ) from exc
+        except OSError as exc:
+            raise UpstreamConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self.connects += 1
+        if self._closed:  # closed while connecting
+            stream.socket.close()
+            raise UpstreamError(f"the client for {self.host}:{self.port} is closed")
+        return _Connection(stream)  # trio's SocketStream sets TCP_NODELAY
+
+    async def _exchange(self, conn: _Connection, request: h11.Request, body: bytes) -> UpstreamResponse:
+        h = conn.h11
+        self._active.add(conn)
+        received = False
+        try:
+            payload = h.send(request)
+            if body:
+                payload += h.send(h11.Data(data=body))
+            payload += h.send(h11.EndOfMessage())
+            await conn.stream.send_all(payload)
+            while True:
+                event = h.next_event()
+                if event is h11.NEED_DATA:
+                    data = await conn.stream.receive_some(_READ_SIZE)
+                    received = received or bool(data)
+                    if not received:
+                        raise _NoResponse(self._broken("closed the connection without a response"))
+                    h.receive_data(data)
+                elif isinstance(event, h11.Response):
+                    return UpstreamResponse(self, conn, event.status_code, event.headers)
+                elif not isinstance(event, h11.InformationalResponse):
+                    raise UpstreamBrokenError(self._broken(f"sent {event!r} instead of a response"))
+        except _IO_ERRORS as exc:
+            self._discard(conn)
+            if received:
+                raise UpstreamBrokenError(self._broken(f"broke the response head: {exc!r}")) from exc
+            if conn.reused:
+                raise _NoResponse(self._broken(f"failed before responding: {exc!r}")) from exc
+            raise UpstreamBrokenError(self._broken(f"failed before responding: {exc!r}")) from exc
+        except h11.LocalProtocolError as exc:
+            self._discard(conn)
+            raise UpstreamError(f"invalid request for {self.host}:{self.port}: {exc}") from exc
+        except BaseException:
+            self._discard(conn)
+            raise
+
+    def _broken(self, what: str) -> str:
+        return f"the upstream at {self.host}:{self.port} {what}"
+
+
+class UpstreamResponse:
+    """The status and head of one response; its body is read with ``aiter_raw`` or ``aread``.
+
+    ``headers`` are h11's: (lower-case name, value) byte pairs. Reading to the
+    end returns the connection to the pool; ``aclose`` before the end closes it.
+    """
+
+    __slots__ = ("_closed", "_complete", "_conn", "_pool", "headers", "status_code")
+
+    def __init__(
+        self,
+        pool: UpstreamPool,
+        conn: _Connection,
+        status_code: int,
+        headers: Sequence[tuple[bytes, bytes]],
+    ) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self.status_code = status_code
+        self.headers = headers
+        self._complete = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "complete" if self._complete else "closed" if self._closed else "open"
+        return f"<UpstreamResponse {self.status_code} {state}>"
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of header ``name`` (lower case), if present."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body bytes as they arrive (whatever is buffered is joined into one chunk)."""
+        return _RawBody(self)
+
+    async def aread(self) -> bytes:
+        parts: list[bytes] = []
+        while chunk := await self.receive_some():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def receive_some(self) -> bytes:
+        """The next body bytes that have arrived, waiting for some if none have; ``b""`` at the end."""
+        conn = self._conn
+        if conn is None:
+            if self._complete:
+                return b""
+            raise UpstreamError("the upstream response was closed before its end")
+        h = conn.h11
+        parts: list[bytes | bytearray] = []
+        try:
+            while True:
+                event = h.next_event()
+                if isinstance(event, h11.Data):
+                    parts.append(event.data)
+                elif event is h11.NEED_DATA:
+                    if parts:
+                        break
+                    h.receive_data(await conn.stream.receive_some(_READ_SIZE))  # b"" marks the end
+                elif isinstance(event, h11.EndOfMessage):
+                    self._complete = True
+                    self._conn = None
+                    self._pool._release(conn)
+                    break
+                else:
+                    raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+        except _IO_ERRORS as exc:
+            self._conn = None
+            self._pool._discard(conn)
+            raise UpstreamBrokenError(self._pool._broken(f"broke the response midway: {exc!r}")) from exc
+        if len(parts) == 1:
+            return bytes(parts[0])
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        """Idempotent. Before the end of the body this closes the connection, even when cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._pool._active.discard(conn)
+            with trio.move_on_after(_CLOSE_GRACE_S, shield=True):
+                await conn.stream.aclose()
+
+
+class _RawBody:
+    __slots__ = ("_response",)
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self._response = response
+
+    def __aiter__(self) -> _RawBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._response.receive_some()
+        if not chunk:
+            raise StopAsyncIteration
+        return chunk
