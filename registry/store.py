@@ -6,7 +6,8 @@ Layout under the root (`<home>/models`):
     manifests/<name>.json     one ModelRecord per model name
     info/sha256-<hex>.json    cached GGUF header facts
     shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
-    partial/                  downloads in progress (resumable, never listed)
+    partial/                  downloads in progress (resumable, never listed), with a .lock each
+    reuse-hashes.json         hashes of files in other tools' stores (registry/scan.py)
 
 Every method is blocking; async callers run them in a worker thread.
 """
