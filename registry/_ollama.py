@@ -20,18 +20,31 @@ from ._names import canonical_name
 from .errors import InvalidModelName, ModelNotFound, PullFailed
 from .store import ModelSettings
 
-__all__ = ["OllamaRef", "ollama_settings", "parse_ollama_ref", "resolve_ollama"]
+__all__ = [
+    "ADAPTER_LAYER",
+    "MODEL_LAYER",
+    "PARAMS_LAYER",
+    "PROJECTOR_LAYER",
+    "SYSTEM_LAYER",
+    "TEMPLATE_LAYER",
+    "OllamaLayer",
+    "OllamaManifest",
+    "OllamaRef",
+    "ollama_settings",
+    "parse_ollama_ref",
+    "resolve_ollama",
+]
 
 DEFAULT_REGISTRY = "https://registry.ollama.ai"
 _MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 )
-_MODEL = "application/vnd.ollama.image.model"
-_PROJECTOR = "application/vnd.ollama.image.projector"
-_ADAPTER = "application/vnd.ollama.image.adapter"
-_TEMPLATE = "application/vnd.ollama.image.template"
-_SYSTEM = "application/vnd.ollama.image.system"
-_PARAMS = "application/vnd.ollama.image.params"
+MODEL_LAYER = "application/vnd.ollama.image.model"
+PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
+ADAPTER_LAYER = "application/vnd.ollama.image.adapter"
+TEMPLATE_LAYER = "application/vnd.ollama.image.template"
+SYSTEM_LAYER = "application/vnd.ollama.image.system"
+PARAMS_LAYER = "application/vnd.ollama.image.params"
 _MAX_MANIFEST_BYTES = 1 << 20
 _MAX_SETTINGS_LAYER_BYTES = 1 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -50,15 +63,15 @@ class OllamaRef(msgspec.Struct, frozen=True, kw_only=True):
         return f"ollama:{self.namespace}/{self.name}:{self.tag}"
 
 
-class _Layer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class OllamaLayer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     media_type: str
     digest: str
     size: int
 
 
-class _Manifest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class OllamaManifest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     schema_version: int = 2
-    layers: list[_Layer] = []
+    layers: list[OllamaLayer] = []
 
 
 def registry_base() -> str:
@@ -95,7 +108,7 @@ def ollama_settings(
     return None if settings == ModelSettings() else settings
 
 
-def _layer_hex(layer: _Layer, label: str) -> str:
+def _layer_hex(layer: OllamaLayer, label: str) -> str:
     hexpart = layer.digest.lower().removeprefix("sha256:")
     if not layer.digest.lower().startswith("sha256:") or not _HEX.fullmatch(hexpart):
         raise PullFailed(f"{label}: the manifest lists a layer with digest {layer.digest!r}, not a sha256")
@@ -105,11 +118,11 @@ def _layer_hex(layer: _Layer, label: str) -> str:
 
 
 async def _settings(
-    client: httpx.AsyncClient, blob_url: str, layers: Sequence[_Layer], label: str, retry: RetryPolicy
+    client: httpx.AsyncClient, blob_url: str, layers: Sequence[OllamaLayer], label: str, retry: RetryPolicy
 ) -> ModelSettings | None:
     texts: dict[str, str] = {}
     for layer in layers:
-        if layer.media_type not in (_TEMPLATE, _SYSTEM, _PARAMS) or layer.media_type in texts:
+        if layer.media_type not in (TEMPLATE_LAYER, SYSTEM_LAYER, PARAMS_LAYER) or layer.media_type in texts:
             continue
         digest = _layer_hex(layer, label)
         kind = layer.media_type.rsplit(".", 1)[-1]
@@ -127,12 +140,12 @@ async def _settings(
             raise PullFailed(f"{label}: HTTP {resp.status_code} for the {kind} layer")
         texts[layer.media_type] = resp.content.decode("utf-8", errors="replace")
     params: dict[str, Any] | None = None
-    if _PARAMS in texts:
+    if PARAMS_LAYER in texts:
         try:
-            params = msgspec.json.decode(texts[_PARAMS], type=dict[str, Any])
+            params = msgspec.json.decode(texts[PARAMS_LAYER], type=dict[str, Any])
         except msgspec.DecodeError as exc:
             raise PullFailed(f"{label}: the params layer is not a JSON object ({exc})") from exc
-    return ollama_settings(texts.get(_TEMPLATE), texts.get(_SYSTEM), params)
+    return ollama_settings(texts.get(TEMPLATE_LAYER), texts.get(SYSTEM_LAYER), params)
 
 
 async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: RetryPolicy) -> Plan:
@@ -158,18 +171,18 @@ async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: Retry
     if resp.status_code != 200:
         raise PullFailed(f"{label}: HTTP {resp.status_code} from the registry at {base}")
     try:
-        manifest = msgspec.json.decode(resp.content, type=_Manifest)
+        manifest = msgspec.json.decode(resp.content, type=OllamaManifest)
     except msgspec.DecodeError as exc:
         raise PullFailed(f"{label}: the registry sent an unreadable manifest ({exc})") from exc
-    if any(layer.media_type == _ADAPTER for layer in manifest.layers):
+    if any(layer.media_type == ADAPTER_LAYER for layer in manifest.layers):
         raise PullFailed(f"{label} needs a LoRA adapter layer, which Blazar cannot apply yet")
-    models = [layer for layer in manifest.layers if layer.media_type == _MODEL]
+    models = [layer for layer in manifest.layers if layer.media_type == MODEL_LAYER]
     if len(models) != 1:
         raise PullFailed(f"{label}: the manifest has {len(models)} model layers, expected one")
-    projector = next((layer for layer in manifest.layers if layer.media_type == _PROJECTOR), None)
+    projector = next((layer for layer in manifest.layers if layer.media_type == PROJECTOR_LAYER), None)
     settings = await _settings(client, f"{repo_url}/blobs/", manifest.layers, label, retry)
 
-    def fetch(layer: _Layer) -> Fetch:
+    def fetch(layer: OllamaLayer) -> Fetch:
         # The registry redirects blob reads to its CDN, whose host varies: any https host is allowed.
         return Fetch(
             url=f"{repo_url}/blobs/{layer.digest}",

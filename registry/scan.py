@@ -30,7 +30,17 @@ from typing import Any, Literal
 import msgspec
 
 from ._names import canonical_name
-from ._ollama import ollama_settings
+from ._ollama import (
+    ADAPTER_LAYER,
+    MODEL_LAYER,
+    PARAMS_LAYER,
+    PROJECTOR_LAYER,
+    SYSTEM_LAYER,
+    TEMPLATE_LAYER,
+    OllamaLayer,
+    OllamaManifest,
+    ollama_settings,
+)
 from .errors import InvalidModelFile, InvalidModelName, RegistryError
 from .gguf import looks_like_gguf, read_model_info
 from .store import ModelRecord, ModelSettings, Store, sha256_file
@@ -64,12 +74,6 @@ _QUANT = re.compile(
 )
 _HUB_URL = re.compile(r"^https?://[^/]+/(?P<org>[^/]+)/(?P<repo>[^/]+)/resolve/[^/]+/(?P<file>.+)$")
 _OLLAMA_HOST = "registry.ollama.ai"
-_OLLAMA_MODEL = "application/vnd.ollama.image.model"
-_OLLAMA_PROJECTOR = "application/vnd.ollama.image.projector"
-_OLLAMA_ADAPTER = "application/vnd.ollama.image.adapter"
-_OLLAMA_TEMPLATE = "application/vnd.ollama.image.template"
-_OLLAMA_SYSTEM = "application/vnd.ollama.image.system"
-_OLLAMA_PARAMS = "application/vnd.ollama.image.params"
 _MAX_MANIFEST_BYTES = 1 << 20
 _MAX_SETTINGS_BYTES = 1 << 20
 _STORE_ORDER: tuple[StoreKind, ...] = ("ollama", "huggingface", "lmstudio", "llama.cpp")
@@ -301,17 +305,6 @@ def _pair_projectors(groups: Iterable[list[_Entry]]) -> None:
 # -- Ollama ---------------------------------------------------------------------------
 
 
-class _OllamaLayer(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    media_type: str
-    digest: str
-    size: int
-
-
-class _OllamaManifest(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    schema_version: int = 2
-    layers: list[_OllamaLayer] = []
-
-
 def _ollama_blob(root: Path, digest: str) -> tuple[str, Path] | None:
     hexpart = digest.lower().removeprefix("sha256:")
     if not digest.lower().startswith("sha256:") or not _HEX.fullmatch(hexpart):
@@ -324,7 +317,7 @@ def _ollama_blob(root: Path, digest: str) -> tuple[str, Path] | None:
     return hexpart, blobs / f"sha256-{hexpart}"
 
 
-def _ollama_text(root: Path, layer: _OllamaLayer, label: str, col: _Collector) -> str | None:
+def _ollama_text(root: Path, layer: OllamaLayer, label: str, col: _Collector) -> str | None:
     found = _ollama_blob(root, layer.digest)
     if found is None or layer.size > _MAX_SETTINGS_BYTES:
         col.warn(
@@ -341,7 +334,7 @@ def _ollama_text(root: Path, layer: _OllamaLayer, label: str, col: _Collector) -
 
 
 def _ollama_settings(
-    root: Path, layers: Sequence[_OllamaLayer], label: str, col: _Collector
+    root: Path, layers: Sequence[OllamaLayer], label: str, col: _Collector
 ) -> ModelSettings | None:
     """The template, system and params layers as ModelSettings (the names are Ollama's options).
 
@@ -351,16 +344,16 @@ def _ollama_settings(
     texts = {
         layer.media_type: text
         for layer in layers
-        if layer.media_type in (_OLLAMA_TEMPLATE, _OLLAMA_SYSTEM, _OLLAMA_PARAMS)
+        if layer.media_type in (TEMPLATE_LAYER, SYSTEM_LAYER, PARAMS_LAYER)
         and (text := _ollama_text(root, layer, label, col)) is not None
     }
     params: dict[str, Any] = {}
-    if _OLLAMA_PARAMS in texts:
+    if PARAMS_LAYER in texts:
         try:
-            params = msgspec.json.decode(texts[_OLLAMA_PARAMS], type=dict[str, Any])
+            params = msgspec.json.decode(texts[PARAMS_LAYER], type=dict[str, Any])
         except msgspec.DecodeError as exc:
             col.warn(f"{label}: its params layer is not a JSON object ({exc}) — parameters not carried over")
-    return ollama_settings(texts.get(_OLLAMA_TEMPLATE), texts.get(_OLLAMA_SYSTEM), params)
+    return ollama_settings(texts.get(TEMPLATE_LAYER), texts.get(SYSTEM_LAYER), params)
 
 
 def _scan_ollama(root: Path, col: _Collector) -> None:
@@ -386,15 +379,15 @@ def _ollama_manifest(root: Path, path: Path, base: str, tag: str, label: str, co
         raw = path.read_bytes()
         if len(raw) > _MAX_MANIFEST_BYTES:
             raise ValueError("manifest too large")
-        manifest = msgspec.json.decode(raw, type=_OllamaManifest)
+        manifest = msgspec.json.decode(raw, type=OllamaManifest)
     except (OSError, ValueError, msgspec.DecodeError) as exc:
         col.warn(f"{label}: unreadable manifest {path} ({exc}) — skipped")
         return
     kinds = [layer.media_type for layer in manifest.layers]
-    if _OLLAMA_ADAPTER in kinds:
+    if ADAPTER_LAYER in kinds:
         col.warn(f"{label} needs a LoRA adapter, which Blazar cannot apply yet — skipped")
         return
-    models = [layer for layer in manifest.layers if layer.media_type == _OLLAMA_MODEL]
+    models = [layer for layer in manifest.layers if layer.media_type == MODEL_LAYER]
     if len(models) != 1:
         col.warn(f"{label}: the manifest has {len(models)} model layers, expected one — skipped")
         return
@@ -404,7 +397,7 @@ def _ollama_manifest(root: Path, path: Path, base: str, tag: str, label: str, co
     sha, blob, size = weights
     companions: list[Companion] = []
     for layer in manifest.layers:
-        if layer.media_type != _OLLAMA_PROJECTOR:
+        if layer.media_type != PROJECTOR_LAYER:
             continue
         projector = _ollama_weights(root, layer, f"{label} (projector)", col)
         if projector is not None:
@@ -425,7 +418,7 @@ def _ollama_manifest(root: Path, path: Path, base: str, tag: str, label: str, co
 
 
 def _ollama_weights(
-    root: Path, layer: _OllamaLayer, label: str, col: _Collector
+    root: Path, layer: OllamaLayer, label: str, col: _Collector
 ) -> tuple[str, Path, int] | None:
     found = _ollama_blob(root, layer.digest)
     if found is None:
