@@ -97,6 +97,7 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         threads=config.engine.threads,
         extra_args=extra,
         gpu_layers=gpu_layers,
+        projector=record.projector,
     )
 
 

@@ -37,6 +37,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     extra_args: list[str] = []
     gpu_layers: int | None = None
     """Layers to offload (``-ngl``) on a GPU build of ``llama-server``; None: CPU only."""
+    projector: str | None = None
+    """The vision projector (mmproj) file: the engine then reads images."""
 
     @property
     def ctx_total(self) -> int:
@@ -89,6 +91,8 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
         flags += ["--embeddings", "--pooling", "mean"]
     if spec.chat_template:
         flags += ["--chat-template", spec.chat_template]
+    if spec.projector:
+        flags += ["--mmproj", spec.projector]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
     if spec.gpu_layers is not None and binary is not None:

@@ -52,6 +52,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--jinja", action="store_true")
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--chat-template", default=None)
+    p.add_argument("-mm", "--mmproj", default=None)
     p.add_argument("-s", "--seed", type=int, default=None)
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-disable", action="store_true")
@@ -102,6 +103,8 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.warmup = False
     if ns.chat_template:
         p.chat_template = ns.chat_template
+    if ns.mmproj:
+        p.mmproj.path = ns.mmproj
     if ns.seed is not None:
         p.sampling.seed = ns.seed
     p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 1)

@@ -224,7 +224,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             details=_details(info),
             model_info=_model_info(info),
             # Tools work on every chat model: emulated when the template has none.
-            capabilities=ollama.model_capabilities(tools=True),
+            capabilities=ollama.model_capabilities(tools=True, vision=record.projector is not None),
             modified_at=record.modified_at,
         )
         return json_response(body)

@@ -75,8 +75,8 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         body = await read_body()
         req = openai.decode_chat_request(body)
         set_model(req.model)
-        translate.check_images(req)
         engine = await runtime.engine_for(req.model)
+        translate.check_images(req, engine)
         if (
             req.tools
             and not engine.spec.native_tools

@@ -89,13 +89,13 @@ def _engine_error(status: int, body: bytes, model: str) -> BlazarError:
     return BlazarError(code, message)
 
 
-def check_images(req: ChatRequest) -> None:
-    """Images need a vision projector, which no engine here is started with yet."""
-    if any(m.images for m in req.messages):
+def check_images(req: ChatRequest, engine: EngineActor) -> None:
+    """Images need a model with a vision projector (its engine starts with ``--mmproj``)."""
+    if engine.spec.projector is None and any(m.images for m in req.messages):
         raise BlazarError(
             "VISION_PROJECTOR_MISSING",
             f"model '{req.model}' cannot read images: it has no vision projector — "
-            "send text only, or use a vision model",
+            "send text only, or use a vision model (e.g. `blazar pull smolvlm-256m`)",
         )
 
 
@@ -115,8 +115,8 @@ class EngineCall:
         return bool(self.engine and self.engine.spec.native_tools)
 
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
-        check_images(self.req)
         engine = self.engine = await self.runtime.engine_for(self.req.model)
+        check_images(self.req, engine)
         spec = engine.spec
         if spec.system or spec.defaults:
             self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)

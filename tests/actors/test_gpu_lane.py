@@ -129,3 +129,18 @@ def test_a_cuda_llama_server_offloads_the_planned_layers(tmp_path: Path, model_p
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_vision_model_starts_with_its_projector(tmp_path: Path, model_path: Path) -> None:
+    """A model pulled with an mmproj companion runs with --mmproj, on both lanes."""
+    from actors.engines.llamacpp_host import build_params, parse_args
+
+    store = Store(tmp_path / "models")
+    record = store.import_file(model_path, "smol")
+    record = msgspec.structs.replace(record, projector=str(tmp_path / "mmproj.gguf"))
+    spec = launch_spec_for(_config(tmp_path, ""), store, record)
+    assert spec.projector == record.projector
+    argv = build_argv(spec, port=1, api_key="k", binary=None)
+    assert argv[argv.index("--mmproj") + 1] == record.projector
+    params = build_params(parse_args(argv[3:]))  # the xllamacpp host maps it onto llama.cpp's params
+    assert params.mmproj.path == record.projector

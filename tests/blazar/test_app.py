@@ -166,10 +166,15 @@ async def test_cross_origin_web_pages_are_refused(gateway: httpx.AsyncClient) ->
         assert (await gateway.get("/health", headers={"Origin": ok})).status_code == 200
 
 
-async def test_images_are_refused_without_a_vision_projector(gateway: httpx.AsyncClient) -> None:
+async def test_images_are_refused_without_a_vision_projector(
+    gateway: httpx.AsyncClient, tmp_path: Path, model_path: Path
+) -> None:
+    from registry.store import Store
+
+    Store(tmp_path / "models").import_file(model_path, "text-only")  # no projector: no engine starts
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     body = {
-        "model": "ghost",
+        "model": "text-only",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "what?"}, image]}],
     }
     r = await gateway.post("/v1/chat/completions", json=body)
