@@ -81,6 +81,10 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_retry_after_s: float = 120.0
     """A server asking for a longer wait than this fails the pull instead of stalling it."""
 
+    def backoff(self, failures: int) -> float:
+        """The wait after the ``failures``-th failure in a row: doubling, capped."""
+        return min(self.max_backoff_s, self.backoff_s * 2 ** (failures - 1))
+
 
 class Fetch(msgspec.Struct, frozen=True, kw_only=True):
     """One blob to download: where from, what it must hash to, and how big it is."""
@@ -347,7 +351,7 @@ async def _download(
             elif progressed:
                 delay = 0.0
             else:
-                delay = min(retry.max_backoff_s, retry.backoff_s * 2 ** (failures - 1))
+                delay = retry.backoff(failures)
             report(
                 PullProgress(
                     status="retrying",
@@ -532,11 +536,7 @@ async def fetch_small(
             wait = exc.retry_after_s if isinstance(exc, _Transient) else None
             if failures >= policy.attempts or (wait or 0) > policy.max_retry_after_s:
                 raise PullFailed(f"{label}: {reason(exc)} — gave up after {failures} attempts") from exc
-            await trio.sleep(
-                wait
-                if wait is not None
-                else min(policy.max_backoff_s, policy.backoff_s * 2 ** (failures - 1))
-            )
+            await trio.sleep(wait if wait is not None else policy.backoff(failures))
             continue
         if sha256 is not None and result.status_code == 200:
             got = hashlib.sha256(result.content).hexdigest()

@@ -84,8 +84,7 @@ async def hub_call_retrying(fn: Callable[[], Any], what: str, policy: RetryPolic
             wait = retry_after_s(getattr(exc, "response", None))
             if failures >= policy.attempts or (wait or 0.0) > policy.max_retry_after_s:
                 raise
-            backoff = min(policy.max_backoff_s, policy.backoff_s * 2 ** (failures - 1))
-            await trio.sleep(wait if wait is not None else backoff)
+            await trio.sleep(wait if wait is not None else policy.backoff(failures))
 
 
 class _RemoteFile(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,17 +16,23 @@ from tests.support import MODEL, home_env
 KV_PER_CELL = 30 * 3 * 64 * 2 * 2
 
 
-def run_fit(
+def run_cli(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *args: str
 ) -> str:
     for key, value in home_env(home).items():
         monkeypatch.setenv(key, value)
     try:
-        main(["fit", *args])
+        main(list(args))
     except SystemExit as done:  # cyclopts exits 0 after a command; keep anything else
         if done.code not in (0, None):
             raise
     return capsys.readouterr().out
+
+
+def run_fit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *args: str
+) -> str:
+    return run_cli(monkeypatch, capsys, home, "fit", *args)
 
 
 def test_acceptance_line(home: Path) -> None:
@@ -100,19 +106,6 @@ def test_unknown_model(
         run_fit(monkeypatch, capsys, home, "no-such-model")
     assert exc.value.code == 1
     assert "not installed" in capsys.readouterr().err
-
-
-def run_cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path, *args: str
-) -> str:
-    for key, value in home_env(home).items():
-        monkeypatch.setenv(key, value)
-    try:
-        main(list(args))
-    except SystemExit as done:
-        if done.code not in (0, None):
-            raise
-    return capsys.readouterr().out
 
 
 def test_plan_without_a_daemon(
