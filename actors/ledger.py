@@ -178,11 +178,20 @@ class LedgerActor(Actor[LedgerMessage]):
     """The only writer of the ledger file. Start it with ``nursery.start(ledger.run)``."""
 
     def __init__(
-        self, path: Path, *, capacity: int = 4096, batch_max: int = 256, keep_records: int = 0
+        self,
+        path: Path,
+        *,
+        capacity: int = 4096,
+        batch_max: int = 256,
+        keep_records: int = 0,
+        linger_s: float = 0.05,
     ) -> None:
         super().__init__("ledger", capacity=capacity)
         self.path = Path(path)
         self.batch_max = batch_max
+        self.linger_s = linger_s
+        """How long a batch waits for more records before its commit (a flush ends the wait):
+        under load one commit, and one trip to a worker thread, covers a burst of requests."""
         self.keep_records = keep_records
         """Keep only the newest this many request records (0: all)."""
         self.stop_grace_s = 2.0
@@ -216,7 +225,7 @@ class LedgerActor(Actor[LedgerMessage]):
             task_status.started(self)
             while True:
                 self._batch.append(await self.mailbox.receive())
-                self._take_queued(self.batch_max)
+                await self._linger()
                 await self._commit()
         finally:
             self._running = False
@@ -234,6 +243,22 @@ class LedgerActor(Actor[LedgerMessage]):
             running=self._running,
             last_error=self._last_error,
         )
+
+    async def _linger(self) -> None:
+        """Gather the batch: what is queued, then what arrives within ``linger_s``, unless
+        the batch is full or someone waits on a flush."""
+        deadline = trio.current_time() + self.linger_s
+        while len(self._batch) < self.batch_max and not isinstance(self._batch[-1].message, Flush):
+            before = len(self._batch)
+            self._take_queued(self.batch_max)
+            if any(isinstance(env.message, Flush) for env in self._batch[before:]):
+                return
+            if len(self._batch) >= self.batch_max:
+                return
+            with trio.move_on_at(deadline):
+                self._batch.append(await self.mailbox.receive())
+                continue
+            return
 
     def _take_queued(self, limit: float) -> None:
         while len(self._batch) < limit:

@@ -8,13 +8,14 @@ Anthropic's Message object or its SSE event sequence.
 from __future__ import annotations
 
 import msgspec
-from quart import Response, request
+from quart import Response
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
+from blazar.web.call import current
 from blazar.web.common import json_response, on_cleanup, read_body, set_model, stream_response
 from blazar.web.translate import Timings
 
@@ -42,7 +43,7 @@ class _Encoder:
 
 
 def _headers(timings: Timings | None = None) -> dict[str, str]:
-    headers = {"request-id": str(request.scope.get("blazar.trace_id", ""))}
+    headers = {"request-id": current().trace_id}
     if timings is not None and timings.loaded:
         headers["X-Blazar-Status"] = "loading"
     return headers
@@ -58,7 +59,7 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         if not req.stream:
             resp = await call.complete()
             return json_response(anthropic.encode_response(resp, request=req), headers=_headers(call.timings))
-        message_id = anthropic.message_id_for(str(request.scope.get("blazar.trace_id", "msg")))
+        message_id = anthropic.message_id_for(current().trace_id)
         stream = await call.stream(_Encoder(req, message_id))
         on_cleanup(stream.aclose)
         return stream_response(stream, content_type="text/event-stream", headers=_headers(call.timings))

@@ -10,15 +10,15 @@ import time
 from dataclasses import dataclass
 
 import trio
-from quart import request
 
 from actors.admission import Slot, acquire
 from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, Lease
 from actors.runtime import Runtime
 from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
+from blazar.web.call import Call, current
 from blazar.web.cards import CardState
-from blazar.web.common import card, keep_alive_header
+from blazar.web.common import keep_alive_header
 
 __all__ = ["Claim", "claim_engine"]
 
@@ -45,20 +45,20 @@ class Claim:
         self.runtime.lifecycle.touch_nowait(self.engine.spec.model, self.keep_alive_s)
 
 
-def _client_key() -> str:
-    auth = request.headers.get("Authorization", "")
+def _client_key(call: Call) -> str:
+    headers = call.headers
+    auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer ") and len(auth) > 7:
         return "key:" + auth[7:]
-    if key := request.headers.get("x-api-key"):
+    if key := headers.get("x-api-key"):
         return "key:" + key
-    if client := request.headers.get("X-Blazar-Client"):
+    if client := headers.get("x-blazar-client"):
         return "client:" + client
-    addr = request.scope.get("client")
-    return f"addr:{addr[0]}" if addr else "addr:?"
+    return f"addr:{call.client or '?'}"
 
 
-def _deadline_s() -> float | None:
-    raw = request.headers.get("X-Blazar-Deadline-Ms")
+def _deadline_s(call: Call) -> float | None:
+    raw = call.headers.get("x-blazar-deadline-ms")
     if raw is None:
         return None
     try:
@@ -74,9 +74,10 @@ def _deadline_s() -> float | None:
 
 async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None) -> Claim:
     """``keep_alive_s``: from the request body (Ollama), else the X-Blazar-Keep-Alive header."""
-    if keep_alive_s is None and (header := request.headers.get("X-Blazar-Keep-Alive")):
+    call = current()
+    if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
         keep_alive_s = keep_alive_header(header)
-    live = card()
+    live = call.card
     waiter_id = runtime.admission.next_id()
     if live is not None:
         live.waiter_id = waiter_id
@@ -85,9 +86,9 @@ async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: f
         waiter_id=waiter_id,
         model=engine.spec.model,
         capacity=engine.spec.slots,
-        tier=parse_tier(request.headers.get("X-Blazar-Priority")),
-        client=_client_key(),
-        deadline_s=_deadline_s(),
+        tier=parse_tier(call.headers.get("x-blazar-priority")),
+        client=_client_key(call),
+        deadline_s=_deadline_s(call),
     )
     if live is not None:
         live.state, live.engine = CardState.RUNNING, engine.engine_kind

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 from quart import Response, request
 
+from actors.errors import BlazarRuntimeError
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama import parse_duration_s
-from blazar.errors import BlazarError, Dialect, error_body, status_code_for
+from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
+from blazar.web.call import Call, Cleanup, Reply, current
 from blazar.web.cards import Card, StreamEnders
+from registry.errors import RegistryError
 
 __all__ = [
     "JSON",
     "LOADING_NS",
     "NDJSON",
+    "SSE_CACHE",
     "SSE_HEADERS",
     "Cleanup",
     "card",
+    "describe_error",
     "dialect",
     "dialect_for",
+    "error_reply",
     "error_response",
     "json_response",
     "keep_alive_header",
@@ -37,9 +43,8 @@ LOADING_NS = 100_000_000
 """A request that waited longer than this for its engine is marked as loading
 (``X-Blazar-Status: loading``, Ollama ``load_duration``)."""
 NDJSON = "application/x-ndjson"
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-Cleanup = Callable[[], Awaitable[None]]
+SSE_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_HEADERS = {"Content-Type": "text/event-stream", **SSE_CACHE}
 
 
 def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
@@ -53,16 +58,36 @@ def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
 
 def dialect() -> Dialect:
     """The error shape of the current request."""
-    return dialect_for(request.path, {k.lower(): v for k, v in request.headers.items()})
+    call = current()
+    return dialect_for(call.path, call.headers)
+
+
+def describe_error(exc: Exception) -> tuple[str, str, float | None] | None:
+    """An exception the gateway answers for: its ``blazar_code``, message and Retry-After;
+    None for an unexpected one (a bug: answered 500 INTERNAL and logged)."""
+    if isinstance(exc, BlazarError):
+        return exc.code, exc.message, exc.retry_after_s
+    if isinstance(exc, DecodeError):
+        return exc.code, exc.message, None
+    if isinstance(exc, RegistryError):
+        return (exc.code if exc.code in CATALOG else "BAD_REQUEST"), exc.message, None
+    if isinstance(exc, BlazarRuntimeError):
+        code = exc.code if exc.code in CATALOG else "INTERNAL"
+        return code, exc.message, getattr(exc, "retry_after_s", None)
+    return None
+
+
+def error_reply(call: Call, code: str, message: str, *, retry_after_s: float | None = None) -> Reply:
+    """The error answer in the caller's dialect; the code goes into the ledger."""
+    call.code = code
+    body = msgspec.json.encode(error_body(dialect_for(call.path, call.headers), code, message))
+    headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
+    return Reply(body, status_code_for(code), headers=headers)
 
 
 def error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
-    status = status_code_for(code)
-    request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
-    resp = Response(msgspec.json.encode(error_body(dialect(), code, message)), status, content_type=JSON)
-    if retry_after_s is not None:
-        resp.headers["Retry-After"] = str(max(1, round(retry_after_s)))
-    return resp
+    reply = error_reply(current(), code, message, retry_after_s=retry_after_s)
+    return Response(reply.body, reply.status, headers=dict(reply.headers or {}), content_type=JSON)
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -80,31 +105,27 @@ def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | N
 
 
 async def read_body() -> bytes:
-    """The request body, size-limited while it is read (chunked bodies too)."""
-    max_body: int = request.scope["blazar.max_body"]  # type: ignore[typeddict-item]
-    declared = request.content_length
-    if declared is not None and declared > max_body:
-        raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {declared} bytes exceeds {max_body} bytes")
+    """The request body (of a framework route), size-limited while it is read (chunked bodies too)."""
+    call = current()
+    if (declared := request.content_length) is not None:
+        call.check_length(declared)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.body:
         size += len(chunk)
-        if size > max_body:
-            raise BlazarError("PAYLOAD_TOO_LARGE", f"body exceeds {max_body} bytes")
+        call.check_length(size)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
 def on_cleanup(fn: Cleanup) -> None:
     """Run ``fn`` (shielded) when the server is done with this request, however it ends."""
-    request.scope["blazar.cleanups"].append(fn)  # type: ignore[typeddict-item]
+    current().on_cleanup(fn)
 
 
 def set_model(name: str) -> None:
     """Name the model in the request's ledger record and live card."""
-    request.scope["blazar.model"] = name  # type: ignore[typeddict-unknown-key]
-    if (c := card()) is not None:
-        c.model = name
+    current().set_model(name)
 
 
 def keep_alive_header(value: str) -> float | None:
@@ -117,7 +138,7 @@ def keep_alive_header(value: str) -> float | None:
 
 def card() -> Card | None:
     """The live card of the current inference request, if it has one."""
-    return request.scope.get("blazar.card")  # type: ignore[return-value]
+    return current().card
 
 
 def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], bytes]) -> None:

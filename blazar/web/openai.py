@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import AsyncIterator
 
 import trio
-from quart import Response, request
+from quart import Response
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
@@ -20,21 +21,20 @@ from blazar.dialects import openai
 from blazar.dialects.engine import classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
+from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
     JSON,
     LOADING_NS,
-    SSE_HEADERS,
+    SSE_CACHE,
     json_response,
-    on_cleanup,
     read_body,
     set_model,
     set_stream_enders,
-    stream_response,
 )
 from blazar.web.relay import UpstreamStream, crash_error, send_upstream
 
-__all__ = ["register"]
+__all__ = ["register", "register_routes"]
 
 
 class _Encoder:
@@ -70,48 +70,6 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         body = openai.encode_model(record.name, created=int(record.created_at))
         return json_response(body)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions() -> Response:
-        body = await read_body()
-        req = openai.decode_chat_request(body)
-        set_model(req.model)
-        engine = await runtime.engine_for(req.model)
-        translate.check_images(req, engine)
-        if (
-            req.tools
-            and not engine.spec.native_tools
-            and (req.tool_choice is None or req.tool_choice.mode != "none")
-        ):
-            # The model's template knows no tools: the gateway emulates them, so it translates.
-            return await translated(req)
-        return await relay("/v1/chat/completions", body, req.model, stream=req.stream)
-
-    async def translated(req: ChatRequest) -> Response:
-        set_model(req.model)
-        call = translate.EngineCall(runtime, req)
-        await call.prepare()
-        headers = {"X-Blazar-Status": "loading"} if call.timings.loaded else {}
-        if not req.stream:
-            resp = await call.complete()
-            return json_response(openai.encode_chat_response(resp, model=req.model), headers=headers)
-        encoder = _Encoder(
-            openai.ChatStreamEncoder(
-                completion_id=f"chatcmpl-{secrets.token_hex(12)}",
-                model=req.model,
-                created=int(time.time()),
-                include_usage=req.include_usage,
-            )
-        )
-        stream = await call.stream(encoder)
-        on_cleanup(stream.aclose)
-        return stream_response(stream, content_type="text/event-stream", headers=headers)
-
-    @app.post("/v1/completions")
-    async def completions() -> Response:
-        body = await read_body()
-        req = openai.decode_completion_request(body)
-        return await relay("/v1/completions", body, req.model, stream=req.stream)
-
     @app.post("/v1/embeddings")
     async def embeddings() -> Response:
         req, fmt = openai.decode_embeddings_request(await read_body())
@@ -122,21 +80,66 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=JSON
         )
 
-    async def relay(path: str, body: bytes, model: str, *, stream: bool) -> Response:
-        set_model(model)
+
+def _sse(stream: AsyncIterator[bytes], headers: dict[str, str] | None) -> Reply:
+    return Reply(stream, content_type="text/event-stream", headers={**SSE_CACHE, **(headers or {})})
+
+
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """Chat and completions, served by the gateway layer itself (no framework on this path)."""
+
+    async def chat_completions(call: Call) -> Reply:
+        req = openai.decode_chat_request(call.body)
+        call.set_model(req.model)
+        engine = await runtime.engine_for(req.model)
+        translate.check_images(req, engine)
+        if (
+            req.tools
+            and not engine.spec.native_tools
+            and (req.tool_choice is None or req.tool_choice.mode != "none")
+        ):
+            # The model's template knows no tools: the gateway emulates them, so it translates.
+            return await translated(call, req)
+        return await relay(call, "/v1/chat/completions", req.model, stream=req.stream)
+
+    async def translated(call: Call, req: ChatRequest) -> Reply:
+        tr = translate.EngineCall(runtime, req)
+        await tr.prepare()
+        headers = {"X-Blazar-Status": "loading"} if tr.timings.loaded else None
+        if not req.stream:
+            resp = await tr.complete()
+            return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
+        encoder = _Encoder(
+            openai.ChatStreamEncoder(
+                completion_id=f"chatcmpl-{secrets.token_hex(12)}",
+                model=req.model,
+                created=int(time.time()),
+                include_usage=req.include_usage,
+            )
+        )
+        stream = await tr.stream(encoder)
+        call.on_cleanup(stream.aclose)
+        return _sse(stream, headers)
+
+    async def completions(call: Call) -> Reply:
+        req = openai.decode_completion_request(call.body)
+        return await relay(call, "/v1/completions", req.model, stream=req.stream)
+
+    async def relay(call: Call, path: str, model: str, *, stream: bool) -> Reply:
+        call.set_model(model)
         engine = await runtime.engine_for(model)
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
         loaded = lease.load_ns > LOADING_NS
         try:
-            upstream = await send_upstream(handle, path, body)
+            upstream = await send_upstream(handle, path, call.body)
         except UpstreamError as exc:
             lease.release()
             raise await crash_error(engine, handle, exc) from exc
         except BaseException:
             lease.release()
             raise
-        headers = {"X-Blazar-Status": "loading"} if loaded else {}
+        headers = {"X-Blazar-Status": "loading"} if loaded else None
         if not stream or upstream.status_code != 200:
             try:
                 content = await upstream.aread()
@@ -147,9 +150,9 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
                 lease.release()
             if upstream.status_code >= 400:
                 code, _ = classify_error(upstream.status_code, content)
-                request.scope["blazar.code"] = code  # type: ignore[typeddict-unknown-key]
+                call.code = code
                 content = openai.merge_error_code(content, code)
-            return Response(content, upstream.status_code, headers=headers, content_type=JSON)
+            return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:
             err = await crash_error(engine, handle, exc)
@@ -162,7 +165,8 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             ),
             interrupted=lambda: b"data: [DONE]\n\n",
         )
-        on_cleanup(relayed.aclose)
-        resp = Response(relayed, 200, headers={**SSE_HEADERS, **headers})
-        resp.timeout = None
-        return resp
+        call.on_cleanup(relayed.aclose)
+        return _sse(relayed, headers)
+
+    routes.add("/v1/chat/completions", chat_completions)
+    routes.add("/v1/completions", completions)

@@ -1,4 +1,4 @@
-"""docs/api.md documents every route the app serves, and no route it does not."""
+"""docs/api.md documents every route the daemon serves (the gateway layer's and the app's), and no other."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import trio
 
 from actors.runtime import open_runtime
 from blazar.config import Config, resolve_paths
-from blazar.web.app import create_app
+from blazar.web.app import serve_app
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 _HEADING = re.compile(r"^### (.+)$", re.MULTILINE)
@@ -28,9 +28,9 @@ def documented() -> set[tuple[str, str]]:
 async def served() -> set[tuple[str, str]]:
     config = Config()
     async with open_runtime(config.runtime(resolve_paths())) as runtime:
-        app = create_app(runtime, config)
-        routes: set[tuple[str, str]] = set()
-        for rule in app.url_map.iter_rules():
+        gateway = serve_app(runtime, config)
+        routes = {("POST", path) for path in gateway.routes.post}  # served by the gateway layer
+        for rule in gateway.app.url_map.iter_rules():
             if rule.endpoint == "static":
                 continue
             path = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)

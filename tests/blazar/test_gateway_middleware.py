@@ -1,13 +1,16 @@
-"""The ASGI layer: a cancel from another connection never lands inside the server's send."""
+"""The gateway layer: its own routes, and a cancel from another connection never lands
+inside the server's send."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import trio
 
-from blazar.web.app import GatewayMiddleware
+from blazar.web.call import Call, Reply, Routes
 from blazar.web.cards import Cards, CardState
+from blazar.web.gateway import GatewayMiddleware
 
 
 def _scope() -> dict[str, Any]:
@@ -59,3 +62,109 @@ async def test_cancel_during_final_send_lets_the_server_finish_it() -> None:
     ]
     (card,) = cards.finished
     assert card.state is CardState.CANCELLED
+
+
+def _collector() -> tuple[list[dict[str, Any]], Any]:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    return sent, send
+
+
+def _receiver(body: bytes) -> Any:
+    """The body once, then nothing until the client goes (never, here)."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await trio.sleep_forever()
+        raise AssertionError
+
+    return receive
+
+
+async def _no_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    raise AssertionError("a gateway route must not reach the framework app")
+
+
+async def test_a_gateway_route_answers_a_bug_with_json_500() -> None:
+    routes = Routes()
+
+    async def broken(call: Call) -> Reply:
+        raise RuntimeError("boom")
+
+    routes.add("/v1/chat/completions", broken)
+    middleware = GatewayMiddleware(_no_app, routes=routes)
+    sent, send = _collector()
+    await middleware(_scope(), _receiver(b"{}"), send)
+    start, body = sent
+    assert start["status"] == 500
+    error = json.loads(body["body"])["error"]
+    assert error["blazar_code"] == "INTERNAL" and "RuntimeError" in error["message"]
+    assert dict(start["headers"])[b"x-blazar-trace-id"].startswith(b"blz-")
+
+
+async def test_other_methods_on_a_gateway_route() -> None:
+    routes = Routes()
+
+    async def never(call: Call) -> Reply:
+        raise AssertionError("not for this method")
+
+    routes.add("/v1/chat/completions", never)
+    middleware = GatewayMiddleware(_no_app, routes=routes)
+    for method, status in (("GET", 405), ("OPTIONS", 200)):
+        sent, send = _collector()
+        await middleware({**_scope(), "method": method, "headers": []}, _receiver(b""), send)
+        assert sent[0]["status"] == status
+        assert dict(sent[0]["headers"])[b"allow"] == b"OPTIONS, POST"
+
+
+async def test_a_disconnect_mid_stream_cancels_the_route_and_closes_its_stream() -> None:
+    """The client going away ends the relay at once: the stream is closed (which closes the
+    upstream connection) and the ledger sees the request as ended by the client."""
+    routes = Routes()
+    closed = trio.Event()
+    disconnect = trio.Event()
+
+    class Endless:
+        chunks = 0
+
+        def __aiter__(self) -> Endless:
+            return self
+
+        async def __anext__(self) -> bytes:
+            await trio.sleep(0.01)
+            self.chunks += 1
+            if self.chunks == 3:
+                disconnect.set()  # the client goes away after the third chunk
+            return b"data: x\n\n"
+
+        async def aclose(self) -> None:
+            closed.set()
+
+    async def stream(call: Call) -> Reply:
+        return Reply(Endless(), content_type="text/event-stream")
+
+    routes.add("/v1/chat/completions", stream)
+    cards = Cards()
+    middleware = GatewayMiddleware(_no_app, cards=cards, routes=routes)
+    messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    sent, send = _collector()
+
+    with trio.fail_after(5):
+        await middleware(_scope(), receive, send)
+    assert closed.is_set()
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert 2 <= len(bodies) <= 3 and all(m["more_body"] for m in bodies)  # never "finished"
+    (card,) = cards.finished
+    assert card.state is CardState.DISCONNECTED

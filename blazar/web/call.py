@@ -1,0 +1,127 @@
+"""One HTTP request as the gateway sees it: ``Call``, and ``Reply`` for the routes
+that the gateway serves itself.
+
+The gateway layer (``blazar.web.gateway``) makes a ``Call`` for every request
+and makes it current for the request's task (a context variable, which the
+tasks a route starts inherit), so route code anywhere below — the framework's
+routes as well as the gateway's own — names the request's model, its error code,
+its cleanups and its live card in one typed place, and reads its headers without
+a framework.
+
+The hot inference routes are served by the gateway itself, straight on ASGI
+(``Routes``): such a handler takes the ``Call`` with its body already read and
+returns a ``Reply``. Everything else goes to the Quart app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from blazar.errors import BlazarError
+from blazar.web.cards import Card
+
+__all__ = ["Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
+
+Cleanup = Callable[[], Awaitable[None]]
+
+_CURRENT: ContextVar[Call] = ContextVar("blazar_call")
+
+
+def current() -> Call:
+    """The request being handled by this task (LookupError outside a request)."""
+    return _CURRENT.get()
+
+
+def current_or_none() -> Call | None:
+    return _CURRENT.get(None)
+
+
+class Call:
+    """The gateway's state of one request; ``headers`` has lower-case names."""
+
+    __slots__ = (
+        "_token",
+        "body",
+        "card",
+        "cleanups",
+        "client",
+        "code",
+        "headers",
+        "max_body",
+        "method",
+        "model",
+        "path",
+        "trace_id",
+    )
+
+    def __init__(
+        self, scope: Mapping[str, Any], *, trace_id: str, max_body: int, card: Card | None = None
+    ) -> None:
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()}
+        client = scope.get("client")
+        self.client: str | None = client[0] if client else None
+        self.trace_id = trace_id
+        self.max_body = max_body
+        self.card = card
+        self.cleanups: list[Cleanup] = []
+        self.model: str | None = None
+        self.code: str | None = None
+        self.body = b""
+        self._token: Any = None
+
+    def __enter__(self) -> Call:
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+    def set_model(self, name: str) -> None:
+        """Name the model in the request's ledger record and live card."""
+        self.model = name
+        if self.card is not None:
+            self.card.model = name
+
+    def on_cleanup(self, fn: Cleanup) -> None:
+        """Run ``fn`` (shielded) when the server is done with this request, however it ends."""
+        self.cleanups.append(fn)
+
+    def check_length(self, size: int) -> None:
+        """Refuse a body that is (or has grown) larger than the configured limit."""
+        if size > self.max_body:
+            raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {size} bytes exceeds {self.max_body} bytes")
+
+    def declared_length(self) -> int | None:
+        raw = self.headers.get("content-length")
+        return int(raw) if raw is not None and raw.isdigit() else None
+
+
+@dataclass(slots=True)
+class Reply:
+    """What a gateway-served route answers: a whole body, or a stream of chunks that the
+    gateway sends as they come (and closes, if it has ``aclose``, however the stream ends)."""
+
+    body: bytes | AsyncIterator[bytes]
+    status: int = 200
+    content_type: str = "application/json"
+    headers: Mapping[str, str] | None = None
+
+
+Handler = Callable[[Call], Awaitable[Reply]]
+
+
+class Routes:
+    """The POST routes the gateway serves itself, by exact path."""
+
+    def __init__(self) -> None:
+        self.post: dict[str, Handler] = {}
+
+    def add(self, path: str, handler: Handler) -> None:
+        if path in self.post:
+            raise ValueError(f"route POST {path} is already served")
+        self.post[path] = handler

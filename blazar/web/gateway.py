@@ -1,0 +1,356 @@
+"""The gateway layer: the ASGI application the HTTP server runs, around the Quart app.
+
+For every request it makes the ``Call`` (trace id, live card, cleanups), refuses
+foreign hosts and origins, stamps ``x-blazar-trace-id`` on the answer, runs the
+request inside its card's cancel scope, runs its cleanups however it ends, and
+records it in the ledger without waiting. The hot inference routes (``Routes``)
+it serves itself, straight on ASGI: a relayed request there costs a fraction of
+what a trip through the framework's request and response objects does
+(BENCHMARK.md). Every other route goes to the Quart app.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+import trio
+
+from actors.ledger import LedgerActor, RequestRecord, record_nowait
+from blazar.errors import BlazarError, error_body
+from blazar.web.call import Call, Handler, Reply, Routes
+from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
+from blazar.web.common import describe_error, dialect_for, error_reply
+
+__all__ = ["GatewayMiddleware", "HostGuard"]
+
+log = logging.getLogger("blazar.web")
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+_LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
+_DEFAULT_MAX_BODY = 50 * 1024 * 1024
+_BODY_TIMEOUT_S = 60.0
+
+
+def _host_name(header: str) -> str:
+    if header.startswith("["):
+        return header.split("]")[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class HostGuard:
+    """A daemon bound to loopback answers only local names and local origins: a web
+    page (which sends ``Origin``) or a DNS-rebound name must not drive it."""
+
+    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+        self.allowed = LOOPBACK_NAMES | {h.lower() for h in allowed_hosts}
+
+    @staticmethod
+    def applies_to(bind_host: str) -> bool:
+        return bind_host in LOOPBACK_NAMES or bind_host.startswith("127.")
+
+    def refusal(self, headers: Mapping[str, str]) -> BlazarError | None:
+        host = _host_name(headers.get("host", "").strip().lower())
+        if host and host not in self.allowed:
+            return BlazarError(
+                "HOST_FORBIDDEN",
+                f"Host '{host}' is not allowed on a loopback-bound daemon; call it as 127.0.0.1 or "
+                "localhost, or add the name to `allowed_hosts` in config.toml",
+            )
+        origin = headers.get("origin")
+        if origin and not self._local_origin(origin):
+            return BlazarError(
+                "HOST_FORBIDDEN",
+                f"requests from the web origin {origin} are refused: only local clients may call",
+            )
+        return None
+
+    @staticmethod
+    def _local_origin(origin: str) -> bool:
+        if origin == "null" or origin.startswith(_LOCAL_SCHEMES):
+            return origin != "null"
+        host = origin.split("://", 1)[-1].rstrip("/")
+        return _host_name(host).lower() in LOOPBACK_NAMES
+
+
+class _ClientGone(Exception):
+    """The client disconnected while its request body was being read."""
+
+
+class GatewayMiddleware:
+    """The ASGI layer around the app: calls, host guard, cleanups, drain, ledger, own routes.
+
+    A client can disconnect between the handler returning a streaming body and
+    the server starting to send it; the body is then never iterated nor closed.
+    Cleanups registered on the ``Call`` run in every case, shielded. Each
+    finished request is recorded in the ledger without ever waiting on it.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        ledger: LedgerActor | None = None,
+        cards: Cards | None = None,
+        *,
+        routes: Routes | None = None,
+        guard: HostGuard | None = None,
+        max_body: int = _DEFAULT_MAX_BODY,
+    ) -> None:
+        self.app = app
+        self.ledger = ledger
+        self.cards = cards if cards is not None else Cards()
+        self.routes = routes if routes is not None else Routes()
+        self.guard = guard
+        self.max_body = max_body
+        self.in_flight = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._boot = secrets.token_hex(3)
+        self._seq = itertools.count(1)
+
+    async def wait_idle(self) -> None:
+        """Return once no HTTP request is being handled (used to drain on shutdown)."""
+        await self._idle.wait()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        path, method = scope["path"], scope["method"]
+        card: Card | None = None
+        if method == "POST" and path in INFERENCE_PATHS:
+            card = self.cards.open(trace_id, path)
+        call = Call(scope, trace_id=trace_id, max_body=self.max_body, card=card)
+        trace_header = (b"x-blazar-trace-id", trace_id.encode())
+        started_at, t0 = time.time(), time.perf_counter()
+        status = 0
+        first_body_s: float | None = None
+        sent = 0
+        response_started = response_done = disconnected = False
+        body_done = call.headers.get("content-length", "0") == "0" and "transfer-encoding" not in call.headers
+
+        async def tracked_receive() -> dict[str, Any]:
+            nonlocal body_done, disconnected
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_done = True
+            elif message["type"] == "http.disconnect":
+                disconnected = True
+            return message
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal status, first_body_s, sent, response_started, response_done
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                response_started = True
+                headers = [*message.get("headers", ()), trace_header]
+                if not body_done:
+                    # Answered before reading the whole body (an error): the rest of it
+                    # would be taken for the next request, so this connection must end.
+                    headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if body:
+                    if first_body_s is None:
+                        first_body_s = time.perf_counter() - t0
+                    if card is not None:
+                        card.first_byte_s = card.first_byte_s or time.perf_counter()
+                        card.chunks += 1
+                        card.bytes_out += len(body)
+                sent += len(body)
+                response_done = not message.get("more_body", False)
+            # Shielded: a cancel from another connection (or the app's own nursery)
+            # must not land inside the server's send. Hypercorn recycles a
+            # keep-alive connection from within the final send; cancelled there, the
+            # connection stays open but never reads the client's next request.
+            with trio.CancelScope(shield=True):
+                await send(message)
+
+        self.in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            with call:
+                refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                handler = self.routes.post.get(path)
+                if refusal is not None:
+                    await _send_reply(error_reply(call, refusal.code, refusal.message), tracked_send)
+                elif handler is not None and method != "POST":
+                    await _send_reply(_other_method(call), tracked_send)
+                elif card is None:
+                    await self._dispatch(handler, call, scope, tracked_receive, tracked_send)
+                else:
+                    with card.scope:
+                        await self._dispatch(handler, call, scope, tracked_receive, tracked_send)
+                    if card.ended_by is not None and not disconnected:
+                        with trio.CancelScope(shield=True), trio.move_on_after(5.0):
+                            await self._end_from_outside(call, card, send, response_started, response_done)
+                            status = status or 499
+        finally:
+            with trio.CancelScope(shield=True):
+                for fn in reversed(call.cleanups):
+                    with trio.move_on_after(5.0):
+                        await fn()
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+            if card is not None:
+                self.cards.close(card, status=status or 499, disconnected=disconnected)
+            if self.ledger is not None:
+                record_nowait(
+                    self.ledger,
+                    RequestRecord(
+                        trace_id=trace_id,
+                        started_at=started_at,
+                        method=method,
+                        path=path,
+                        model=call.model,
+                        status=status or 499,  # nothing sent: the client went away first
+                        duration_ms=(time.perf_counter() - t0) * 1000,
+                        ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
+                        blazar_code=call.code,
+                        bytes_out=sent,
+                        client=call.client,
+                    ),
+                )
+
+    async def _dispatch(
+        self, handler: Handler | None, call: Call, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        if handler is None:
+            await self.app(scope, receive, send)
+        else:
+            await self._serve(handler, call, receive, send)
+
+    async def _serve(self, handler: Handler, call: Call, receive: Any, send: Any) -> None:
+        """One of the gateway's own routes: read the body, then run the handler and send its
+        reply while watching for the client's disconnect, which cancels both."""
+        try:
+            with trio.fail_after(_BODY_TIMEOUT_S):
+                call.body = await _read_body(call, receive)
+        except _ClientGone:
+            return
+        except trio.TooSlowError:
+            message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"
+            await _send_reply(error_reply(call, "BAD_REQUEST", message), send)
+            return
+        except BlazarError as exc:
+            await _send_reply(error_reply(call, exc.code, exc.message), send)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+            try:
+                reply = await handler(call)
+            except Exception as exc:
+                reply = _reply_for_exception(call, exc)
+            try:
+                await _send_reply(reply, send)
+            except Exception:
+                # The head is out: all that is left is to end the connection (the server
+                # closes it when the app returns with the response unfinished).
+                log.exception("stream of %s %s (%s) failed", call.method, call.path, call.trace_id)
+            nursery.cancel_scope.cancel()
+
+    async def _end_from_outside(self, call: Call, card: Card, send: Any, started: bool, done: bool) -> None:
+        """Finish a request cancelled or interrupted from another connection."""
+        if not started:
+            body = msgspec.json.encode(
+                error_body(
+                    dialect_for(call.path, call.headers),
+                    "CLIENT_CLOSED_REQUEST",
+                    f"request {card.trace_id} was {card.ended_by} from another connection: {card.reason}",
+                )
+            )
+            call.code = "CLIENT_CLOSED_REQUEST"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 499,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+        elif not done:
+            tail = b""
+            if card.enders is not None:
+                tail = (
+                    card.enders.interrupted()
+                    if card.ended_by is CardState.INTERRUPTED
+                    else card.enders.cancelled()
+                )
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _other_method(call: Call) -> Reply:
+    allow = {"Allow": "OPTIONS, POST"}
+    if call.method == "OPTIONS":
+        return Reply(b"", content_type="text/html; charset=utf-8", headers=allow)
+    reply = error_reply(call, "METHOD_NOT_ALLOWED", f"{call.path} does not accept {call.method}")
+    reply.headers = allow
+    return reply
+
+
+def _reply_for_exception(call: Call, exc: Exception) -> Reply:
+    described = describe_error(exc)
+    if described is None:
+        log.exception("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
+        described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
+    code, message, retry_after_s = described
+    return error_reply(call, code, message, retry_after_s=retry_after_s)
+
+
+async def _read_body(call: Call, receive: Any) -> bytes:
+    declared = call.declared_length()
+    if declared is not None:
+        call.check_length(declared)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            call.check_length(size)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _cancel_on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _send_reply(reply: Reply, send: Any) -> None:
+    headers = [(b"content-type", reply.content_type.encode())]
+    if reply.headers:
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+    body = reply.body
+    if isinstance(body, bytes):
+        headers.append((b"content-length", b"%d" % len(body)))
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        return
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    try:
+        async for chunk in body:
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    finally:
+        aclose = getattr(body, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
