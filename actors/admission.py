@@ -6,10 +6,17 @@ queued and answers when ``actors.scheduling.assign`` grants it a slot. Which
 waiter goes next is decided there, by pure functions; this actor only applies
 their effects and keeps time.
 
-Exactly-once: every granted id is in ``_granted`` until a ``Release`` (or a
+Exactly-once: every granted id is in ``_granted`` until its release (or a
 ``Withdraw`` from an asker that was cancelled while the grant was on its way)
 removes it, and only that removal frees the slot. A waiter that disconnects is
 withdrawn at once and never reaches an engine.
+
+The uncontended case skips the mailbox: when a model has a free slot, nobody
+waits for one and no message is queued ahead, ``acquire`` is granted on the
+spot (``grant_now``), and a release (``release_now``) frees the slot and grants
+the next waiters at once. Both are synchronous, so each is one atomic step on
+the event loop, exactly like the message the actor would have handled; every
+other case (queueing, deadlines, refusals) goes through the mailbox.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from actors.scheduling import (
     Waiter,
     admit,
     assign,
+    grant_at_once,
     position,
     release,
     update_service,
@@ -66,12 +74,6 @@ class Admit(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     deadline_s: float | None = None
 
 
-class Release(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    waiter_id: int
-    model: str
-    service_s: float | None = None
-
-
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     waiter_id: int
     model: str
@@ -81,7 +83,7 @@ class Draining(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Stop admitting: every new and queued request is refused (shutdown)."""
 
 
-AdmissionMessage = Admit | Release | Withdraw | Draining
+AdmissionMessage = Admit | Withdraw | Draining
 
 
 class QueueStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,13 +120,7 @@ class Slot:
         if self._released:
             return
         self._released = True
-        service_s = trio.current_time() - self.granted_at_s
-        try:
-            self.admission.tell_nowait(
-                Release(waiter_id=self.waiter_id, model=self.model, service_s=service_s)
-            )
-        except (ActorStopped, trio.WouldBlock):
-            pass
+        self.admission.release_now(self.waiter_id, self.model, trio.current_time() - self.granted_at_s)
 
 
 class AdmissionActor(Actor[AdmissionMessage]):
@@ -236,15 +232,6 @@ class AdmissionActor(Actor[AdmissionMessage]):
                     )
                     return
                 self._envelopes[m.waiter_id] = env
-            case Release(waiter_id=wid, model=model, service_s=service_s):
-                if wid in self._granted:
-                    self._granted.discard(wid)
-                    queue = release(self._queues[model])
-                    if service_s is not None:
-                        queue = msgspec.structs.replace(
-                            queue, service_s=update_service(queue.service_s, service_s)
-                        )
-                    self._queues[model] = queue
             case Withdraw(waiter_id=wid, model=model):
                 if wid in self._granted:  # the grant raced with the asker's cancellation
                     self._granted.discard(wid)
@@ -262,6 +249,43 @@ class AdmissionActor(Actor[AdmissionMessage]):
                 for model, queue in self._queues.items():
                     self._queues[model] = msgspec.structs.replace(queue, waiters=())
                 env.answer(None)
+
+    def grant_now(self, m: Admit) -> float | None:
+        """Grant ``m`` on the spot when its model has a free slot, nobody waits and no
+        message is queued ahead of it (nobody is overtaken); None: ``ask`` instead."""
+        if not self._running or self._draining or self.mailbox.backlog():
+            return None
+        queue = self._queues.get(m.model)
+        if queue is None or queue.capacity != m.capacity:
+            return None
+        now = trio.current_time()
+        waiter = Waiter(
+            id=m.waiter_id,
+            model=m.model,
+            tier=Tier(m.tier),
+            client=m.client,
+            arrived_s=now,
+            deadline_s=m.deadline_s,
+        )
+        granted = grant_at_once(queue, waiter, now_s=now)
+        if granted is None:
+            return None
+        self._queues[m.model] = granted
+        self._granted.add(m.waiter_id)
+        self._counts["granted"] += 1
+        return now
+
+    def release_now(self, waiter_id: int, model: str, service_s: float | None) -> None:
+        """A granted request is done: free its slot and grant the next waiters."""
+        if waiter_id not in self._granted:
+            return
+        self._granted.discard(waiter_id)
+        queue = release(self._queues[model])
+        if service_s is not None:
+            queue = msgspec.structs.replace(queue, service_s=update_service(queue.service_s, service_s))
+        self._queues[model] = queue
+        if self._running:
+            self._assign_all()
 
     def _assign_all(self) -> None:
         now = trio.current_time()
@@ -325,14 +349,16 @@ async def acquire(
         client=client,
         deadline_s=deadline_s,
     )
-    try:
-        granted_at: float = await admission.ask(message)
-    except BaseException:
+    granted_at = admission.grant_now(message)
+    if granted_at is None:
         try:
-            admission.tell_nowait(Withdraw(waiter_id=waiter_id, model=model))
-        except (ActorStopped, trio.WouldBlock):
-            pass
-        raise
+            granted_at = await admission.ask(message)
+        except BaseException:
+            try:
+                admission.tell_nowait(Withdraw(waiter_id=waiter_id, model=model))
+            except (ActorStopped, trio.WouldBlock):
+                pass
+            raise
     return Slot(
         admission=admission,
         waiter_id=waiter_id,

@@ -239,6 +239,14 @@ class EngineActor(Actor[EngineMessage]):
     def lease(self) -> Lease:
         return Lease(self)
 
+    def ready_handle(self) -> EngineHandle | None:
+        """The child's handle when it is ready and not draining for a restart: what
+        ``EnsureReady`` would answer at once, without the trip through the mailbox
+        (None: ask)."""
+        if self.state is EngineState.READY and self._pending_spec is None:
+            return self._handle
+        return None
+
     @property
     def engine_kind(self) -> str:
         return "llama-server" if self.binary else "llamacpp-host"

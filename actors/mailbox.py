@@ -84,6 +84,7 @@ class Mailbox(Generic[M]):
         self._send, self._recv = trio.open_memory_channel[Envelope[M]](capacity)
         self._closed = False
         self._sent = 0
+        self._received = 0
         self._asks_waiting = 0
 
     def __repr__(self) -> str:
@@ -93,6 +94,11 @@ class Mailbox(Generic[M]):
     def _queued(self) -> int:
         return self._send.statistics().current_buffer_used
 
+    def backlog(self) -> bool:
+        """Whether a message was sent that the actor has not received yet: one in the
+        buffer, or one handed to the actor's waiting ``receive`` before it ran again."""
+        return self._sent > self._received
+
     def _check_open(self) -> None:
         if self._closed:
             raise ActorStopped(f"actor '{self.name}' is not running")
@@ -100,11 +106,7 @@ class Mailbox(Generic[M]):
     async def tell(self, message: M) -> None:
         """Send and forget; waits while the mailbox is full."""
         self._check_open()
-        try:
-            await self._send.send(Envelope(message))
-        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
-            raise ActorStopped(f"actor '{self.name}' is not running") from exc
-        self._sent += 1
+        await self._send_envelope(Envelope(message))
 
     def tell_nowait(self, message: M) -> None:
         """Send and forget without waiting; raises ``trio.WouldBlock`` when full."""
@@ -120,22 +122,35 @@ class Mailbox(Generic[M]):
         and with ``ActorStopped`` when it stops before answering."""
         self._check_open()
         reply = Reply()
-        try:
-            await self._send.send(Envelope(message, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
-            raise ActorStopped(f"actor '{self.name}' is not running") from exc
-        self._sent += 1
+        await self._send_envelope(Envelope(message, reply))
         self._asks_waiting += 1
         try:
             return await reply.wait()
         finally:
             self._asks_waiting -= 1
 
+    async def _send_envelope(self, env: Envelope[M]) -> None:
+        # Counted before the send: the value may be handed to a waiting receiver
+        # before the send's final checkpoint returns.
+        self._sent += 1
+        try:
+            await self._send.send(env)
+        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+            self._sent -= 1
+            raise ActorStopped(f"actor '{self.name}' is not running") from exc
+        except BaseException:
+            self._sent -= 1  # cancelled before anything was sent
+            raise
+
     async def receive(self) -> Envelope[M]:
-        return await self._recv.receive()
+        env = await self._recv.receive()
+        self._received += 1
+        return env
 
     def receive_nowait(self) -> Envelope[M]:
-        return self._recv.receive_nowait()
+        env = self._recv.receive_nowait()
+        self._received += 1
+        return env
 
     def close(self) -> None:
         """Refuse new messages and fail every queued ask."""
@@ -149,11 +164,13 @@ class Mailbox(Generic[M]):
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
             env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
+        self._received = self._sent
 
     def reopen(self) -> None:
         """Used by a supervisor restarting the owner: a fresh channel, same address."""
         self._send, self._recv = trio.open_memory_channel[Envelope[M]](self._capacity)
         self._closed = False
+        self._received = self._sent  # what the old channel held is gone
 
     @property
     def closed(self) -> bool:

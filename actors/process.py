@@ -43,9 +43,15 @@ class TailBuffer:
         return self.getvalue().decode("utf-8", "replace")
 
     def summary(self, lines: int = 6) -> str:
-        """The last few non-empty lines, for an error message."""
-        kept = [ln.strip() for ln in self.text().splitlines() if ln.strip()]
-        return " | ".join(kept[-lines:])
+        """The last few non-empty lines, for an error message, led by the last line that
+        starts with ``error:`` when it is older: the engine's own logger writes from
+        another thread, so its lines can land after the final error line."""
+        every = [ln.strip() for ln in self.text().splitlines() if ln.strip()]
+        kept = every[-lines:]
+        errors = [ln for ln in every if ln.startswith("error:")]
+        if errors and errors[-1] not in kept:
+            kept = [errors[-1], *kept[1:]]
+        return " | ".join(kept)
 
 
 class ChildProcess:

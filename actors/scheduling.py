@@ -82,6 +82,7 @@ __all__ = [
     "admit",
     "assign",
     "effective_tier",
+    "grant_at_once",
     "order",
     "parse_tier",
     "position",
@@ -293,6 +294,16 @@ def _grant(queue: ModelQueue, granted: Waiter) -> ModelQueue:
         running=queue.running + 1,
         recent_clients=recent[-RECENT_CLIENTS_MAX:],
     )
+
+
+def grant_at_once(queue: ModelQueue, waiter: Waiter, *, now_s: float) -> ModelQueue | None:
+    """The uncontended case: with a free slot and nobody waiting, ``waiter`` is granted
+    without queueing (what :func:`admit` then :func:`assign` would do); None otherwise."""
+    if queue.waiters or queue.running >= queue.capacity:
+        return None
+    if waiter.deadline_s is not None and waiter.deadline_s <= now_s:
+        return None  # admit refuses it, with the reason
+    return _grant(queue, waiter)
 
 
 def assign(queue: ModelQueue, *, now_s: float, queue_timeout_s: float) -> tuple[ModelQueue, list[Effect]]:

@@ -94,9 +94,11 @@ async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: f
         live.state, live.engine = CardState.RUNNING, engine.engine_kind
     try:
         t0 = time.perf_counter_ns()
-        if engine.state is not EngineState.READY:
-            await runtime.before_load(engine)  # max_loaded_models and memory: evict idle ones
-        handle: EngineHandle = await engine.ask(EnsureReady())
+        handle = engine.ready_handle()
+        if handle is None:
+            if engine.state is not EngineState.READY:
+                await runtime.before_load(engine)  # max_loaded_models and memory: evict idle ones
+            handle = await engine.ask(EnsureReady())
         load_ns = time.perf_counter_ns() - t0
         lease = engine.lease()
     except BaseException:

@@ -6,9 +6,10 @@ import random
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
-from actors.admission import AdmissionActor, AdmissionRejected, Draining, Slot, acquire
+from actors.admission import AdmissionActor, AdmissionRejected, Admit, Draining, Slot, acquire
 from actors.scheduling import Tier
 
 
@@ -154,4 +155,45 @@ async def test_random_cancels_never_leak_a_slot(seed: int, autojump_clock: trio.
         await trio.sleep(1)
         stats = adm.statistics()
         assert stats.queues[0].running == 0 and stats.queues[0].queued == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_uncontended_case_skips_the_mailbox_and_a_release_grants_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A free slot with nobody waiting is granted on the spot (the actor handles no
+    message for it); a release hands the slot to the next waiter in the same step."""
+    async with trio.open_nursery() as nursery:
+        adm = await _start(nursery)
+        first = await acquire(adm, model="m", capacity=2)  # creates the queue: a message
+        sent = adm.mailbox.statistics().sent
+        second = await acquire(adm, model="m", capacity=2)
+        assert adm.mailbox.statistics().sent == sent and _running(adm) == 2
+        assert second.queued_s == 0
+        got: list[Slot] = []
+
+        async def third() -> None:
+            got.append(await acquire(adm, model="m", capacity=2))
+
+        nursery.start_soon(third)
+        await trio.sleep(1)
+        assert got == []
+        first.release()
+        assert adm.statistics().queues[0].queued == 0 and _running(adm) == 2  # granted in the release
+        await trio.lowlevel.checkpoint()
+        assert len(got) == 1 and got[0].queued_s == pytest.approx(1.0)
+        for s in (second, got[0]):
+            s.release()
+        assert _running(adm) == 0 and adm.statistics().granted == 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_backlog_in_the_mailbox_is_never_overtaken(autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        adm = await _start(nursery)
+        (await acquire(adm, model="m", capacity=5)).release()
+        adm.tell_nowait(Admit(waiter_id=adm.next_id(), model="m", capacity=5, tier=1, client="c"))
+        assert (
+            adm.grant_now(Admit(waiter_id=adm.next_id(), model="m", capacity=5, tier=1, client="c")) is None
+        )
         nursery.cancel_scope.cancel()

@@ -22,6 +22,18 @@ def test_tail_buffer_keeps_the_last_bytes() -> None:
     assert tail.summary(lines=2) == "98 | 99"
 
 
+def test_tail_summary_leads_with_the_error_line() -> None:
+    """The engine's logger thread may write after the host's final error line."""
+    tail = TailBuffer()
+    tail.write(b"E load failed\nerror: llama.cpp could not start with model m.gguf\n")
+    tail.write(b"E late log 1\nE late log 2\n")
+    assert tail.summary(lines=2) == "error: llama.cpp could not start with model m.gguf | E late log 2"
+    assert (
+        tail.summary(lines=3)
+        == "error: llama.cpp could not start with model m.gguf | E late log 1 | E late log 2"
+    )
+
+
 async def test_stderr_is_drained_and_kept(tmp_path: Path) -> None:
     code = "import sys; sys.stderr.write('x' * 200000 + 'the end\\n'); sys.exit(3)"
     child = await ChildProcess.spawn([sys.executable, "-c", code], name="t", pidfile=tmp_path / "e.pid")

@@ -20,6 +20,7 @@ from actors.scheduling import (
     admit,
     assign,
     effective_tier,
+    grant_at_once,
     order,
     parse_tier,
     position,
@@ -639,3 +640,16 @@ def test_expected_wait_formula_matches_ceil() -> None:
     queue = q(capacity=3, running=3, service_s=2.0, waiters=tuple(w(i, client=f"c{i}") for i in range(7)))
     for i in range(7):
         assert predicted_wait_s(queue, i) == math.ceil(i / 3) * 2.0
+
+
+def test_grant_at_once_only_when_uncontended() -> None:
+    def waiter(i: int, deadline_s: float | None = None) -> Waiter:
+        return Waiter(id=i, model="m", tier=Tier.NORMAL, client="c", arrived_s=0.0, deadline_s=deadline_s)
+
+    free = ModelQueue(model="m", capacity=2, running=1)
+    granted = grant_at_once(free, waiter(1), now_s=0.0)
+    assert granted is not None and granted.running == 2 and granted.recent_clients == ("c",)
+    assert grant_at_once(granted, waiter(2), now_s=0.0) is None  # full
+    queued = ModelQueue(model="m", capacity=2, running=0, waiters=(waiter(3),))
+    assert grant_at_once(queued, waiter(4), now_s=0.0) is None  # someone waits: queue behind them
+    assert grant_at_once(free, waiter(5, deadline_s=1.0), now_s=1.0) is None  # admit refuses it
