@@ -15,11 +15,11 @@ from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
-from blazar.web.call import current
-from blazar.web.common import json_response, on_cleanup, read_body, set_model, stream_response
+from blazar.web.call import Call, Reply, Routes, current
+from blazar.web.common import json_reply, json_response, read_body, set_model, stream_reply
 from blazar.web.translate import Timings
 
-__all__ = ["register"]
+__all__ = ["register", "register_routes"]
 
 
 class _Encoder:
@@ -49,21 +49,25 @@ def _headers(timings: Timings | None = None) -> dict[str, str]:
     return headers
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
-    @app.post("/v1/messages")
-    async def messages() -> Response:
-        req = anthropic.decode_messages_request(await read_body())
-        set_model(req.model)
-        call = translate.EngineCall(runtime, req)
-        await call.prepare()
-        if not req.stream:
-            resp = await call.complete()
-            return json_response(anthropic.encode_response(resp, request=req), headers=_headers(call.timings))
-        message_id = anthropic.message_id_for(current().trace_id)
-        stream = await call.stream(_Encoder(req, message_id))
-        on_cleanup(stream.aclose)
-        return stream_response(stream, content_type="text/event-stream", headers=_headers(call.timings))
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """``POST /v1/messages``, served by the gateway layer itself."""
 
+    async def messages(call: Call) -> Reply:
+        req = anthropic.decode_messages_request(call.body)
+        call.set_model(req.model)
+        tr = translate.EngineCall(runtime, req)
+        await tr.prepare()
+        if not req.stream:
+            resp = await tr.complete()
+            return json_reply(anthropic.encode_response(resp, request=req), headers=_headers(tr.timings))
+        stream = await tr.stream(_Encoder(req, anthropic.message_id_for(call.trace_id)))
+        call.on_cleanup(stream.aclose)
+        return stream_reply(stream, content_type="text/event-stream", headers=_headers(tr.timings))
+
+    routes.add("/v1/messages", messages)
+
+
+def register(app: QuartTrio, runtime: Runtime) -> None:
     @app.post("/v1/messages/count_tokens")
     async def count_tokens() -> Response:
         req = anthropic.decode_count_tokens_request(await read_body())

@@ -48,7 +48,8 @@ def serve_app(runtime: Runtime, config: Config) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
     cards = Cards()
     routes = Routes()
-    web_openai.register_routes(routes, runtime)
+    for module in (web_openai, web_ollama, web_anthropic):
+        module.register_routes(routes, runtime)
     return GatewayMiddleware(
         create_app(runtime, config, cards=cards),
         runtime.ledger,

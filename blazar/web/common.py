@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -29,12 +29,14 @@ __all__ = [
     "dialect_for",
     "error_reply",
     "error_response",
+    "json_reply",
     "json_response",
     "keep_alive_header",
     "on_cleanup",
     "read_body",
     "set_model",
     "set_stream_enders",
+    "stream_reply",
     "stream_response",
 ]
 
@@ -88,6 +90,18 @@ def error_reply(call: Call, code: str, message: str, *, retry_after_s: float | N
 def error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
     reply = error_reply(current(), code, message, retry_after_s=retry_after_s)
     return Response(reply.body, reply.status, headers=dict(reply.headers or {}), content_type=JSON)
+
+
+def json_reply(obj: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
+    """A JSON answer of one of the gateway's own routes (``obj`` may be encoded already)."""
+    return Reply(obj if isinstance(obj, bytes) else msgspec.json.encode(obj), status, headers=headers)
+
+
+def stream_reply(
+    stream: AsyncIterator[bytes], *, content_type: str, headers: Mapping[str, str] | None = None
+) -> Reply:
+    """A streamed answer of one of the gateway's own routes: never cached nor buffered by a proxy."""
+    return Reply(stream, content_type=content_type, headers={**SSE_CACHE, **(headers or {})})
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -27,7 +27,17 @@ from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import translate
-from blazar.web.common import NDJSON, json_response, on_cleanup, read_body, set_model, stream_response
+from blazar.web.call import Call, Reply, Routes
+from blazar.web.common import (
+    NDJSON,
+    json_reply,
+    json_response,
+    on_cleanup,
+    read_body,
+    set_model,
+    stream_reply,
+    stream_response,
+)
 from blazar.web.translate import Timings
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
@@ -37,7 +47,7 @@ from registry.store import ModelRecord, ModelSettings
 
 log = logging.getLogger("blazar.web")
 
-__all__ = ["OLLAMA_API_VERSION", "register"]
+__all__ = ["OLLAMA_API_VERSION", "register", "register_routes"]
 
 OLLAMA_API_VERSION = "0.12.0"
 """The Ollama API level these routes implement (clients compare it with their minimum)."""
@@ -146,6 +156,48 @@ class _CopyBody(msgspec.Struct, kw_only=True):
     destination: str
 
 
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """``POST /api/chat`` and ``/api/generate``, served by the gateway layer itself."""
+
+    async def run_chat(call: Call, req: ChatRequest, dialect: Literal["chat", "generate"]) -> Reply:
+        call.set_model(req.model)
+        think = req.think is not False
+        action = ollama.load_action(req)
+        if action == "unload":
+            await trio.to_thread.run_sync(runtime.store.get, req.model)
+            await runtime.lifecycle.unload(req.model)  # also clears its idle timer
+            body = ollama.encode_load_response(
+                req.model, created_at=_now(), done_reason="unload", dialect=dialect
+            )
+            return json_reply(body)
+        tr = translate.EngineCall(runtime, req)
+        await tr.prepare()
+        if action == "load":
+            tr.release()
+            body = ollama.encode_load_response(
+                req.model, created_at=_now(), done_reason="load", dialect=dialect
+            )
+            return json_reply(body)
+        if not req.stream:
+            resp = await tr.complete()
+            encode = ollama.encode_chat_response if dialect == "chat" else ollama.encode_generate_response
+            return json_reply(
+                encode(resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=req.model)
+            )
+        stream = await tr.stream(_Encoder(req.model, dialect, think))
+        call.on_cleanup(stream.aclose)
+        return stream_reply(stream, content_type=NDJSON)
+
+    async def chat(call: Call) -> Reply:
+        return await run_chat(call, ollama.decode_chat_request(call.body), "chat")
+
+    async def generate(call: Call) -> Reply:
+        return await run_chat(call, ollama.decode_generate_request(call.body), "generate")
+
+    routes.add("/api/chat", chat)
+    routes.add("/api/generate", generate)
+
+
 def register(app: QuartTrio, runtime: Runtime) -> None:
     store = runtime.store
 
@@ -228,45 +280,6 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
             modified_at=record.modified_at,
         )
         return json_response(body)
-
-    # -- inference ---------------------------------------------------------
-
-    async def run_chat(req: ChatRequest, dialect: Literal["chat", "generate"]) -> Response:
-        set_model(req.model)
-        think = req.think is not False
-        action = ollama.load_action(req)
-        if action == "unload":
-            await trio.to_thread.run_sync(store.get, req.model)
-            await runtime.lifecycle.unload(req.model)  # also clears its idle timer
-            body = ollama.encode_load_response(
-                req.model, created_at=_now(), done_reason="unload", dialect=dialect
-            )
-            return json_response(body)
-        call = translate.EngineCall(runtime, req)
-        await call.prepare()
-        if action == "load":
-            call.release()
-            body = ollama.encode_load_response(
-                req.model, created_at=_now(), done_reason="load", dialect=dialect
-            )
-            return json_response(body)
-        if not req.stream:
-            resp = await call.complete()
-            encode = ollama.encode_chat_response if dialect == "chat" else ollama.encode_generate_response
-            return json_response(
-                encode(resp, created_at=_now(), timings=_timings(call.timings), think=think, model=req.model)
-            )
-        stream = await call.stream(_Encoder(req.model, dialect, think))
-        on_cleanup(stream.aclose)
-        return stream_response(stream, content_type=NDJSON)
-
-    @app.post("/api/chat")
-    async def chat() -> Response:
-        return await run_chat(ollama.decode_chat_request(await read_body()), "chat")
-
-    @app.post("/api/generate")
-    async def generate() -> Response:
-        return await run_chat(ollama.decode_generate_request(await read_body()), "generate")
 
     @app.post("/api/embed")
     async def embed() -> Response:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
 
 import trio
 from quart import Response
@@ -26,11 +25,11 @@ from blazar.web.claim import claim_engine
 from blazar.web.common import (
     JSON,
     LOADING_NS,
-    SSE_CACHE,
     json_response,
     read_body,
     set_model,
     set_stream_enders,
+    stream_reply,
 )
 from blazar.web.relay import UpstreamStream, crash_error, send_upstream
 
@@ -81,10 +80,6 @@ def register(app: QuartTrio, runtime: Runtime) -> None:
         )
 
 
-def _sse(stream: AsyncIterator[bytes], headers: dict[str, str] | None) -> Reply:
-    return Reply(stream, content_type="text/event-stream", headers={**SSE_CACHE, **(headers or {})})
-
-
 def register_routes(routes: Routes, runtime: Runtime) -> None:
     """Chat and completions, served by the gateway layer itself (no framework on this path)."""
 
@@ -119,7 +114,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
         stream = await tr.stream(encoder)
         call.on_cleanup(stream.aclose)
-        return _sse(stream, headers)
+        return stream_reply(stream, content_type="text/event-stream", headers=headers)
 
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)
@@ -166,7 +161,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             interrupted=lambda: b"data: [DONE]\n\n",
         )
         call.on_cleanup(relayed.aclose)
-        return _sse(relayed, headers)
+        return stream_reply(relayed, content_type="text/event-stream", headers=headers)
 
     routes.add("/v1/chat/completions", chat_completions)
     routes.add("/v1/completions", completions)
