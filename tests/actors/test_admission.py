@@ -180,7 +180,7 @@ async def test_the_uncontended_case_skips_the_mailbox_and_a_release_grants_at_on
         assert got == []
         first.release()
         assert adm.statistics().queues[0].queued == 0 and _running(adm) == 2  # granted in the release
-        await trio.lowlevel.checkpoint()
+        await trio.testing.wait_all_tasks_blocked()
         assert len(got) == 1 and got[0].queued_s == pytest.approx(1.0)
         for s in (second, got[0]):
             s.release()
