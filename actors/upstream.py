@@ -1,7 +1,7 @@
 """A small HTTP/1.1 client for the hot path from the gateway to an engine child.
 
 Every relayed inference request crosses this client, so it does as little as
-it can: h11 frames the bytes, trio moves them, and the pool is a deque of idle
+it can: ``actors.http1`` frames the bytes, trio moves them, and the pool is a deque of idle
 keep-alive connections (LIFO, so the freshest is reused and the stalest
 expire first). A connection carries one request at a time; while in use it
 is out of the deque, so every pool operation is O(1) however many requests
@@ -10,7 +10,7 @@ are in flight. General-purpose clients (httpx) stay for the cold calls.
 Closing a response before its end closes the socket: that is how a client
 disconnect reaches llama.cpp, which stops generating when its connection
 closes. A connection goes back to the pool only after a complete response,
-when both sides of h11's state machine can start a new cycle.
+that left no stray bytes behind and did not ask for the connection's end.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-import h11
 import trio
+
+from actors.http1 import Body, ProtocolError, ResponseHead, body_for, parse_head, request_head
 
 __all__ = [
     "UpstreamBrokenError",
@@ -32,7 +33,7 @@ __all__ = [
 
 _READ_SIZE = 64 * 1024
 _CLOSE_GRACE_S = 1.0
-_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, h11.RemoteProtocolError)
+_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError)
 
 
 class UpstreamError(Exception):
@@ -52,11 +53,11 @@ class _NoResponse(UpstreamBrokenError):
 
 
 class _Connection:
-    __slots__ = ("h11", "idle_since", "reused", "stream")
+    __slots__ = ("buf", "idle_since", "reused", "stream")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.buf = bytearray()  # received, not yet parsed
         self.idle_since = 0.0
         self.reused = False
 
@@ -125,16 +126,16 @@ class UpstreamPool:
             head += [(k.encode(), v.encode()) for k, v in headers.items()]
         head.append((b"content-length", b"%d" % len(body)))
         try:
-            request = h11.Request(method=method, target=path, headers=head)
-        except h11.LocalProtocolError as exc:
+            request = request_head(method, path, head)
+        except ProtocolError as exc:
             raise UpstreamError(f"invalid request for {self.host}:{self.port}: {exc}") from exc
         conn = self._take_idle()
         if conn is not None:
             try:
-                return await self._exchange(conn, request, body)
+                return await self._exchange(conn, method, request, body)
             except _NoResponse:
                 pass
-        return await self._exchange(await self._connect(), request, body)
+        return await self._exchange(await self._connect(), method, request, body)
 
     async def aclose(self) -> None:
         """Close every connection, idle or in use; later requests fail."""
@@ -161,20 +162,12 @@ class UpstreamPool:
             idle.pop().close()
         return None
 
-    def _release(self, conn: _Connection) -> None:
+    def _release(self, conn: _Connection, reusable: bool) -> None:
         """A response ended: keep its connection for the next request if it can take one."""
         self._active.discard(conn)
-        h = conn.h11
-        if (
-            self._closed
-            or self.max_idle <= 0
-            or h.our_state is not h11.DONE
-            or h.their_state is not h11.DONE
-            or h.trailing_data[0]
-        ):
+        if self._closed or self.max_idle <= 0 or not reusable or conn.buf:
             conn.close()
             return
-        h.start_next_cycle()
         conn.reused = True
         conn.idle_since = time.monotonic()
         if len(self._idle) >= self.max_idle:
@@ -201,28 +194,26 @@ class UpstreamPool:
             raise UpstreamError(f"the client for {self.host}:{self.port} is closed")
         return _Connection(stream)  # trio's SocketStream sets TCP_NODELAY
 
-    async def _exchange(self, conn: _Connection, request: h11.Request, body: bytes) -> UpstreamResponse:
-        h = conn.h11
+    async def _exchange(
+        self, conn: _Connection, method: str, request: bytes, body: bytes
+    ) -> UpstreamResponse:
         self._active.add(conn)
         received = False
         try:
-            payload = h.send(request)
-            if body:
-                payload += h.send(h11.Data(data=body))
-            payload += h.send(h11.EndOfMessage())
-            await conn.stream.send_all(payload)
-            while True:
-                event = h.next_event()
-                if event is h11.NEED_DATA:
-                    data = await conn.stream.receive_some(_READ_SIZE)
-                    received = received or bool(data)
+            if len(body) <= _READ_SIZE:
+                await conn.stream.send_all(request + body)  # one write for the usual request
+            else:
+                await conn.stream.send_all(request)
+                await conn.stream.send_all(body)
+            while (head := parse_head(conn.buf)) is None:
+                data = await conn.stream.receive_some(_READ_SIZE)
+                if not data:
                     if not received:
                         raise _NoResponse(self._broken("closed the connection without a response"))
-                    h.receive_data(data)
-                elif isinstance(event, h11.Response):
-                    return UpstreamResponse(self, conn, event.status_code, event.headers)
-                elif not isinstance(event, h11.InformationalResponse):
-                    raise UpstreamBrokenError(self._broken(f"sent {event!r} instead of a response"))
+                    raise ProtocolError("the connection closed inside the response head")
+                received = True
+                conn.buf += data
+            return UpstreamResponse(self, conn, head, body_for(head, method))
         except _IO_ERRORS as exc:
             self._discard(conn)
             if received:
@@ -230,9 +221,6 @@ class UpstreamPool:
             if conn.reused:
                 raise _NoResponse(self._broken(f"failed before responding: {exc!r}")) from exc
             raise UpstreamBrokenError(self._broken(f"failed before responding: {exc!r}")) from exc
-        except h11.LocalProtocolError as exc:
-            self._discard(conn)
-            raise UpstreamError(f"invalid request for {self.host}:{self.port}: {exc}") from exc
         except BaseException:
             self._discard(conn)
             raise
@@ -244,23 +232,19 @@ class UpstreamPool:
 class UpstreamResponse:
     """The status and head of one response; its body is read with ``aiter_raw`` or ``aread``.
 
-    ``headers`` are h11's: (lower-case name, value) byte pairs. Reading to the
-    end returns the connection to the pool; ``aclose`` before the end closes it.
+    ``headers`` are (lower-case name, value) byte pairs. Reading to the end
+    returns the connection to the pool; ``aclose`` before the end closes it.
     """
 
-    __slots__ = ("_closed", "_complete", "_conn", "_pool", "headers", "status_code")
+    __slots__ = ("_body", "_closed", "_complete", "_conn", "_head", "_pool", "headers", "status_code")
 
-    def __init__(
-        self,
-        pool: UpstreamPool,
-        conn: _Connection,
-        status_code: int,
-        headers: Sequence[tuple[bytes, bytes]],
-    ) -> None:
+    def __init__(self, pool: UpstreamPool, conn: _Connection, head: ResponseHead, body: Body) -> None:
         self._pool = pool
         self._conn: _Connection | None = conn
-        self.status_code = status_code
-        self.headers = headers
+        self._head = head
+        self._body = body
+        self.status_code = head.status_code
+        self.headers: Sequence[tuple[bytes, bytes]] = head.headers
         self._complete = False
         self._closed = False
 
@@ -270,10 +254,7 @@ class UpstreamResponse:
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header ``name`` (lower case), if present."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
+        return self._head.get(name)
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         """The body bytes as they arrive (whatever is buffered is joined into one chunk)."""
@@ -292,31 +273,23 @@ class UpstreamResponse:
             if self._complete:
                 return b""
             raise UpstreamError("the upstream response was closed before its end")
-        h = conn.h11
-        parts: list[bytes | bytearray] = []
+        body = self._body
         try:
-            while True:
-                event = h.next_event()
-                if isinstance(event, h11.Data):
-                    parts.append(event.data)
-                elif event is h11.NEED_DATA:
-                    if parts:
-                        break
-                    h.receive_data(await conn.stream.receive_some(_READ_SIZE))  # b"" marks the end
-                elif isinstance(event, h11.EndOfMessage):
-                    self._complete = True
-                    self._conn = None
-                    self._pool._release(conn)
-                    break
+            while not (data := body.decode(conn.buf)) and not body.done:
+                received = await conn.stream.receive_some(_READ_SIZE)
+                if received:
+                    conn.buf += received
                 else:
-                    raise h11.RemoteProtocolError(f"unexpected {event!r} in a response body")
+                    body.eof()
         except _IO_ERRORS as exc:
             self._conn = None
             self._pool._discard(conn)
             raise UpstreamBrokenError(self._pool._broken(f"broke the response midway: {exc!r}")) from exc
-        if len(parts) == 1:
-            return bytes(parts[0])
-        return b"".join(parts)
+        if body.done:
+            self._complete = True
+            self._conn = None
+            self._pool._release(conn, reusable=self._head.keep_alive and not body.until_eof)
+        return data
 
     async def aclose(self) -> None:
         """Idempotent. Before the end of the body this closes the connection, even when cancelled."""

@@ -75,7 +75,6 @@ class UpstreamStream:
         on_error: Callable[[Exception], Awaitable[bytes]],
     ) -> None:
         self._response = response
-        self._chunks = response.aiter_raw()
         self._lease = lease
         self._on_error = on_error
         self._finished = False
@@ -89,14 +88,15 @@ class UpstreamStream:
             await self.aclose()
             raise StopAsyncIteration
         try:
-            return await self._chunks.__anext__()
-        except StopAsyncIteration:
-            self._finished = True
-            await self.aclose()
-            raise
+            chunk = await self._response.receive_some()
         except UpstreamError as exc:
             self._finished = True
             return await self._on_error(exc)
+        if not chunk:
+            self._finished = True
+            await self.aclose()
+            raise StopAsyncIteration
+        return chunk
 
     async def aclose(self) -> None:
         if self._closed:
