@@ -233,16 +233,16 @@ class GatewayMiddleware:
         """One of the gateway's own routes: read the body, then run the handler and send its
         reply while watching for the client's disconnect, which cancels both."""
         try:
-            with trio.fail_after(_BODY_TIMEOUT_S):
+            with trio.move_on_after(_BODY_TIMEOUT_S) as waited:
                 call.body = await _read_body(call, receive)
         except _ClientGone:
             return
-        except trio.TooSlowError:
-            message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"
-            await _send_reply(error_reply(call, "BAD_REQUEST", message), send)
-            return
         except BlazarError as exc:
             await _send_reply(error_reply(call, exc.code, exc.message), send)
+            return
+        if waited.cancelled_caught:
+            message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"
+            await _send_reply(error_reply(call, "BAD_REQUEST", message), send)
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
