@@ -1,13 +1,17 @@
 """CPU profile of the daemon's hot path (run by hand; BENCHMARK.md cites its output).
 
-    python -m bench.profile [--requests 2000] [--concurrency 16] [--stream]
+    python -m bench.profile [--requests 2000] [--concurrency 16] [--stream] [--sampler py-spy]
 
-Starts ``blazar serve`` under cProfile (CPU time, not wall time) with the
-instant upstream as its engine, the same rig as the overhead benchmark, sends
-the requests, stops the daemon and writes
-``bench/results/<date>-profile-<mode>-c<C>.txt``: the CPU per request and the
-functions and packages that took it. cProfile slows call-heavy code down; read
-the proportions, not the absolute times.
+Starts ``blazar serve`` with the instant upstream as its engine, the same rig
+as the overhead benchmark, sends the requests, stops the daemon and writes
+``bench/results/<date>-profile-<mode>-c<C>[-py-spy].txt``: the functions and
+packages that took the CPU.
+
+``--sampler cprofile`` (the default) runs the daemon under cProfile (CPU time):
+exact call counts, but it slows call-heavy code down several times, so read the
+proportions, not the absolute times. ``--sampler py-spy`` samples the running
+daemon from outside (``py-spy record``, in the ``bench`` extra; it needs
+permission to ptrace the daemon): no distortion, no call counts.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import io
 import json
 import pstats
 import runpy
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,13 +101,13 @@ def _by_package(stats: pstats.Stats) -> dict[str, float]:
 _LAYERS = (
     ("hypercorn: read, parse and dispatch each request", "hypercorn/protocol/h11.py", "handle"),
     ("hypercorn: write each response event", "hypercorn/protocol/http_stream.py", "app_send"),
-    ("gateway middleware (trace ids, cards, ledger)", "blazar/web/app.py", "__call__"),
-    ("quart: request to response", "quart/asgi.py", "handle_request"),
-    ("quart: send the response", "quart/asgi.py", "_send_response"),
+    ("gateway layer (call, card, guard, ledger, cleanups)", "blazar/web/gateway.py", "__call__"),
+    ("gateway route: body, handler, reply", "blazar/web/gateway.py", "_serve"),
+    ("gateway route: send the reply", "blazar/web/gateway.py", "_send_reply"),
     ("the relay route (claim, upstream, response)", "blazar/web/openai.py", "relay"),
     ("claim: admission slot, engine, lease", "blazar/web/claim.py", "claim_engine"),
     ("upstream client: request and response head", "actors/upstream.py", "request"),
-    ("upstream client: read the body", "actors/upstream.py", "aread"),
+    ("upstream client: read the body", "actors/upstream.py", "receive_some"),
 )
 
 
@@ -115,26 +120,13 @@ def _layers(stats: pstats.Stats, total: float) -> list[tuple[str, float]]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)  # internal: the profiled child
-    args = parser.parse_args()
-    if args.serve:
-        _serve_profiled(args.serve)
-        return 0
-
+def _start_daemon(tmp: Path, cmd: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     sys.path.insert(0, str(ROOT))
     from tests.support import ensure_model, home_env, make_home
 
-    tmp = Path(tempfile.mkdtemp(prefix="blazar-profile-"))
     home = make_home(
         tmp / "home", ensure_model(), config=RIG.format(upstream=ROOT / "bench" / "instant-upstream")
     )
-    prof = tmp / "daemon.prof"
-    cmd = [sys.executable, "-m", "bench.profile", "--serve", str(prof)]
     proc = subprocess.Popen(
         cmd, env=home_env(home), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -143,7 +135,110 @@ def main() -> int:
         if proc.poll() is not None:
             raise SystemExit("the daemon did not start")
         time.sleep(0.05)
-    url = json.loads(info.read_text())["url"]
+    return proc, str(json.loads(info.read_text())["url"])
+
+
+def _result_path(args: argparse.Namespace, suffix: str = "") -> Path:
+    mode = "stream" if args.stream else "nonstream"
+    name = f"{time.strftime('%Y-%m-%d')}-profile-{mode}-c{args.concurrency}{suffix}.txt"
+    return ROOT / "bench" / "results" / name
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (
+        f"python -m bench.profile --requests {args.requests} --concurrency {args.concurrency}"
+        f"{' --stream' if args.stream else ''}{' --sampler py-spy' if args.sampler == 'py-spy' else ''}"
+    )
+
+
+def _main_py_spy(args: argparse.Namespace) -> int:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: pip install -e '.[bench]'")
+    tmp = Path(tempfile.mkdtemp(prefix="blazar-profile-"))
+    raw = tmp / "daemon.txt"
+    proc, url = _start_daemon(tmp, [sys.executable, "-m", "blazar", "serve", "--port", "0"])
+    try:
+        trio.run(_load, url, 200, args.concurrency, args.stream)  # warm: engine up, pools filled
+        sampler = subprocess.Popen(
+            [spy, "record", "-p", str(proc.pid), "-r", "250", "-f", "raw", "-o", str(raw), "--nonblocking"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # attached
+        elapsed = trio.run(_load, url, args.requests, args.concurrency, args.stream)
+        sampler.send_signal(signal.SIGINT)  # py-spy writes its output on interrupt
+        sampler.wait(60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    mode = "stream" if args.stream else "nonstream"
+    text = (
+        f"py-spy samples (250 Hz, all threads) of `blazar serve`, instant upstream as the engine, "
+        f"{args.requests} {mode} requests at C={args.concurrency} in {elapsed:.1f} s (wall).\n"
+        f"Command: {_command(args)}\n\n" + _py_spy_report(raw)
+    )
+    out = _result_path(args, "-py-spy")
+    out.write_text(text.replace(str(ROOT) + "/", ""))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+def _py_spy_report(raw: Path, top: int = 30) -> str:
+    """Own samples by package and by function, and cumulative samples of the layers,
+    from py-spy's collapsed stacks (``frame;frame;... count`` per line)."""
+    own: dict[str, int] = defaultdict(int)
+    packages: dict[str, int] = defaultdict(int)
+    layers: dict[str, int] = defaultdict(int)
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        leaf = frames[-1]
+        own[leaf.rsplit(":", 1)[0] + ")" if ":" in leaf else leaf] += n
+        where = leaf[leaf.find("(") + 1 :]
+        parts = Path(where.split(":", 1)[0]).parts
+        packages[next((p for p in _PACKAGES if p in parts), "other")] += n
+        calls = [(fn.rsplit(".", 1)[-1], loc) for fn, _, loc in (f.partition(" (") for f in frames)]
+        for label, path, name in _LAYERS:
+            if any(fn == name and path in loc for fn, loc in calls):
+                layers[label] += n
+    if not total:
+        return "py-spy recorded no samples (is ptrace allowed?)\n"
+    out = io.StringIO()
+    out.write(f"{total} samples.\n\nOwn samples by package:\n")
+    for package, n in sorted(packages.items(), key=lambda kv: -kv[1]):
+        out.write(f"  {package:10s} {n / total:6.1%}\n")
+    out.write("\nSamples inside each layer a request crosses (nested: shares overlap):\n")
+    for label, _path, _name in _LAYERS:
+        out.write(f"  {layers[label] / total:6.1%}  {label}\n")
+    out.write("\nTop functions by own samples:\n")
+    for name, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        out.write(f"  {n / total:6.1%}  {name}\n")
+    return out.getvalue()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--sampler", choices=("cprofile", "py-spy"), default="cprofile")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # internal: the profiled child
+    args = parser.parse_args()
+    if args.serve:
+        _serve_profiled(args.serve)
+        return 0
+    if args.sampler == "py-spy":
+        return _main_py_spy(args)
+
+    tmp = Path(tempfile.mkdtemp(prefix="blazar-profile-"))
+    prof = tmp / "daemon.prof"
+    proc, url = _start_daemon(tmp, [sys.executable, "-m", "bench.profile", "--serve", str(prof)])
     elapsed = trio.run(_load, url, args.requests, args.concurrency, args.stream)
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
@@ -155,8 +250,7 @@ def main() -> int:
     text.write(
         f"cProfile (CPU time) of `blazar serve`, instant upstream as the engine, {args.requests} {mode} "
         f"requests at C={args.concurrency} in {elapsed:.1f} s (wall).\n"
-        f"Command: python -m bench.profile --requests {args.requests} --concurrency {args.concurrency}"
-        f"{' --stream' if args.stream else ''}\n"
+        f"Command: {_command(args)}\n"
         f"CPU {total:.2f} s in all, {total / args.requests * 1000:.2f} ms per request "
         "(inflated by the profiler: read the shares).\n\nOwn CPU time by package:\n"
     )
@@ -168,7 +262,7 @@ def main() -> int:
     text.write("\nTop functions by own time:\n")
     stats.stream = text  # type: ignore[attr-defined]
     stats.sort_stats("tottime").print_stats(30)
-    out = ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-profile-{mode}-c{args.concurrency}.txt"
+    out = _result_path(args)
     out.write_text(text.getvalue().replace(str(ROOT) + "/", "").replace(sys.prefix, "<venv>"))
     print(f"wrote {out.relative_to(ROOT)}")
     return 0

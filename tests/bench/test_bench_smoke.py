@@ -77,3 +77,28 @@ def test_quick_overhead_run_writes_a_result(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     text = report.read_text()
     assert "## Targets" in text and "## Pure gateway overhead" in text
+
+
+@pytest.mark.slow
+def test_floor_run_writes_a_result(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "bench.floor", "--requests", "40", "--streams", "4", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = tmp_path.glob("*-floor.txt")
+    rows = {line.split()[0]: line.split()[1:] for line in path.read_text().splitlines()[6:9]}
+    assert set(rows) == {"answer", "relay", "blazar"} and all(len(v) == 3 for v in rows.values())
+
+
+def test_py_spy_report_reads_collapsed_stacks(tmp_path: Path) -> None:
+    from bench.profile import _py_spy_report
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "run (trio/_core/_run.py:1);GatewayMiddleware.__call__ (blazar/web/gateway.py:9);"
+        "register_routes.<locals>.relay (blazar/web/openai.py:3) 3\n"
+        "run (trio/_core/_run.py:1);H11Protocol.handle (hypercorn/protocol/h11.py:5) 1\n"
+    )
+    report = _py_spy_report(raw)
+    assert "4 samples" in report
+    assert " 75.0%  the relay route" in report and " 25.0%  hypercorn: read" in report
+    assert "blazar" in report and "hypercorn" in report
