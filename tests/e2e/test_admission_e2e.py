@@ -16,6 +16,7 @@ from tests.support import MODEL, DaemonProc, make_home, start_daemon
 pytestmark = pytest.mark.slow
 
 LONG = {"model": MODEL, "messages": [{"role": "user", "content": "Write a long story."}], "stream": True}
+BLOCKER = {**LONG, "max_tokens": 2000, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,9 @@ def _start_stream(d: DaemonProc, out: dict[str, Any], **extra: Any) -> threading
     def run() -> None:
         with (
             httpx.Client(timeout=120) as c,
-            c.stream("POST", f"{d.url}/v1/chat/completions", json={**LONG, "max_tokens": 2000, **extra}) as r,
+            # ignore_eos: a blocker must hold its slot until the test ends it, not stop at the
+            # model's end of text (sampling varies, and a short story freed the slot early)
+            c.stream("POST", f"{d.url}/v1/chat/completions", json={**BLOCKER, **extra}) as r,
         ):
             out["trace"] = r.headers["x-blazar-trace-id"]
             out["status"] = r.status_code
