@@ -28,10 +28,12 @@ from blazar.dialects.neutral import (
 )
 
 __all__ = [
+    "OPTION_FIELDS",
     "EngineError",
     "EngineStream",
     "ThinkSplitter",
     "apply_defaults",
+    "apply_defaults_to_body",
     "classify_error",
     "engine_request",
     "parse_response",
@@ -133,7 +135,8 @@ def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[s
     return "/v1/chat/completions", body
 
 
-_OPTION_FIELDS = {
+OPTION_FIELDS = {
+    # a Modelfile's PARAMETER name -> the request field (the OpenAI wire name too)
     "num_predict": "max_tokens",
     "temperature": "temperature",
     "top_p": "top_p",
@@ -150,7 +153,7 @@ def apply_defaults(req: ChatRequest, *, system: str | None, defaults: dict[str, 
     """Fill what the request leaves unset from the model's settings (a Modelfile's
     SYSTEM and PARAMETER lines); the request always wins."""
     changes: dict[str, Any] = {}
-    for option, field in _OPTION_FIELDS.items():
+    for option, field in OPTION_FIELDS.items():
         if option in defaults and getattr(req, field) is None:
             value = defaults[option]
             if not (field == "max_tokens" and isinstance(value, int) and value < 0):
@@ -163,6 +166,37 @@ def apply_defaults(req: ChatRequest, *, system: str | None, defaults: dict[str, 
     if system and req.raw_prompt is None and req.messages and req.messages[0].role != "system":
         changes["messages"] = [Message(role="system", content=system), *req.messages]
     return msgspec.structs.replace(req, **changes) if changes else req
+
+
+def apply_defaults_to_body(body: bytes, *, system: str | None, defaults: dict[str, Any]) -> bytes:
+    """``apply_defaults`` for a relayed OpenAI body (chat or completions): the same rules
+    on the JSON the engine will get, so relayed requests honour a model's settings too.
+    The body comes back unchanged (the same bytes) when there is nothing to fill."""
+    doc = msgspec.json.decode(body)
+    if not isinstance(doc, dict):
+        return body
+    changed = False
+    for option, field in OPTION_FIELDS.items():
+        if option not in defaults or doc.get(field) is not None:
+            continue
+        value = defaults[option]
+        if field == "max_tokens" and (
+            doc.get("max_completion_tokens") is not None or (isinstance(value, int) and value < 0)
+        ):
+            continue
+        doc[field] = value
+        changed = True
+    if "stop" in defaults and not doc.get("stop"):
+        stop = defaults["stop"]
+        doc["stop"] = [stop] if isinstance(stop, str) else list(stop)
+        changed = True
+    messages = doc.get("messages")
+    if system and isinstance(messages, list) and messages:
+        first = messages[0]
+        if not (isinstance(first, dict) and first.get("role") in ("system", "developer")):
+            doc["messages"] = [{"role": "system", "content": system}, *messages]
+            changed = True
+    return msgspec.json.encode(doc) if changed else body
 
 
 def _usage(doc: dict[str, Any] | None) -> Usage | None:

@@ -14,10 +14,11 @@ import trio
 from quart import Response
 from quart_trio import QuartTrio
 
+from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
-from blazar.dialects.engine import classify_error
+from blazar.dialects.engine import apply_defaults_to_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
@@ -95,7 +96,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ):
             # The model's template knows no tools: the gateway emulates them, so it translates.
             return await translated(call, req)
-        return await relay(call, "/v1/chat/completions", req.model, stream=req.stream)
+        return await relay(call, "/v1/chat/completions", req.model, stream=req.stream, engine=engine)
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, req)
@@ -118,16 +119,20 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)
-        return await relay(call, "/v1/completions", req.model, stream=req.stream)
+        call.set_model(req.model)
+        engine = await runtime.engine_for(req.model)
+        return await relay(call, "/v1/completions", req.model, stream=req.stream, engine=engine)
 
-    async def relay(call: Call, path: str, model: str, *, stream: bool) -> Reply:
-        call.set_model(model)
-        engine = await runtime.engine_for(model)
+    async def relay(call: Call, path: str, model: str, *, stream: bool, engine: EngineActor) -> Reply:
+        spec = engine.spec
+        body = call.body
+        if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
+            body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
         loaded = lease.load_ns > LOADING_NS
         try:
-            upstream = await send_upstream(handle, path, call.body)
+            upstream = await send_upstream(handle, path, body)
         except UpstreamError as exc:
             lease.release()
             raise await crash_error(engine, handle, exc) from exc

@@ -8,7 +8,14 @@ import msgspec
 import pytest
 
 from blazar.dialects import tools
-from blazar.dialects.engine import EngineError, EngineStream, ThinkSplitter, engine_request, parse_response
+from blazar.dialects.engine import (
+    EngineError,
+    EngineStream,
+    ThinkSplitter,
+    apply_defaults_to_body,
+    engine_request,
+    parse_response,
+)
 from blazar.dialects.neutral import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec
 from tests.golden import assert_golden_json
 
@@ -211,3 +218,26 @@ def test_context_overflow_becomes_prompt_too_long() -> None:
     assert code == "PROMPT_TOO_LONG" and "5031" in message and "4096" in message and "num_ctx" in message
     assert classify_error(400, b'{"error":{"message":"bad"}}') == ("BAD_REQUEST", "bad")
     assert classify_error(500, b"oops") == ("BAD_GATEWAY", "oops")
+
+
+def test_model_defaults_fill_a_relayed_openai_body() -> None:
+    defaults = {"temperature": 0.2, "num_predict": 8, "top_k": 5, "stop": "<|end|>", "num_ctx": 4096}
+    body = msgspec.json.encode(
+        {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.9, "top_k": None}
+    )
+    doc = msgspec.json.decode(apply_defaults_to_body(body, system="Be brief.", defaults=defaults))
+    assert doc["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert doc["temperature"] == 0.9  # the request wins
+    assert doc["max_tokens"] == 8 and doc["top_k"] == 5 and doc["stop"] == ["<|end|>"]
+    assert "num_ctx" not in doc  # a context size restarts the engine: not a request field
+
+
+def test_model_defaults_leave_what_the_request_says() -> None:
+    own = {"model": "m", "messages": [{"role": "developer", "content": "Terse."}], "max_completion_tokens": 3}
+    body = msgspec.json.encode(own)
+    assert apply_defaults_to_body(body, system="Be brief.", defaults={"num_predict": 8}) is body
+    prompt = msgspec.json.encode({"model": "m", "prompt": "Hi"})  # /v1/completions: no messages
+    doc = msgspec.json.decode(
+        apply_defaults_to_body(prompt, system="Be brief.", defaults={"num_predict": -1})
+    )
+    assert doc == {"model": "m", "prompt": "Hi"}  # a negative num_predict means no cap

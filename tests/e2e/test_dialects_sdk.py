@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anthropic
+import httpx
 import ollama
 import openai
 import pytest
@@ -215,7 +216,9 @@ def test_required_tool_anthropic(ant: anthropic.Anthropic) -> None:
     assert final.stop_reason == "tool_use" and isinstance(call.input["city"], str)  # type: ignore[index]
 
 
-def test_ollama_create_from_model_and_from_blob(oll: ollama.Client, model_path: Path) -> None:
+def test_ollama_create_from_model_and_from_blob(
+    daemon: DaemonProc, oll: ollama.Client, model_path: Path
+) -> None:
     created = oll.create(
         model="smol-pirate", from_=MODEL, system="You are a pirate.", parameters={"num_predict": 8}
     )
@@ -226,6 +229,12 @@ def test_ollama_create_from_model_and_from_blob(oll: ollama.Client, model_path: 
         model="smol-pirate", messages=[{"role": "user", "content": "Hello"}], options={"temperature": 0}
     )
     assert r.eval_count is not None and r.eval_count <= 8  # the model's own num_predict applies
+    relayed = httpx.post(
+        f"{daemon.url}/v1/chat/completions",
+        json={"model": "smol-pirate", "messages": [{"role": "user", "content": "Hello"}], "temperature": 0},
+        timeout=60,
+    ).json()
+    assert relayed["usage"]["completion_tokens"] <= 8  # on the relayed OpenAI path too
     digest = oll.create_blob(model_path)
     assert digest.startswith("sha256:")
     made = oll.create(model="smol-from-blob", files={"model.gguf": digest})
@@ -237,8 +246,6 @@ def test_ollama_create_from_model_and_from_blob(oll: ollama.Client, model_path: 
 
 
 def test_ollama_blob_digest_is_checked(daemon: DaemonProc) -> None:
-    import httpx
-
     bogus = "sha256:" + "0" * 64
     assert httpx.head(f"{daemon.url}/api/blobs/{bogus}").status_code == 404
     r = httpx.post(f"{daemon.url}/api/blobs/{bogus}", content=b"not the bytes")
