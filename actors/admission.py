@@ -73,6 +73,17 @@ class Admit(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     client: str
     deadline_s: float | None = None
 
+    def waiter(self, arrived_s: float) -> Waiter:
+        """The queue entry this request becomes."""
+        return Waiter(
+            id=self.waiter_id,
+            model=self.model,
+            tier=Tier(self.tier),
+            client=self.client,
+            arrived_s=arrived_s,
+            deadline_s=self.deadline_s,
+        )
+
 
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     waiter_id: int
@@ -213,15 +224,7 @@ class AdmissionActor(Actor[AdmissionMessage]):
                 )
                 if queue.capacity != m.capacity:
                     queue = msgspec.structs.replace(queue, capacity=m.capacity)
-                waiter = Waiter(
-                    id=m.waiter_id,
-                    model=m.model,
-                    tier=Tier(m.tier),
-                    client=m.client,
-                    arrived_s=now,
-                    deadline_s=m.deadline_s,
-                )
-                queue, rejection = admit(queue, waiter, max_queue=self.max_queue, now_s=now)
+                queue, rejection = admit(queue, m.waiter(now), max_queue=self.max_queue, now_s=now)
                 self._queues[m.model] = queue
                 if rejection is not None:
                     self._counts["rejected"] += 1
@@ -259,15 +262,7 @@ class AdmissionActor(Actor[AdmissionMessage]):
         if queue is None or queue.capacity != m.capacity:
             return None
         now = trio.current_time()
-        waiter = Waiter(
-            id=m.waiter_id,
-            model=m.model,
-            tier=Tier(m.tier),
-            client=m.client,
-            arrived_s=now,
-            deadline_s=m.deadline_s,
-        )
-        granted = grant_at_once(queue, waiter, now_s=now)
+        granted = grant_at_once(queue, m.waiter(now), now_s=now)
         if granted is None:
             return None
         self._queues[m.model] = granted
