@@ -96,7 +96,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ):
             # The model's template knows no tools: the gateway emulates them, so it translates.
             return await translated(call, req)
-        return await relay(call, "/v1/chat/completions", req.model, stream=req.stream, engine=engine)
+        return await relay(call, "/v1/chat/completions", stream=req.stream, engine=engine)
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, req)
@@ -121,9 +121,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         req = openai.decode_completion_request(call.body)
         call.set_model(req.model)
         engine = await runtime.engine_for(req.model)
-        return await relay(call, "/v1/completions", req.model, stream=req.stream, engine=engine)
+        return await relay(call, "/v1/completions", stream=req.stream, engine=engine)
 
-    async def relay(call: Call, path: str, model: str, *, stream: bool, engine: EngineActor) -> Reply:
+    async def relay(call: Call, path: str, *, stream: bool, engine: EngineActor) -> Reply:
         spec = engine.spec
         body = call.body
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
