@@ -23,6 +23,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def available() -> bool:
     return _pyplot() is not None
 
@@ -54,9 +60,7 @@ def lines(path: Path, *, title: str, xlabel: str, ylabel: str, xs: Sequence[floa
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -80,9 +84,7 @@ def bars(
         ax.set_yscale("log")
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -99,9 +101,7 @@ def cdf(path: Path, *, title: str, xlabel: str, series: Mapping[str, Sequence[fl
     ax.set(title=title, xlabel=xlabel, ylabel="fraction of trials")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -116,7 +116,5 @@ def timeseries(
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True

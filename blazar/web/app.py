@@ -9,7 +9,6 @@ and the unexpected — answers in JSON in the caller's dialect with a
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
@@ -33,13 +32,12 @@ from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
-from blazar.web.common import JSON, describe_error, error_response
+from blazar.web.common import JSON, error_response, exception_reply, response_of
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
 
 __all__ = ["GatewayMiddleware", "create_app", "serve_app"]
 
-log = logging.getLogger("blazar.web")
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
@@ -94,13 +92,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
 
     @app.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:
-        described = describe_error(exc)
-        if described is None:
-            trace = current().trace_id
-            log.exception("unhandled error in %s %s (%s)", request.method, request.path, trace)
-            return error_response("INTERNAL", f"internal error ({type(exc).__name__}); trace id {trace}")
-        code, message, retry_after_s = described
-        return error_response(code, message, retry_after_s=retry_after_s)
+        return response_of(exception_reply(current(), exc))
 
     # -- native -----------------------------------------------------------
 

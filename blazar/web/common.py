@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama import parse_duration_s
 from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
 from blazar.web.call import Call, Cleanup, Reply, current
-from blazar.web.cards import Card, StreamEnders
+from blazar.web.cards import StreamEnders
 from registry.errors import RegistryError
 
 __all__ = [
@@ -21,24 +22,24 @@ __all__ = [
     "LOADING_NS",
     "NDJSON",
     "SSE_CACHE",
-    "SSE_HEADERS",
     "Cleanup",
-    "card",
-    "describe_error",
-    "dialect",
     "dialect_for",
     "error_reply",
     "error_response",
+    "exception_reply",
     "json_reply",
     "json_response",
     "keep_alive_header",
     "on_cleanup",
     "read_body",
+    "response_of",
     "set_model",
     "set_stream_enders",
     "stream_reply",
     "stream_response",
 ]
+
+log = logging.getLogger("blazar.web")
 
 JSON = "application/json"
 LOADING_NS = 100_000_000
@@ -46,7 +47,6 @@ LOADING_NS = 100_000_000
 (``X-Blazar-Status: loading``, Ollama ``load_duration``)."""
 NDJSON = "application/x-ndjson"
 SSE_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-SSE_HEADERS = {"Content-Type": "text/event-stream", **SSE_CACHE}
 
 
 def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
@@ -58,15 +58,9 @@ def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
     return Dialect.OPENAI
 
 
-def dialect() -> Dialect:
-    """The error shape of the current request."""
-    call = current()
-    return dialect_for(call.path, call.headers)
-
-
-def describe_error(exc: Exception) -> tuple[str, str, float | None] | None:
+def _describe(exc: Exception) -> tuple[str, str, float | None] | None:
     """An exception the gateway answers for: its ``blazar_code``, message and Retry-After;
-    None for an unexpected one (a bug: answered 500 INTERNAL and logged)."""
+    None for an unexpected one."""
     if isinstance(exc, BlazarError):
         return exc.code, exc.message, exc.retry_after_s
     if isinstance(exc, DecodeError):
@@ -87,9 +81,26 @@ def error_reply(call: Call, code: str, message: str, *, retry_after_s: float | N
     return Reply(body, status_code_for(code), headers=headers)
 
 
+def exception_reply(call: Call, exc: Exception) -> Reply:
+    """The answer to an exception raised by any route, framework or gateway: ours carry
+    their code; anything else is a bug, logged and answered 500 ``INTERNAL``."""
+    described = _describe(exc)
+    if described is None:
+        log.error("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
+        described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
+    code, message, retry_after_s = described
+    return error_reply(call, code, message, retry_after_s=retry_after_s)
+
+
+def response_of(reply: Reply) -> Response:
+    """A whole-body ``Reply`` as the framework's response."""
+    assert isinstance(reply.body, bytes)
+    headers = dict(reply.headers or {})
+    return Response(reply.body, reply.status, headers=headers, content_type=reply.content_type)
+
+
 def error_response(code: str, message: str, *, retry_after_s: float | None = None) -> Response:
-    reply = error_reply(current(), code, message, retry_after_s=retry_after_s)
-    return Response(reply.body, reply.status, headers=dict(reply.headers or {}), content_type=JSON)
+    return response_of(error_reply(current(), code, message, retry_after_s=retry_after_s))
 
 
 def json_reply(obj: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
@@ -150,12 +161,7 @@ def keep_alive_header(value: str) -> float | None:
         raise BlazarError("BAD_REQUEST", f"X-Blazar-Keep-Alive: {exc.message}") from exc
 
 
-def card() -> Card | None:
-    """The live card of the current inference request, if it has one."""
-    return current().card
-
-
 def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], bytes]) -> None:
     """How this request's stream ends when cancelled or interrupted from another connection."""
-    if (c := card()) is not None:
+    if (c := current().card) is not None:
         c.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)

@@ -25,7 +25,7 @@ from actors.ledger import LedgerActor, RequestRecord, record_nowait
 from blazar.errors import BlazarError, error_body
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
-from blazar.web.common import describe_error, dialect_for, error_reply
+from blazar.web.common import dialect_for, error_reply, exception_reply
 
 __all__ = ["GatewayMiddleware", "HostGuard"]
 
@@ -249,7 +249,7 @@ class GatewayMiddleware:
             try:
                 reply = await handler(call)
             except Exception as exc:
-                reply = _reply_for_exception(call, exc)
+                reply = exception_reply(call, exc)
             try:
                 await _send_reply(reply, send)
             except Exception:
@@ -295,15 +295,6 @@ def _other_method(call: Call) -> Reply:
     reply = error_reply(call, "METHOD_NOT_ALLOWED", f"{call.path} does not accept {call.method}")
     reply.headers = allow
     return reply
-
-
-def _reply_for_exception(call: Call, exc: Exception) -> Reply:
-    described = describe_error(exc)
-    if described is None:
-        log.exception("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
-        described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
-    code, message, retry_after_s = described
-    return error_reply(call, code, message, retry_after_s=retry_after_s)
 
 
 async def _read_body(call: Call, receive: Any) -> bytes:
