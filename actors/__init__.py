@@ -1,1 +1,52 @@
-"""Blazar's serving runtime: supervised actors for engines, slots and state."""
+"""The serving runtime, embeddable in any Trio program without the HTTP layer.
+
+    from actors import RuntimeConfig, open_runtime
+
+    async with open_runtime(RuntimeConfig.in_home(home)) as rt:
+        async with rt.claim("smollm2-135m") as claim:
+            resp = await claim.handle.client.post("/v1/chat/completions", json={...})
+
+``rt.claim`` is the request protocol the daemon's gateway uses too: an admission
+slot (queues, priorities, deadlines), eviction of idle models when needed, a ready
+engine, a lease, and one release that re-arms the model's keep-alive timer.
+"""
+
+from actors.admission import AdmissionRejected
+from actors.claim import Claim, ClaimRequest
+from actors.config import EngineConfig, ModelOverride, RuntimeConfig
+from actors.errors import (
+    ActorStopped,
+    BlazarRuntimeError,
+    EngineCircuitOpen,
+    EngineCrashed,
+    EngineStartTimeout,
+    EngineUnavailable,
+)
+from actors.lifecycle import InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
+from actors.runtime import Runtime, RuntimeStatistics, open_runtime
+from actors.scheduling import Tier
+from registry.errors import ModelNotFound
+
+__all__ = [
+    "ActorStopped",
+    "AdmissionRejected",
+    "BlazarRuntimeError",
+    "Claim",
+    "ClaimRequest",
+    "EngineCircuitOpen",
+    "EngineConfig",
+    "EngineCrashed",
+    "EngineStartTimeout",
+    "EngineUnavailable",
+    "InsufficientMemory",
+    "MaxLoadedModels",
+    "ModelBusy",
+    "ModelNotFound",
+    "ModelOverride",
+    "ModelTooLarge",
+    "Runtime",
+    "RuntimeConfig",
+    "RuntimeStatistics",
+    "Tier",
+    "open_runtime",
+]

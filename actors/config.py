@@ -63,6 +63,13 @@ class RuntimeConfig(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=T
     cache_dir: str
     """Downloaded wheels and other re-fetchable files."""
 
+    @classmethod
+    def in_home(cls, home: str, **settings: object) -> RuntimeConfig:
+        """A config with every path under ``home`` (as ``BLAZAR_HOME`` lays them out) and
+        the given settings, for a program that embeds the runtime."""
+        paths = cls(home=home, run_dir=f"{home}/run", cache_dir=f"{home}/cache")
+        return msgspec.structs.replace(paths, **settings)
+
     @property
     def models_dir(self) -> str:
         return f"{self.home}/models"

@@ -8,9 +8,14 @@
     └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
 
 
-async with open_runtime(cfg) as rt:
-    engine = await rt.engine_for("smollm2-135m")
-    handle = await engine.ask(EnsureReady())
+Every request goes through ``rt.claim`` (admission slot, eviction if needed, a
+ready engine, a lease; released once, then the keep-alive timer re-armed):
+
+    async with open_runtime(cfg) as rt:
+        async with rt.claim("smollm2-135m") as claim:
+            resp = await claim.handle.client.post("/v1/chat/completions", json={...})
+
+``examples/embed.py`` is a complete program.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import trio
 
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
+from actors.claim import ClaimRequest
 from actors.config import RuntimeConfig
 from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
@@ -33,6 +39,7 @@ from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
+from actors.scheduling import Tier
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
@@ -223,6 +230,42 @@ class Runtime:
             if model != record.name:
                 self._engines[model] = engine
         return engine
+
+    def claim(
+        self,
+        model: str,
+        *,
+        tier: Tier = Tier.NORMAL,
+        client: str = "",
+        deadline_s: float | None = None,
+        keep_alive_s: float | None = None,
+        waiter_id: int | None = None,
+        on_granted: Callable[[EngineActor], None] | None = None,
+    ) -> ClaimRequest:
+        """Claim ``model``'s engine for one request (the request protocol, ``actors/claim.py``).
+
+        ``await`` it for a ``Claim`` to ``release()`` later, or use it as ``async with``.
+        ``tier`` and ``client`` order the admission queue (priority, fair share);
+        ``deadline_s`` is a ``trio.current_time()`` deadline (like trio's own) after which
+        a request still queued is refused; ``keep_alive_s`` overrides how long the model
+        stays loaded after this request; ``waiter_id`` (from ``admission.next_id()``) lets
+        the caller find the request in the queue while it waits; ``on_granted`` runs once
+        the slot is granted, before the engine is made ready.
+
+        Raises ``registry.errors.ModelNotFound``, admission's refusals (queue full,
+        deadline, timeout), the lifecycle's (no room to load) and the engine's
+        (crashed, start timeout, breaker open).
+        """
+        return ClaimRequest(
+            self,
+            model,
+            tier=tier,
+            client=client,
+            deadline_s=deadline_s,
+            keep_alive_s=keep_alive_s,
+            waiter_id=waiter_id,
+            on_granted=on_granted,
+        )
 
     def loaded(self) -> list[EngineActor]:
         seen: dict[int, EngineActor] = {}

@@ -105,7 +105,7 @@ _LAYERS = (
     ("gateway route: body, handler, reply", "blazar/web/gateway.py", "_serve"),
     ("gateway route: send the reply", "blazar/web/gateway.py", "_send_reply"),
     ("the relay route (claim, upstream, response)", "blazar/web/openai.py", "relay"),
-    ("claim: admission slot, engine, lease", "blazar/web/claim.py", "claim_engine"),
+    ("claim: admission slot, engine, lease", "actors/claim.py", "_claim"),
     ("upstream client: request and response head", "actors/upstream.py", "request"),
     ("upstream client: read the body", "actors/upstream.py", "receive_some"),
 )

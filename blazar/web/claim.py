@@ -1,18 +1,16 @@
-"""Claiming an engine for one request: a slot from admission, a ready child, a lease.
+"""What a request's HTTP headers say about its claim on an engine.
 
-Order matters: the slot comes first, so a request that waits in the queue and
-disconnects is withdrawn without ever starting or loading an engine.
+The request protocol itself (slot, eviction, ready engine, lease, release) is
+the runtime's (``actors/claim.py``); this module only reads the headers into its
+arguments and keeps the live request card in step.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import trio
 
-from actors.admission import Slot, acquire
-from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, Lease
+from actors.claim import Claim
+from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
@@ -21,28 +19,6 @@ from blazar.web.cards import CardState
 from blazar.web.common import keep_alive_header
 
 __all__ = ["Claim", "claim_engine"]
-
-
-@dataclass
-class Claim:
-    runtime: Runtime
-    engine: EngineActor
-    handle: EngineHandle
-    slot: Slot
-    lease: Lease
-    load_ns: int
-    queued_s: float
-    keep_alive_s: float | None
-    released: bool = False
-
-    def release(self) -> None:
-        """Idempotent: the engine's lease, the admission slot, then the idle timer."""
-        if self.released:
-            return
-        self.released = True
-        self.lease.release()
-        self.slot.release()
-        self.runtime.lifecycle.touch_nowait(self.engine.spec.model, self.keep_alive_s)
 
 
 def _client_key(call: Call) -> str:
@@ -73,7 +49,8 @@ def _deadline_s(call: Call) -> float | None:
 
 
 async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None) -> Claim:
-    """``keep_alive_s``: from the request body (Ollama), else the X-Blazar-Keep-Alive header."""
+    """The current request's claim on ``engine``. ``keep_alive_s``: from the request
+    body (Ollama), else the X-Blazar-Keep-Alive header."""
     call = current()
     if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
         keep_alive_s = keep_alive_header(header)
@@ -81,36 +58,17 @@ async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: f
     waiter_id = runtime.admission.next_id()
     if live is not None:
         live.waiter_id = waiter_id
-    slot = await acquire(
-        runtime.admission,
-        waiter_id=waiter_id,
-        model=engine.spec.model,
-        capacity=engine.spec.slots,
+
+    def granted(engine: EngineActor) -> None:
+        if live is not None:
+            live.state, live.engine = CardState.RUNNING, engine.engine_kind
+
+    return await runtime.claim(
+        engine.spec.model,
         tier=parse_tier(call.headers.get("x-blazar-priority")),
         client=_client_key(call),
         deadline_s=_deadline_s(call),
-    )
-    if live is not None:
-        live.state, live.engine = CardState.RUNNING, engine.engine_kind
-    try:
-        t0 = time.perf_counter_ns()
-        handle = engine.ready_handle()
-        if handle is None:
-            if engine.state is not EngineState.READY:
-                await runtime.before_load(engine)  # max_loaded_models and memory: evict idle ones
-            handle = await engine.ask(EnsureReady())
-        load_ns = time.perf_counter_ns() - t0
-        lease = engine.lease()
-    except BaseException:
-        slot.release()
-        raise
-    return Claim(
-        runtime=runtime,
-        engine=engine,
-        handle=handle,
-        slot=slot,
-        lease=lease,
-        load_ns=load_ns,
-        queued_s=slot.queued_s,
         keep_alive_s=keep_alive_s,
+        waiter_id=waiter_id,
+        on_granted=granted,
     )
