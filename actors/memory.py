@@ -19,6 +19,7 @@ from actors.census import ram_available
 from actors.engines.llamacpp import LaunchSpec
 from registry import fit
 from registry.errors import RegistryError
+from registry.shape import ModelShape, read_shape
 
 __all__ = ["MemoryPlanner"]
 
@@ -38,18 +39,18 @@ class MemoryPlanner:
         self.budget_mb = budget_mb
         """None: what the system has available; 0 or less: no memory check."""
         self._available = available
-        self._shapes: dict[str, fit.ModelShape] = {}
-        self._estimates: dict[str, tuple[fit.ModelShape, fit.Estimate]] = {}
+        self._shapes: dict[str, ModelShape] = {}
+        self._estimates: dict[str, tuple[ModelShape, fit.Estimate]] = {}
         """Model name → its shape and estimate at the settings it was last planned with."""
 
     def _settings(self, spec: LaunchSpec) -> fit.Settings:
         return fit.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots)
 
-    def _estimate(self, spec: LaunchSpec) -> tuple[fit.ModelShape, fit.Estimate] | None:
+    def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape, fit.Estimate] | None:
         shape = self._shapes.get(spec.path)
         if shape is None:
             try:
-                shape = self._shapes[spec.path] = fit.read_shape(spec.path)
+                shape = self._shapes[spec.path] = read_shape(spec.path)
             except (RegistryError, OSError, ValueError) as exc:
                 log.warning("no memory estimate for '%s' (%s): loading it unchecked", spec.model, exc)
                 return None

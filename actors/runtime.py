@@ -44,6 +44,7 @@ from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
 from registry.errors import RegistryError
+from registry.shape import read_shape
 from registry.store import ModelRecord, Store
 
 __all__ = ["LoadPlan", "Runtime", "RuntimeStatistics", "launch_spec_for", "open_runtime", "plan_offline"]
@@ -118,7 +119,7 @@ def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) 
     if not census.gpus:
         return None
     try:
-        shape = fit.read_shape(path)
+        shape = read_shape(path)
     except (RegistryError, OSError):
         return None
     report = fit.fit(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), census.memory())

@@ -46,7 +46,7 @@ from ._ollama import parse_ollama_ref, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
 from .errors import ChecksumMismatch, InsufficientStorage, InvalidModelFile, PullFailed, RegistryError
 from .gguf import looks_like_gguf, read_model_info
-from .scan import find_reusable
+from .reuse import find_reusable
 from .store import ModelRecord, ModelSettings, Store
 
 __all__ = ["PullProgress", "RetryPolicy", "pull"]
@@ -488,7 +488,7 @@ async def pull(
 ) -> ModelRecord:
     """Install `name` (a catalog name, `ORG/REPO[:QUANT]` or `ollama:NAME[:TAG]`) into `store`.
 
-    Bytes already in another tool's store (see `registry.scan`) are hardlinked (copied
+    Bytes already in another tool's store (see `registry.reuse`) are hardlinked (copied
     across filesystems; symlinked with `link`) instead of downloaded.
 
     Progress goes to `on_progress` as `PullProgress` events. Raises `ModelNotFound`,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import httpx
 import msgspec
 
-from . import fit
 from ._download import Fetch, RetryPolicy
 from ._hf import resolve_hf
 from ._names import canonical_name
 from .catalog import Catalog, HfSource
 from .errors import PullFailed
 from .gguf import GGUFHeader
+from .shape import ModelShape, PrefixReader, shape_from_header
 
 __all__ = ["remote_shape"]
 
@@ -25,7 +25,7 @@ _TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 
 async def _header(client: httpx.AsyncClient, fetch: Fetch) -> GGUFHeader:
     """Fetch the start of the file until its GGUF header is whole."""
-    reader = fit.PrefixReader(total_size=fetch.size)
+    reader = PrefixReader(total_size=fetch.size)
     while (wanted := reader.next_range()) is not None:
         start, end = wanted
         resp = await client.get(fetch.url, headers={**fetch.headers, "Range": f"bytes={start}-{end - 1}"})
@@ -38,7 +38,7 @@ async def _header(client: httpx.AsyncClient, fetch: Fetch) -> GGUFHeader:
 
 async def remote_shape(
     name: str, catalog: Catalog, *, retry: RetryPolicy | None = None
-) -> tuple[fit.ModelShape, str]:
+) -> tuple[ModelShape, str]:
     """The shape of the model `name` (a catalog name or a Hugging Face reference) and the
     file it was read from (``hf:ORG/REPO/FILE``); every part of a split model counts."""
     entry = catalog.get(name)
@@ -53,4 +53,4 @@ async def remote_shape(
     async with httpx.AsyncClient(timeout=_TIMEOUT, follow_redirects=True) as client:
         headers = [await _header(client, fetch) for _name, fetch in plan.parts]
     merged = msgspec.structs.replace(headers[0], tensors=[t for h in headers for t in h.tensors])
-    return fit.shape_from_header(merged), plan.source
+    return shape_from_header(merged), plan.source

@@ -1,4 +1,4 @@
-"""Find models other tools already keep on disk, and adopt them without copying.
+"""Find models other tools already keep on disk (adopting them is `registry.reuse`).
 
 Stores read (every root is a parameter; `default_roots()` reads the usual variables):
 
@@ -21,7 +21,6 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,29 +40,22 @@ from ._ollama import (
     OllamaManifest,
     ollama_settings,
 )
-from .errors import InvalidModelFile, InvalidModelName, RegistryError
+from .errors import InvalidModelName, RegistryError
 from .gguf import looks_like_gguf, read_model_info
-from .store import ModelRecord, ModelSettings, Store, sha256_file
+from .store import ModelSettings
 
 __all__ = [
-    "HASH_CACHE_FILE",
-    "Adoption",
     "Companion",
     "FoundModel",
     "Roots",
     "ScanResult",
     "StoreKind",
-    "adopt",
-    "adopt_all",
     "default_roots",
-    "find_reusable",
+    "files_of_size",
     "scan",
 ]
 
 StoreKind = Literal["ollama", "huggingface", "lmstudio", "llama.cpp"]
-
-HASH_CACHE_FILE = "reuse-hashes.json"
-"""Hashes computed by `find_reusable`, kept under the Blazar store's root."""
 
 _HEX = re.compile(r"[0-9a-f]{64}")
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
@@ -77,7 +69,6 @@ _OLLAMA_HOST = "registry.ollama.ai"
 _MAX_MANIFEST_BYTES = 1 << 20
 _MAX_SETTINGS_BYTES = 1 << 20
 _STORE_ORDER: tuple[StoreKind, ...] = ("ollama", "huggingface", "lmstudio", "llama.cpp")
-_PREFERRED_PROJECTORS = ("f16", "bf16", "f32", "q8_0")
 
 
 class Companion(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,20 +121,6 @@ class Roots(msgspec.Struct, frozen=True, kw_only=True):
     huggingface: tuple[str, ...] = ()
     lmstudio: tuple[str, ...] = ()
     llamacpp: tuple[str, ...] = ()
-
-
-class Adoption(msgspec.Struct, frozen=True, kw_only=True):
-    """What `adopt_all` did with one found model."""
-
-    name: str
-    store: StoreKind
-    path: str
-    status: Literal["adopted", "skipped", "failed"]
-    method: Literal["hardlink", "copy", "symlink", "existing"] | None = None
-    """How the blob got into the store; ``existing``: the store already held those bytes."""
-    bytes_copied: int = 0
-    reason: str | None = None
-    record: ModelRecord | None = None
 
 
 # -- where stores live ------------------------------------------------------------
@@ -631,221 +608,18 @@ def _unique(name: str, kind: StoreKind, taken: Mapping[str, object]) -> str:
     return canonical_name(candidate)
 
 
-# -- reuse by content ------------------------------------------------------------------------
+def files_of_size(size: int, roots: Roots | None = None, *, filename: str | None = None) -> list[FoundModel]:
+    """Every GGUF file of exactly `size` bytes under `roots`, models and projectors alike.
 
-
-class _HashEntry(msgspec.Struct, frozen=True, kw_only=True):
-    size: int
-    mtime_ns: int
-    sha256: str
-
-
-class _HashCache:
-    """sha256 of files elsewhere, keyed by (path, size, mtime), so a second scan hashes nothing."""
-
-    def __init__(self, file: Path | None) -> None:
-        self.file = file
-        self.entries: dict[str, _HashEntry] = {}
-        self.dirty = False
-        if file is not None:
-            with contextlib.suppress(OSError, msgspec.DecodeError):
-                self.entries = msgspec.json.decode(file.read_bytes(), type=dict[str, _HashEntry])
-
-    def sha256(self, path: Path) -> str:
-        st = path.stat()
-        key = str(path)
-        hit = self.entries.get(key)
-        if hit is not None and hit.size == st.st_size and hit.mtime_ns == st.st_mtime_ns:
-            return hit.sha256
-        sha = sha256_file(path)
-        self.entries[key] = _HashEntry(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
-        self.dirty = True
-        return sha
-
-    def save(self) -> None:
-        if self.file is None or not self.dirty:
-            return
-        live = {k: v for k, v in self.entries.items() if os.path.exists(k)}
-        # The cache only saves time; failing to write it must not fail the caller.
-        with contextlib.suppress(OSError):
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(msgspec.json.encode(live))
-                os.replace(tmp, self.file)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        self.dirty = False
-
-
-def _hash_cache(store: Store | None) -> _HashCache:
-    return _HashCache(store.root / HASH_CACHE_FILE if store is not None else None)
-
-
-def find_reusable(
-    size: int,
-    sha256: str | None,
-    roots: Roots | None = None,
-    *,
-    store: Store | None = None,
-    filename: str | None = None,
-) -> FoundModel | None:
-    """A file in another store with these bytes (model or projector), or None.
-
-    With `sha256`, a candidate of the right size is hashed only when its store does not name
-    it by its sha256; hashes are cached in `<store.root>/reuse-hashes.json` when `store` is
-    given. Without `sha256` nothing can be proven: a candidate must then have the same size
-    and the same file name (`filename`), and no `filename` means no match.
+    Nothing is read or hashed: names are suggested from the stores' own naming only, and
+    `sha256` is set where the store names the file by it. With `filename`, only files of
+    that name (case-insensitive; a store without file names is matched by its origin).
     """
     col = _collect(roots if roots is not None else default_roots())
-    candidates = [e for e in col.entries if e.size == size]
-    if sha256 is None:
-        wanted_file = Path(filename).name.lower() if filename else None
-        for entry in candidates:
-            if wanted_file and (entry.filename or Path(entry.origin).name).lower() == wanted_file:
-                return _found(entry, _suggest(entry, None))
-        return None
-    want = sha256.lower().removeprefix("sha256:")
-    if not _HEX.fullmatch(want):
-        raise RegistryError(f"'{sha256}' is not a sha256 hex digest")
-    for entry in candidates:
-        if entry.sha256 == want:
-            return _found(entry, _suggest(entry, None))
-    cache = _hash_cache(store)
-    try:
-        for entry in candidates:
-            if entry.sha256 is not None:
-                continue
-            try:
-                got = cache.sha256(entry.path)
-            except OSError:
-                continue
-            if got == want:
-                entry.sha256 = got
-                return _found(entry, _suggest(entry, None))
-    finally:
-        cache.save()
-    return None
-
-
-# -- adoption ------------------------------------------------------------------------------------
-
-
-def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool = False) -> ModelRecord:
-    """Add a found model to `store` (hardlink, else copy; a symlink with `link`).
-
-    The model keeps its settings (Ollama) and its vision projector, placed in the store the
-    same way. Replaces any model already called `name`, like `Store.import_file`. A known
-    sha256 is checked against the file's bytes, so a corrupt blob elsewhere is refused.
-    """
-    if found.role != "model":
-        raise InvalidModelFile(f"{found.path} is a vision projector, not a model")
-    projector = _pick_projector(found.companions)
-    return store.import_file(
-        Path(found.path),
-        name or found.name,
-        link=link,
-        source=found.source,
-        expected_sha256=found.sha256,
-        settings=found.settings,
-        projector=Path(projector.path) if projector else None,
-        projector_sha256=projector.sha256 if projector else None,
-    )
-
-
-def _pick_projector(companions: Sequence[Companion]) -> Companion | None:
-    def rank(c: Companion) -> tuple[int, str]:
-        name = c.filename.lower()
-        order = next(
-            (i for i, p in enumerate(_PREFERRED_PROJECTORS) if p in name), len(_PREFERRED_PROJECTORS)
-        )
-        return order, c.filename
-
-    return min(companions, key=rank) if companions else None
-
-
-def _same_bytes(installed: ModelRecord, found: FoundModel, cache: _HashCache) -> bool:
-    if found.sha256 is not None:
-        return installed.digest == f"sha256:{found.sha256}"
-    if installed.size != found.size:
-        return False
-    with contextlib.suppress(OSError):
-        if os.path.samefile(installed.path, found.path):
-            return True
-    try:
-        return installed.digest == f"sha256:{cache.sha256(Path(found.path))}"
-    except OSError:
-        return False
-
-
-def adopt_all(
-    store: Store,
-    found: Sequence[FoundModel],
-    *,
-    link: bool = False,
-    on_result: Callable[[Adoption], None] | None = None,
-) -> list[Adoption]:
-    """Adopt each found model under its suggested name; never replaces an installed model.
-
-    A name already installed with the same bytes is skipped as done; a name taken by other
-    bytes is skipped with a reason. One failure does not stop the others. `on_result` hears
-    of each model as soon as it is done (copies across filesystems take a while).
-    """
-    results: list[Adoption] = []
-    cache = _hash_cache(store)
-    try:
-        for item in found:
-            if item.role != "model":
-                continue
-            results.append(outcome := _adopt_one(store, item, link, cache))
-            if on_result is not None:
-                on_result(outcome)
-    finally:
-        cache.save()
-    return results
-
-
-def _adopt_one(store: Store, item: FoundModel, link: bool, cache: _HashCache) -> Adoption:
-    def result(status: Literal["adopted", "skipped", "failed"], **kw: Any) -> Adoption:
-        return Adoption(name=item.name, store=item.store, path=item.path, status=status, **kw)
-
-    try:
-        installed = store.find(item.name)
-        if installed is not None and Path(installed.path).exists():
-            if _same_bytes(installed, item, cache):
-                return result("skipped", reason="already installed", record=installed)
-            return result(
-                "skipped",
-                reason=f"'{item.name}' is installed with other bytes — import this one under another "
-                f"name: blazar import {item.path} --name NAME",
-            )
-        try:
-            before = set(os.listdir(store.blobs_dir))
-        except OSError:
-            before = set()
-        record = adopt(store, item, link=link)
-    except (RegistryError, OSError) as exc:
-        reason = exc.message if isinstance(exc, RegistryError) else f"{exc.strerror or exc}"
-        return result("failed", reason=reason)
-    method, copied = _placement(Path(record.path), Path(item.path), before, record.size)
-    if record.projector is not None:
-        projector = _pick_projector(item.companions)
-        if projector is not None:
-            copied += _placement(Path(record.projector), Path(projector.path), before, projector.size)[1]
-    return result("adopted", method=method, bytes_copied=copied, record=record)
-
-
-def _placement(
-    blob: Path, src: Path, before: set[str], size: int
-) -> tuple[Literal["hardlink", "copy", "symlink", "existing"], int]:
-    """How `blob` came to hold `src`'s bytes, and how many bytes that copied."""
-    if blob.is_symlink():
-        return "symlink", 0
-    if _inode(blob) == _inode(src):
-        return "hardlink", 0
-    if blob.name in before:
-        return "existing", 0
-    return "copy", size
+    wanted = Path(filename).name.lower() if filename is not None else None
+    return [
+        _found(entry, _suggest(entry, None))
+        for entry in col.entries
+        if entry.size == size
+        and (wanted is None or (entry.filename or Path(entry.origin).name).lower() == wanted)
+    ]

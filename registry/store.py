@@ -7,7 +7,7 @@ Layout under the root (`<home>/models`):
     info/sha256-<hex>.json    cached GGUF header facts
     shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
     partial/                  downloads in progress (resumable, never listed), with a .lock each
-    reuse-hashes.json         hashes of files in other tools' stores (registry/scan.py)
+    reuse-hashes.json         hashes of files in other tools' stores (registry/reuse.py)
 
 Every method is blocking; async callers run them in a worker thread.
 """

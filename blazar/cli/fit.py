@@ -23,14 +23,14 @@ _FIT_FIELDS = ("weights", "kv", "k", "v", "recurrent", "compute", "overhead", "t
 
 def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
     """(shape, model name, where it was read) of a file, an installed model, or a remote one."""
-    from registry import fit as fitting
     from registry.catalog import Catalog
     from registry.errors import ModelNotFound
     from registry.remote import remote_shape
+    from registry.shape import read_shape
 
     path = Path(target).expanduser()
     if path.is_file():
-        return fitting.read_shape(path), path.name, str(path)
+        return read_shape(path), path.name, str(path)
     try:
         record = open_store(paths).get(target)
     except ModelNotFound:
@@ -39,7 +39,7 @@ def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
             raise  # neither a file, nor installed, nor something to fetch a header of
         shape, source = trio.run(remote_shape, target, catalog)
         return shape, target, source
-    return fitting.read_shape(record.path), record.name, record.path
+    return read_shape(record.path), record.name, record.path
 
 
 @app.command
@@ -203,6 +203,7 @@ def coreside(models: list[str], *, json_: Json = False) -> None:
     from actors.census import take_census
     from actors.runtime import launch_spec_for
     from registry import fit as fitting
+    from registry.shape import read_shape
 
     paths, config = load_setup()
     runtime = config.runtime(paths)
@@ -212,7 +213,7 @@ def coreside(models: list[str], *, json_: Json = False) -> None:
         record = store.get(name)
         spec = launch_spec_for(runtime, store, record)
         settings = fitting.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots)
-        est = fitting.estimate(fitting.read_shape(record.path), settings)
+        est = fitting.estimate(read_shape(record.path), settings)
         rows.append(
             {"model": record.name, "ctx_per_slot": spec.ctx_per_slot, "slots": spec.slots, "bytes": est.total}
         )

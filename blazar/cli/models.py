@@ -184,7 +184,8 @@ def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
     """`blazar import --scan [--all]`: list, or adopt, the models other tools keep on disk."""
     from rich.markup import escape
 
-    from registry.scan import Adoption, adopt_all, default_roots
+    from registry.reuse import Adoption, adopt_all
+    from registry.scan import default_roots
     from registry.scan import scan as find_models
 
     roots = default_roots()

@@ -1,4 +1,4 @@
-"""The Ollama dialect: ``/api/chat``, ``/api/generate``, ``/api/embed(dings)``, listings, pulls.
+"""The Ollama dialect's inference side: ``/api/chat``, ``/api/generate``, ``/api/embed(dings)``.
 
 Requests are validated into wire structs (unknown fields ignored, wrong types
 rejected naming the field) and turned into neutral types. Answers are encoded
@@ -9,14 +9,12 @@ Ollama's conventions kept here: ``stream`` defaults to true; durations are in
 nanoseconds and zero-valued metrics are left out; ``created_at`` is RFC 3339
 with nanoseconds; a tool call is sent whole, with ``arguments`` as an object,
 never as fragments; a chat with no messages (or a generate with no prompt)
-only loads the model, or unloads it when ``keep_alive`` is 0.
+only loads the model, or unloads it when ``keep_alive`` is 0. Listings, ``show``
+and pull progress are the model verbs of ``blazar.dialects.ollama_models``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -38,14 +36,11 @@ from blazar.dialects.neutral import (
     ToolSpec,
     Usage,
 )
+from blazar.dialects.ollama_time import parse_duration_s
 from blazar.errors import Dialect, error_body
 
 __all__ = [
-    "FOREVER_RFC3339",
-    "ModelDetails",
-    "PsEntry",
     "StreamEncoder",
-    "TagEntry",
     "Timings",
     "ToolCallAccumulator",
     "decode_chat_request",
@@ -63,19 +58,7 @@ __all__ = [
     "encode_generate_response",
     "encode_legacy_embedding",
     "encode_load_response",
-    "encode_ps",
-    "encode_pull_progress",
-    "encode_show",
-    "encode_tags",
-    "encode_version",
-    "format_parameter_size",
     "load_action",
-    "model_capabilities",
-    "parse_duration_s",
-    "pull_status",
-    "rfc3339",
-    "rfc3339_ns",
-    "with_tag",
 ]
 
 # ---------------------------------------------------------------------------
@@ -187,50 +170,6 @@ class _LegacyEmbedBody(msgspec.Struct, kw_only=True):
 def _check_model(model: str) -> None:
     if not model.strip():
         raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
-
-
-_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 10**9, "m": 60 * 10**9}
-_UNIT_NS["h"] = 3600 * 10**9
-_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
-
-
-def parse_duration_s(value: str | int | float | None) -> float | None:
-    """``keep_alive`` in seconds: None when not given, 0.0 to unload, -1.0 to keep forever.
-
-    Accepts Go durations (``"5m"``, ``"1h30m"``, ``"300ms"``, ``"-1m"``) and plain
-    numbers of seconds (``300``, ``"300"``), like Ollama and ``OLLAMA_KEEP_ALIVE``.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise DecodeError(
-            f"invalid field `keep_alive`: expected a duration string or a number of seconds, "
-            f"got `{type(value).__name__}`"
-        )
-    if isinstance(value, int | float):
-        if math.isnan(value) or math.isinf(value):
-            raise DecodeError("invalid field `keep_alive`: not a finite number")
-        return -1.0 if value < 0 else float(value)
-    text = value.strip()
-    if not text:
-        return None
-    if _PLAIN_NUMBER.fullmatch(text):
-        seconds = float(text)
-        return -1.0 if seconds < 0 else seconds
-    sign, body = 1, text
-    if body[0] in "+-":
-        sign, body = (-1 if body[0] == "-" else 1), body[1:]
-    if not _DURATION.fullmatch(body):
-        raise DecodeError(
-            f"invalid field `keep_alive`: {value!r} is not a duration — send seconds (300), "
-            'a Go duration ("5m", "1h30m", "300ms"), 0 to unload, or -1 to keep the model loaded'
-        )
-    total_ns = sum(float(num) * _UNIT_NS[unit] for num, unit in _DURATION_PART.findall(body))
-    if sign < 0 and total_ns > 0:
-        return -1.0
-    return total_ns / 1e9
 
 
 def _think(value: _Think) -> bool | None:
@@ -472,48 +411,6 @@ def decode_legacy_embeddings_request(body: bytes) -> EmbedRequest:
         inputs=[wire.prompt] if wire.prompt else [],
         keep_alive_s=parse_duration_s(wire.keep_alive),
     )
-
-
-# ---------------------------------------------------------------------------
-# Time and number formatting
-# ---------------------------------------------------------------------------
-
-FOREVER_RFC3339 = "9999-12-31T23:59:59Z"
-"""``expires_at`` of a model kept loaded forever."""
-
-
-def rfc3339_ns(ns: int) -> str:
-    """UTC RFC 3339 with up to nine fractional digits, trailing zeros trimmed (Go's RFC3339Nano)."""
-    secs, frac = divmod(ns, 1_000_000_000)
-    stamp = _dt.datetime.fromtimestamp(secs, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    return stamp + (("." + f"{frac:09d}".rstrip("0")) if frac else "") + "Z"
-
-
-def rfc3339(ts: float) -> str:
-    """``rfc3339_ns`` for a ``time.time()`` value (microsecond precision)."""
-    return rfc3339_ns(round(ts * 1_000_000) * 1000)
-
-
-def format_parameter_size(n_params: int) -> str:
-    """Ollama's ``parameter_size``: ``"134.52M"``, ``"7.2B"``, ``"8B"``, ``"500K"``."""
-    if n_params >= 1_000_000_000:
-        b = n_params / 1e9
-        return f"{b:.0f}B" if b == math.floor(b) else f"{b:.1f}B"
-    if n_params >= 1_000_000:
-        m = n_params / 1e6
-        return f"{m:.0f}M" if m == math.floor(m) else f"{m:.2f}M"
-    if n_params >= 1000:
-        return f"{n_params / 1000:.0f}K"
-    return str(n_params)
-
-
-def with_tag(name: str) -> str:
-    """``name:latest`` when the name carries no tag (Ollama always shows one)."""
-    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def _hex_digest(digest: str) -> str:
-    return digest.removeprefix("sha256:")
 
 
 def _line(doc: Any) -> bytes:
@@ -838,194 +735,6 @@ def encode_legacy_embedding(vector: Sequence[float]) -> bytes:
     return _line({"embedding": list(vector)})
 
 
-def encode_version(version: str) -> bytes:
-    return _line({"version": version})
-
-
 def encode_error(code: str, message: str) -> bytes:
     """``{"error": message, "blazar_code": code}``: an error body, or the last line of a failed stream."""
     return _line(error_body(Dialect.OLLAMA, code, message))
-
-
-# ---------------------------------------------------------------------------
-# Listings: tags, ps, show
-# ---------------------------------------------------------------------------
-
-
-class ModelDetails(msgspec.Struct, frozen=True, kw_only=True):
-    parent_model: str = ""
-    format: str = "gguf"
-    family: str = ""
-    families: list[str] = []
-    parameter_size: str = ""
-    quantization_level: str = ""
-
-
-class TagEntry(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    """As installed; ``:latest`` is appended in the listing when it has no tag."""
-    size: int
-    digest: str
-    """Hex sha256, with or without ``sha256:``."""
-    modified_at: float
-    """Unix time."""
-    details: ModelDetails = ModelDetails()
-    engine: str | None = None
-    capabilities: list[str] = []
-    extras: dict[str, Any] = {}
-
-
-class PsEntry(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    size: int
-    digest: str
-    details: ModelDetails = ModelDetails()
-    expires_at: float | None = None
-    """Unix time the model unloads; None = kept loaded forever."""
-    size_vram: int = 0
-    context_length: int = 0
-    engine: str = ""
-    slots: int = 0
-    in_flight: int = 0
-    extras: dict[str, Any] = {}
-    """More Blazar fields (``blazar_spec``, ``blazar_sleeping``…), appended as given."""
-
-
-def encode_tags(models: Sequence[TagEntry]) -> bytes:
-    rows = []
-    for m in models:
-        name = with_tag(m.name)
-        row: dict[str, Any] = {
-            "name": name,
-            "model": name,
-            "modified_at": rfc3339(m.modified_at),
-            "size": m.size,
-            "digest": _hex_digest(m.digest),
-            "details": msgspec.to_builtins(m.details),
-        }
-        if m.capabilities:
-            row["capabilities"] = list(m.capabilities)
-        if m.engine is not None:
-            row["engine"] = m.engine
-        row.update(m.extras)
-        rows.append(row)
-    return _line({"models": rows})
-
-
-def encode_ps(entries: Sequence[PsEntry]) -> bytes:
-    rows = []
-    for e in entries:
-        name = with_tag(e.name)
-        row: dict[str, Any] = {
-            "name": name,
-            "model": name,
-            "size": e.size,
-            "digest": _hex_digest(e.digest),
-            "details": msgspec.to_builtins(e.details),
-            "expires_at": FOREVER_RFC3339 if e.expires_at is None else rfc3339(e.expires_at),
-            "size_vram": e.size_vram,
-            "context_length": e.context_length,
-            "engine": e.engine,
-            "slots": e.slots,
-            "in_flight": e.in_flight,
-        }
-        row.update(e.extras)
-        rows.append(row)
-    return _line({"models": rows})
-
-
-def model_capabilities(
-    *,
-    embedding: bool = False,
-    tools: bool = False,
-    insert: bool = False,
-    vision: bool = False,
-    thinking: bool = False,
-) -> list[str]:
-    """Ollama's capability list: ``embedding`` models only embed, others complete."""
-    caps = ["embedding"] if embedding else ["completion"]
-    caps += [
-        name
-        for name, on in (("tools", tools), ("insert", insert), ("vision", vision), ("thinking", thinking))
-        if on and not embedding
-    ]
-    return caps
-
-
-def encode_show(
-    *,
-    modelfile: str,
-    parameters: str,
-    template: str,
-    details: ModelDetails,
-    model_info: dict[str, Any],
-    capabilities: Sequence[str],
-    modified_at: float,
-    system: str = "",
-    license: str = "",
-    projector_info: dict[str, Any] | None = None,
-    extras: dict[str, Any] | None = None,
-) -> bytes:
-    """``POST /api/show``. ``model_info`` holds GGUF keys (``general.architecture``,
-    ``llama.context_length``…); it is always sent (the Python client requires it)."""
-    doc: dict[str, Any] = {}
-    if license:
-        doc["license"] = license
-    doc["modelfile"] = modelfile
-    if parameters:
-        doc["parameters"] = parameters
-    if template:
-        doc["template"] = template
-    if system:
-        doc["system"] = system
-    doc["details"] = msgspec.to_builtins(details)
-    doc["model_info"] = model_info
-    if projector_info:
-        doc["projector_info"] = projector_info
-    doc["capabilities"] = list(capabilities)
-    doc["modified_at"] = rfc3339(modified_at)
-    doc.update(extras or {})
-    return _line(doc)
-
-
-# ---------------------------------------------------------------------------
-# Pull progress
-# ---------------------------------------------------------------------------
-
-_PULL_STATUSES = {
-    "resolving": "pulling manifest",
-    "verifying": "verifying sha256 digest",
-    "importing": "writing manifest",
-    "writing": "writing manifest",
-    "done": "success",
-    "success": "success",
-}
-
-
-def pull_status(status: str, digest: str | None) -> str:
-    """Ollama's status text for a generic pull status (``registry.pull.PullProgress.status``).
-
-    ``downloading`` becomes ``pulling <first 12 hex of the digest>`` (``pulling model``
-    without a digest); statuses Ollama has no word for pass through unchanged.
-    """
-    if status in ("downloading", "pulling"):
-        return f"pulling {_hex_digest(digest)[:12]}" if digest else "pulling model"
-    return _PULL_STATUSES.get(status, status)
-
-
-def encode_pull_progress(
-    status: str,
-    *,
-    digest: str | None = None,
-    total: int | None = None,
-    completed: int | None = None,
-) -> bytes:
-    """One NDJSON line of ``/api/pull``. ``status`` is already Ollama's (see ``pull_status``)."""
-    doc: dict[str, Any] = {"status": status}
-    if digest:
-        doc["digest"] = "sha256:" + _hex_digest(digest)
-    if total is not None:
-        doc["total"] = total
-    if completed is not None:
-        doc["completed"] = completed
-    return _line(doc)

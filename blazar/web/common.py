@@ -11,7 +11,7 @@ from quart import Response, request
 
 from actors.errors import BlazarRuntimeError
 from blazar.dialects.neutral import DecodeError
-from blazar.dialects.ollama import parse_duration_s
+from blazar.dialects.ollama_time import parse_duration_s
 from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
 from blazar.web.call import Call, Cleanup, Reply, current
 from blazar.web.cards import StreamEnders

@@ -20,6 +20,7 @@ from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.engines.llamacpp import build_argv, gpu_backend
 from actors.runtime import launch_spec_for
 from registry import fit
+from registry.shape import read_shape
 from registry.store import Store
 
 GIB = 1 << 30
@@ -76,7 +77,7 @@ def test_ngl_comes_from_the_fit_plan(
 ) -> None:
     store = Store(tmp_path / "models")
     record = store.import_file(model_path, "smol")
-    shape = fit.read_shape(model_path)
+    shape = read_shape(model_path)
     config = _config(tmp_path, gpu_binary)
 
     monkeypatch.setattr(runtime_mod, "take_census", lambda: _census(100 * GIB))
@@ -122,7 +123,7 @@ def test_a_cuda_llama_server_offloads_the_planned_layers(tmp_path: Path, model_p
         assert proc.stderr is not None
         for line in proc.stderr:
             if "offloaded" in line:
-                assert f"offloaded {min(spec.gpu_layers, fit.read_shape(model_path).n_layer + 1)}/" in line
+                assert f"offloaded {min(spec.gpu_layers, read_shape(model_path).n_layer + 1)}/" in line
                 break
         else:
             pytest.fail("llama-server exited without reporting its offload")

@@ -7,6 +7,7 @@ from pathlib import Path
 from actors.engines.llamacpp import LaunchSpec
 from actors.memory import MemoryPlanner
 from registry import fit
+from registry.shape import read_shape
 
 MIB = 1 << 20
 
@@ -18,7 +19,7 @@ def _spec(path: Path, model: str = "smol", ctx: int = 4096, slots: int = 4) -> L
 async def test_need_is_the_fit_estimate_at_the_launch_settings(model_path: Path) -> None:
     planner = MemoryPlanner(None, available=lambda: 8 << 30)
     need = await planner.need(_spec(model_path, ctx=2048, slots=2))
-    shape = fit.read_shape(model_path)
+    shape = read_shape(model_path)
     assert need == fit.estimate(shape, fit.Settings(ctx_per_slot=2048, slots=2)).total
     assert planner.footprint("smol") == need and planner.footprint("other") is None
     bigger = await planner.need(_spec(model_path, ctx=8192, slots=2))

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from blazar.dialects import ollama
+from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -147,7 +147,7 @@ def test_load_action() -> None:
     ],
 )
 def test_parse_duration(value: str | int | float | None, seconds: float | None) -> None:
-    got = ollama.parse_duration_s(value)
+    got = ollama_time.parse_duration_s(value)
     if seconds is None:
         assert got is None
     else:
@@ -159,7 +159,7 @@ def test_parse_duration(value: str | int | float | None, seconds: float | None) 
 )
 def test_parse_duration_rejects(value: object) -> None:
     with pytest.raises(DecodeError, match="`keep_alive`"):
-        ollama.parse_duration_s(value)  # type: ignore[arg-type]
+        ollama_time.parse_duration_s(value)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -179,21 +179,21 @@ def test_parse_duration_rejects(value: object) -> None:
     ],
 )
 def test_format_parameter_size(n: int, text: str) -> None:
-    assert ollama.format_parameter_size(n) == text
+    assert ollama_models.format_parameter_size(n) == text
 
 
 def test_rfc3339() -> None:
-    assert ollama.rfc3339_ns(1_721_680_294_071_298_917) == T0
-    assert ollama.rfc3339_ns(1_721_680_294_000_000_000) == "2024-07-22T20:31:34Z"
-    assert ollama.rfc3339_ns(1_721_680_294_100_000_000) == "2024-07-22T20:31:34.1Z"
-    assert ollama.rfc3339(1_721_680_294.112233) == T1
+    assert ollama_time.rfc3339_ns(1_721_680_294_071_298_917) == T0
+    assert ollama_time.rfc3339_ns(1_721_680_294_000_000_000) == "2024-07-22T20:31:34Z"
+    assert ollama_time.rfc3339_ns(1_721_680_294_100_000_000) == "2024-07-22T20:31:34.1Z"
+    assert ollama_time.rfc3339(1_721_680_294.112233) == T1
 
 
 def test_with_tag() -> None:
-    assert ollama.with_tag("llama3.2") == "llama3.2:latest"
-    assert ollama.with_tag("llama3.2:1b") == "llama3.2:1b"
-    assert ollama.with_tag("hf.co/org/repo:Q4_K_M") == "hf.co/org/repo:Q4_K_M"
-    assert ollama.with_tag("localhost:5000/org/repo") == "localhost:5000/org/repo:latest"
+    assert ollama_models.with_tag("llama3.2") == "llama3.2:latest"
+    assert ollama_models.with_tag("llama3.2:1b") == "llama3.2:1b"
+    assert ollama_models.with_tag("hf.co/org/repo:Q4_K_M") == "hf.co/org/repo:Q4_K_M"
+    assert ollama_models.with_tag("localhost:5000/org/repo") == "localhost:5000/org/repo:latest"
 
 
 @pytest.mark.parametrize(
@@ -210,18 +210,18 @@ def test_with_tag() -> None:
     ],
 )
 def test_pull_status(status: str, digest: str | None, text: str) -> None:
-    assert ollama.pull_status(status, digest) == text
+    assert ollama_models.pull_status(status, digest) == text
 
 
 def test_model_capabilities() -> None:
-    assert ollama.model_capabilities() == ["completion"]
-    assert ollama.model_capabilities(tools=True, vision=True, thinking=True) == [
+    assert ollama_models.model_capabilities() == ["completion"]
+    assert ollama_models.model_capabilities(tools=True, vision=True, thinking=True) == [
         "completion",
         "tools",
         "vision",
         "thinking",
     ]
-    assert ollama.model_capabilities(embedding=True, tools=True) == ["embedding"]
+    assert ollama_models.model_capabilities(embedding=True, tools=True) == ["embedding"]
 
 
 # --- tool-call accumulation ----------------------------------------------------------------
@@ -245,10 +245,10 @@ def test_tool_call_fragments_merge_by_index() -> None:
 # --- encoder goldens -----------------------------------------------------------------------
 
 USAGE = Usage(prompt_tokens=26, completion_tokens=282)
-DETAILS = ollama.ModelDetails(
+DETAILS = ollama_models.ModelDetails(
     family="llama",
     families=["llama"],
-    parameter_size=ollama.format_parameter_size(134_515_008),
+    parameter_size=ollama_models.format_parameter_size(134_515_008),
     quantization_level="Q4_1",
 )
 
@@ -343,9 +343,9 @@ def _load() -> bytes:
 
 
 def _tags() -> bytes:
-    return ollama.encode_tags(
+    return ollama_models.encode_tags(
         [
-            ollama.TagEntry(
+            ollama_models.TagEntry(
                 name="smollm",
                 size=91_739_413,
                 digest="sha256:" + "0123456789abcdef" * 4,
@@ -353,12 +353,12 @@ def _tags() -> bytes:
                 details=DETAILS,
                 engine="llamacpp",
             ),
-            ollama.TagEntry(
+            ollama_models.TagEntry(
                 name="nomic-embed-text:v1.5",
                 size=274_302_450,
                 digest="fedcba9876543210" * 4,
                 modified_at=1_700_000_000.0,
-                details=ollama.ModelDetails(
+                details=ollama_models.ModelDetails(
                     family="nomic-bert",
                     families=["nomic-bert"],
                     parameter_size="137M",
@@ -371,9 +371,9 @@ def _tags() -> bytes:
 
 
 def _ps() -> bytes:
-    return ollama.encode_ps(
+    return ollama_models.encode_ps(
         [
-            ollama.PsEntry(
+            ollama_models.PsEntry(
                 name="smollm",
                 size=150_000_000,
                 digest="sha256:" + "0123456789abcdef" * 4,
@@ -385,7 +385,7 @@ def _ps() -> bytes:
                 in_flight=1,
                 extras={"blazar_sleeping": False},
             ),
-            ollama.PsEntry(
+            ollama_models.PsEntry(
                 name="big:70b",
                 size=42_000_000_000,
                 digest="ab" * 32,
@@ -400,7 +400,7 @@ def _ps() -> bytes:
 
 
 def _show() -> bytes:
-    return ollama.encode_show(
+    return ollama_models.encode_show(
         modelfile="FROM smollm\n",
         parameters='stop                           "<|im_end|>"',
         template="{{ .Prompt }}",
@@ -412,7 +412,7 @@ def _show() -> bytes:
             "llama.context_length": 2048,
             "llama.embedding_length": 576,
         },
-        capabilities=ollama.model_capabilities(tools=True),
+        capabilities=ollama_models.model_capabilities(tools=True),
         modified_at=1_721_680_294.5,
         extras={"engine": "llamacpp"},
     )
@@ -430,7 +430,7 @@ def _misc() -> bytes:
         )
         + ollama.encode_legacy_embedding([0.5, -0.25])
         + ollama.encode_legacy_embedding([])
-        + ollama.encode_version("0.1.0")
+        + ollama_models.encode_version("0.1.0")
         + ollama.encode_error("MODEL_NOT_FOUND", "model 'x' is not installed — run `blazar pull x`")
     )
 
@@ -438,16 +438,16 @@ def _misc() -> bytes:
 def _pull() -> bytes:
     digest = "sha256:" + "ab" * 32
     return (
-        ollama.encode_pull_progress(ollama.pull_status("resolving", None))
-        + ollama.encode_pull_progress(
-            ollama.pull_status("downloading", digest), digest=digest, total=1000, completed=0
+        ollama_models.encode_pull_progress(ollama_models.pull_status("resolving", None))
+        + ollama_models.encode_pull_progress(
+            ollama_models.pull_status("downloading", digest), digest=digest, total=1000, completed=0
         )
-        + ollama.encode_pull_progress(
-            ollama.pull_status("downloading", digest), digest=digest, total=1000, completed=1000
+        + ollama_models.encode_pull_progress(
+            ollama_models.pull_status("downloading", digest), digest=digest, total=1000, completed=1000
         )
-        + ollama.encode_pull_progress(ollama.pull_status("verifying", digest))
-        + ollama.encode_pull_progress(ollama.pull_status("importing", digest))
-        + ollama.encode_pull_progress(ollama.pull_status("success", digest))
+        + ollama_models.encode_pull_progress(ollama_models.pull_status("verifying", digest))
+        + ollama_models.encode_pull_progress(ollama_models.pull_status("importing", digest))
+        + ollama_models.encode_pull_progress(ollama_models.pull_status("success", digest))
     )
 
 

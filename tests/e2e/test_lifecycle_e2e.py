@@ -138,8 +138,9 @@ def test_rm_is_refused_while_the_model_serves(tmp_path: Path, model_path: Path) 
 
 def _footprint_mib(model_path: Path, ctx: int, slots: int) -> float:
     from registry import fit
+    from registry.shape import read_shape
 
-    return fit.estimate(fit.read_shape(model_path), fit.Settings(ctx_per_slot=ctx, slots=slots)).total / 2**20
+    return fit.estimate(read_shape(model_path), fit.Settings(ctx_per_slot=ctx, slots=slots)).total / 2**20
 
 
 def test_memory_budget_evicts_idle_and_refuses_with_numbers(tmp_path: Path, model_path: Path) -> None:

@@ -20,7 +20,6 @@ from registry.fit import (
     HOST_OVERHEAD,
     MIB,
     Memory,
-    PrefixReader,
     Settings,
     bytes_per_token,
     cache_type_problem,
@@ -29,10 +28,9 @@ from registry.fit import (
     estimate,
     fit,
     kv_cache,
-    parse_shape,
-    read_shape,
 )
 from registry.gguf import NeedMoreData, parse, parse_header
+from registry.shape import PrefixReader, parse_shape, read_shape
 
 GIB = 1 << 30
 

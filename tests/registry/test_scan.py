@@ -14,16 +14,14 @@ import msgspec
 import pytest
 from conftest import write_gguf
 
+import registry.reuse as reuse_mod
 import registry.scan as scan_mod
 import registry.store as store_mod
 from registry.errors import ChecksumMismatch, InvalidModelFile
+from registry.reuse import HASH_CACHE_FILE, adopt, adopt_all, find_reusable
 from registry.scan import (
-    HASH_CACHE_FILE,
     Roots,
-    adopt,
-    adopt_all,
     default_roots,
-    find_reusable,
     scan,
 )
 from registry.store import ModelSettings, Store, canonical_name
@@ -432,7 +430,7 @@ def test_find_reusable_by_known_digest_hashes_nothing(
     def no_hashing(*args: object, **kwargs: object) -> str:
         raise AssertionError("hashed a file whose digest the store already names")
 
-    monkeypatch.setattr(scan_mod, "sha256_file", no_hashing)
+    monkeypatch.setattr(reuse_mod, "sha256_file", no_hashing)
     hit = find_reusable(model_path.stat().st_size, f"sha256:{model_sha}", roots)
     assert hit is not None
     assert hit.sha256 == model_sha and hit.name == "llama3.2:1b"
@@ -453,7 +451,7 @@ def test_find_reusable_hashes_only_same_size_files_once(
         hashed.append(Path(path))
         return real_sha256_file(path)
 
-    monkeypatch.setattr(scan_mod, "sha256_file", counting)
+    monkeypatch.setattr(reuse_mod, "sha256_file", counting)
     size, sha = tiny.stat().st_size, _sha(tiny)
 
     hit = find_reusable(size, sha, roots, store=store)
