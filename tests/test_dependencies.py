@@ -22,7 +22,9 @@ def _name(requirement: str) -> str:
 def _declared() -> tuple[set[str], set[str]]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {_name(r) for r in project["dependencies"]}
-    extras = {_name(r) for name, reqs in project["optional-dependencies"].items() if name != "test" for r in reqs}
+    extras = {
+        _name(r) for name, reqs in project["optional-dependencies"].items() if name != "test" for r in reqs
+    }
     return core, extras
 
 
@@ -44,7 +46,9 @@ def _imported() -> dict[str, set[str]]:
                     if top in sys.stdlib_module_names or top in PACKAGES or top == "__future__":
                         continue
                     for dist in dists.get(top) or OPTIONAL.get(top, [top]):
-                        found.setdefault(dist.lower().replace("_", "-"), set()).add(str(path.relative_to(ROOT)))
+                        found.setdefault(dist.lower().replace("_", "-"), set()).add(
+                            str(path.relative_to(ROOT))
+                        )
     return found
 
 
