@@ -1,4 +1,4 @@
-"""``serve_app(runtime, config)``: the HTTP gateway — the gateway layer
+"""``build_gateway(runtime, config)``: the HTTP gateway — the gateway layer
 (``blazar.web.gateway``, which serves the hot inference routes itself) around
 the Quart app of ``create_app``, which serves the rest.
 
@@ -36,13 +36,13 @@ from blazar.web.common import JSON, error_response, exception_reply, response_of
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
 
-__all__ = ["GatewayMiddleware", "create_app", "serve_app"]
+__all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
 
-def serve_app(runtime: Runtime, config: Config) -> GatewayMiddleware:
+def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
     cards = Cards()
     routes = Routes()

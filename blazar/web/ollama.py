@@ -39,10 +39,10 @@ from blazar.web.common import (
     stream_response,
 )
 from blazar.web.translate import Timings
+from registry.disk import copy_model
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
-from registry.storage import copy_model
 from registry.store import ModelRecord, ModelSettings
 
 log = logging.getLogger("blazar.web")

@@ -18,7 +18,7 @@ from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
-from blazar.dialects.engine import apply_defaults_to_body, classify_error
+from blazar.dialects.llamacpp import apply_defaults_to_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
