@@ -25,7 +25,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
-from blazar.web.app import serve_app
+from blazar.web.app import build_gateway
 
 __all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
 
@@ -112,7 +112,7 @@ async def _serve(config: Config, paths: Paths) -> None:
     async with open_runtime(config.runtime(paths)) as runtime:
         if runtime.reaped_orphans:
             log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
-        asgi = serve_app(runtime, config)
+        asgi = build_gateway(runtime, config)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
         hconfig = HypercornConfig()
         host = config.host

@@ -1,4 +1,5 @@
-"""DESIGN §2: imports point down only (blazar → actors → registry); dialects are sans-io."""
+"""DESIGN §2 and §10: imports point down only (blazar → actors → registry), dialects are
+sans-io and never reach up into the HTTP layer, and no module grows past 800 lines."""
 
 from __future__ import annotations
 
@@ -9,22 +10,68 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+MAX_LINES = 800
+SIZED = ("blazar", "actors", "registry", "bench", "scripts", "tests")
+
+# A dotted name forbids that module and everything under it.
 FORBIDDEN = {
     "registry": {"actors", "blazar", "quart", "quart_trio", "hypercorn", "cyclopts"},
     "actors": {"blazar", "quart", "quart_trio", "hypercorn", "cyclopts"},
-    "blazar/dialects": {"trio", "quart", "quart_trio", "hypercorn", "httpx", "anyio", "actors", "registry"},
+    "blazar/dialects": {
+        "trio",
+        "quart",
+        "quart_trio",
+        "hypercorn",
+        "httpx",
+        "anyio",
+        "actors",
+        "registry",
+        "blazar.web",
+        "blazar.cli",
+        "blazar.server",
+    },
 }
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+def _module_name(path: Path, root: Path) -> tuple[str, bool]:
+    """The dotted module name of a source file, and whether it is a package's ``__init__``."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    return ".".join(parts), is_package
+
+
+def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Every module ``source`` (the text of ``module``) may import, as absolute dotted names.
+
+    Relative imports are resolved against ``module``; ``from a import b`` counts both ``a``
+    and ``a.b``, since ``b`` may be a submodule.
+    """
+    package = module.split(".") if is_package else module.split(".")[:-1]
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package[: len(package) - node.level + 1]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            if base:
+                names.add(base)
+            names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
     return names
+
+
+def forbidden_imports(names: set[str], forbidden: set[str]) -> list[str]:
+    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden))
+
+
+def _imports_of(path: Path) -> set[str]:
+    module, is_package = _module_name(path, ROOT)
+    return imported_modules(path.read_text(), module, is_package=is_package)
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -32,8 +79,65 @@ def test_imports_point_down(package: str) -> None:
     files = sorted((ROOT / package).rglob("*.py"))
     assert files, f"no sources under {package}"
     offenders = {
-        str(f.relative_to(ROOT)): sorted(_imports(f) & FORBIDDEN[package])
+        str(f.relative_to(ROOT)): bad
         for f in files
-        if _imports(f) & FORBIDDEN[package]
+        if (bad := forbidden_imports(_imports_of(f), FORBIDDEN[package]))
     }
     assert offenders == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "is_package"),
+    [
+        ("import blazar.web.app", "blazar.dialects.x", False),
+        ("from blazar.cli import main", "blazar.dialects.x", False),
+        ("from blazar import server", "blazar.dialects.x", False),
+        ("from ..web import app", "blazar.dialects.x", False),
+        ("from .. import web", "blazar.dialects.x", False),
+        ("from ...cli.models import run", "blazar.dialects.sub.x", False),
+        ("from ..server import main", "blazar.dialects", True),
+    ],
+)
+def test_upward_imports_from_dialects_are_seen(source: str, module: str, is_package: bool) -> None:
+    names = imported_modules(source, module, is_package=is_package)
+    assert forbidden_imports(names, FORBIDDEN["blazar/dialects"]), names
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from blazar.errors import Dialect",
+        "from . import neutral",
+        "from .neutral import Delta",
+        "import msgspec",
+    ],
+)
+def test_dialects_may_import_their_own_layer(source: str) -> None:
+    names = imported_modules(source, "blazar.dialects.x")
+    assert forbidden_imports(names, FORBIDDEN["blazar/dialects"]) == []
+
+
+def oversized(root: Path, folders: tuple[str, ...], limit: int = MAX_LINES) -> dict[str, int]:
+    """``{path: line count}`` of every ``.py`` file under ``folders`` longer than ``limit`` lines."""
+    counts: dict[str, int] = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            n = len(path.read_bytes().splitlines())
+            if n > limit:
+                counts[str(path.relative_to(root))] = n
+    return counts
+
+
+def test_no_module_over_800_lines() -> None:
+    offenders = oversized(ROOT, SIZED)
+    assert offenders == {}, "split these along their seams: " + ", ".join(
+        f"{path} ({n} lines)" for path, n in sorted(offenders.items())
+    )
+
+
+def test_oversized_names_each_offender(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "ok.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "pkg" / "sub" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "pkg" / "notes.txt").write_text("x\n" * 2000)
+    assert oversized(tmp_path, ("pkg",)) == {"pkg/sub/big.py": MAX_LINES + 1}

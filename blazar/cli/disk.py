@@ -17,7 +17,7 @@ from blazar.config import resolve_paths
 @app.command
 def storage(*, json_: Json = False) -> None:
     """Disk used by the store: per model, shared files counted once, and free space."""
-    from registry.storage import storage_report
+    from registry.disk import storage_report
 
     report = storage_report(open_store(resolve_paths()))
     if json_:
@@ -51,7 +51,7 @@ def prune(
 ) -> None:
     """Reclaim disk: orphaned files, unfinished downloads, models unused for DAYS."""
     from actors.ledger import last_used_by_model
-    from registry.storage import prune_orphans, unused_models
+    from registry.disk import prune_orphans, unused_models
 
     if not (orphans or partials or unused is not None):
         raise CliError("say what to prune: --orphans, --partials and/or --unused DAYS")

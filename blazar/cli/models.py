@@ -307,7 +307,7 @@ def rm(name: str) -> None:
 @app.command
 def cp(source: str, destination: str) -> None:
     """Give a model a second name (no bytes are copied)."""
-    from registry.storage import copy_model
+    from registry.disk import copy_model
 
     paths = resolve_paths()
     record = copy_model(open_store(paths), source, destination)

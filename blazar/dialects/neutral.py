@@ -2,7 +2,7 @@
 
 Every dialect decodes its wire request into a ``ChatRequest`` (or the other
 requests here) and encodes ``ChatResponse`` / ``Delta`` back into its own
-bytes. The engine side (``blazar/dialects/engine.py``) turns a ``ChatRequest``
+bytes. The engine side (``blazar/dialects/llamacpp.py``) turns a ``ChatRequest``
 into the OpenAI-shaped body llama.cpp expects and parses what it answers into
 ``Delta`` and ``ChatResponse``.
 """

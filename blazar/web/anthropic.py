@@ -16,7 +16,7 @@ from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes, current
-from blazar.web.common import json_reply, json_response, read_body, set_model, stream_reply
+from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
 from blazar.web.translate import Timings
 
 __all__ = ["register", "register_routes"]
@@ -67,10 +67,14 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     routes.add("/v1/messages", messages)
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
-    @app.post("/v1/messages/count_tokens")
-    async def count_tokens() -> Response:
-        req = anthropic.decode_count_tokens_request(await read_body())
-        set_model(req.model)
-        n = await translate.count_tokens(runtime, req)
-        return json_response(anthropic.encode_count_tokens(n), headers=_headers())
+async def count_tokens() -> Response:
+    runtime = app_runtime()
+    req = anthropic.decode_count_tokens_request(await read_body())
+    set_model(req.model)
+    n = await translate.count_tokens(runtime, req)
+    return json_response(anthropic.encode_count_tokens(n), headers=_headers())
+
+
+def register(app: QuartTrio) -> None:
+    """Token counting, served by the framework."""
+    app.post("/v1/messages/count_tokens")(count_tokens)

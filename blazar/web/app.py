@@ -1,4 +1,4 @@
-"""``serve_app(runtime, config)``: the HTTP gateway — the gateway layer
+"""``build_gateway(runtime, config)``: the HTTP gateway — the gateway layer
 (``blazar.web.gateway``, which serves the hot inference routes itself) around
 the Quart app of ``create_app``, which serves the rest.
 
@@ -10,12 +10,12 @@ and the unexpected — answers in JSON in the caller's dialect with a
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import msgspec
 import trio
-from quart import Response, request
+from quart import Response, current_app, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
@@ -32,17 +32,19 @@ from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
-from blazar.web.common import JSON, error_response, exception_reply, response_of
+from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
 
-__all__ = ["GatewayMiddleware", "create_app", "serve_app"]
+__all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
+
+_CARDS_KEY = "blazar.cards"
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
 
-def serve_app(runtime: Runtime, config: Config) -> GatewayMiddleware:
+def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
     cards = Cards()
     routes = Routes()
@@ -94,103 +96,127 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
     async def _error(exc: Exception) -> Response:
         return response_of(exception_reply(current(), exc))
 
-    # -- native -----------------------------------------------------------
-
-    @app.get("/health")
-    @app.get("/healthz")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__}
-
-    @app.get("/api/errors")
-    async def errors() -> Response:
-        return Response(
-            msgspec.json.encode({"object": "list", "data": list(CATALOG.values())}), content_type=JSON
-        )
-
-    @app.get("/admin/engines")
-    async def admin_engines() -> Response:
-        return Response(msgspec.json.encode(runtime.statistics()), content_type=JSON)
-
-    @app.get("/admin/engines/<path:name>/slots")
-    async def admin_slots(name: str) -> Response:
-        """The engine's own view of its slots (llama.cpp ``/slots``), for diagnostics."""
-        engine = await runtime.engine_for(name)
-        handle = await engine.ask(EnsureReady())
-        try:
-            upstream = await handle.client.get("/slots", timeout=10.0)
-        except httpx.HTTPError as exc:
-            raise await crash_error(engine, handle, exc) from exc
-        return Response(upstream.content, upstream.status_code, content_type=JSON)
-
-    @app.get("/admin/requests")
-    async def admin_requests() -> Response:
-        """The most recent finished requests from the ledger, newest first."""
-        limit = min(max(request.args.get("limit", 50, type=int) or 50, 1), 1000)
-        records = await trio.to_thread.run_sync(
-            lambda: read_requests(runtime.ledger.path, limit=limit, trace_id=request.args.get("trace_id"))
-        )
-        return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=JSON)
-
-    # -- live requests ----------------------------------------------------
-
-    def card_view(card: Card) -> CardView:
-        position = None
-        if card.state is CardState.QUEUED and card.model and card.waiter_id is not None:
-            position = runtime.admission.position(card.model, card.waiter_id)
-        return card.view(position)
-
-    def find_card(card_id: str) -> Card:
-        card = cards.get(card_id)
-        if card is None:
-            raise BlazarError("NOT_FOUND", f"no request {card_id} — see GET /v1/requests for the live ones")
-        return card
-
-    @app.get("/v1/requests")
-    async def list_requests() -> Response:
-        model, state = request.args.get("model"), request.args.get("state")
-        views = [
-            card_view(c)
-            for c in cards.all()
-            if (model is None or c.model == model) and (state is None or c.state == state)
-        ]
-        return Response(msgspec.json.encode({"object": "list", "data": views}), content_type=JSON)
-
-    @app.get("/v1/requests/<card_id>")
-    async def get_request(card_id: str) -> Response:
-        return Response(msgspec.json.encode(card_view(find_card(card_id))), content_type=JSON)
-
-    @app.post("/v1/requests/<card_id>/cancel")
-    async def cancel_request(card_id: str) -> Response:
-        card = find_card(card_id)
-        ended = card.end_from_outside(CardState.CANCELLED, "cancelled by POST /v1/requests/{id}/cancel")
-        return Response(msgspec.json.encode({"id": card_id, "cancelled": ended}), content_type=JSON)
-
-    @app.post("/v1/requests/<card_id>/interrupt")
-    async def interrupt_request(card_id: str) -> Response:
-        card = find_card(card_id)
-        ended = card.end_from_outside(
-            CardState.INTERRUPTED, "interrupted by POST /v1/requests/{id}/interrupt"
-        )
-        return Response(msgspec.json.encode({"id": card_id, "interrupted": ended}), content_type=JSON)
-
-    @app.post("/admin/models/<path:name>/unload")
-    async def admin_unload(name: str) -> dict[str, Any]:
-        return {"model": name, "unloaded": await runtime.lifecycle.unload(name)}
-
-    @app.post("/admin/models/<path:name>/forget")
-    async def admin_forget(name: str) -> dict[str, Any]:
-        """Stop and drop the engine of a model whose file was removed or replaced."""
-        await runtime.forget(name)
-        return {"model": name, "forgotten": True}
-
-    @app.post("/admin/shutdown")
-    async def admin_shutdown() -> dict[str, Any]:
-        app.config["BLAZAR_SHUTDOWN"].set()
-        return {"status": "stopping", "pid": os.getpid()}
-
-    web_openai.register(app, runtime)
-    web_anthropic.register(app, runtime)
-    web_ollama.register(app, runtime)
-    web_lifecycle.register(app, runtime)
-    web_capacity.register(app, runtime)
+    app.extensions[RUNTIME_KEY] = runtime
+    app.extensions[_CARDS_KEY] = cards
+    _register(app)
+    for module in (web_openai, web_anthropic, web_ollama, web_lifecycle, web_capacity):
+        module.register(app)
     return app
+
+
+def _register(app: QuartTrio) -> None:
+    """The native, admin and live-request routes."""
+    app.get("/health")(health)
+    app.get("/healthz")(health)
+    app.get("/api/errors")(errors)
+    app.get("/admin/engines")(admin_engines)
+    app.get("/admin/engines/<path:name>/slots")(admin_slots)
+    app.get("/admin/requests")(admin_requests)
+    app.get("/v1/requests")(list_requests)
+    app.get("/v1/requests/<card_id>")(get_request)
+    app.post("/v1/requests/<card_id>/cancel")(cancel_request)
+    app.post("/v1/requests/<card_id>/interrupt")(interrupt_request)
+    app.post("/admin/models/<path:name>/unload")(admin_unload)
+    app.post("/admin/models/<path:name>/forget")(admin_forget)
+    app.post("/admin/shutdown")(admin_shutdown)
+
+
+# -- native -----------------------------------------------------------
+
+
+async def health() -> dict[str, Any]:
+    return {"status": "ok", "version": __version__}
+
+
+async def errors() -> Response:
+    return Response(
+        msgspec.json.encode({"object": "list", "data": list(CATALOG.values())}), content_type=JSON
+    )
+
+
+async def admin_engines() -> Response:
+    return Response(msgspec.json.encode(app_runtime().statistics()), content_type=JSON)
+
+
+async def admin_slots(name: str) -> Response:
+    """The engine's own view of its slots (llama.cpp ``/slots``), for diagnostics."""
+    engine = await app_runtime().engine_for(name)
+    handle = await engine.ask(EnsureReady())
+    try:
+        upstream = await handle.client.get("/slots", timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise await crash_error(engine, handle, exc) from exc
+    return Response(upstream.content, upstream.status_code, content_type=JSON)
+
+
+async def admin_requests() -> Response:
+    """The most recent finished requests from the ledger, newest first."""
+    ledger_path = app_runtime().ledger.path
+    limit = min(max(request.args.get("limit", 50, type=int) or 50, 1), 1000)
+    trace_id = request.args.get("trace_id")
+    records = await trio.to_thread.run_sync(
+        lambda: read_requests(ledger_path, limit=limit, trace_id=trace_id)
+    )
+    return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=JSON)
+
+
+# -- live requests ----------------------------------------------------
+
+
+def _cards() -> Cards:
+    return cast(Cards, current_app.extensions[_CARDS_KEY])
+
+
+def _card_view(card: Card) -> CardView:
+    position = None
+    if card.state is CardState.QUEUED and card.model and card.waiter_id is not None:
+        position = app_runtime().admission.position(card.model, card.waiter_id)
+    return card.view(position)
+
+
+def _find_card(card_id: str) -> Card:
+    card = _cards().get(card_id)
+    if card is None:
+        raise BlazarError("NOT_FOUND", f"no request {card_id} — see GET /v1/requests for the live ones")
+    return card
+
+
+async def list_requests() -> Response:
+    model, state = request.args.get("model"), request.args.get("state")
+    views = [
+        _card_view(c)
+        for c in _cards().all()
+        if (model is None or c.model == model) and (state is None or c.state == state)
+    ]
+    return Response(msgspec.json.encode({"object": "list", "data": views}), content_type=JSON)
+
+
+async def get_request(card_id: str) -> Response:
+    return Response(msgspec.json.encode(_card_view(_find_card(card_id))), content_type=JSON)
+
+
+async def cancel_request(card_id: str) -> Response:
+    card = _find_card(card_id)
+    ended = card.end_from_outside(CardState.CANCELLED, "cancelled by POST /v1/requests/{id}/cancel")
+    return Response(msgspec.json.encode({"id": card_id, "cancelled": ended}), content_type=JSON)
+
+
+async def interrupt_request(card_id: str) -> Response:
+    card = _find_card(card_id)
+    ended = card.end_from_outside(CardState.INTERRUPTED, "interrupted by POST /v1/requests/{id}/interrupt")
+    return Response(msgspec.json.encode({"id": card_id, "interrupted": ended}), content_type=JSON)
+
+
+async def admin_unload(name: str) -> dict[str, Any]:
+    return {"model": name, "unloaded": await app_runtime().lifecycle.unload(name)}
+
+
+async def admin_forget(name: str) -> dict[str, Any]:
+    """Stop and drop the engine of a model whose file was removed or replaced."""
+    await app_runtime().forget(name)
+    return {"model": name, "forgotten": True}
+
+
+async def admin_shutdown() -> dict[str, Any]:
+    current_app.config["BLAZAR_SHUTDOWN"].set()
+    return {"status": "stopping", "pid": os.getpid()}

@@ -17,8 +17,7 @@ from quart_trio import QuartTrio
 
 from actors.census import Census, take_census, tree_rss
 from actors.engine import EngineState
-from actors.runtime import Runtime
-from blazar.web.common import JSON
+from blazar.web.common import JSON, app_runtime
 
 __all__ = ["register"]
 
@@ -43,32 +42,38 @@ class Capacity(msgspec.Struct, frozen=True, kw_only=True):
     models: list[ResidentModel]
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
-    @app.get("/api/capacity")
-    async def capacity() -> Response:
-        engines = [e for e in runtime.loaded() if e.state in (EngineState.READY, EngineState.STARTING)]
-        stats = [e.statistics() for e in engines]
-        pids = [s.pid for s in stats if s.pid]
+async def capacity() -> Response:
+    runtime = app_runtime()
+    engines = [e for e in runtime.loaded() if e.state in (EngineState.READY, EngineState.STARTING)]
+    stats = [e.statistics() for e in engines]
+    pids = [s.pid for s in stats if s.pid]
 
-        def measure() -> tuple[Census, list[int | None]]:
-            return take_census(pids), [tree_rss(s.pid) if s.pid else None for s in stats]
+    def measure() -> tuple[Census, list[int | None]]:
+        return take_census(pids), [tree_rss(s.pid) if s.pid else None for s in stats]
 
-        census, rss = await trio.to_thread.run_sync(measure)
-        models = [
-            ResidentModel(
-                model=s.model,
-                state=str(s.state),
-                pid=s.pid,
-                in_flight=s.in_flight,
-                estimated_bytes=runtime.memory.footprint(s.model),
-                rss_bytes=r,
-            )
-            for s, r in zip(stats, rss, strict=True)
-        ]
-        held = sum(m.estimated_bytes or 0 for m in models)
-        body = Capacity(census=census, memory_budget_bytes=runtime.memory.budget(held), models=models)
-        return Response(msgspec.json.encode(body), content_type=JSON)
+    census, rss = await trio.to_thread.run_sync(measure)
+    models = [
+        ResidentModel(
+            model=s.model,
+            state=str(s.state),
+            pid=s.pid,
+            in_flight=s.in_flight,
+            estimated_bytes=runtime.memory.footprint(s.model),
+            rss_bytes=r,
+        )
+        for s, r in zip(stats, rss, strict=True)
+    ]
+    held = sum(m.estimated_bytes or 0 for m in models)
+    body = Capacity(census=census, memory_budget_bytes=runtime.memory.budget(held), models=models)
+    return Response(msgspec.json.encode(body), content_type=JSON)
 
-    @app.get("/api/plan/<path:name>")
-    async def plan(name: str) -> Response:
-        return Response(msgspec.json.encode(await runtime.plan(name)), content_type=JSON)
+
+async def plan(name: str) -> Response:
+    runtime = app_runtime()
+    return Response(msgspec.json.encode(await runtime.plan(name)), content_type=JSON)
+
+
+def register(app: QuartTrio) -> None:
+    """``GET /api/capacity`` and ``GET /api/plan/{model}``."""
+    app.get("/api/capacity")(capacity)
+    app.get("/api/plan/<path:name>")(plan)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
-from quart import Response, request
+from quart import Response, current_app, request
 
 from actors.errors import BlazarRuntimeError
+from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
@@ -21,8 +22,10 @@ __all__ = [
     "JSON",
     "LOADING_NS",
     "NDJSON",
+    "RUNTIME_KEY",
     "SSE_CACHE",
     "Cleanup",
+    "app_runtime",
     "dialect_for",
     "error_reply",
     "error_response",
@@ -47,6 +50,8 @@ LOADING_NS = 100_000_000
 (``X-Blazar-Status: loading``, Ollama ``load_duration``)."""
 NDJSON = "application/x-ndjson"
 SSE_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+RUNTIME_KEY = "blazar.runtime"
+"""Where ``create_app`` keeps the runtime among the app's extensions."""
 
 
 def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
@@ -141,6 +146,12 @@ async def read_body() -> bytes:
         call.check_length(size)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def app_runtime() -> Runtime:
+    """The runtime behind the app serving this request: framework routes are module-level
+    functions and reach it through the app context rather than closing over it."""
+    return cast(Runtime, current_app.extensions[RUNTIME_KEY])
 
 
 def on_cleanup(fn: Cleanup) -> None:

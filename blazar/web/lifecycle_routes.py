@@ -12,9 +12,8 @@ import trio
 from quart import Response
 from quart_trio import QuartTrio
 
-from actors.runtime import Runtime
 from blazar.errors import BlazarError
-from blazar.web.common import json_response, read_body
+from blazar.web.common import app_runtime, json_response, read_body
 
 __all__ = ["register"]
 
@@ -34,17 +33,21 @@ def _decode(body: bytes) -> _EvictBody:
         raise BlazarError("INVALID_JSON", f"the body is not valid JSON: {exc}") from None
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
-    @app.post("/api/evict")
-    async def evict() -> Response:
-        name = _decode(await read_body()).model
-        if name is None:
-            return json_response({"evicted": await runtime.lifecycle.evict_idle()})
-        engine = runtime.engine_if_loaded(name)
-        if engine is None:
-            # Not loaded: a name that is not installed at all is still a 404.
-            await trio.to_thread.run_sync(runtime.store.get, name)
-            return json_response({"evicted": []})
-        model = engine.spec.model
-        evicted = await runtime.lifecycle.unload(model, only_idle=True)
-        return json_response({"evicted": [model] if evicted else []})
+async def evict() -> Response:
+    runtime = app_runtime()
+    name = _decode(await read_body()).model
+    if name is None:
+        return json_response({"evicted": await runtime.lifecycle.evict_idle()})
+    engine = runtime.engine_if_loaded(name)
+    if engine is None:
+        # Not loaded: a name that is not installed at all is still a 404.
+        await trio.to_thread.run_sync(runtime.store.get, name)
+        return json_response({"evicted": []})
+    model = engine.spec.model
+    evicted = await runtime.lifecycle.unload(model, only_idle=True)
+    return json_response({"evicted": [model] if evicted else []})
+
+
+def register(app: QuartTrio) -> None:
+    """``POST /api/evict``."""
+    app.post("/api/evict")(evict)

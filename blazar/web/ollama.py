@@ -30,6 +30,7 @@ from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
     NDJSON,
+    app_runtime,
     json_reply,
     json_response,
     on_cleanup,
@@ -39,11 +40,11 @@ from blazar.web.common import (
     stream_response,
 )
 from blazar.web.translate import Timings
+from registry.disk import copy_model
 from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
-from registry.storage import copy_model
-from registry.store import ModelRecord, ModelSettings
+from registry.store import ModelRecord, ModelSettings, Store
 
 log = logging.getLogger("blazar.web")
 
@@ -198,285 +199,317 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     routes.add("/api/generate", generate)
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
+async def _info_of(store: Store, record: ModelRecord) -> ModelInfo:
+    return await trio.to_thread.run_sync(store.info, record)
+
+
+# -- probes ------------------------------------------------------------
+
+
+async def root() -> Response:
+    return Response("Ollama is running", content_type="text/plain; charset=utf-8")
+
+
+async def version() -> Response:
+    from blazar import __version__
+
+    return json_response({"version": OLLAMA_API_VERSION, "blazar_version": __version__})
+
+
+# -- listings ----------------------------------------------------------
+
+
+async def tags() -> Response:
+    store = app_runtime().store
+    records = await trio.to_thread.run_sync(store.list)
+    entries = []
+    for r in records:
+        info = await _info_of(store, r)
+        entries.append(
+            ollama_models.TagEntry(
+                name=r.name,
+                size=r.size,
+                digest=r.digest,
+                modified_at=r.modified_at,
+                details=_details(info),
+            )
+        )
+    return json_response(ollama_models.encode_tags(entries))
+
+
+async def ps() -> Response:
+    runtime = app_runtime()
     store = runtime.store
-
-    async def info_of(record: ModelRecord) -> ModelInfo:
-        return await trio.to_thread.run_sync(store.info, record)
-
-    # -- probes ------------------------------------------------------------
-
-    @app.route("/", methods=["GET", "HEAD"])
-    async def root() -> Response:
-        return Response("Ollama is running", content_type="text/plain; charset=utf-8")
-
-    @app.get("/api/version")
-    async def version() -> Response:
-        from blazar import __version__
-
-        return json_response({"version": OLLAMA_API_VERSION, "blazar_version": __version__})
-
-    # -- listings ----------------------------------------------------------
-
-    @app.get("/api/tags")
-    async def tags() -> Response:
-        records = await trio.to_thread.run_sync(store.list)
-        entries = []
-        for r in records:
-            info = await info_of(r)
-            entries.append(
-                ollama_models.TagEntry(
-                    name=r.name,
-                    size=r.size,
-                    digest=r.digest,
-                    modified_at=r.modified_at,
-                    details=_details(info),
-                )
+    entries = []
+    for engine in runtime.loaded():
+        if engine.state not in (EngineState.READY, EngineState.STARTING):
+            continue
+        record = await trio.to_thread.run_sync(store.find, engine.spec.model)
+        if record is None:
+            continue
+        info = await _info_of(store, record)
+        entries.append(
+            ollama_models.PsEntry(
+                name=record.name,
+                size=record.size,
+                digest=record.digest,
+                details=_details(info),
+                context_length=engine.spec.ctx_per_slot,
+                expires_at=runtime.lifecycle.expires_at(engine.spec.model),
+                engine=engine.engine_kind,
+                slots=engine.spec.slots,
+                in_flight=engine.in_flight,
             )
-        return json_response(ollama_models.encode_tags(entries))
-
-    @app.get("/api/ps")
-    async def ps() -> Response:
-        entries = []
-        for engine in runtime.loaded():
-            if engine.state not in (EngineState.READY, EngineState.STARTING):
-                continue
-            record = await trio.to_thread.run_sync(store.find, engine.spec.model)
-            if record is None:
-                continue
-            info = await info_of(record)
-            entries.append(
-                ollama_models.PsEntry(
-                    name=record.name,
-                    size=record.size,
-                    digest=record.digest,
-                    details=_details(info),
-                    context_length=engine.spec.ctx_per_slot,
-                    expires_at=runtime.lifecycle.expires_at(engine.spec.model),
-                    engine=engine.engine_kind,
-                    slots=engine.spec.slots,
-                    in_flight=engine.in_flight,
-                )
-            )
-        return json_response(ollama_models.encode_ps(entries))
-
-    @app.post("/api/show")
-    async def show() -> Response:
-        name = decode_json(await read_body(), _Body).target()
-        record = await trio.to_thread.run_sync(store.get, name)
-        info = await info_of(record)
-        template = info.chat_template or ""
-        modelfile = f"# Modelfile generated by Blazar\nFROM {record.path}\n"
-        if template:
-            modelfile += f'TEMPLATE """{template}"""\n'
-        body = ollama_models.encode_show(
-            modelfile=modelfile,
-            parameters="",
-            template=template,
-            details=_details(info),
-            model_info=_model_info(info),
-            # Tools work on every chat model: emulated when the template has none.
-            capabilities=ollama_models.model_capabilities(tools=True, vision=record.projector is not None),
-            modified_at=record.modified_at,
         )
-        return json_response(body)
+    return json_response(ollama_models.encode_ps(entries))
 
-    @app.post("/api/embed")
-    async def embed() -> Response:
-        req = ollama.decode_embed_request(await read_body())
-        set_model(req.model)
-        resp, timings = await translate.embed(runtime, req)
-        t = _timings(timings)
-        return json_response(ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns))
 
-    @app.post("/api/embeddings")
-    async def embeddings_legacy() -> Response:
-        req = ollama.decode_legacy_embeddings_request(await read_body())
-        set_model(req.model)
-        if not req.inputs:
-            return json_response(ollama.encode_legacy_embedding([]))
-        resp, _ = await translate.embed(runtime, req)
-        return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]))
+async def show() -> Response:
+    store = app_runtime().store
+    name = decode_json(await read_body(), _Body).target()
+    record = await trio.to_thread.run_sync(store.get, name)
+    info = await _info_of(store, record)
+    template = info.chat_template or ""
+    modelfile = f"# Modelfile generated by Blazar\nFROM {record.path}\n"
+    if template:
+        modelfile += f'TEMPLATE """{template}"""\n'
+    body = ollama_models.encode_show(
+        modelfile=modelfile,
+        parameters="",
+        template=template,
+        details=_details(info),
+        model_info=_model_info(info),
+        # Tools work on every chat model: emulated when the template has none.
+        capabilities=ollama_models.model_capabilities(tools=True, vision=record.projector is not None),
+        modified_at=record.modified_at,
+    )
+    return json_response(body)
 
-    # -- model verbs -------------------------------------------------------
 
-    @app.post("/api/pull")
-    async def pull_model() -> Response:
-        body: _Body = decode_json(await read_body(), _Body)
-        name = body.target()
-        send, recv = trio.open_memory_channel[bytes](1024)
-        scope = trio.CancelScope()
+async def embed() -> Response:
+    runtime = app_runtime()
+    req = ollama.decode_embed_request(await read_body())
+    set_model(req.model)
+    resp, timings = await translate.embed(runtime, req)
+    t = _timings(timings)
+    return json_response(ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns))
 
-        def progress(p: PullProgress) -> None:
-            line = ollama_models.encode_pull_progress(
-                ollama_models.pull_status(p.status, p.digest),
-                digest=p.digest,
-                total=p.total,
-                completed=p.completed,
-            )
-            try:
-                send.send_nowait(line)
-            except trio.WouldBlock:
-                pass  # a slow reader misses intermediate progress, never the outcome
 
-        async def run() -> None:
-            async with send:
-                with scope:
-                    try:
-                        record = await pull(
-                            store, name, catalog=runtime.catalog, cache_dir=Path(runtime.config.cache_dir),
-                            on_progress=progress,
-                        )  # fmt: skip
-                    except RegistryError as exc:
-                        code = exc.code if exc.code in CATALOG else "BAD_GATEWAY"
-                        await send.send(ollama.encode_error(code, exc.message))
-                        return
-                    except OSError as exc:  # a full or unwritable disk
-                        message = f"the pull could not write to the model store: {exc.strerror or exc}"
-                        await send.send(ollama.encode_error("INSUFFICIENT_STORAGE", message))
-                        return
-                    except Exception as exc:
-                        # The task belongs to the runtime: nothing may escape it and stop the daemon.
-                        log.exception("pull of '%s' failed", name)
-                        await send.send(ollama.encode_error("INTERNAL", f"the pull failed: {exc!r}"))
-                        return
-                    await runtime.forget(record.name)  # the pull's own progress already said "success"
+async def embeddings_legacy() -> Response:
+    runtime = app_runtime()
+    req = ollama.decode_legacy_embeddings_request(await read_body())
+    set_model(req.model)
+    if not req.inputs:
+        return json_response(ollama.encode_legacy_embedding([]))
+    resp, _ = await translate.embed(runtime, req)
+    return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]))
 
-        runtime.start_soon(run)
 
-        async def cancel() -> None:
-            scope.cancel()  # the client left: stop downloading (the partial file stays resumable)
+# -- model verbs -------------------------------------------------------
 
-        on_cleanup(cancel)
-        if body.stream:
-            return stream_response(_drain(recv), content_type=NDJSON)
-        last = b""
-        async with recv:
-            async for line in recv:
-                last = line
-        doc = msgspec.json.decode(last)
-        if "error" in doc:
-            raise BlazarError(doc.get("blazar_code", "BAD_GATEWAY"), doc["error"])
-        return json_response(last)
 
-    @app.delete("/api/delete")
-    async def delete() -> Response:
-        name = decode_json(await read_body(), _Body).target()
-        record = await trio.to_thread.run_sync(store.get, name)
-        engine = runtime.engine_if_loaded(record.name)
-        if engine is not None and engine.in_flight:
-            raise BlazarError(
-                "MODEL_BUSY",
-                f"model '{record.name}' is serving {engine.in_flight} request(s) — wait for them to finish "
-                "or unload it (`keep_alive: 0`), then delete again",
-            )
-        await runtime.forget(record.name)
-        await trio.to_thread.run_sync(store.remove, record.name)
-        return Response(b"", 200)
+async def pull_model() -> Response:
+    runtime = app_runtime()
+    store = runtime.store
+    body: _Body = decode_json(await read_body(), _Body)
+    name = body.target()
+    send, recv = trio.open_memory_channel[bytes](1024)
+    scope = trio.CancelScope()
 
-    @app.post("/api/copy")
-    async def copy() -> Response:
-        body: _CopyBody = decode_json(await read_body(), _CopyBody)
-        copied = await trio.to_thread.run_sync(
-            functools.partial(copy_model, store, body.source, body.destination, replace=True)
+    def progress(p: PullProgress) -> None:
+        line = ollama_models.encode_pull_progress(
+            ollama_models.pull_status(p.status, p.digest),
+            digest=p.digest,
+            total=p.total,
+            completed=p.completed,
         )
-        await runtime.forget(copied.name)
+        try:
+            send.send_nowait(line)
+        except trio.WouldBlock:
+            pass  # a slow reader misses intermediate progress, never the outcome
+
+    async def run() -> None:
+        async with send:
+            with scope:
+                try:
+                    record = await pull(
+                        store, name, catalog=runtime.catalog, cache_dir=Path(runtime.config.cache_dir),
+                        on_progress=progress,
+                    )  # fmt: skip
+                except RegistryError as exc:
+                    code = exc.code if exc.code in CATALOG else "BAD_GATEWAY"
+                    await send.send(ollama.encode_error(code, exc.message))
+                    return
+                except OSError as exc:  # a full or unwritable disk
+                    message = f"the pull could not write to the model store: {exc.strerror or exc}"
+                    await send.send(ollama.encode_error("INSUFFICIENT_STORAGE", message))
+                    return
+                except Exception as exc:
+                    # The task belongs to the runtime: nothing may escape it and stop the daemon.
+                    log.exception("pull of '%s' failed", name)
+                    await send.send(ollama.encode_error("INTERNAL", f"the pull failed: {exc!r}"))
+                    return
+                await runtime.forget(record.name)  # the pull's own progress already said "success"
+
+    runtime.start_soon(run)
+
+    async def cancel() -> None:
+        scope.cancel()  # the client left: stop downloading (the partial file stays resumable)
+
+    on_cleanup(cancel)
+    if body.stream:
+        return stream_response(_drain(recv), content_type=NDJSON)
+    last = b""
+    async with recv:
+        async for line in recv:
+            last = line
+    doc = msgspec.json.decode(last)
+    if "error" in doc:
+        raise BlazarError(doc.get("blazar_code", "BAD_GATEWAY"), doc["error"])
+    return json_response(last)
+
+
+async def delete() -> Response:
+    runtime = app_runtime()
+    store = runtime.store
+    name = decode_json(await read_body(), _Body).target()
+    record = await trio.to_thread.run_sync(store.get, name)
+    engine = runtime.engine_if_loaded(record.name)
+    if engine is not None and engine.in_flight:
+        raise BlazarError(
+            "MODEL_BUSY",
+            f"model '{record.name}' is serving {engine.in_flight} request(s) — wait for them to finish "
+            "or unload it (`keep_alive: 0`), then delete again",
+        )
+    await runtime.forget(record.name)
+    await trio.to_thread.run_sync(store.remove, record.name)
+    return Response(b"", 200)
+
+
+async def copy() -> Response:
+    runtime = app_runtime()
+    store = runtime.store
+    body: _CopyBody = decode_json(await read_body(), _CopyBody)
+    copied = await trio.to_thread.run_sync(
+        functools.partial(copy_model, store, body.source, body.destination, replace=True)
+    )
+    await runtime.forget(copied.name)
+    return Response(b"", 200)
+
+
+async def blob_exists(digest: str) -> Response:
+    store = app_runtime().store
+    return Response(b"", 200 if await trio.to_thread.run_sync(store.has_blob, _hex(digest)) else 404)
+
+
+async def blob_upload(digest: str) -> Response:
+    """Receive a file for ``/api/create``; the bytes must hash to the digest in the path."""
+    store = app_runtime().store
+    sha = _hex(digest)
+    if await trio.to_thread.run_sync(store.has_blob, sha):
+        # Read the body anyway: unread bytes would be taken for the next request.
+        async for _ in request.body:
+            pass
         return Response(b"", 200)
+    partial = await trio.to_thread.run_sync(store.partial_path, sha)
+    hasher = hashlib.sha256()
+    async with await trio.open_file(partial, "wb") as f:
+        async for chunk in request.body:
+            hasher.update(chunk)
+            await f.write(chunk)
+    if hasher.hexdigest() != sha:
+        await trio.Path(partial).unlink(missing_ok=True)
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"the uploaded bytes hash to sha256:{hasher.hexdigest()}, not {digest} — upload again",
+        )
+    await trio.to_thread.run_sync(store.add_blob, partial, sha)
+    return Response(b"", 201)
 
-    @app.route("/api/blobs/<digest>", methods=["HEAD"])
-    async def blob_exists(digest: str) -> Response:
-        return Response(b"", 200 if await trio.to_thread.run_sync(store.has_blob, _hex(digest)) else 404)
 
-    @app.post("/api/blobs/<digest>")
-    async def blob_upload(digest: str) -> Response:
-        """Receive a file for ``/api/create``; the bytes must hash to the digest in the path."""
-        sha = _hex(digest)
-        if await trio.to_thread.run_sync(store.has_blob, sha):
-            # Read the body anyway: unread bytes would be taken for the next request.
-            async for _ in request.body:
-                pass
-            return Response(b"", 200)
-        partial = await trio.to_thread.run_sync(store.partial_path, sha)
-        hasher = hashlib.sha256()
-        async with await trio.open_file(partial, "wb") as f:
-            async for chunk in request.body:
-                hasher.update(chunk)
-                await f.write(chunk)
-        if hasher.hexdigest() != sha:
-            await trio.Path(partial).unlink(missing_ok=True)
+async def create() -> Response:
+    runtime = app_runtime()
+    store = runtime.store
+    body: _CreateBody = decode_json(await read_body(), _CreateBody)
+    name = body.target()
+    if body.quantize:
+        raise BlazarError(
+            "BAD_REQUEST", "quantize is not supported: create from a GGUF that is already quantized"
+        )
+    base: ModelRecord | None = None
+    lines: list[bytes] = []
+    if body.from_:
+        base = await trio.to_thread.run_sync(store.get, body.from_)
+        lines.append(ollama_models.encode_pull_progress(f"using existing model {base.name}"))
+    elif body.files:
+        ggufs = [d for f, d in body.files.items() if f.endswith(".gguf")] or list(body.files.values())
+        sha = _hex(ggufs[0])
+        if not await trio.to_thread.run_sync(store.has_blob, sha):
             raise BlazarError(
                 "BAD_REQUEST",
-                f"the uploaded bytes hash to sha256:{hasher.hexdigest()}, not {digest} — upload again",
+                f"blob {ggufs[0]} is not on this machine — upload it with POST /api/blobs/{ggufs[0]}",
             )
-        await trio.to_thread.run_sync(store.add_blob, partial, sha)
-        return Response(b"", 201)
-
-    @app.post("/api/create")
-    async def create() -> Response:
-        body: _CreateBody = decode_json(await read_body(), _CreateBody)
-        name = body.target()
-        if body.quantize:
-            raise BlazarError(
-                "BAD_REQUEST", "quantize is not supported: create from a GGUF that is already quantized"
-            )
-        base: ModelRecord | None = None
-        lines: list[bytes] = []
-        if body.from_:
-            base = await trio.to_thread.run_sync(store.get, body.from_)
-            lines.append(ollama_models.encode_pull_progress(f"using existing model {base.name}"))
-        elif body.files:
-            ggufs = [d for f, d in body.files.items() if f.endswith(".gguf")] or list(body.files.values())
-            sha = _hex(ggufs[0])
-            if not await trio.to_thread.run_sync(store.has_blob, sha):
-                raise BlazarError(
-                    "BAD_REQUEST",
-                    f"blob {ggufs[0]} is not on this machine — upload it with POST /api/blobs/{ggufs[0]}",
-                )
-            blob = store.blob_path(sha)
-            now = time.time()
-            size = (await trio.Path(blob).stat()).st_size
-            base = ModelRecord(
-                name=name, digest=f"sha256:{sha}", size=size, path=str(blob), source="create", created_at=now,
-                modified_at=now,
-            )  # fmt: skip
-            lines.append(ollama_models.encode_pull_progress(f"using existing layer sha256:{sha}"))
-        else:
-            raise DecodeError(
-                "send `from` (an installed model) or `files` (uploaded blobs) to create a model"
-            )
-        previous = base.settings or ModelSettings()
-        settings = ModelSettings(
-            system=body.system if body.system is not None else previous.system,
-            template=body.template if body.template is not None else previous.template,
-            parameters={**previous.parameters, **(body.parameters or {})},
-        )
+        blob = store.blob_path(sha)
         now = time.time()
-        record = msgspec.structs.replace(
-            base,
-            name=name,
-            settings=settings,
-            created_at=now,
+        size = (await trio.Path(blob).stat()).st_size
+        base = ModelRecord(
+            name=name, digest=f"sha256:{sha}", size=size, path=str(blob), source="create", created_at=now,
             modified_at=now,
-            source=f"create:{base.source}",
-        )
-        await trio.to_thread.run_sync(store.info, record)  # refuse a blob that is not a GGUF
-        await trio.to_thread.run_sync(store.write_manifest, record)
-        await runtime.forget(record.name)
-        lines += [
-            ollama_models.encode_pull_progress("writing manifest"),
-            ollama_models.encode_pull_progress("success"),
-        ]
-        if body.stream:
-            return stream_response(b"".join(lines), content_type=NDJSON)
-        return json_response(lines[-1])
+        )  # fmt: skip
+        lines.append(ollama_models.encode_pull_progress(f"using existing layer sha256:{sha}"))
+    else:
+        raise DecodeError("send `from` (an installed model) or `files` (uploaded blobs) to create a model")
+    previous = base.settings or ModelSettings()
+    settings = ModelSettings(
+        system=body.system if body.system is not None else previous.system,
+        template=body.template if body.template is not None else previous.template,
+        parameters={**previous.parameters, **(body.parameters or {})},
+    )
+    now = time.time()
+    record = msgspec.structs.replace(
+        base,
+        name=name,
+        settings=settings,
+        created_at=now,
+        modified_at=now,
+        source=f"create:{base.source}",
+    )
+    await trio.to_thread.run_sync(store.info, record)  # refuse a blob that is not a GGUF
+    await trio.to_thread.run_sync(store.write_manifest, record)
+    await runtime.forget(record.name)
+    lines += [
+        ollama_models.encode_pull_progress("writing manifest"),
+        ollama_models.encode_pull_progress("success"),
+    ]
+    if body.stream:
+        return stream_response(b"".join(lines), content_type=NDJSON)
+    return json_response(lines[-1])
 
-    @app.post("/api/push")
-    async def push() -> Response:
-        raise BlazarError(
-            "LOCAL_ONLY",
-            "Blazar never sends models off this machine: push is refused by design "
-            "(copy the files from `blazar show NAME --json` instead)",
-        )
+
+async def push() -> Response:
+    raise BlazarError(
+        "LOCAL_ONLY",
+        "Blazar never sends models off this machine: push is refused by design "
+        "(copy the files from `blazar show NAME --json` instead)",
+    )
+
+
+def register(app: QuartTrio) -> None:
+    """The Ollama routes the framework serves (chat and generate are the gateway's)."""
+    app.route("/", methods=["GET", "HEAD"])(root)
+    app.get("/api/version")(version)
+    app.get("/api/tags")(tags)
+    app.get("/api/ps")(ps)
+    app.post("/api/show")(show)
+    app.post("/api/embed")(embed)
+    app.post("/api/embeddings")(embeddings_legacy)
+    app.post("/api/pull")(pull_model)
+    app.delete("/api/delete")(delete)
+    app.post("/api/copy")(copy)
+    app.route("/api/blobs/<digest>", methods=["HEAD"])(blob_exists)
+    app.post("/api/blobs/<digest>")(blob_upload)
+    app.post("/api/create")(create)
+    app.post("/api/push")(push)
 
 
 async def _drain(recv: trio.MemoryReceiveChannel[bytes]) -> AsyncIterator[bytes]:

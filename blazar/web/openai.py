@@ -18,7 +18,7 @@ from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
-from blazar.dialects.engine import apply_defaults_to_body, classify_error
+from blazar.dialects.llamacpp import apply_defaults_to_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
@@ -26,6 +26,7 @@ from blazar.web.claim import claim_engine
 from blazar.web.common import (
     JSON,
     LOADING_NS,
+    app_runtime,
     json_response,
     read_body,
     set_model,
@@ -56,29 +57,34 @@ class _Encoder:
         return openai.encode_stream_error(code, message)
 
 
-def register(app: QuartTrio, runtime: Runtime) -> None:
+async def list_models() -> Response:
+    runtime = app_runtime()
+    records = await trio.to_thread.run_sync(runtime.store.list)
+    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+    return json_response(openai.encode_model_list(data))
 
-    @app.get("/v1/models")
-    async def list_models() -> Response:
-        records = await trio.to_thread.run_sync(runtime.store.list)
-        data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
-        return json_response(openai.encode_model_list(data))
 
-    @app.get("/v1/models/<path:name>")
-    async def get_model(name: str) -> Response:
-        record = await trio.to_thread.run_sync(runtime.store.get, name)
-        body = openai.encode_model(record.name, created=int(record.created_at))
-        return json_response(body)
+async def get_model(name: str) -> Response:
+    runtime = app_runtime()
+    record = await trio.to_thread.run_sync(runtime.store.get, name)
+    body = openai.encode_model(record.name, created=int(record.created_at))
+    return json_response(body)
 
-    @app.post("/v1/embeddings")
-    async def embeddings() -> Response:
-        req, fmt = openai.decode_embeddings_request(await read_body())
-        set_model(req.model)
-        resp, timings = await translate.embed(runtime, req)
-        headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
-        return Response(
-            openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=JSON
-        )
+
+async def embeddings() -> Response:
+    runtime = app_runtime()
+    req, fmt = openai.decode_embeddings_request(await read_body())
+    set_model(req.model)
+    resp, timings = await translate.embed(runtime, req)
+    headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
+    return Response(openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=JSON)
+
+
+def register(app: QuartTrio) -> None:
+    """The model listings and embeddings, served by the framework."""
+    app.get("/v1/models")(list_models)
+    app.get("/v1/models/<path:name>")(get_model)
+    app.post("/v1/embeddings")(embeddings)
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:

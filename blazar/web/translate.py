@@ -18,7 +18,7 @@ import msgspec
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
-from blazar.dialects.engine import (
+from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
     apply_defaults,

@@ -14,7 +14,6 @@ goldens are also read back through it (its SSE decoder and accumulator).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +32,10 @@ from blazar.dialects.neutral import (
     ToolCallDelta,
     Usage,
 )
-from tests.golden import assert_golden_json, decoded
+from tests.golden import assert_golden, assert_golden_json, decoded
 
 GOLDEN = Path(__file__).parent / "golden" / "anthropic"
 CASES = sorted(p.name.removesuffix(".request.json") for p in GOLDEN.glob("*.request.json"))
-
-
-def _regen(path: Path) -> bool:
-    return bool(os.environ.get("BLAZAR_REGEN_GOLDEN")) or not path.exists()
-
-
-def _check_golden(path: Path, got: bytes) -> None:
-    if _regen(path):
-        path.write_bytes(got)
-    assert got == path.read_bytes()
 
 
 def _json(doc: object) -> bytes:
@@ -220,7 +209,7 @@ def _render(request: ChatRequest, deltas: list[Delta]) -> bytes:
 
 @pytest.mark.parametrize("name", sorted(STREAMS))
 def test_stream_golden(name: str) -> None:
-    _check_golden(GOLDEN / f"stream_{name}.sse", _render(*STREAMS[name]))
+    assert_golden(GOLDEN / f"stream_{name}.sse", _render(*STREAMS[name]))
 
 
 def _events(sse: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -324,7 +313,7 @@ RESPONSES: dict[str, tuple[ChatResponse, ChatRequest, str | None]] = {
 def test_response_golden(name: str) -> None:
     resp, req, stop_seq = RESPONSES[name]
     got = anthropic.encode_response(resp, request=req, stop_sequence=stop_seq)
-    _check_golden(GOLDEN / f"response_{name}.json", _json(msgspec.json.decode(got)))
+    assert_golden(GOLDEN / f"response_{name}.json", _json(msgspec.json.decode(got)))
 
 
 # --- the official SDK reads what we write (skipped when it is not installed) ----

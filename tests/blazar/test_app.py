@@ -15,7 +15,7 @@ from hypercorn.trio import serve
 from actors.runtime import open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.errors import CATALOG
-from blazar.web.app import serve_app
+from blazar.web.app import build_gateway
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
     config = Config(max_body_mb=0.01)  # about 10 KiB, so the limit is cheap to cross
     paths = resolve_paths()
     async with open_runtime(config.runtime(paths)) as runtime, trio.open_nursery() as nursery:
-        asgi = serve_app(runtime, config)
+        asgi = build_gateway(runtime, config)
         hconfig = HypercornConfig()
         hconfig.bind = ["127.0.0.1:0"]
         hconfig.accesslog = None

@@ -10,7 +10,7 @@ import trio
 
 from actors.runtime import open_runtime
 from blazar.config import Config, resolve_paths
-from blazar.web.app import serve_app
+from blazar.web.app import build_gateway
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 _HEADING = re.compile(r"^### (.+)$", re.MULTILINE)
@@ -28,7 +28,7 @@ def documented() -> set[tuple[str, str]]:
 async def served() -> set[tuple[str, str]]:
     config = Config()
     async with open_runtime(config.runtime(resolve_paths())) as runtime:
-        gateway = serve_app(runtime, config)
+        gateway = build_gateway(runtime, config)
         routes = {("POST", path) for path in gateway.routes.post}  # served by the gateway layer
         for rule in gateway.app.url_map.iter_rules():
             if rule.endpoint == "static":

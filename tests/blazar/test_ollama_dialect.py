@@ -7,13 +7,12 @@ picks the decoder (``chat_``, ``generate_``, ``embed_``, ``legacy_``).
 Encoders: each case in ``ENCODER_CASES`` renders bytes compared exactly with
 ``golden/ollama/encode_NAME.expected.ndjson``.
 
-Golden answers are written when missing; regenerate after an intended change
-with ``BLAZAR_REGEN_GOLDEN=1 pytest tests/blazar/test_ollama_dialect.py``.
+A missing golden answer fails its test; write or regenerate the answers after an
+intended change with ``BLAZAR_REGEN_GOLDEN=1 pytest tests/blazar/test_ollama_dialect.py``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,11 +31,10 @@ from blazar.dialects.neutral import (
     ToolCallDelta,
     Usage,
 )
-from tests.golden import assert_golden_json, decoded
+from tests.golden import assert_golden, assert_golden_json, decoded
 
 GOLDEN = Path(__file__).parent / "golden" / "ollama"
 CASES = sorted(p.name.removesuffix(".request.json") for p in GOLDEN.glob("*.request.json"))
-REGEN = bool(os.environ.get("BLAZAR_REGEN_GOLDEN"))
 
 T0 = "2024-07-22T20:31:34.071298917Z"
 T1 = "2024-07-22T20:31:34.112233Z"
@@ -472,10 +470,7 @@ def test_encoder_golden(name: str) -> None:
     assert got.endswith(b"\n")
     for line in got.splitlines():
         assert isinstance(msgspec.json.decode(line), dict)
-    expected_file = GOLDEN / f"encode_{name}.expected.ndjson"
-    if REGEN or not expected_file.exists():
-        expected_file.write_bytes(got)
-    assert got == expected_file.read_bytes()
+    assert_golden(GOLDEN / f"encode_{name}.expected.ndjson", got)
 
 
 def test_stream_sends_tool_calls_whole_then_done() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import write_gguf
 
+from registry.disk import copy_model, find_orphans, prune_orphans, storage_report, unused_models
 from registry.errors import ModelExists, ModelNotFound
-from registry.storage import copy_model, find_orphans, prune_orphans, storage_report, unused_models
 from registry.store import Store
 
 

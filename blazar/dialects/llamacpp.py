@@ -1,4 +1,4 @@
-"""The engine side of translation: neutral requests in, llama.cpp's OpenAI API out.
+"""The llama.cpp side of translation: neutral requests in, llama.cpp's OpenAI API out.
 
 Dialects other than OpenAI decode into a ``ChatRequest``; ``engine_request``
 turns it into the path and body llama.cpp expects, and ``EngineStream`` /

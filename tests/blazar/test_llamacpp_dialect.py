@@ -1,4 +1,4 @@
-"""The engine side of translation: requests to llama.cpp, its SSE back to neutral deltas."""
+"""The llama.cpp side of translation: requests to llama.cpp, its SSE back to neutral deltas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from blazar.dialects import tools
-from blazar.dialects.engine import (
+from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
     ThinkSplitter,
@@ -208,7 +208,7 @@ def test_parse_response_with_cached_usage() -> None:
 
 
 def test_context_overflow_becomes_prompt_too_long() -> None:
-    from blazar.dialects.engine import classify_error
+    from blazar.dialects.llamacpp import classify_error
 
     body = (
         b'{"error":{"code":400,"message":"request (5031 tokens) exceeds the context size (4096 tokens)",'
