@@ -41,7 +41,7 @@ typecheck: $(STAMP)
 
 check: lint typecheck test-fast
 
-# Benchmarks (issue 5; long: run on a quiet machine): results under bench/results/, then BENCHMARK.md.
+# Benchmarks (long: run on a quiet machine): results under bench/results/, then BENCHMARK.md.
 # BENCH_ARGS passes options, e.g. `make bench BENCH_ARGS="--only overhead"`.
 BENCH_ARGS ?=
 LITELLM_VENV := .cache/bench/litellm-venv

@@ -1,4 +1,4 @@
-"""The targets of issue 5: each a figure from one benchmark, checked on its median over runs."""
+"""The benchmark targets: each a figure from one benchmark, checked on its median over runs."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 
 Takes the newest result of each benchmark in ``--results`` (``<date>-<name>.json``
 as written by ``python -m bench run``), and writes: how the numbers are made,
-the machine, every target of issue 5 with its measured median [min, max] and
+the machine, every target in ``bench/targets.py`` with its measured median [min, max] and
 whether it is met, then each benchmark's tables and plots. Explanations of gaps
 come from the hand-written ``bench/notes.toml``. Quick (smoke) results are never
 committed; pointed at ``bench/results/tmp`` the report marks them as such.
