@@ -19,7 +19,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec
 from tests.golden import assert_golden_json
 
-GOLDEN = Path(__file__).parent / "golden" / "engine"
+GOLDEN = Path(__file__).parent / "golden" / "llamacpp"
 WEATHER = ToolSpec(
     name="get_weather",
     description="Current weather for a city",
