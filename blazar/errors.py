@@ -71,6 +71,11 @@ CATALOG: dict[str, CodeInfo] = {
         _c("MODEL_BUSY", 409, "The model is serving requests: wait or unload it, then retry."),
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),
+        _c(
+            "MODEL_FILE_INCOMPLETE",
+            422,
+            "The model file is shorter than its header says (a download that stopped): re-download it.",
+        ),
     )
 }
 

@@ -65,6 +65,9 @@ class PullProgress(msgspec.Struct, frozen=True, kw_only=True):
     completed: int | None = None
     digest: str | None = None
     message: str | None = None
+    downloaded: int | None = None
+    """On ``success``: the bytes this pull took from the network (0 when everything was
+    reused from this machine); None when not known."""
 
 
 Report = Callable[[PullProgress], None]

@@ -8,6 +8,7 @@ import, so a long-running daemon follows its environment as given.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -24,12 +25,14 @@ from .errors import ModelNotFound, PullFailed, RegistryError
 
 __all__ = [
     "HF_HOSTS",
+    "HubUnreachable",
     "SourceFailed",
     "hf_endpoint",
     "hub_call",
     "hub_call_retrying",
     "parse_hf_ref",
     "pick_gguf",
+    "resolve_cached",
     "resolve_hf",
 ]
 
@@ -37,6 +40,7 @@ HUB_CALL_TIMEOUT_S = 15.0
 _READ_TIMEOUT_S = 30.0
 _PREFERRED_QUANTS = ("q4_k_m", "q4_k_s", "q4_0", "q5_k_m", "q8_0")
 _PREFERRED_PROJECTORS = ("f16", "bf16", "f32", "q8_0")
+_HEX = re.compile(r"[0-9a-f]{64}")
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 HF_HOSTS = ("huggingface.co", "*.huggingface.co", "hf.co", "*.hf.co")
 """Where huggingface.co sends downloads (its CDN and Xet storage); other redirect targets are refused."""
@@ -219,7 +223,12 @@ def _hub_error(exc: Exception, repo: str, canonical: str, endpoint: str) -> Regi
         return ModelNotFound(canonical, f"hf:{repo} was not found on {endpoint} — check the name")
     if status is not None:
         return PullFailed(f"hf:{repo}: HTTP {status} from {endpoint} — {reason(exc)}")
-    return PullFailed(f"cannot reach {endpoint} for hf:{repo}: {reason(exc)}")
+    return HubUnreachable(f"cannot reach {endpoint} for hf:{repo}: {reason(exc)}")
+
+
+class HubUnreachable(PullFailed):
+    """The Hub gave no answer at all (no network, HF_HUB_OFFLINE, a timeout), as opposed to
+    an answer that refuses: only then may the local cache stand in for it."""
 
 
 async def resolve_hf(raw: str, canonical: str, catalog: Catalog, retry: RetryPolicy) -> Plan:
@@ -231,10 +240,24 @@ async def resolve_hf(raw: str, canonical: str, catalog: Catalog, retry: RetryPol
             functools.partial(_model_info, endpoint, repo), f"hf:{repo}", retry
         )
     except SourceFailed as exc:
-        raise PullFailed(f"cannot list the files of hf:{repo}: {exc}") from exc
+        raise HubUnreachable(f"cannot list the files of hf:{repo}: {exc}") from exc
     except Exception as exc:
         raise _hub_error(exc, repo, canonical, endpoint) from exc
+    return _plan(repo, file, tag, files, canonical, commit=commit, endpoint=endpoint, headers=headers)
 
+
+def _plan(
+    repo: str,
+    file: str,
+    tag: str,
+    files: Sequence[_RemoteFile],
+    canonical: str,
+    *,
+    commit: str,
+    endpoint: str,
+    headers: dict[str, str],
+) -> Plan:
+    """The weights (every part of a split file) and projector that `file` or `tag` pick."""
     names = [f.path for f in files]
     if file:
         if file not in names:
@@ -278,3 +301,68 @@ async def resolve_hf(raw: str, canonical: str, catalog: Catalog, retry: RetryPol
         parts=[(Path(f.path).name, fetch(f)) for f in parts],
         projector=fetch(projector) if projector else None,
     )
+
+
+# -- the Hugging Face cache on this machine ------------------------------------------------
+
+
+def _cached_snapshot(hub: Path, repo: str) -> Path | None:
+    """The snapshot of `repo` the cache's `main` ref names (else its newest), or None.
+    The repo's own spelling is in the path: ``models--ORG--REPO/snapshots/<commit>``."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = hub / repo_folder_name(repo_id=repo, repo_type="model")
+    if not folder.is_dir():
+        # Repo names are case-insensitive on the Hub, the cache's folder names are not.
+        wanted = folder.name.lower()
+        folder = next((p for p in hub.glob("models--*") if p.name.lower() == wanted), folder)
+    snapshots = folder / "snapshots"
+    with contextlib.suppress(OSError):
+        commit = (folder / "refs" / "main").read_text().strip()
+        if commit and (snapshots / commit).is_dir():
+            return snapshots / commit
+    try:
+        candidates = [p for p in snapshots.iterdir() if p.is_dir()]
+    except OSError:
+        return None
+    return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def _cached_files(snapshot: Path) -> list[_RemoteFile]:
+    """The snapshot's files with their sizes; an LFS file's sha256 is its blob's name."""
+    files = []
+    for link in sorted(snapshot.rglob("*")):
+        try:
+            real = link.resolve(strict=True)
+            if not real.is_file():
+                continue
+            size = real.stat().st_size
+        except (OSError, RuntimeError):
+            continue  # a dangling link: the download of that file never finished
+        sha = real.name if real.parent.name == "blobs" and _HEX.fullmatch(real.name) else None
+        files.append(_RemoteFile(path=link.relative_to(snapshot).as_posix(), size=size, sha256=sha))
+    return files
+
+
+def resolve_cached(
+    raw: str, canonical: str, catalog: Catalog, hubs: Sequence[str | os.PathLike[str]]
+) -> Plan | None:
+    """Runs in a thread: what `raw` names, read from a Hugging Face cache (huggingface_hub's
+    layout) instead of the Hub, or None when no cache under `hubs` holds the repo. The pull
+    then finds the bytes in that cache by their sha256 and links them."""
+    repo, file, tag = parse_hf_ref(raw, canonical, catalog)
+    for hub in hubs:
+        snapshot = _cached_snapshot(Path(hub), repo)
+        if snapshot is None:
+            continue
+        repo = snapshot.parent.parent.name.removeprefix("models--").replace("--", "/")
+        files = _cached_files(snapshot)
+        # Only files named by their sha256 can be verified; git files (README, config) never are GGUF.
+        verified = [f for f in files if f.sha256 is not None or not f.path.lower().endswith(".gguf")]
+        try:
+            return _plan(
+                repo, file, tag, verified, canonical, commit=snapshot.name, endpoint=hf_endpoint(), headers={}
+            )
+        except (ModelNotFound, PullFailed):
+            continue
+    return None

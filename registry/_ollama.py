@@ -7,9 +7,11 @@ the model's settings. Every layer is checked against its sha256 digest.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,12 +32,15 @@ __all__ = [
     "OllamaLayer",
     "OllamaManifest",
     "OllamaRef",
+    "local_blob",
     "ollama_settings",
     "parse_ollama_ref",
+    "resolve_local",
     "resolve_ollama",
 ]
 
 DEFAULT_REGISTRY = "https://registry.ollama.ai"
+_DEFAULT_HOST = "registry.ollama.ai"
 _MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 )
@@ -152,10 +157,9 @@ async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: Retry
     """Read the manifest of `ref` (and its settings layers); the weights are left to download."""
     base = registry_base()
     label = ref.describe()
-    repo_url = f"{base}/v2/{ref.namespace}/{ref.name}"
     resp = await fetch_small(
         client,
-        f"{repo_url}/manifests/{ref.tag}",
+        f"{_repo_url(ref)}/manifests/{ref.tag}",
         label=label,
         max_bytes=_MAX_MANIFEST_BYTES,
         headers={"Accept": _MANIFEST_TYPES},
@@ -174,18 +178,32 @@ async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: Retry
         manifest = msgspec.json.decode(resp.content, type=OllamaManifest)
     except msgspec.DecodeError as exc:
         raise PullFailed(f"{label}: the registry sent an unreadable manifest ({exc})") from exc
+    _check_layers(manifest, label)
+    settings = await _settings(client, f"{_repo_url(ref)}/blobs/", manifest.layers, label, retry)
+    return _plan(ref, manifest, settings)
+
+
+def _repo_url(ref: OllamaRef) -> str:
+    return f"{registry_base()}/v2/{ref.namespace}/{ref.name}"
+
+
+def _check_layers(manifest: OllamaManifest, label: str) -> None:
     if any(layer.media_type == ADAPTER_LAYER for layer in manifest.layers):
         raise PullFailed(f"{label} needs a LoRA adapter layer, which Blazar cannot apply yet")
     models = [layer for layer in manifest.layers if layer.media_type == MODEL_LAYER]
     if len(models) != 1:
         raise PullFailed(f"{label}: the manifest has {len(models)} model layers, expected one")
+
+
+def _plan(ref: OllamaRef, manifest: OllamaManifest, settings: ModelSettings | None) -> Plan:
+    label = ref.describe()
+    model = next(layer for layer in manifest.layers if layer.media_type == MODEL_LAYER)
     projector = next((layer for layer in manifest.layers if layer.media_type == PROJECTOR_LAYER), None)
-    settings = await _settings(client, f"{repo_url}/blobs/", manifest.layers, label, retry)
 
     def fetch(layer: OllamaLayer) -> Fetch:
         # The registry redirects blob reads to its CDN, whose host varies: any https host is allowed.
         return Fetch(
-            url=f"{repo_url}/blobs/{layer.digest}",
+            url=f"{_repo_url(ref)}/blobs/{layer.digest}",
             sha256=_layer_hex(layer, label),
             size=layer.size,
             label=label,
@@ -193,7 +211,77 @@ async def resolve_ollama(client: httpx.AsyncClient, ref: OllamaRef, retry: Retry
 
     return Plan(
         source=label,
-        parts=[(f"{ref.name}.gguf", fetch(models[0]))],
+        parts=[(f"{ref.name}.gguf", fetch(model))],
         projector=fetch(projector) if projector else None,
         settings=settings,
     )
+
+
+# -- Ollama's own store on this machine -------------------------------------------------
+
+
+class _LocalGap(Exception):
+    """A layer the local store lacks, or holds with other bytes than its digest."""
+
+
+def local_blob(root: Path, digest: str) -> Path | None:
+    """The blob of `digest` in the Ollama store at `root`, when it is there."""
+    hexpart = digest.lower().removeprefix("sha256:")
+    if not digest.lower().startswith("sha256:") or not _HEX.fullmatch(hexpart):
+        return None
+    # Ollama before 0.1.32 (and on some filesystems) spelled blobs `sha256:<hex>`.
+    for candidate in (root / "blobs" / f"sha256-{hexpart}", root / "blobs" / f"sha256:{hexpart}"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _local_settings(root: Path, layers: Sequence[OllamaLayer]) -> ModelSettings | None:
+    """The settings layers read from the local store, each checked against its digest;
+    _LocalGap when one is missing or damaged there."""
+    texts: dict[str, str] = {}
+    for layer in layers:
+        if layer.media_type not in (TEMPLATE_LAYER, SYSTEM_LAYER, PARAMS_LAYER) or layer.media_type in texts:
+            continue
+        blob = local_blob(root, layer.digest)
+        if blob is None or layer.size > _MAX_SETTINGS_LAYER_BYTES:
+            raise _LocalGap(layer.digest)
+        data = blob.read_bytes()
+        if hashlib.sha256(data).hexdigest() != layer.digest.lower().removeprefix("sha256:"):
+            raise _LocalGap(layer.digest)
+        texts[layer.media_type] = data.decode("utf-8", errors="replace")
+    params = msgspec.json.decode(texts[PARAMS_LAYER], type=dict[str, Any]) if PARAMS_LAYER in texts else None
+    return ollama_settings(texts.get(TEMPLATE_LAYER), system=texts.get(SYSTEM_LAYER), params=params)
+
+
+def resolve_local(ref: OllamaRef, roots: Sequence[str | os.PathLike[str]]) -> tuple[Plan, Path] | None:
+    """Runs in a thread: `ref` read from an Ollama store on this machine (the first of `roots`
+    whose manifest and blobs are whole), without contacting the registry. Returns the plan and
+    the store's root, or None when no store holds all of it.
+
+    Ollama keeps models of its default registry under `registry.ollama.ai`, whichever
+    registry Blazar is pointed at: a mirror serves the same names.
+    """
+    for raw in roots:
+        root = Path(raw)
+        path = root / "manifests" / _DEFAULT_HOST / ref.namespace / ref.name / ref.tag
+        try:
+            raw_manifest = path.read_bytes()
+            if len(raw_manifest) > _MAX_MANIFEST_BYTES:
+                continue
+            manifest = msgspec.json.decode(raw_manifest, type=OllamaManifest)
+            _check_layers(manifest, ref.describe())
+            weights = [
+                layer for layer in manifest.layers if layer.media_type in (MODEL_LAYER, PROJECTOR_LAYER)
+            ]
+            blobs = [local_blob(root, layer.digest) for layer in weights]
+            if any(
+                b is None or b.stat().st_size != layer.size for b, layer in zip(blobs, weights, strict=True)
+            ):
+                continue
+            settings = _local_settings(root, manifest.layers)
+        except (OSError, _LocalGap, msgspec.DecodeError, PullFailed):
+            # A damaged local entry is no answer: the registry is asked instead.
+            continue
+        return _plan(ref, manifest, settings), root
+    return None

@@ -8,6 +8,7 @@ __all__ = [
     "InvalidModelFile",
     "InvalidModelName",
     "ModelExists",
+    "ModelFileIncomplete",
     "ModelNotFound",
     "PullFailed",
     "RegistryError",
@@ -48,6 +49,17 @@ class InvalidModelName(RegistryError):
 
 class InvalidModelFile(RegistryError):
     code = "BAD_REQUEST"
+
+
+class ModelFileIncomplete(InvalidModelFile):
+    """A GGUF file shorter than its own header says: a download or copy that stopped early."""
+
+    code = "MODEL_FILE_INCOMPLETE"
+
+    def __init__(self, what: str, *, expected: int, found: int, advice: str = "re-download it") -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{what} is incomplete (expected {expected} bytes, found {found}) — {advice}")
 
 
 class PullFailed(RegistryError):

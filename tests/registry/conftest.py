@@ -1,11 +1,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 import pytest
+import trio
+
+from registry.catalog import Catalog
+from registry.pull import PullProgress, RetryPolicy, pull
+from registry.store import ModelRecord, Store
+from tests.registry.hub import Hub, open_hub
 
 CHAT_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 TOKENS = [f"tok{i}" for i in range(300)]
@@ -68,3 +76,68 @@ def real_model() -> Path:
     if not path.is_file():
         pytest.skip(f"BLAZAR_TEST_MODEL={value} does not exist")
     return path
+
+
+TRUNCATED_BYTES = 20_000_000
+"""What is left of the test model when a download or copy stops after 20 MB (of 98 MB)."""
+
+
+@pytest.fixture
+def truncated_model(tmp_path: Path, model_path: Path) -> Path:
+    """The first 20 MB of the real test model: its header is whole, most tensor data is not."""
+    folder = tmp_path / "truncated"
+    folder.mkdir()
+    path = folder / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    with open(model_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read(TRUNCATED_BYTES))
+    return path
+
+
+# -- pulls against the test hub (tests/registry/hub.py) --------------------------------
+
+FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05)
+HANG_S = 60  # catches hangs only
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hub]:
+    import huggingface_hub.constants as hf_constants
+
+    with open_hub() as h:
+        monkeypatch.setenv("HF_ENDPOINT", h.url)
+        monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", h.url)
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+            monkeypatch.delenv(var, raising=False)
+        # huggingface_hub reads these once at import; another test may have imported it offline.
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
+        yield h
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "home" / "models")
+
+
+class Pulls:
+    """Calls `pull` with an empty catalog and a fast retry policy, recording progress events."""
+
+    def __init__(self, store: Store, cache: Path) -> None:
+        self.store = store
+        self.cache = cache
+        self.events: list[PullProgress] = []
+
+    async def __call__(self, name: str, **kwargs: Any) -> ModelRecord:
+        kwargs.setdefault("on_progress", self.events.append)
+        kwargs.setdefault("retry", FAST)
+        kwargs.setdefault("catalog", Catalog([], default_model="none"))
+        with trio.fail_after(HANG_S):
+            return await pull(self.store, name, cache_dir=self.cache, **kwargs)
+
+    def statuses(self) -> list[str]:
+        return [e.status for e in self.events]
+
+
+@pytest.fixture
+def do_pull(store: Store, tmp_path: Path) -> Pulls:
+    return Pulls(store, tmp_path / "cache")

@@ -6,9 +6,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import gguf
 import httpx
@@ -16,13 +15,19 @@ import msgspec
 import numpy as np
 import pytest
 import trio
+from conftest import TRUNCATED_BYTES, Pulls
 
 import registry.pull as pull_mod
 from registry._download import Fetch, _redirect_target, fetch_blob
 from registry._hf import HF_HOSTS
 from registry.catalog import Catalog, HfSource
-from registry.errors import ChecksumMismatch, InsufficientStorage, ModelNotFound, PullFailed
-from registry.pull import PullProgress, RetryPolicy, pull
+from registry.errors import (
+    ChecksumMismatch,
+    InsufficientStorage,
+    ModelFileIncomplete,
+    ModelNotFound,
+    PullFailed,
+)
 from registry.store import ModelRecord, Store, sha256_file
 from tests.registry.hub import (
     MODEL_MEDIA,
@@ -31,12 +36,9 @@ from tests.registry.hub import (
     SYSTEM_MEDIA,
     TEMPLATE_MEDIA,
     Hub,
-    open_hub,
 )
 
 REPO = "Org/Tiny-GGUF"
-FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05)
-HANG_S = 60  # catches hangs only
 
 
 def make_gguf(path: Path, *, seed: int = 0, arch: str = "llama", split_max_tensors: int = 0) -> list[Path]:
@@ -77,26 +79,6 @@ def sha(data: bytes) -> str:
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hub]:
-    import huggingface_hub.constants as hf_constants
-
-    with open_hub() as h:
-        monkeypatch.setenv("HF_ENDPOINT", h.url)
-        monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", h.url)
-        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-            monkeypatch.delenv(var, raising=False)
-        # huggingface_hub reads these once at import; another test may have imported it offline.
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
-        yield h
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "home" / "models")
-
-
-@pytest.fixture
 def files(tmp_path: Path) -> dict[str, bytes]:
     folder = tmp_path / "made"
     folder.mkdir()
@@ -117,30 +99,6 @@ def tiny_repo(hub: Hub, files: dict[str, bytes]) -> dict[str, bytes]:
         hub.add_hf_file(REPO, name, data)
     hub.add_hf_file(REPO, "README.md", b"# tiny\n", lfs=False)
     return files
-
-
-class Pulls:
-    """Calls `pull` with an empty catalog and a fast retry policy, recording progress events."""
-
-    def __init__(self, store: Store, cache: Path) -> None:
-        self.store = store
-        self.cache = cache
-        self.events: list[PullProgress] = []
-
-    async def __call__(self, name: str, **kwargs: Any) -> ModelRecord:
-        kwargs.setdefault("on_progress", self.events.append)
-        kwargs.setdefault("retry", FAST)
-        kwargs.setdefault("catalog", Catalog([], default_model="none"))
-        with trio.fail_after(HANG_S):
-            return await pull(self.store, name, cache_dir=self.cache, **kwargs)
-
-    def statuses(self) -> list[str]:
-        return [e.status for e in self.events]
-
-
-@pytest.fixture
-def do_pull(store: Store, tmp_path: Path) -> Pulls:
-    return Pulls(store, tmp_path / "cache")
 
 
 def assert_each_byte_once(hub: Hub, digest: str, size: int) -> None:
@@ -779,3 +737,20 @@ async def test_another_process_downloading_the_blob_is_waited_for(
         os.close(fd)
     assert hub.bytes_served(sha) == 0 and sha256_file(result[0].path) == sha
     assert not lock.exists()
+
+
+# -- a file shorter than its header says ------------------------------------------
+
+
+async def test_a_truncated_file_on_the_hub_is_refused_before_its_manifest(
+    hub: Hub, store: Store, do_pull: Pulls, truncated_model: Path, model_path: Path
+) -> None:
+    sha = hub.add_hf_file("org/Short-GGUF", "short-Q4_1.gguf", truncated_model)
+    whole = model_path.stat().st_size  # noqa: ASYNC240 (a stat, in a test)
+    with pytest.raises(ModelFileIncomplete) as info:
+        await do_pull("org/Short-GGUF:Q4_1")
+    assert info.value.code == "MODEL_FILE_INCOMPLETE"
+    assert f"(expected {whole} bytes, found {TRUNCATED_BYTES})" in info.value.message
+    assert info.value.message.startswith("hf:org/Short-GGUF/short-Q4_1.gguf is incomplete")
+    assert hub.bytes_served(sha) == TRUNCATED_BYTES  # checked after the download, from the header alone
+    assert nothing_installed(store)  # no manifest, and no blob for a later pull to trust

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import write_gguf
+from conftest import TRUNCATED_BYTES, write_gguf
 
 import registry.store as store_mod
 from registry.errors import (
     ChecksumMismatch,
     InvalidModelFile,
     InvalidModelName,
+    ModelFileIncomplete,
     ModelNotFound,
     RegistryError,
 )
@@ -246,3 +247,24 @@ def test_projectors_and_split_parts_are_not_models(tmp_path: Path) -> None:
     with pytest.raises(InvalidModelFile, match="one part of a split model"):
         store.import_file(part, "part")
     assert store.list() == []
+
+
+def test_import_refuses_a_truncated_file(store: Store, truncated_model: Path, model_path: Path) -> None:
+    with pytest.raises(ModelFileIncomplete) as info:
+        store.import_file(truncated_model, "short")
+    err = info.value
+    assert err.code == "MODEL_FILE_INCOMPLETE"
+    assert (err.expected, err.found) == (model_path.stat().st_size, TRUNCATED_BYTES)
+    assert err.message == (
+        f"{truncated_model} is incomplete (expected {model_path.stat().st_size} bytes, "
+        f"found {TRUNCATED_BYTES}) — re-download it"
+    )
+    assert store.list() == [] and not store.blobs_dir.exists()
+
+
+def test_the_whole_real_model_is_complete(store: Store, model_path: Path) -> None:
+    from registry.gguf import data_end, read_header
+
+    # The header's tensor table ends exactly where the file does: the check is not a loose bound.
+    assert data_end(read_header(model_path)) == model_path.stat().st_size
+    assert store.import_file(model_path, "whole").size == model_path.stat().st_size

