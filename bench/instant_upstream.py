@@ -320,6 +320,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--chunks", type=int, default=32, help="stream chunks when the request names no max_tokens"
     )
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause before each stream chunk")
+    p.add_argument("--list-devices", action="store_true", help="list no GPU devices and exit")
     ns, _ = p.parse_known_args(list(argv))  # llama-server's other flags are accepted and ignored
     return ns
 
@@ -338,6 +339,10 @@ async def serve(ns: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
+    if ns.list_devices:
+        # What a CPU-only llama-server prints: the daemon asks before each load for a GPU backend.
+        print("Available devices:", flush=True)
+        return 0
     try:
         asyncio.run(serve(ns))
     except OSError as exc:
