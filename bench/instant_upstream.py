@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible upstream that answers at once: the yardstick for gateway overhead.
 
-    python bench/instant_upstream.py --port 8080 [--chunks 32] [--interval-ms 0]
+    python bench/instant_upstream.py --port 8080 [--chunks 32] [--interval-ms 0] [--reply TEXT]
 
 It accepts llama-server's flags (``-m``, ``-c``, ``-np``, ``--host``, ``--port``,
 ``--api-key``, ``--alias``, ``--metrics`` and any other, ignored), so the daemon
@@ -14,6 +14,12 @@ Only the standard library (asyncio with a hand-rolled HTTP/1.1 parser), so any
 Python 3.11 runs it and it costs a small fraction of the gateway's CPU per request.
 A body field ``bench_interval_ms`` overrides ``--interval-ms`` (the pause between
 stream chunks) for one request.
+
+Two things make it answer like a model rather than a yardstick, for tests that drive the
+gateway end to end: ``--reply TEXT`` is the answer of every chat and completion, and a
+request whose ``response_format`` carries a JSON schema is answered with a compact instance
+of that schema, as an engine's grammar-constrained decoding would. Either answer is cut into
+token-like pieces, streamed one piece per chunk and cut at ``max_tokens`` (finish ``length``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import signal
 import sys
 import time
@@ -36,8 +43,11 @@ _MAX_HEAD = 64 * 1024
 class Upstream:
     """The fixed answers, encoded once."""
 
-    def __init__(self, alias: str, slots: int, chunks: int, interval_ms: float) -> None:
+    def __init__(
+        self, alias: str, slots: int, chunks: int, interval_ms: float, reply: str | None = None
+    ) -> None:
         self.alias = alias
+        self.reply = reply
         self.slots = slots
         self.chunks = chunks
         self.interval_ms = interval_ms
@@ -79,8 +89,13 @@ class Upstream:
         self.chat_last = {
             reason: _event({**base, "choices": [_choice({}, reason)]}) for reason in ("stop", "length")
         }
-        self.chat_usage = base
-        cbase = {"id": "cmpl-instant", "object": "text_completion", "created": created, "model": alias}
+        self.chat_base = base
+        self.text_base = cbase = {
+            "id": "cmpl-instant",
+            "object": "text_completion",
+            "created": created,
+            "model": alias,
+        }
         self.text_token = _event({**cbase, "choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
         self.text_last = {
             reason: _event({**cbase, "choices": [{"index": 0, "text": "", "finish_reason": reason}]})
@@ -96,6 +111,49 @@ class Upstream:
                 "chat_template": "",
             }
         )
+
+
+_PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
+
+
+def _pieces(text: str) -> list[str]:
+    """Token-like pieces (a word or one sign, with the spaces before it); they join to ``text``."""
+    return _PIECE.findall(text)
+
+
+def _instance(schema: Any) -> Any:
+    """A small value that ``schema`` accepts: what constrained decoding would produce, minus
+    the model's choices (first alternative, first enum value, every declared property)."""
+    if not isinstance(schema, dict):
+        return None
+    for key in ("const", "default"):
+        if key in schema:
+            return schema[key]
+    for key in ("enum", "examples"):
+        if schema.get(key):
+            return schema[key][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _instance(schema[key][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        return {name: _instance(sub) for name, sub in props.items()}
+    if kind == "array":
+        return [_instance(schema["items"])] * int(schema.get("minItems", 0)) if "items" in schema else []
+    return {"string": "text", "integer": 1, "number": 1.5, "boolean": True}.get(str(kind))
+
+
+def _constrained(doc: dict[str, Any]) -> str | None:
+    """The answer a JSON-schema ``response_format`` forces, as compact JSON; None without one."""
+    fmt = doc.get("response_format")
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return None
+    spec = fmt.get("json_schema") or {}
+    schema = spec.get("schema", spec) if isinstance(spec, dict) else {}
+    return json.dumps(_instance(schema), separators=(",", ":"))
 
 
 def _json(obj: Any) -> bytes:
@@ -242,6 +300,9 @@ class Connection(asyncio.Protocol):
             return None
         if path in (b"/v1/chat/completions", b"/chat/completions", b"/v1/completions", b"/completions"):
             chat = b"chat" in path
+            text = (_constrained(doc) if chat else None) or up.reply
+            if text is not None:
+                return self._answer_text(doc, chat, text, close)
             if not doc.get("stream"):
                 self._reply(200, up.chat_body if chat else up.completion_body, close)
                 return None
@@ -261,6 +322,63 @@ class Connection(asyncio.Protocol):
             self._reply(404, b'{"error":{"code":404,"message":"not found"}}', close)
         return None
 
+    def _answer_text(self, doc: dict[str, Any], chat: bool, text: str, close: bool) -> Any:
+        """Answer with ``text``, cut to ``max_tokens`` pieces; a coroutine when streamed."""
+        pieces = _pieces(text)
+        limit = doc.get("max_tokens") or doc.get("max_completion_tokens") or doc.get("n_predict")
+        finish = "stop"
+        if isinstance(limit, int) and 0 < limit < len(pieces):
+            pieces, finish = pieces[:limit], "length"
+        usage = {"prompt_tokens": 8, "completion_tokens": len(pieces), "total_tokens": 8 + len(pieces)}
+        base = self.up.chat_base if chat else self.up.text_base
+        if not doc.get("stream"):
+            answer = "".join(pieces)
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": answer}}
+            else:
+                choice = {"index": 0, "text": answer}
+            obj = "chat.completion" if chat else "text_completion"
+            body = {**base, "object": obj, "choices": [choice | {"finish_reason": finish}], "usage": usage}
+            self._reply(200, _json(body), close)
+            return None
+        include_usage = bool((doc.get("stream_options") or {}).get("include_usage"))
+        interval_ms = float(doc.get("bench_interval_ms", self.up.interval_ms))
+        return self._stream_text(
+            base, chat, pieces, finish, usage if include_usage else None, interval_ms, close
+        )
+
+    async def _stream_text(
+        self,
+        base: dict[str, Any],
+        chat: bool,
+        pieces: list[str],
+        finish: str,
+        usage: dict[str, int] | None,
+        interval_ms: float,
+        close: bool,
+    ) -> None:
+        self._send(_head(200, b"text/event-stream", None, close))
+        for i, piece in enumerate(pieces):
+            if interval_ms:
+                await asyncio.sleep(interval_ms / 1000.0)
+            if chat:
+                delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                event = _event({**base, "choices": [_choice(delta)]})
+            else:
+                event = _event({**base, "choices": [{"index": 0, "text": piece, "finish_reason": None}]})
+            self._send(_chunk(event))
+            if not interval_ms and i % 8 == 7:
+                await asyncio.sleep(0)  # let other connections in
+        if chat:
+            tail = _event({**base, "choices": [_choice({}, finish)]})
+        else:
+            tail = _event({**base, "choices": [{"index": 0, "text": "", "finish_reason": finish}]})
+        if usage is not None:
+            tail += _event({**base, "choices": [], "usage": usage})
+        self._send(_chunk(tail + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        if close:
+            self._close()
+
     async def _stream(self, chat: bool, n: int, interval_ms: float, usage: bool, close: bool) -> None:
         up = self.up
         self._send(_head(200, b"text/event-stream", None, close))
@@ -278,7 +396,7 @@ class Connection(asyncio.Protocol):
         if usage:
             tail += _event(
                 {
-                    **up.chat_usage,
+                    **up.chat_base,
                     "choices": [],
                     "usage": {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n},
                 }
@@ -320,6 +438,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--chunks", type=int, default=32, help="stream chunks when the request names no max_tokens"
     )
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause before each stream chunk")
+    p.add_argument("--reply", default=None, help="the text of every answer (default: fixed bench answers)")
     p.add_argument("--list-devices", action="store_true", help="list no GPU devices and exit")
     ns, _ = p.parse_known_args(list(argv))  # llama-server's other flags are accepted and ignored
     return ns
@@ -327,7 +446,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 async def serve(ns: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    upstream = Upstream(ns.alias, ns.parallel, ns.chunks, ns.interval_ms)
+    upstream = Upstream(ns.alias, ns.parallel, ns.chunks, ns.interval_ms, ns.reply)
     server = await loop.create_server(lambda: Connection(upstream), ns.host, ns.port, backlog=1024)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
