@@ -9,38 +9,17 @@ import httpx
 import msgspec
 import pytest
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
-from actors.runtime import open_runtime
-from blazar.config import Config, resolve_paths
+from blazar.config import Config
 from blazar.errors import CATALOG
-from blazar.web.app import build_gateway
+from tests.instant import serve_gateway
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
     monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
-    config = Config(max_body_mb=0.01)  # about 10 KiB, so the limit is cheap to cross
-    paths = resolve_paths()
-    async with open_runtime(config.runtime(paths)) as runtime, trio.open_nursery() as nursery:
-        asgi = build_gateway(runtime, config)
-        hconfig = HypercornConfig()
-        hconfig.bind = ["127.0.0.1:0"]
-        hconfig.accesslog = None
-        stop = trio.Event()
-        binds = await nursery.start(
-            lambda task_status: serve(
-                asgi,  # type: ignore[arg-type]
-                hconfig,
-                shutdown_trigger=stop.wait,
-                task_status=task_status,
-            )
-        )
-        async with httpx.AsyncClient(base_url=binds[0], timeout=10) as client:
-            yield client
-        stop.set()
-        nursery.cancel_scope.cancel()
+    async with serve_gateway(Config(max_body_mb=0.01)) as gw:  # about 10 KiB: cheap to cross
+        yield gw.client
 
 
 async def test_health_and_trace_id(gateway: httpx.AsyncClient) -> None:
