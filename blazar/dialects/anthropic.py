@@ -573,7 +573,10 @@ class StreamEncoder:
 
     # public API
 
-    def start(self, usage_input_tokens: int = 0) -> bytes:
+    def start(self, prompt: Usage | None = None) -> bytes:
+        """``message_start`` and a ping. ``prompt`` (its ``prompt_tokens`` and
+        ``cached_tokens``) is the prompt's size when the engine has said it: clients
+        read the input tokens from this event, before the answer ends."""
         if self._started:
             return b""
         self._started = True
@@ -585,12 +588,7 @@ class StreamEncoder:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": usage_input_tokens,
-                "output_tokens": 0,
-                "cache_read_input_tokens": 0,
-                "cache_creation_input_tokens": 0,
-            },
+            "usage": _usage(prompt or Usage()),
         }
         return _event("message_start", {"type": "message_start", "message": message}) + _event(
             "ping", {"type": "ping"}

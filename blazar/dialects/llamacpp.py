@@ -77,7 +77,10 @@ def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[s
     """The llama.cpp route and JSON body for a neutral request."""
     body: dict[str, Any] = {"stream": req.stream}
     if req.stream:
+        # The progress event comes before the prompt is evaluated and carries its token
+        # count, which a stream's first event reports (Anthropic's message_start).
         body["stream_options"] = {"include_usage": True}
+        body["return_progress"] = True
     for key in ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "repeat_penalty"):
         value = getattr(req, key)
         if value is not None:
@@ -247,6 +250,11 @@ class EngineStream:
     Bytes may split anywhere (inside a UTF-8 sequence too); ``feed`` buffers up
     to the next event boundary. With emulated tools the text is held back and
     turned into tool calls at the end, since it is JSON meant for the gateway.
+
+    ``prompt`` is the prompt's size (tokens in all, of them cached) from the
+    engine's first progress event, known before any token is generated; None
+    until then, or from an engine that sends none. ``seen_event`` says whether a
+    whole event has arrived yet.
     """
 
     def __init__(self, req: ChatRequest, *, native_tools: bool) -> None:
@@ -261,6 +269,8 @@ class EngineStream:
         self._held: list[str] = []
         self._finish: FinishReason | None = None
         self.done = False
+        self.prompt: Usage | None = None
+        self.seen_event = False
 
     def feed(self, data: bytes) -> list[Delta]:
         self._buf += data
@@ -276,6 +286,7 @@ class EngineStream:
         return out
 
     def _event(self, payload: bytes) -> list[Delta]:
+        self.seen_event = True
         if payload.strip() == b"[DONE]":
             self.done = True
             return self._end(None)
@@ -283,6 +294,11 @@ class EngineStream:
         if "error" in doc:
             err = doc["error"]
             raise EngineError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        progress = doc.get("prompt_progress")
+        if self.prompt is None and isinstance(progress, dict):
+            self.prompt = Usage(
+                prompt_tokens=int(progress.get("total") or 0), cached_tokens=int(progress.get("cache") or 0)
+            )
         deltas: list[Delta] = []
         for choice in doc.get("choices") or []:
             d = choice.get("delta") or {}

@@ -13,7 +13,7 @@ from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
-from blazar.dialects.neutral import ChatRequest, Delta
+from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
@@ -28,8 +28,8 @@ class _Encoder:
     def __init__(self, req: ChatRequest, message_id: str) -> None:
         self._enc = anthropic.StreamEncoder(message_id=message_id, model=req.model, request=req)
 
-    def start(self) -> bytes:
-        return self._enc.start()
+    def start(self, prompt: Usage | None) -> bytes:
+        return self._enc.start(prompt)
 
     def feed(self, delta: Delta) -> bytes:
         return self._enc.feed(delta)

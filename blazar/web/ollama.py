@@ -24,7 +24,7 @@ from actors.engine import EngineState
 from actors.runtime import Runtime
 from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
-from blazar.dialects.neutral import ChatRequest, DecodeError, Delta
+from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
@@ -73,7 +73,7 @@ class _Encoder:
     def __init__(self, model: str, dialect: Literal["chat", "generate"], think: bool) -> None:
         self._enc = ollama.StreamEncoder(model, dialect=dialect, think=think)
 
-    def start(self) -> bytes:
+    def start(self, prompt: Usage | None) -> bytes:
         return b""
 
     def feed(self, delta: Delta) -> bytes:

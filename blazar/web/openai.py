@@ -19,7 +19,7 @@ from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.dialects.llamacpp import apply_defaults_to_body, classify_error
-from blazar.dialects.neutral import ChatRequest, Delta
+from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -44,7 +44,7 @@ class _Encoder:
     def __init__(self, enc: openai.ChatStreamEncoder) -> None:
         self._enc = enc
 
-    def start(self) -> bytes:
+    def start(self, prompt: Usage | None) -> bytes:
         return self._enc.start()
 
     def feed(self, delta: Delta) -> bytes:

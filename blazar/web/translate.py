@@ -26,7 +26,7 @@ from blazar.dialects.llamacpp import (
     engine_request,
     parse_response,
 )
-from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse
+from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse, Usage
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
@@ -74,7 +74,10 @@ class Timings(msgspec.Struct, kw_only=True):
 class StreamEncoder(Protocol):
     """What a dialect provides to render a translated stream."""
 
-    def start(self) -> bytes: ...
+    def start(self, prompt: Usage | None) -> bytes:
+        """The stream's head; ``prompt`` is the prompt's size when the engine said it."""
+        ...
+
     def feed(self, delta: Delta) -> bytes: ...
     def finish(self, final: Delta, timings: Timings) -> bytes: ...
     def error(self, code: str, message: str) -> bytes: ...
@@ -218,13 +221,19 @@ class TranslatedStream:
         return await self._iter.__anext__()
 
     async def _generate(self) -> AsyncIterator[bytes]:
-        call, timings = self._call, self._call.timings
-        yield self._encoder.start()
+        call, timings, parser = self._call, self._call.timings, self._parser
+        started = False
         final: Delta | None = None
         try:
             async for chunk in self._response.aiter_raw():
                 out: list[bytes] = []
-                for delta in self._parser.feed(chunk):
+                deltas = parser.feed(chunk)
+                if not started and parser.seen_event:
+                    # The engine's first event comes before it evaluates the prompt and
+                    # says how long the prompt is, which the stream's head reports.
+                    started = True
+                    out.append(self._encoder.start(parser.prompt))
+                for delta in deltas:
                     if timings.first_token_ns is None:
                         timings.first_token_ns = time.perf_counter_ns()
                     if delta.finish_reason is not None:
@@ -243,7 +252,8 @@ class TranslatedStream:
             return
         finally:
             await self.aclose()
-        yield self._encoder.finish(final or Delta(finish_reason="stop"), timings)
+        head = b"" if started else self._encoder.start(parser.prompt)
+        yield head + self._encoder.finish(final or Delta(finish_reason="stop"), timings)
 
     async def aclose(self) -> None:
         if self._closed:

@@ -197,7 +197,7 @@ STREAMS: dict[str, tuple[ChatRequest, list[Delta]]] = {
 
 def _render(request: ChatRequest, deltas: list[Delta]) -> bytes:
     enc = anthropic.StreamEncoder(message_id="chatcmpl-test1", model="smollm2", request=request)
-    out = enc.start(usage_input_tokens=30)
+    out = enc.start(Usage(prompt_tokens=30))
     finish: FinishReason | None = None
     usage: Usage | None = None
     for delta in deltas:

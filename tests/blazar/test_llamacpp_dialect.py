@@ -145,6 +145,24 @@ def test_stream_parsing_survives_any_split(step: int) -> None:
     assert parser.done
 
 
+def test_stream_asks_for_and_reads_the_prompt_progress() -> None:
+    _, body = engine_request(_req(stream=True), native_tools=False)
+    assert body["return_progress"] is True
+    progress = {"total": 34, "cache": 33, "processed": 33, "time_ms": 0}
+    parser = EngineStream(_req(), native_tools=False)
+    assert parser.prompt is None and not parser.seen_event
+    # The first event (sent before the prompt is evaluated) already says the size.
+    head = b"data: " + msgspec.json.encode({**_chunk(role="assistant"), "prompt_progress": progress})
+    assert parser.feed(head) == []
+    assert parser.prompt is None and not parser.seen_event  # not a whole event yet
+    assert parser.feed(b"\n\n") == []
+    assert parser.seen_event and parser.prompt is not None
+    assert (parser.prompt.prompt_tokens, parser.prompt.cached_tokens) == (34, 33)
+    later = {**_chunk(), "prompt_progress": {**progress, "processed": 34}}
+    deltas = parser.feed(_sse(later, _chunk("Hi"), _chunk(finish="stop"), USAGE))
+    assert [d.text for d in deltas] == ["Hi", ""] and parser.prompt.cached_tokens == 33
+
+
 def test_stream_native_tool_call_fragments_keep_their_index() -> None:
     def call(index: int, **fn: str) -> dict[str, object]:
         head = {"id": f"id{index}"} if "name" in fn else {}

@@ -134,6 +134,29 @@ def test_anthropic_count_tokens_matches_usage(ant: anthropic.Anthropic) -> None:
     assert counted == u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
 
 
+def test_anthropic_stream_reports_the_prompt_at_message_start(ant: anthropic.Anthropic) -> None:
+    kwargs = {
+        "model": MODEL,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Name three colours of the rainbow."}],
+        "max_tokens": 8,
+    }
+    plain = ant.messages.create(**kwargs).usage  # type: ignore[arg-type]
+    with ant.messages.stream(**kwargs) as stream:  # type: ignore[arg-type]
+        start = next(e for e in stream if e.type == "message_start").message.usage
+        final = stream.get_final_message().usage
+
+    def prompt(u: anthropic.types.Usage) -> int:
+        return u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
+
+    assert prompt(start) > 0 and prompt(start) == prompt(plain)
+    # The engine reused the prompt it had just seen; both events say so alike.
+    assert (start.input_tokens, start.cache_read_input_tokens) == (
+        final.input_tokens,
+        final.cache_read_input_tokens,
+    )
+
+
 def test_anthropic_tool_round_trip(ant: anthropic.Anthropic) -> None:
     first = ant.messages.create(
         model=MODEL,
