@@ -122,8 +122,11 @@ class BlazarError(Exception):
         return CATALOG[self.code].status
 
 
-def error_body(dialect: Dialect, code: str, message: str) -> dict[str, object]:
-    """The JSON error object in the caller's dialect (always with ``blazar_code``)."""
+def error_body(dialect: Dialect, code: str, message: str, *, param: str | None = None) -> dict[str, object]:
+    """The JSON error object in the caller's dialect (always with ``blazar_code``).
+
+    ``param`` names the request field to blame; OpenAI's shape carries it (its SDK
+    exposes it as ``error.param``), the others say it in the message."""
     status = status_code_for(code)
     match dialect:
         case Dialect.ANTHROPIC:
@@ -136,11 +139,12 @@ def error_body(dialect: Dialect, code: str, message: str) -> dict[str, object]:
         case Dialect.OLLAMA:
             return {"error": message, "blazar_code": code}
         case _:
-            return {
-                "error": {
-                    "message": message,
-                    "type": _OPENAI_TYPES.get(status, "blazar_error"),
-                    "code": code.lower(),
-                    "blazar_code": code,
-                }
+            error: dict[str, object] = {
+                "message": message,
+                "type": _OPENAI_TYPES.get(status, "blazar_error"),
+                "code": code.lower(),
+                "blazar_code": code,
             }
+            if param is not None:
+                error["param"] = param
+            return {"error": error}

@@ -58,4 +58,5 @@ def decoded(decoder: Callable[[bytes], Any], body: bytes) -> dict[str, Any]:
     try:
         return {"ok": msgspec.to_builtins(decoder(body))}
     except DecodeError as exc:
-        return {"error": {"code": exc.code, "message": exc.message}}
+        error = {"code": exc.code, "message": exc.message}
+        return {"error": error | {"param": exc.param} if exc.param else error}

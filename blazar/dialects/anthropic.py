@@ -17,11 +17,12 @@ cache_creation_input_tokens`` is the whole prompt (the neutral
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
-from blazar.dialects._wire import convert, decode_json
+from blazar.dialects._wire import OutOfRange, convert, decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -79,15 +80,21 @@ class _WireMessage(msgspec.Struct, kw_only=True):
     content: str | list[dict[str, Any]]
 
 
+# Anthropic's ranges, checked while decoding.
+_MaxTokens = Annotated[int, Meta(ge=1)]
+_Unit = Annotated[float, Meta(ge=0, le=1)]
+_TopK = Annotated[int, Meta(ge=0)]
+
+
 class _CountBody(msgspec.Struct, kw_only=True):
     model: str
     messages: list[_WireMessage]
-    max_tokens: int | None = None
+    max_tokens: _MaxTokens | None = None
     system: str | list[dict[str, Any]] | None = None
     stop_sequences: list[str] | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: _Unit | None = None
+    top_p: _Unit | None = None
+    top_k: _TopK | None = None
     stream: bool | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
@@ -96,7 +103,7 @@ class _CountBody(msgspec.Struct, kw_only=True):
 
 
 class _MessagesBody(_CountBody, kw_only=True):
-    max_tokens: int  # required here, optional for count_tokens
+    max_tokens: _MaxTokens  # required here, optional for count_tokens
 
 
 class _Text(msgspec.Struct, kw_only=True):
@@ -160,15 +167,20 @@ class _OutputConfig(msgspec.Struct, kw_only=True):
 # --- requests -----------------------------------------------------------------
 
 
+def _wording(r: OutOfRange) -> str:
+    # Anthropic names the field first, then what is wrong with it.
+    return f"{r.path}: must be {r.range}, got {r.value}"
+
+
 def decode_messages_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages`` → neutral request (``max_tokens`` is required)."""
-    wire: _MessagesBody = decode_json(body, _MessagesBody)
+    wire: _MessagesBody = decode_json(body, _MessagesBody, _wording)
     return _request(wire)
 
 
 def decode_count_tokens_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages/count_tokens`` → neutral request (no ``max_tokens`` needed)."""
-    wire: _CountBody = decode_json(body, _CountBody)
+    wire: _CountBody = decode_json(body, _CountBody, _wording)
     return _request(wire)
 
 
@@ -190,14 +202,6 @@ def thinking_budget(body: bytes) -> int | None:
 def _request(wire: _CountBody) -> ChatRequest:
     if not wire.model.strip():
         raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
-    if wire.max_tokens is not None and wire.max_tokens < 1:
-        raise DecodeError(f"invalid field `max_tokens`: must be at least 1, got {wire.max_tokens}")
-    if wire.temperature is not None and not 0 <= wire.temperature <= 1:
-        raise DecodeError(f"invalid field `temperature`: {wire.temperature} is outside 0..1")
-    if wire.top_p is not None and not 0 <= wire.top_p <= 1:
-        raise DecodeError(f"invalid field `top_p`: {wire.top_p} is outside 0..1")
-    if wire.top_k is not None and wire.top_k < 0:
-        raise DecodeError(f"invalid field `top_k`: must be at least 0, got {wire.top_k}")
     if not wire.messages:
         raise DecodeError("field `messages` is empty: send at least one message")
     tools = [_tool(i, t) for i, t in enumerate(wire.tools or [])]

@@ -37,12 +37,14 @@ FinishReason = Literal["stop", "length", "tool_calls", "stop_sequence"]
 
 
 class DecodeError(ValueError):
-    """A request body that cannot be decoded; ``message`` names the field."""
+    """A request body that cannot be decoded; ``message`` names the field, and so does
+    ``param`` (its path, e.g. ``top_p``) where one field is to blame."""
 
-    def __init__(self, message: str, *, code: str = "BAD_REQUEST") -> None:
+    def __init__(self, message: str, *, code: str = "BAD_REQUEST", param: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.param = param
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):

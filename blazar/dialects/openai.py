@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import struct
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
-from blazar.dialects._wire import decode_json
+from blazar.dialects._wire import OutOfRange, decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -43,6 +44,7 @@ __all__ = [
     "encode_model_list",
     "encode_stream_error",
     "merge_error_code",
+    "wording",
 ]
 
 
@@ -61,22 +63,32 @@ class _WireMessage(msgspec.Struct, kw_only=True):
     tool_call_id: str | None = None
 
 
+# OpenAI's ranges, checked while decoding (the relayed path decodes too, so the
+# engine never sees a value OpenAI would refuse).
+_Temperature = Annotated[float, Meta(ge=0, le=2)]
+_TopP = Annotated[float, Meta(ge=0, le=1)]
+_Penalty = Annotated[float, Meta(ge=-2, le=2)]
+_N = Annotated[int, Meta(ge=1, le=8)]
+_MaxTokens = Annotated[int, Meta(ge=1)]
+_TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+
+
 class _ChatBody(msgspec.Struct, kw_only=True):
     model: str
     messages: list[_WireMessage]
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
+    max_tokens: _MaxTokens | None = None
+    max_completion_tokens: _MaxTokens | None = None
+    temperature: _Temperature | None = None
+    top_p: _TopP | None = None
+    n: _N | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: _TopLogprobs | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
@@ -88,31 +100,34 @@ class _CompletionBody(msgspec.Struct, kw_only=True):
     prompt: str | list[Any]
     stream: bool | None = False
     stream_options: _StreamOptions | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
+    max_tokens: _MaxTokens | None = None
+    temperature: _Temperature | None = None
+    top_p: _TopP | None = None
+    n: _N | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
     echo: bool | None = None
     suffix: str | None = None
 
 
-def _check_common(model: str, n: int | None, temperature: float | None, max_tokens: int | None) -> None:
+def wording(r: OutOfRange) -> str:
+    """OpenAI's own message for a number out of range (clients match on it)."""
+    kind = "integer" if r.integer else "decimal"
+    side = "above maximum" if r.above else "below minimum"
+    return f"Invalid '{r.path}': {kind} {side} value. Expected a value {r.limit}, but got {r.value} instead."
+
+
+def _check_model(model: str) -> None:
     if not model.strip():
         raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
-    if n is not None and not 1 <= n <= 8:
-        raise DecodeError(f"invalid field `n`: {n} is outside 1..8")
-    if temperature is not None and not 0 <= temperature <= 2:
-        raise DecodeError(f"invalid field `temperature`: {temperature} is outside 0..2")
-    if max_tokens is not None and max_tokens < 1:
-        raise DecodeError(f"invalid field `max_tokens`: must be at least 1, got {max_tokens}")
 
 
 def decode_chat_request(body: bytes) -> ChatRequest:
-    wire: _ChatBody = decode_json(body, _ChatBody)
+    wire: _ChatBody = decode_json(body, _ChatBody, wording)
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
-    _check_common(wire.model, wire.n, wire.temperature, max_tokens)
+    _check_model(wire.model)
     if not wire.messages:
         raise DecodeError("field `messages` is empty: send at least one message")
     for i, msg in enumerate(wire.messages):
@@ -225,8 +240,8 @@ def _response_format(fmt: dict[str, Any] | None) -> ResponseFormat | None:
 
 
 def decode_completion_request(body: bytes) -> CompletionRequest:
-    wire: _CompletionBody = decode_json(body, _CompletionBody)
-    _check_common(wire.model, wire.n, wire.temperature, wire.max_tokens)
+    wire: _CompletionBody = decode_json(body, _CompletionBody, wording)
+    _check_model(wire.model)
     return CompletionRequest(
         model=wire.model,
         prompt=wire.prompt,
@@ -266,14 +281,14 @@ class _EmbeddingsBody(msgspec.Struct, kw_only=True):
     model: str
     input: str | list[Any]
     encoding_format: str | None = "float"
-    dimensions: int | None = None
+    dimensions: Annotated[int, Meta(ge=1)] | None = None
     user: str | None = None
 
 
 def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
     """POST /v1/embeddings → the neutral request and the encoding format (float or base64)."""
-    wire: _EmbeddingsBody = decode_json(body, _EmbeddingsBody)
-    _check_common(wire.model, None, None, None)
+    wire: _EmbeddingsBody = decode_json(body, _EmbeddingsBody, wording)
+    _check_model(wire.model)
     inputs = [wire.input] if isinstance(wire.input, str) else wire.input
     if not inputs:
         raise DecodeError("field `input` is empty: send a string or a list of strings")
@@ -284,8 +299,6 @@ def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
     fmt = wire.encoding_format or "float"
     if fmt not in ("float", "base64"):
         raise DecodeError(f"invalid field `encoding_format`: {fmt!r} is not float or base64")
-    if wire.dimensions is not None and wire.dimensions < 1:
-        raise DecodeError(f"invalid field `dimensions`: must be at least 1, got {wire.dimensions}")
     return EmbedRequest(model=wire.model, inputs=inputs, dimensions=wire.dimensions), fmt
 
 

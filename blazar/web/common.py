@@ -78,10 +78,12 @@ def _describe(exc: Exception) -> tuple[str, str, float | None] | None:
     return None
 
 
-def error_reply(call: Call, code: str, message: str, *, retry_after_s: float | None = None) -> Reply:
+def error_reply(
+    call: Call, code: str, message: str, *, retry_after_s: float | None = None, param: str | None = None
+) -> Reply:
     """The error answer in the caller's dialect; the code goes into the ledger."""
     call.code = code
-    body = msgspec.json.encode(error_body(dialect_for(call.path, call.headers), code, message))
+    body = msgspec.json.encode(error_body(dialect_for(call.path, call.headers), code, message, param=param))
     headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
     return Reply(body, status_code_for(code), headers=headers)
 
@@ -94,7 +96,8 @@ def exception_reply(call: Call, exc: Exception) -> Reply:
         log.error("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
         described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
     code, message, retry_after_s = described
-    return error_reply(call, code, message, retry_after_s=retry_after_s)
+    param = exc.param if isinstance(exc, DecodeError) else None
+    return error_reply(call, code, message, retry_after_s=retry_after_s, param=param)
 
 
 def response_of(reply: Reply) -> Response:

@@ -83,6 +83,26 @@ async def test_unknown_model_is_404_naming_pull(gateway: httpx.AsyncClient) -> N
     assert r.status_code == 404
 
 
+async def test_out_of_range_sampling_is_refused_before_the_engine(gateway: httpx.AsyncClient) -> None:
+    # The model does not exist: a 400 here proves the check runs before any engine is sought.
+    chat = {"model": "ghost", "messages": [{"role": "user", "content": "hi"}], "top_p": 1.5}
+    r = await gateway.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 400
+    assert r.json()["error"] == {
+        "message": "Invalid 'top_p': decimal above maximum value. "
+        "Expected a value <= 1, but got 1.5 instead.",
+        "type": "invalid_request_error",
+        "param": "top_p",
+        "code": "bad_request",
+        "blazar_code": "BAD_REQUEST",
+    }
+    r = await gateway.post("/v1/messages", json={**chat, "max_tokens": 8, "top_p": 0.5, "top_k": -1})
+    assert r.status_code == 400
+    doc = r.json()
+    assert doc["error"]["type"] == "invalid_request_error" and doc["blazar_code"] == "BAD_REQUEST"
+    assert doc["error"]["message"] == "top_k: must be at least 0, got -1"
+
+
 async def test_error_shape_follows_the_dialect(gateway: httpx.AsyncClient) -> None:
     body = {"model": "ghost", "messages": [{"role": "user", "content": "hi"}]}
     r = await gateway.post("/v1/chat/completions", json=body, headers={"anthropic-version": "2023-06-01"})
