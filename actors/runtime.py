@@ -46,6 +46,7 @@ from registry.catalog import Catalog
 from registry.errors import RegistryError
 from registry.shape import read_shape
 from registry.store import ModelRecord, Store
+from registry.template import allows_system_turns
 
 __all__ = ["LoadPlan", "Runtime", "RuntimeStatistics", "launch_spec_for", "open_runtime", "plan_offline"]
 
@@ -99,6 +100,7 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         slots=slots,
         embeddings=bool(override and override.embeddings),
         native_tools=bool(template and "tools" in template),
+        system_turns=allows_system_turns(template),
         chat_template=settings.template if settings else None,
         system=settings.system if settings else None,
         defaults=dict(settings.parameters) if settings else {},

@@ -7,10 +7,19 @@ The catalog is served at ``GET /api/errors``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 import msgspec
 
-__all__ = ["CATALOG", "BlazarError", "CodeInfo", "Dialect", "error_body", "status_code_for"]
+__all__ = [
+    "CATALOG",
+    "BlazarError",
+    "CodeInfo",
+    "Dialect",
+    "error_body",
+    "prompt_too_long",
+    "status_code_for",
+]
 
 
 class Dialect(enum.StrEnum):
@@ -107,19 +116,60 @@ def status_code_for(code: str) -> int:
 
 
 class BlazarError(Exception):
-    """An error the gateway answers with; ``code`` is a catalog entry."""
+    """An error the gateway answers with; ``code`` is a catalog entry.
 
-    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
+    ``wordings`` holds the message for the dialects whose own API refuses the same
+    thing in words their clients match on; ``param`` names the request field to blame.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        param: str | None = None,
+        wordings: Mapping[Dialect, str] | None = None,
+    ) -> None:
         if code not in CATALOG:
             raise ValueError(f"unknown blazar_code {code!r}")
         super().__init__(message)
         self.code = code
         self.message = message
         self.retry_after_s = retry_after_s
+        self.param = param
+        self.wordings = dict(wordings or {})
 
     @property
     def status(self) -> int:
         return CATALOG[self.code].status
+
+    def message_for(self, dialect: Dialect) -> str:
+        return self.wordings.get(dialect, self.message)
+
+
+CONTEXT_ADVICE = (
+    'shorten it, or raise the context (Ollama `num_ctx`, or `ctx` under [models."NAME"] in config.toml)'
+)
+
+
+def prompt_too_long(n_prompt: int, n_ctx: int, *, advice: str = CONTEXT_ADVICE) -> BlazarError:
+    """``PROMPT_TOO_LONG``: a prompt of ``n_prompt`` tokens for a context of ``n_ctx`` per slot.
+
+    Anthropic's and OpenAI's clients recognise an overflow by their API's words (and
+    read the counts from them), so those lead; the advice follows."""
+    return BlazarError(
+        "PROMPT_TOO_LONG",
+        f"the prompt has {n_prompt} tokens but the context holds {n_ctx} per slot — {advice}",
+        param="messages",
+        wordings={
+            Dialect.ANTHROPIC: f"prompt is too long: {n_prompt} tokens > {n_ctx} maximum — {advice}",
+            Dialect.OPENAI: (
+                f"This model's maximum context length is {n_ctx} tokens. However, your messages "
+                f"resulted in {n_prompt} tokens. Please reduce the length of the messages — {advice}"
+            ),
+        },
+    )
 
 
 def error_body(dialect: Dialect, code: str, message: str, *, param: str | None = None) -> dict[str, object]:

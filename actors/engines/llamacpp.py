@@ -27,6 +27,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     embeddings: bool = False
     native_tools: bool = False
     """The chat template handles tools itself; otherwise the gateway emulates them."""
+    system_turns: bool = True
+    """The chat template keeps a system turn after the first user turn; otherwise the
+    gateway writes such turns into the user's text."""
     chat_template: str | None = None
     """A Jinja chat template replacing the GGUF's own (from the model's settings)."""
     system: str | None = None

@@ -223,21 +223,22 @@ def _request(wire: _CountBody) -> ChatRequest:
     )
 
 
-def _system(system: str | list[dict[str, Any]] | None) -> list[Message]:
-    if system is None:
-        return []
+def _system_text(system: str | list[dict[str, Any]], path: str) -> str:
     if isinstance(system, str):
-        text = system
-    else:
-        parts = []
-        for j, block in enumerate(system):
-            kind = block.get("type")
-            if kind != "text":
-                raise DecodeError(
-                    f"invalid field `system[{j}].type`: {kind!r} is not supported: send text blocks"
-                )
-            parts.append(convert(block, _Text, f"system[{j}]").text)
-        text = "\n".join(parts)
+        return system
+    parts = []
+    for j, block in enumerate(system):
+        kind = block.get("type")
+        if kind != "text":
+            raise DecodeError(
+                f"invalid field `{path}[{j}].type`: {kind!r} is not supported: send text blocks"
+            )
+        parts.append(convert(block, _Text, f"{path}[{j}]").text)
+    return "\n".join(parts)
+
+
+def _system(system: str | list[dict[str, Any]] | None) -> list[Message]:
+    text = _system_text(system, "system") if system is not None else ""
     return [Message(role="system", content=text)] if text else []
 
 
@@ -251,10 +252,20 @@ def _messages(wire: list[_WireMessage]) -> list[Message]:
     out: list[Message] = []
     tool_names: dict[str, str] = {}
     for i, msg in enumerate(wire):
+        if msg.role == "system":
+            # A system turn inside the conversation (agents send them between turns):
+            # kept in place; the engine side folds it into the user's text where the
+            # model's template takes no such turn.
+            if text := _system_text(msg.content, f"messages[{i}].content"):
+                out.append(Message(role="system", content=text))
+            continue
         if msg.role not in _ALLOWED:
-            hint = ": put the system prompt in the top-level `system` field" if msg.role == "system" else ""
+            # Anthropic's wording, which clients match on, then where and what to send.
+            hint = ": send tool results as tool_result blocks in a user turn" if msg.role == "tool" else ""
             raise DecodeError(
-                f"invalid field `messages[{i}].role`: {msg.role!r} is not user or assistant{hint}"
+                f'messages: Unexpected role "{msg.role}". Allowed roles are "user", "assistant" '
+                f'or "system" (messages[{i}].role){hint}',
+                param=f"messages[{i}].role",
             )
         if isinstance(msg.content, str):
             out.append(Message(role=msg.role, content=msg.content))  # type: ignore[arg-type]

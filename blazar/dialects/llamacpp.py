@@ -26,6 +26,7 @@ from blazar.dialects.neutral import (
     ToolCallDelta,
     Usage,
 )
+from blazar.errors import BlazarError, prompt_too_long
 
 __all__ = [
     "OPTION_FIELDS",
@@ -36,7 +37,9 @@ __all__ = [
     "apply_defaults_to_body",
     "classify_error",
     "engine_request",
+    "fold_system_turns",
     "parse_response",
+    "reminder",
 ]
 
 TOOL_CALL_MAX_TOKENS = 512
@@ -73,8 +76,51 @@ def _openai_message(m: Message) -> dict[str, Any]:
     return out
 
 
-def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[str, Any]]:
-    """The llama.cpp route and JSON body for a neutral request."""
+def reminder(text: str) -> str:
+    """A system turn written as text inside a user turn (the form agents fall back to)."""
+    return f"<system-reminder>\n{text}\n</system-reminder>"
+
+
+def fold_system_turns(messages: list[Message]) -> list[Message]:
+    """The conversation for a template that takes one system turn, at the start.
+
+    Leading system messages merge into that one. A later one becomes reminder
+    text at the end of the user turn just before it, else at the start of the
+    user turn just after it, else a user turn of its own.
+    """
+    lead = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+    head = "\n\n".join(m.content for m in messages[:lead] if m.content)
+    out = [Message(role="system", content=head)] if head else []
+    waiting: list[str] = []
+    for m in messages[lead:]:
+        if m.role == "system":
+            if not m.content:
+                continue
+            if not waiting and out and out[-1].role == "user":
+                prev = out[-1]
+                out[-1] = msgspec.structs.replace(
+                    prev, content="\n\n".join(t for t in (prev.content, reminder(m.content)) if t)
+                )
+            else:
+                waiting.append(reminder(m.content))
+            continue
+        if waiting:
+            if m.role == "user":
+                m = msgspec.structs.replace(m, content="\n\n".join(t for t in (*waiting, m.content) if t))
+            else:
+                out.append(Message(role="user", content="\n\n".join(waiting)))
+            waiting = []
+        out.append(m)
+    if waiting:
+        out.append(Message(role="user", content="\n\n".join(waiting)))
+    return out
+
+
+def engine_request(
+    req: ChatRequest, *, native_tools: bool, system_turns: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """The llama.cpp route and JSON body for a neutral request; ``system_turns`` says
+    whether the model's template keeps system turns after the first user turn."""
     body: dict[str, Any] = {"stream": req.stream}
     if req.stream:
         # The progress event comes before the prompt is evaluated and carries its token
@@ -134,6 +180,8 @@ def engine_request(req: ChatRequest, *, native_tools: bool) -> tuple[str, dict[s
                 "type": "json_schema",
                 "json_schema": {"name": "output", "schema": fmt.schema},
             }
+    if not system_turns:
+        messages = fold_system_turns(messages)
     body["messages"] = [_openai_message(m) for m in messages]
     return "/v1/chat/completions", body
 
@@ -393,8 +441,8 @@ def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool)
     )
 
 
-def classify_error(status: int, body: bytes) -> tuple[str, str]:
-    """The ``blazar_code`` and message for an error answer from llama.cpp."""
+def classify_error(status: int, body: bytes) -> BlazarError:
+    """What an error answer from llama.cpp means, as the error the gateway answers with."""
     try:
         doc = msgspec.json.decode(body)
         err = doc.get("error", doc) if isinstance(doc, dict) else doc
@@ -402,9 +450,5 @@ def classify_error(status: int, body: bytes) -> tuple[str, str]:
         err = body.decode("utf-8", "replace")[:500]
     message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
     if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
-        n, ctx = err.get("n_prompt_tokens"), err.get("n_ctx")
-        return "PROMPT_TOO_LONG", (
-            f"the prompt has {n} tokens but the context holds {ctx} per slot — shorten it, or raise "
-            'the context (Ollama `num_ctx`, or `ctx` under [models."NAME"] in config.toml)'
-        )
-    return ("BAD_REQUEST" if status < 500 else "BAD_GATEWAY"), message
+        return prompt_too_long(int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0))
+    return BlazarError("BAD_REQUEST" if status < 500 else "BAD_GATEWAY", message)

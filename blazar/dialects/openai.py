@@ -40,6 +40,7 @@ __all__ = [
     "decode_embeddings_request",
     "encode_chat_response",
     "encode_embeddings",
+    "encode_error",
     "encode_model",
     "encode_model_list",
     "encode_stream_error",
@@ -257,6 +258,11 @@ def encode_model(name: str, *, created: int, owned_by: str = "blazar", **extra: 
 
 def encode_model_list(models: list[dict[str, Any]]) -> dict[str, Any]:
     return {"object": "list", "data": models}
+
+
+def encode_error(code: str, message: str, *, param: str | None = None) -> bytes:
+    """The JSON body of an error answer in OpenAI's shape."""
+    return msgspec.json.encode(error_body(Dialect.OPENAI, code, message, param=param))
 
 
 def encode_stream_error(code: str, message: str) -> bytes:

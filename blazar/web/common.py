@@ -96,7 +96,9 @@ def exception_reply(call: Call, exc: Exception) -> Reply:
         log.error("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
         described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
     code, message, retry_after_s = described
-    param = exc.param if isinstance(exc, DecodeError) else None
+    param = exc.param if isinstance(exc, DecodeError | BlazarError) else None
+    if isinstance(exc, BlazarError):
+        message = exc.message_for(dialect_for(call.path, call.headers))
     return error_reply(call, code, message, retry_after_s=retry_after_s, param=param)
 
 

@@ -20,6 +20,7 @@ from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.dialects.llamacpp import apply_defaults_to_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
+from blazar.errors import Dialect
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -155,9 +156,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 await upstream.aclose()
                 lease.release()
             if upstream.status_code >= 400:
-                code, _ = classify_error(upstream.status_code, content)
-                call.code = code
-                content = openai.merge_error_code(content, code)
+                err = classify_error(upstream.status_code, content)
+                call.code = err.code
+                if err.wordings:  # a refusal OpenAI words its own way: say it so
+                    content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
+                else:
+                    content = openai.merge_error_code(content, err.code)
             return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:

@@ -84,12 +84,12 @@ class StreamEncoder(Protocol):
 
 
 def _engine_error(status: int, body: bytes, model: str) -> BlazarError:
-    code, message = classify_error(status, body)
-    if code == "BAD_REQUEST":
-        message = f"the engine for '{model}' refused the request: {message}"
-    elif code == "BAD_GATEWAY":
-        message = f"the engine for '{model}' failed: {message}"
-    return BlazarError(code, message)
+    err = classify_error(status, body)
+    if err.code == "BAD_REQUEST":
+        return BlazarError(err.code, f"the engine for '{model}' refused the request: {err.message}")
+    if err.code == "BAD_GATEWAY":
+        return BlazarError(err.code, f"the engine for '{model}' failed: {err.message}")
+    return err
 
 
 def check_images(req: ChatRequest, engine: EngineActor) -> None:
@@ -116,6 +116,10 @@ class EngineCall:
     @property
     def native_tools(self) -> bool:
         return bool(self.engine and self.engine.spec.native_tools)
+
+    @property
+    def system_turns(self) -> bool:
+        return self.engine is None or self.engine.spec.system_turns
 
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
         engine = self.engine = await self.runtime.engine_for(self.req.model)
@@ -156,7 +160,9 @@ class EngineCall:
 
     async def complete(self) -> ChatResponse:
         try:
-            path, body = engine_request(self.req, native_tools=self.native_tools)
+            path, body = engine_request(
+                self.req, native_tools=self.native_tools, system_turns=self.system_turns
+            )
             doc = await self.post(path, body)
             self.timings.ended_ns = time.perf_counter_ns()
             # Without a stream the gateway sees no first token; the engine's own
@@ -174,7 +180,9 @@ class EngineCall:
         """Open the engine stream; errors before the first byte are raised as HTTP errors."""
         assert self.engine is not None and self.handle is not None
         path, body = engine_request(
-            msgspec.structs.replace(self.req, stream=True), native_tools=self.native_tools
+            msgspec.structs.replace(self.req, stream=True),
+            native_tools=self.native_tools,
+            system_turns=self.system_turns,
         )
         try:
             resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
@@ -294,7 +302,7 @@ async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:
     call = EngineCall(runtime, req)
     await call.prepare()
     try:
-        _, body = engine_request(req, native_tools=call.native_tools)
+        _, body = engine_request(req, native_tools=call.native_tools, system_turns=call.system_turns)
         template_body: dict[str, Any] = {k: body[k] for k in ("messages", "tools") if k in body}
         prompt = (await call.post("/apply-template", template_body))["prompt"]
         tokens = (await call.post("/tokenize", {"content": prompt, "add_special": True}))["tokens"]

@@ -7,16 +7,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from blazar.dialects import tools
+from blazar.dialects import anthropic, tools
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
     ThinkSplitter,
     apply_defaults_to_body,
     engine_request,
+    fold_system_turns,
     parse_response,
 )
 from blazar.dialects.neutral import ChatRequest, Message, ToolCall, ToolChoice, ToolSpec
+from blazar.errors import Dialect
 from tests.golden import assert_golden_json
 
 GOLDEN = Path(__file__).parent / "golden" / "llamacpp"
@@ -232,10 +234,24 @@ def test_context_overflow_becomes_prompt_too_long() -> None:
         b'{"error":{"code":400,"message":"request (5031 tokens) exceeds the context size (4096 tokens)",'
         b'"type":"exceed_context_size_error","n_prompt_tokens":5031,"n_ctx":4096}}'
     )
-    code, message = classify_error(400, body)
-    assert code == "PROMPT_TOO_LONG" and "5031" in message and "4096" in message and "num_ctx" in message
-    assert classify_error(400, b'{"error":{"message":"bad"}}') == ("BAD_REQUEST", "bad")
-    assert classify_error(500, b"oops") == ("BAD_GATEWAY", "oops")
+    err = classify_error(400, body)
+    assert err.code == "PROMPT_TOO_LONG" and err.param == "messages"
+    assert "5031" in err.message and "4096" in err.message and "num_ctx" in err.message
+    # Each API's own words lead (clients read the counts from them); the advice follows.
+    anthropic_words = err.message_for(Dialect.ANTHROPIC)
+    assert anthropic_words.startswith("prompt is too long: 5031 tokens > 4096 maximum — ")
+    assert "num_ctx" in anthropic_words
+    assert err.message_for(Dialect.OPENAI).startswith(
+        "This model's maximum context length is 4096 tokens. However, your messages resulted in 5031 tokens."
+    )
+    assert err.message_for(Dialect.OLLAMA) == err.message
+    bad, failed = classify_error(400, b'{"error":{"message":"bad"}}'), classify_error(500, b"oops")
+    assert (bad.code, bad.message, failed.code, failed.message) == (
+        "BAD_REQUEST",
+        "bad",
+        "BAD_GATEWAY",
+        "oops",
+    )
 
 
 def test_model_defaults_fill_a_relayed_openai_body() -> None:
@@ -259,3 +275,48 @@ def test_model_defaults_leave_what_the_request_says() -> None:
         apply_defaults_to_body(prompt, system="Be brief.", defaults={"num_predict": -1})
     )
     assert doc == {"model": "m", "prompt": "Hi"}  # a negative num_predict means no cap
+
+
+def _roles(messages: list[Message]) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in messages]
+
+
+def test_system_turns_fold_into_user_text_where_the_template_takes_none() -> None:
+    m = Message
+    convo = [
+        m(role="system", content="S1"),
+        m(role="system", content="S2"),
+        m(role="user", content="U1"),
+        m(role="system", content="after U1"),
+        m(role="assistant", content="A1"),
+        m(role="system", content="before U2"),
+        m(role="user", content="U2"),
+        m(role="assistant", content="A2"),
+        m(role="system", content="last"),
+    ]
+    r = "<system-reminder>\n{}\n</system-reminder>".format
+    assert _roles(fold_system_turns(convo)) == [
+        ("system", "S1\n\nS2"),
+        ("user", f"U1\n\n{r('after U1')}"),
+        ("assistant", "A1"),
+        ("user", f"{r('before U2')}\n\nU2"),
+        ("assistant", "A2"),
+        ("user", r("last")),
+    ]
+    plain = [m(role="system", content="S"), m(role="user", content="U")]
+    assert fold_system_turns(plain) == plain
+
+
+def test_claude_code_replay_reaches_the_engine_in_either_form() -> None:
+    body = (GOLDEN.parent / "anthropic" / "claude_code_mid_conversation_system.request.json").read_bytes()
+    req = anthropic.decode_messages_request(body)
+    _, kept = engine_request(req, native_tools=True, system_turns=True)
+    assert [x["role"] for x in kept["messages"]] == ["system", "user", "system"]
+    _, folded = engine_request(req, native_tools=True, system_turns=False)
+    assert [x["role"] for x in folded["messages"]] == ["system", "user"]
+    last = folded["messages"][-1]["content"]
+    assert last.startswith("<system-reminder>\nAs you answer") and "What does this repository do?" in last
+    assert last.endswith(
+        "<system-reminder>\nThe following skills are available for use with the Skill tool:"
+        "\n- review: Review a pull request\n</system-reminder>"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import anthropic
@@ -193,6 +195,49 @@ def test_anthropic_error_types(ant: anthropic.Anthropic) -> None:
         ant.messages.create(model=MODEL, max_tokens=0, messages=[{"role": "user", "content": "x"}])
     assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
     assert "max_tokens" in bad.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_claude_code_replay_with_a_system_turn_in_messages(daemon: DaemonProc) -> None:
+    """Claude Code's request shape: a system turn after the user's, tools, a stream."""
+    golden = Path(__file__).parents[1] / "blazar" / "golden" / "anthropic"
+    doc = json.loads((golden / "claude_code_mid_conversation_system.request.json").read_bytes())
+    replay = json.dumps({**doc, "model": MODEL, "max_tokens": 8}).encode()
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,"
+        "mid-conversation-system-2026-04-07",
+        "x-api-key": "unused",
+        "content-type": "application/json",
+    }
+    with httpx.stream(
+        "POST", f"{daemon.url}/v1/messages?beta=true", content=replay, headers=headers, timeout=60
+    ) as r:
+        assert r.status_code == 200, r.read()
+        events = [line.removeprefix("event: ") for line in r.iter_lines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-1] == "message_stop" and "error" not in events
+
+
+def test_anthropic_prompt_over_the_context_reads_as_anthropic_says_it(ant: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        ant.messages.create(
+            model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "hello " * 6000}]
+        )
+    body = exc.value.body
+    assert isinstance(body, dict) and body["blazar_code"] == "PROMPT_TOO_LONG"
+    m = re.match(r"prompt is too long: (\d+) tokens > (\d+) maximum", body["error"]["message"])
+    assert m is not None and int(m.group(1)) > int(m.group(2)) > 0, body
+    assert "raise the context" in body["error"]["message"]
+
+
+def test_openai_prompt_over_the_context_reads_as_openai_says_it(daemon: DaemonProc) -> None:
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "hello " * 6000}]
+        )
+    body = exc.value.body
+    assert isinstance(body, dict) and body["blazar_code"] == "PROMPT_TOO_LONG" and body["param"] == "messages"
+    assert body["message"].startswith("This model's maximum context length is ")
 
 
 # -- a required tool comes back well-formed through every dialect ------------------

@@ -1,0 +1,49 @@
+"""Which chat templates keep a system turn that comes after the first user turn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from registry.gguf import read_model_info
+from registry.template import allows_system_turns
+
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+ALTERNATING = (
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}[{{ message['role'] }}] {{ message['content'] }}{% endfor %}"
+)
+FIRST_ONLY = (
+    "{% if messages[0]['role'] == 'system' %}<<SYS>>{{ messages[0]['content'] }}<</SYS>>"
+    "{% set rest = messages[1:] %}{% else %}{% set rest = messages %}{% endif %}"
+    "{% for m in rest %}{% if m['role'] != 'system' %}[{{ m['role'] }}] {{ m['content'] }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "allowed"),
+    [
+        (None, True),  # llama.cpp's default, ChatML
+        (CHATML, True),
+        (ALTERNATING, False),  # raises on the turn
+        (FIRST_ONLY, False),  # silently drops it
+        ("{% for m in messages %}{{ m.content | nosuchfilter }}{% endfor %}", False),  # cannot be rendered
+        ("{% for m in messages %}", False),  # not a template
+    ],
+)
+def test_probe(template: str | None, allowed: bool) -> None:
+    assert allows_system_turns(template) is allowed
+
+
+def test_the_test_models_template_keeps_them() -> None:
+    path = os.environ.get("BLAZAR_TEST_MODEL")
+    if not path or not Path(path).exists():
+        pytest.skip("the test model is not fetched")
+    assert allows_system_turns(read_model_info(path).chat_template) is True
