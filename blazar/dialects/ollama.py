@@ -16,9 +16,10 @@ and pull progress are the model verbs of ``blazar.dialects.ollama_models``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import (
@@ -70,20 +71,27 @@ _Format = str | dict[str, Any] | None
 _Think = bool | str | None
 
 
-class _Options(msgspec.Struct, kw_only=True):
-    """The ``options`` we map; every other option (``num_gpu``, ``mirostat``…) is ignored."""
+_Fraction = Annotated[float, Meta(ge=0, le=1)]
+_Penalty = Annotated[float, Meta(ge=-2, le=2)]
 
-    num_predict: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
+
+class _Options(msgspec.Struct, kw_only=True):
+    """The ``options`` we map; every other option (``num_gpu``, ``mirostat``…) is ignored.
+
+    Ranges are what llama.cpp can honour: ``num_predict`` -1 means no limit and -2
+    fill the context; a repeat penalty divides the logits, so it must be above 0."""
+
+    num_predict: Annotated[int, Meta(ge=-2)] | None = None
+    temperature: Annotated[float, Meta(ge=0)] | None = None
+    top_p: _Fraction | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    min_p: _Fraction | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    repeat_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    num_ctx: int | None = None
+    repeat_penalty: Annotated[float, Meta(gt=0)] | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
+    num_ctx: Annotated[int, Meta(ge=1)] | None = None
 
 
 class _WireFunctionCall(msgspec.Struct, kw_only=True):
@@ -150,7 +158,7 @@ class _EmbedBody(msgspec.Struct, kw_only=True):
     model: str
     input: str | list[str]
     truncate: bool | None = None
-    dimensions: int | None = None
+    dimensions: Annotated[int, Meta(ge=1)] | None = None
     keep_alive: _KeepAlive = None
     options: dict[str, Any] | None = None
 
@@ -200,12 +208,6 @@ def _options(opts: _Options | None) -> dict[str, Any]:
     """The neutral sampling fields of ``options`` as ChatRequest keyword arguments."""
     if opts is None:
         return {}
-    if opts.num_ctx is not None and opts.num_ctx < 1:
-        raise DecodeError(f"invalid field `options.num_ctx`: must be at least 1, got {opts.num_ctx}")
-    if opts.temperature is not None and opts.temperature < 0:
-        raise DecodeError(f"invalid field `options.temperature`: must be 0 or more, got {opts.temperature}")
-    if opts.top_k is not None and opts.top_k < 0:
-        raise DecodeError(f"invalid field `options.top_k`: must be 0 or more, got {opts.top_k}")
     # num_predict: -1 is unlimited, -2 fills the context; Ollama treats 0 the same way.
     max_tokens = opts.num_predict if opts.num_predict is not None and opts.num_predict > 0 else None
     return {
@@ -390,8 +392,6 @@ def decode_embed_request(body: bytes) -> EmbedRequest:
     inputs = [wire.input] if isinstance(wire.input, str) else list(wire.input)
     if not inputs:
         raise DecodeError("field `input` is empty: send a string or a non-empty list of strings")
-    if wire.dimensions is not None and wire.dimensions < 1:
-        raise DecodeError(f"invalid field `dimensions`: must be at least 1, got {wire.dimensions}")
     return EmbedRequest(
         model=wire.model,
         inputs=inputs,

@@ -101,6 +101,13 @@ async def test_out_of_range_sampling_is_refused_before_the_engine(gateway: httpx
     doc = r.json()
     assert doc["error"]["type"] == "invalid_request_error" and doc["blazar_code"] == "BAD_REQUEST"
     assert doc["error"]["message"] == "top_k: must be at least 0, got -1"
+    ollama_chat = {"model": "ghost", "messages": chat["messages"], "options": {"top_p": 1.5}}
+    r = await gateway.post("/api/chat", json=ollama_chat)
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": "invalid field `options.top_p`: must be between 0 and 1, got 1.5",
+        "blazar_code": "BAD_REQUEST",
+    }
 
 
 async def test_error_shape_follows_the_dialect(gateway: httpx.AsyncClient) -> None:
