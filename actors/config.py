@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import msgspec
 
 __all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig", "Tunables"]
@@ -21,13 +23,20 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     ctx: int | None = None
+    """Per-slot context. Above the training length it is clamped to it unless
+    ``rope_scaling`` extends the model (``strict`` refuses instead)."""
     slots: int | None = None
     embeddings: bool | None = None
     extra_args: list[str] | None = None
     keep_alive_s: float | None = None
+    """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
     gpu_layers: int | None = None
     """Layers on the GPU (``-ngl``) for a GPU build of llama-server; unset: from the fit plan."""
-    """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
+    rope_scaling: Literal["yarn", "linear"] | None = None
+    """Context extension beyond the training length (llama.cpp ``--rope-scaling``)."""
+    rope_scale: Annotated[float, msgspec.Meta(gt=1)] | None = None
+    """Extension factor (``--rope-scale``): a slot may hold training length times this.
+    Unset with ``rope_scaling``: just enough for ``ctx``."""
 
 
 class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -49,6 +58,8 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     memory_budget_mb: float | None = None
     """Memory all loaded models may use together (MiB). Unset: what the system has
     available; 0: no memory check. A load that does not fit evicts idle models or is refused."""
+    strict: bool = False
+    """Refuse, instead of adjusting and reporting, a context the model cannot serve."""
     ledger_keep_requests: int = 200_000
     """Request records the ledger keeps; older ones are deleted as new ones arrive. 0: keep all."""
     engine: EngineConfig = EngineConfig()

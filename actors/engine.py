@@ -27,7 +27,7 @@ import trio
 
 from actors.actor import Actor
 from actors.config import EngineConfig
-from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server
+from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server, served_context
 from actors.errors import (
     ActorStopped,
     EngineCircuitOpen,
@@ -134,6 +134,8 @@ class EngineHandle:
     pid: int
     client: httpx.AsyncClient
     upstream: UpstreamPool
+    served_ctx: int | None = None
+    """The per-slot context the child reported after start (None: it did not say)."""
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
@@ -154,7 +156,12 @@ class EngineStatistics(msgspec.Struct, frozen=True, kw_only=True):
     port: int | None
     slots: int
     ctx_per_slot: int
+    """The per-slot context the child is started with."""
+    ctx_served: int | None
+    """What the running child really gives each slot (read back after start)."""
     in_flight: int
+    starts: int
+    """Child processes launched so far."""
     restarts: int
     crashes: int
     generation: int
@@ -216,6 +223,7 @@ class EngineActor(Actor[EngineMessage]):
         self.state = EngineState.STOPPED
         self.generation = 0
         self.restarts = 0
+        self.starts = 0
         self.in_flight = 0
         self.last_error: str | None = None
         self._crash_times: deque[float] = deque()
@@ -248,6 +256,12 @@ class EngineActor(Actor[EngineMessage]):
         return None
 
     @property
+    def served_ctx(self) -> int | None:
+        """The per-slot context the ready child serves, as it reported it."""
+        handle = self._handle if self.state is EngineState.READY else None
+        return handle.served_ctx if handle is not None else None
+
+    @property
     def engine_kind(self) -> str:
         return "llama-server" if self.binary else "llamacpp-host"
 
@@ -260,7 +274,9 @@ class EngineActor(Actor[EngineMessage]):
             port=self._port if self.state is EngineState.READY else None,
             slots=self.spec.slots,
             ctx_per_slot=self.spec.ctx_per_slot,
+            ctx_served=self.served_ctx,
             in_flight=self.in_flight,
+            starts=self.starts,
             restarts=self.restarts,
             crashes=len(self._crash_times),
             generation=self.generation,
@@ -383,6 +399,7 @@ class EngineActor(Actor[EngineMessage]):
         if self.state is EngineState.FAILED:
             self.restarts += 1
         self.generation += 1
+        self.starts += 1
         self.state = EngineState.STARTING
         assert self._nursery is not None
         self._nursery.start_soon(self._launch, self.generation)
@@ -445,6 +462,12 @@ class EngineActor(Actor[EngineMessage]):
             await client.aclose()
             await self._tell_self(_LaunchFailed(generation=generation, code=error[0], message=error[1]))
             return
+        served = await served_context(client)
+        if served is not None and served < self.spec.ctx_per_slot:
+            log.warning(
+                "%s serves %d tokens per slot, not the %d it was started with", self.name, served,
+                self.spec.ctx_per_slot,
+            )  # fmt: skip
         self._pending[generation] = EngineHandle(
             model=self.spec.model,
             base_url=base_url,
@@ -458,6 +481,7 @@ class EngineActor(Actor[EngineMessage]):
                 max_idle=self.spec.slots * 4,
                 idle_expiry_s=_KEEPALIVE_EXPIRY_S,
             ),
+            served_ctx=served,
         )
         await self._tell_self(_Launched(generation=generation))
 

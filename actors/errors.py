@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "ActorStopped",
     "BlazarRuntimeError",
+    "ContextTooLarge",
     "EngineCircuitOpen",
     "EngineCrashed",
     "EngineStartTimeout",
@@ -61,3 +62,9 @@ class EngineUnavailable(BlazarRuntimeError):
     """The engine cannot be started (no binary, bad model file, breaker open)."""
 
     code = "UNAVAILABLE"
+
+
+class ContextTooLarge(BlazarRuntimeError):
+    """A context above what the model can serve, refused in strict mode."""
+
+    code = "CONTEXT_TOO_LARGE"

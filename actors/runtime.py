@@ -32,6 +32,7 @@ from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
 from actors.claim import ClaimRequest
 from actors.config import RuntimeConfig
+from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.errors import ActorStopped
@@ -71,8 +72,19 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     """``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel) or ``llama-server``."""
     binary: str | None
     ctx_per_slot: int
+    """The per-slot context the engine is started with (after any clamp)."""
     slots: int
     ctx_total: int
+    ctx_train: int | None = None
+    """The model's training context (GGUF header)."""
+    ctx_asked: int | None = None
+    """The configured per-slot context, when it was clamped to what the model can serve."""
+    ctx_served: int | None = None
+    """What the running engine really gives each slot, read back from it; None: not running."""
+    rope_scaling: str | None = None
+    rope_scale: float | None = None
+    context_note: str | None = None
+    """Why the context is not what was asked for, or how it is extended."""
     cache_type: str
     gpu_layers: int
     loaded: bool
@@ -87,7 +99,13 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
     trained = info.context_length or _FALLBACK_CTX
     settings = record.settings
     template = (settings.template if settings else None) or info.chat_template
-    ctx = (override.ctx if override and override.ctx else None) or min(trained, config.default_ctx)
+    asked = (override.ctx if override and override.ctx else None) or min(trained, config.default_ctx)
+    scaling = override.rope_scaling if override else None
+    factor = rope_factor(info.context_length, scaling, override.rope_scale if override else None, asked)
+    choice = choose_context(
+        asked, context_limit(info.context_length, factor), strict=config.strict, model=record.name, what="ctx"
+    )
+    ctx = choice.ctx
     slots = (override.slots if override and override.slots else None) or config.slots
     extra = [*config.engine.extra_args, *((override.extra_args or []) if override else [])]
     gpu_layers = override.gpu_layers if override and override.gpu_layers is not None else None
@@ -108,6 +126,10 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         extra_args=extra,
         gpu_layers=gpu_layers,
         projector=record.projector,
+        ctx_train=info.context_length,
+        ctx_asked=choice.asked if choice.clamped else None,
+        rope_scaling=scaling if factor else None,
+        rope_scale=factor,
     )
 
 
@@ -128,8 +150,29 @@ def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) 
     return report.gpu_layers or 0
 
 
+def context_note(spec: LaunchSpec, served: int | None = None) -> str | None:
+    """What ``blazar plan`` and the log say about a context that is not what was asked."""
+    extended = bool(spec.rope_scaling and spec.rope_scale)
+    if spec.ctx_asked is not None:
+        return describe_clamp(spec.ctx_asked, spec.ctx_per_slot, trained=spec.ctx_train, extended=extended)
+    if served is not None and served < spec.ctx_per_slot:
+        return (
+            f"the engine serves {served} per slot of the {spec.ctx_per_slot} asked (it caps the slot itself)"
+        )
+    if extended and spec.ctx_train is not None and spec.ctx_per_slot > spec.ctx_train:
+        how = f"{spec.rope_scaling} x{spec.rope_scale:g}"
+        return f"extended with {how} beyond the {spec.ctx_train}-token training length"
+    return None
+
+
 def make_plan(
-    spec: LaunchSpec, config: RuntimeConfig, memory: MemoryPlanner, preview: LoadPreview, *, loaded: bool
+    spec: LaunchSpec,
+    config: RuntimeConfig,
+    memory: MemoryPlanner,
+    preview: LoadPreview,
+    *,
+    loaded: bool,
+    served: int | None = None,
 ) -> LoadPlan:
     binary = find_llama_server(config.engine.llama_server)
     return LoadPlan(
@@ -139,6 +182,12 @@ def make_plan(
         ctx_per_slot=spec.ctx_per_slot,
         slots=spec.slots,
         ctx_total=spec.ctx_total,
+        ctx_train=spec.ctx_train,
+        ctx_asked=spec.ctx_asked,
+        ctx_served=served,
+        rope_scaling=spec.rope_scaling,
+        rope_scale=spec.rope_scale,
+        context_note=context_note(spec, served),
         cache_type="f16",
         gpu_layers=spec.gpu_layers or 0,
         loaded=loaded,
@@ -204,13 +253,16 @@ class Runtime:
         spec = await trio.to_thread.run_sync(self.launch_spec, record)
         engine = self._engines.get(spec.model)
         loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
+        served = None
+        if engine is not None and loaded:
+            spec, served = engine.spec, engine.served_ctx  # as it runs (a num_ctx may have changed it)
         need = await self.memory.need(spec)
         preview = (
             LoadPreview(model=spec.model, need_bytes=need)
             if loaded
             else self.lifecycle.preview(spec.model, need)
         )
-        return make_plan(spec, self.config, self.memory, preview, loaded=loaded)
+        return make_plan(spec, self.config, self.memory, preview, loaded=loaded, served=served)
 
     async def engine_for(self, model: str) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.
@@ -225,6 +277,9 @@ class Runtime:
             engine = self._engines.get(record.name)
             if engine is None:
                 spec = await trio.to_thread.run_sync(self.launch_spec, record)
+                if note := context_note(spec):
+                    level = logging.WARNING if spec.ctx_asked is not None else logging.INFO
+                    log.log(level, "'%s': context %s", spec.model, note)
                 engine = EngineActor(spec, self.config.engine, run_dir=Path(self.config.run_dir))
                 await self.engines.start_child(
                     ChildSpec(name=record.name, start=engine.run, restart=Restart.TRANSIENT)

@@ -96,4 +96,9 @@ def load_config(paths: Paths) -> Config:
         raise ConfigError(f"{path}: default_ctx must be at least 256")
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
+    for name, model in config.models.items():
+        if model.rope_scale is not None and model.rope_scaling is None:
+            raise ConfigError(
+                f'{path}: [models."{name}"] rope_scale needs rope_scaling ("yarn" or "linear") beside it'
+            )
     return config

@@ -85,6 +85,11 @@ CATALOG: dict[str, CodeInfo] = {
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",
         ),
+        _c(
+            "CONTEXT_TOO_LARGE",
+            400,
+            "The context asked for exceeds what the model can serve (strict mode): lower it or extend it.",
+        ),
     )
 }
 

@@ -13,9 +13,12 @@ import subprocess
 import sys
 from typing import Any
 
+import httpx
 import msgspec
 
-__all__ = ["LaunchSpec", "build_argv", "find_llama_server"]
+from actors.context import context_limit
+
+__all__ = ["LaunchSpec", "build_argv", "find_llama_server", "served_context"]
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,11 +45,24 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Layers to offload (``-ngl``) on a GPU build of ``llama-server``; None: CPU only."""
     projector: str | None = None
     """The vision projector (mmproj) file: the engine then reads images."""
+    ctx_train: int | None = None
+    """The model's training context (GGUF header); None when the file does not say."""
+    ctx_asked: int | None = None
+    """The configured per-slot context when it was clamped to ``ctx_limit``."""
+    rope_scaling: str | None = None
+    """Context extension (``yarn``, ``linear``) passed to the engine; None: none."""
+    rope_scale: float | None = None
+    """The extension factor that goes with ``rope_scaling``."""
 
     @property
     def ctx_total(self) -> int:
         # llama.cpp divides -c among the -np slots.
         return self.ctx_per_slot * self.slots
+
+    @property
+    def ctx_limit(self) -> int | None:
+        """The most one slot can hold: the training length, extended by ``rope_scale``."""
+        return context_limit(self.ctx_train, self.rope_scale if self.rope_scaling else None)
 
 
 def find_llama_server(configured: str | None) -> str | None:
@@ -79,6 +95,25 @@ def gpu_backend(binary: str) -> str | None:
     return _gpu_backend_cache[binary]
 
 
+async def served_context(client: httpx.AsyncClient) -> int | None:
+    """The per-slot context a healthy llama.cpp server really gives each slot (it caps
+    ``-c / -np`` at what the model can serve); None when it does not say."""
+    try:
+        resp = await client.get("/props", timeout=5.0)
+        if resp.status_code == 200:
+            n = (resp.json().get("default_generation_settings") or {}).get("n_ctx")
+            if isinstance(n, int) and n > 0:
+                return n
+        resp = await client.get("/slots", timeout=5.0)
+        if resp.status_code == 200:
+            slots = resp.json()
+            if isinstance(slots, list) and slots and isinstance(slots[0].get("n_ctx"), int):
+                return int(slots[0]["n_ctx"])
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None
+
+
 def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None) -> list[str]:
     flags = [
         "-m", spec.path,
@@ -100,6 +135,10 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
         flags += ["-t", str(spec.threads)]
     if spec.gpu_layers is not None and binary is not None:
         flags += ["-ngl", str(spec.gpu_layers)]
+    if spec.rope_scaling:
+        flags += ["--rope-scaling", spec.rope_scaling]
+        if spec.rope_scale:
+            flags += ["--rope-scale", f"{spec.rope_scale:g}"]
     flags += spec.extra_args
     if binary is None:
         return [sys.executable, "-m", "actors.engines.llamacpp_host", *flags]

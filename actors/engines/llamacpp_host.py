@@ -25,6 +25,7 @@ from actors.engines.lifeline import on_parent_exit
 __all__ = ["build_params", "main", "parse_args"]
 
 _POOLING = {"none": "NONE", "mean": "MEAN", "cls": "CLS", "last": "LAST", "rank": "RANK"}
+_ROPE_SCALING = ("none", "linear", "yarn")
 _CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
@@ -46,6 +47,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("-ub", "--ubatch-size", type=int, default=None)
     p.add_argument("-ctk", "--cache-type-k", choices=_CACHE_TYPES, default=None)
     p.add_argument("-ctv", "--cache-type-v", choices=_CACHE_TYPES, default=None)
+    p.add_argument("--rope-scaling", choices=_ROPE_SCALING, default=None)
+    p.add_argument("--rope-scale", type=float, default=None)
+    p.add_argument("--rope-freq-scale", type=float, default=None)
+    p.add_argument("--rope-freq-base", type=float, default=None)
+    p.add_argument("--yarn-orig-ctx", type=int, default=None)
     p.add_argument("--metrics", action="store_true")
     p.add_argument("--no-slots", action="store_true")
     p.add_argument("--props", action="store_true")
@@ -94,6 +100,19 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.cache_type_k = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_k.upper()}")
     if ns.cache_type_v:
         p.cache_type_v = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_v.upper()}")
+    if ns.rope_scaling:
+        p.rope_scaling_type = getattr(
+            xlc.llama_rope_scaling_type, f"LLAMA_ROPE_SCALING_TYPE_{ns.rope_scaling.upper()}"
+        )
+    # llama-server's --rope-scale N means a frequency scale of 1/N.
+    if ns.rope_scale:
+        p.rope_freq_scale = 1.0 / ns.rope_scale
+    if ns.rope_freq_scale:
+        p.rope_freq_scale = ns.rope_freq_scale
+    if ns.rope_freq_base:
+        p.rope_freq_base = ns.rope_freq_base
+    if ns.yarn_orig_ctx is not None:
+        p.yarn_orig_ctx = ns.yarn_orig_ctx
     p.endpoint_metrics = ns.metrics
     p.endpoint_slots = not ns.no_slots
     p.endpoint_props = ns.props

@@ -43,11 +43,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    from actors.errors import BlazarRuntimeError
     from registry.errors import RegistryError
 
     if isinstance(exc, (CliError, ConfigError)):
         return str(exc)
-    if isinstance(exc, RegistryError):
+    if isinstance(exc, (RegistryError, BlazarRuntimeError)):
         return exc.message
     import httpx
 

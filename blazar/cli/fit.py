@@ -58,12 +58,28 @@ def fit(
     ctx x slots); the defaults are the ones the daemon would use. Needs no daemon.
     """
     from actors.census import take_census
+    from actors.context import context_limit, describe_clamp, rope_factor
     from registry import fit as fitting
 
     paths, config = load_setup()
     shape, name, path = _shape_of(target, paths)
     override = config.models.get(name)
-    ctx = ctx or (override.ctx if override else None) or fitting.default_ctx(shape, config.default_ctx)
+    asked = ctx or (override.ctx if override else None) or fitting.default_ctx(shape, config.default_ctx)
+    scaling = override.rope_scaling if override else None
+    factor = rope_factor(shape.context_length, scaling, override.rope_scale if override else None, asked)
+    limit = context_limit(shape.context_length, factor)
+    context_notes = []
+    if limit is not None and asked > limit:
+        if ctx:  # asked for on the command line: estimate it, but say what an engine would serve
+            context_notes.append(
+                f"llama.cpp gives each slot at most {limit} tokens; the daemon would clamp --ctx {ctx} to it"
+                + ("" if factor else " unless rope_scaling extends the model")
+            )
+        else:
+            clamp = describe_clamp(asked, limit, trained=shape.context_length, extended=bool(factor))
+            context_notes.append(f"ctx {clamp}")
+            asked = limit
+    ctx = asked
     settings = fitting.Settings(
         ctx_per_slot=ctx,
         slots=slots or (override.slots if override else None) or config.slots,
@@ -73,7 +89,7 @@ def fit(
     census = take_census()
     report = fitting.fit(shape, settings, census.memory())
     est = report.estimate
-    notes = [*report.notes, *([census.note] if census.note else [])]
+    notes = [*context_notes, *report.notes, *([census.note] if census.note else [])]
     if json_:
         doc = {
             "model": name,
@@ -165,9 +181,14 @@ def plan(model: str, *, json_: Json = False) -> None:
         return
     est, preview = doc["estimate"], doc["preview"]
     lane = doc["lane"] + (f" ({doc['binary']})" if doc["binary"] else "")
+    context = f"{doc['ctx_per_slot']} per slot x {doc['slots']} slot(s) = {doc['ctx_total']}"
+    if doc.get("ctx_served") is not None:
+        context += f"; the engine serves {doc['ctx_served']} per slot"
+    if doc.get("context_note"):
+        context += f" — {doc['context_note']}"
     rows = [
         ("engine", lane),
-        ("context", f"{doc['ctx_per_slot']} per slot x {doc['slots']} slot(s) = {doc['ctx_total']}"),
+        ("context", context),
         ("KV cache", doc["cache_type"]),
         ("GPU layers", str(doc["gpu_layers"])),
     ]

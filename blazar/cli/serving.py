@@ -140,7 +140,8 @@ def _repl(daemon: Daemon, model: str, options: dict[str, Any], paths: Paths) -> 
 
 @app.command
 def ps(*, json_: Json = False) -> None:
-    """Show loaded engines: model, engine, pid, port, slots, in-flight requests, restarts."""
+    """Show loaded engines: model, engine, pid, port, slots, context per slot, in-flight requests,
+    restarts. The context is what the running engine serves, as it reports it."""
     paths = resolve_paths()
     daemon = find_daemon(paths)
     engines = daemon.get("/admin/engines")["engines"] if daemon else []
@@ -150,12 +151,15 @@ def ps(*, json_: Json = False) -> None:
     if daemon is None:
         out.print("no daemon is running — start one with `blazar serve`")
         return
-    table = Table("MODEL", "ENGINE", "STATE", "PID", "PORT", "SLOTS", "IN-FLIGHT", "RESTARTS", box=None)
+    table = Table(
+        "MODEL", "ENGINE", "STATE", "PID", "PORT", "SLOTS", "CONTEXT", "IN-FLIGHT", "RESTARTS", box=None
+    )  # fmt: skip
     for e in engines:
         busy = min(e["in_flight"], e["slots"])
+        ctx = e.get("ctx_served") or e["ctx_per_slot"]
         table.add_row(
             e["model"], e["engine"], e["state"], str(e["pid"] or "-"), str(e["port"] or "-"),
-            f"{busy}/{e['slots']}", str(e["in_flight"]), str(e["restarts"]),
+            f"{busy}/{e['slots']}", str(ctx), str(e["in_flight"]), str(e["restarts"]),
         )  # fmt: skip
     out.print(f"daemon {daemon.url} (pid {daemon.pid})")
     out.print(table)

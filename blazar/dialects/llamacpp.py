@@ -36,6 +36,7 @@ __all__ = [
     "apply_defaults",
     "apply_defaults_to_body",
     "classify_error",
+    "context_advice",
     "engine_request",
     "fold_system_turns",
     "parse_response",
@@ -441,8 +442,41 @@ def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool)
     )
 
 
-def classify_error(status: int, body: bytes) -> BlazarError:
-    """What an error answer from llama.cpp means, as the error the gateway answers with."""
+def context_advice(
+    n_prompt: int | None, n_ctx: int | None, *, limit: int | None, extended: bool, model: str
+) -> str:
+    """What to do about a prompt over the context, offering only what can work: a larger
+    context up to what the model can serve, else a shorter prompt or context extension."""
+    table = f'[models."{model}"] in config.toml'
+    if limit is None or n_ctx is None:
+        return f"shorten it, or raise the context (Ollama `num_ctx`, or `ctx` under {table})"
+    if n_ctx < limit and (n_prompt is None or n_prompt < limit):
+        return (
+            f"shorten it, or raise the context, at most to {limit} for this model "
+            f"(Ollama `num_ctx`, or `ctx` under {table})"
+        )
+    if extended:
+        return (
+            f"shorten it: the context is at the {limit} tokens the configured extension allows "
+            f"(a larger `rope_scale` under {table} extends it further)"
+        )
+    return (
+        f"shorten it: {limit} tokens is the most this model was trained on, so a larger context "
+        f'needs context extension (`rope_scaling = "yarn"` and `ctx` under {table})'
+    )
+
+
+def classify_error(
+    status: int,
+    body: bytes,
+    *,
+    ctx_limit: int | None = None,
+    extended: bool = False,
+    model: str = "NAME",
+) -> BlazarError:
+    """What an error answer from llama.cpp means, as the error the gateway answers with.
+    ``ctx_limit`` (the most a slot can hold) and ``extended`` shape the advice for a prompt
+    over the context."""
     try:
         doc = msgspec.json.decode(body)
         err = doc.get("error", doc) if isinstance(doc, dict) else doc
@@ -450,5 +484,7 @@ def classify_error(status: int, body: bytes) -> BlazarError:
         err = body.decode("utf-8", "replace")[:500]
     message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
     if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
-        return prompt_too_long(int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0))
+        n, ctx = int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0)
+        advice = context_advice(n or None, ctx or None, limit=ctx_limit, extended=extended, model=model)
+        return prompt_too_long(n, ctx, advice=advice)
     return BlazarError("BAD_REQUEST" if status < 500 else "BAD_GATEWAY", message)

@@ -42,10 +42,10 @@ class _Encoder:
         return self._enc.error(code, message)
 
 
-def _headers(timings: Timings | None = None) -> dict[str, str]:
+def _headers(call: translate.EngineCall | None = None) -> dict[str, str]:
     headers = {"request-id": current().trace_id}
-    if timings is not None and timings.loaded:
-        headers["X-Blazar-Status"] = "loading"
+    if call is not None:
+        headers.update(call.headers())
     return headers
 
 
@@ -59,10 +59,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
-            return json_reply(anthropic.encode_response(resp, request=req), headers=_headers(tr.timings))
+            return json_reply(anthropic.encode_response(resp, request=req), headers=_headers(tr))
         stream = await tr.stream(_Encoder(req, anthropic.message_id_for(call.trace_id)))
         call.on_cleanup(stream.aclose)
-        return stream_reply(stream, content_type="text/event-stream", headers=_headers(tr.timings))
+        return stream_reply(stream, content_type="text/event-stream", headers=_headers(tr))
 
     routes.add("/v1/messages", messages)
 

@@ -183,11 +183,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             resp = await tr.complete()
             encode = ollama.encode_chat_response if dialect == "chat" else ollama.encode_generate_response
             return json_reply(
-                encode(resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=req.model)
+                encode(resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=req.model),
+                headers=tr.headers(),
             )
         stream = await tr.stream(_Encoder(req.model, dialect, think))
         call.on_cleanup(stream.aclose)
-        return stream_reply(stream, content_type=NDJSON)
+        return stream_reply(stream, content_type=NDJSON, headers=tr.headers())
 
     async def chat(call: Call) -> Reply:
         return await run_chat(call, ollama.decode_chat_request(call.body), "chat")
@@ -254,7 +255,7 @@ async def ps() -> Response:
                 size=record.size,
                 digest=record.digest,
                 details=_details(info),
-                context_length=engine.spec.ctx_per_slot,
+                context_length=engine.served_ctx or engine.spec.ctx_per_slot,
                 expires_at=runtime.lifecycle.expires_at(engine.spec.model),
                 engine=engine.engine_kind,
                 slots=engine.spec.slots,

@@ -108,7 +108,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, req)
         await tr.prepare()
-        headers = {"X-Blazar-Status": "loading"} if tr.timings.loaded else None
+        headers = tr.headers()
         if not req.stream:
             resp = await tr.complete()
             return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
@@ -137,7 +137,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
-        loaded = lease.load_ns > LOADING_NS
+        headers = {"X-Blazar-Context": str(engine.served_ctx or engine.spec.ctx_per_slot)}
+        if lease.load_ns > LOADING_NS:
+            headers["X-Blazar-Status"] = "loading"
         try:
             upstream = await send_upstream(handle, path, body)
         except UpstreamError as exc:
@@ -146,7 +148,6 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         except BaseException:
             lease.release()
             raise
-        headers = {"X-Blazar-Status": "loading"} if loaded else None
         if not stream or upstream.status_code != 200:
             try:
                 content = await upstream.aread()

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
@@ -83,8 +84,24 @@ class StreamEncoder(Protocol):
     def error(self, code: str, message: str) -> bytes: ...
 
 
-def _engine_error(status: int, body: bytes, model: str) -> BlazarError:
-    err = classify_error(status, body)
+def ctx_ceiling(engine: EngineActor) -> int | None:
+    """The most a slot of ``engine`` can hold: what the model can serve, or less when the
+    running child caps its slots below what it was started with."""
+    served, spec = engine.served_ctx, engine.spec
+    if served is not None and served < spec.ctx_per_slot:
+        return served
+    return spec.ctx_limit
+
+
+def _engine_error(status: int, body: bytes, engine: EngineActor) -> BlazarError:
+    model = engine.spec.model
+    err = classify_error(
+        status,
+        body,
+        ctx_limit=ctx_ceiling(engine),
+        extended=bool(engine.spec.rope_scaling and engine.spec.rope_scale),
+        model=model,
+    )
     if err.code == "BAD_REQUEST":
         return BlazarError(err.code, f"the engine for '{model}' refused the request: {err.message}")
     if err.code == "BAD_GATEWAY":
@@ -112,6 +129,10 @@ class EngineCall:
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
         self.claim: Claim | None = None
+        self.context: int | None = None
+        """The per-slot context the request runs with (known once the engine is claimed)."""
+        self.ctx_asked: int | None = None
+        """The request's ``num_ctx`` when it differs from ``context``."""
 
     @property
     def native_tools(self) -> bool:
@@ -127,16 +148,42 @@ class EngineCall:
         spec = engine.spec
         if spec.system or spec.defaults:
             self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)
-        if (self.req.num_ctx and self.req.num_ctx != engine.spec.ctx_per_slot) or (
-            embeddings and not engine.spec.embeddings
-        ):
-            await engine.ask(
-                Reconfigure(ctx_per_slot=self.req.num_ctx, embeddings=True if embeddings else None)
-            )
+        ctx = self._restart_ctx(engine)
+        if ctx is not None or (embeddings and not spec.embeddings):
+            await engine.ask(Reconfigure(ctx_per_slot=ctx, embeddings=True if embeddings else None))
         self.claim = await claim_engine(self.runtime, engine, keep_alive_s=self.req.keep_alive_s)
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
+        self.context = engine.served_ctx or engine.spec.ctx_per_slot
+        if self.req.num_ctx is not None and self.req.num_ctx != self.context:
+            self.ctx_asked = self.req.num_ctx
         return engine
+
+    def _restart_ctx(self, engine: EngineActor) -> int | None:
+        """The per-slot context to restart the engine with for the request's ``num_ctx``;
+        None when what the engine serves (or will start with) is already large enough.
+        A ``num_ctx`` above what the model can serve is clamped first (strict: refused), so
+        clients that vary it per request (prompt size times a margin) never restart for nothing."""
+        asked = self.req.num_ctx
+        if asked is None:
+            return None
+        spec = engine.spec
+        strict = self.runtime.config.strict
+        limit = ctx_ceiling(engine)
+        need = choose_context(asked, limit, strict=strict, model=spec.model, what="num_ctx").ctx
+        serving = engine.served_ctx or spec.ctx_per_slot
+        return None if serving >= need else need
+
+    def headers(self) -> dict[str, str]:
+        """What the response says about how the request ran."""
+        out: dict[str, str] = {}
+        if self.timings.loaded:
+            out["X-Blazar-Status"] = "loading"
+        if self.context is not None:
+            out["X-Blazar-Context"] = str(self.context)
+        if self.ctx_asked is not None:
+            out["X-Blazar-Context-Asked"] = str(self.ctx_asked)
+        return out
 
     def release(self) -> None:
         if self.claim is not None:
@@ -155,7 +202,7 @@ class EngineCall:
         except UpstreamError as exc:
             raise await crash_error(self.engine, self.handle, exc) from exc
         if resp.status_code >= 400:
-            raise _engine_error(resp.status_code, content, self.req.model)
+            raise _engine_error(resp.status_code, content, self.engine)
         return msgspec.json.decode(content)
 
     async def complete(self) -> ChatResponse:
@@ -200,7 +247,7 @@ class EngineCall:
             finally:
                 await close_response(resp)
                 self.release()
-            raise _engine_error(resp.status_code, content, self.req.model)
+            raise _engine_error(resp.status_code, content, self.engine)
         stream = TranslatedStream(self, resp, encoder)
         set_stream_enders(
             cancelled=lambda: encoder.error(

@@ -143,3 +143,26 @@ def test_coreside_adds_models_at_their_launch_settings(
     assert doc["total"] == first["bytes"] + second["bytes"] and first["bytes"] > second["bytes"]
     assert doc["budget"] == 700 << 20 and doc["fits"] is (doc["total"] <= 700 << 20)
     assert "together" in run_cli(monkeypatch, capsys, home, "coreside", MODEL, "second")
+
+
+def test_plan_and_fit_clamp_a_context_above_the_training_length(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path
+) -> None:
+    (home / "config.toml").write_text(f'slots = 1\n[models."{MODEL}"]\nctx = 32768\n')
+    doc = json.loads(run_cli(monkeypatch, capsys, home, "plan", MODEL, "--json"))
+    assert (doc["ctx_per_slot"], doc["ctx_asked"], doc["ctx_train"]) == (8192, 32768, 8192)
+    assert doc["estimate"]["kv"] < 9000 * KV_PER_CELL  # memory for what llama.cpp will serve
+    text = " ".join(run_cli(monkeypatch, capsys, home, "plan", MODEL).split())
+    assert "clamped from 32768 to 8192 (training length); set rope_scaling to extend" in text
+    fitted = json.loads(run_fit(monkeypatch, capsys, home, MODEL, "--json"))
+    assert fitted["settings"]["ctx_per_slot"] == 8192 and any("clamped" in n for n in fitted["notes"])
+    asked = json.loads(run_fit(monkeypatch, capsys, home, MODEL, "--ctx", "20000", "--json"))
+    assert asked["settings"]["ctx_per_slot"] == 20000  # asked on the command line: estimated as asked
+    assert any("at most 8192 tokens" in n for n in asked["notes"])
+
+    (home / "config.toml").write_text(f'strict = true\n[models."{MODEL}"]\nctx = 32768\n')
+    with pytest.raises(SystemExit) as exc:
+        run_cli(monkeypatch, capsys, home, "plan", MODEL)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ctx 32768 exceeds the 8192-token context") and len(err.splitlines()) == 1

@@ -57,3 +57,35 @@ def test_bad_files_name_the_key(
     with pytest.raises(ConfigError) as info:
         load_config(resolve_paths())
     assert fragment in str(info.value)
+
+
+def test_context_limits_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(
+        'strict = true\n[models."smollm2-135m"]\nctx = 16384\nrope_scaling = "yarn"\nrope_scale = 2.0\n'
+    )
+    paths = resolve_paths()
+    config = load_config(paths)
+    model = config.models["smollm2-135m"]
+    assert (model.rope_scaling, model.rope_scale) == ("yarn", 2.0)
+    runtime = config.runtime(paths)
+    assert runtime.strict and not Config().strict
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('[models."m"]\nrope_scaling = "ntk"\n', "rope_scaling"),
+        ('[models."m"]\nrope_scaling = "yarn"\nrope_scale = 1.0\n', "rope_scale"),
+        ('[models."m"]\nrope_scale = 4.0\n', "rope_scale needs rope_scaling"),
+        ('strict = "yes"\n', "strict"),
+    ],
+)
+def test_bad_limits_name_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, fragment: str
+) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(resolve_paths())
+    assert fragment in str(info.value)

@@ -320,3 +320,22 @@ def test_claude_code_replay_reaches_the_engine_in_either_form() -> None:
         "<system-reminder>\nThe following skills are available for use with the Skill tool:"
         "\n- review: Review a pull request\n</system-reminder>"
     )
+
+
+def test_the_context_advice_offers_only_what_can_work() -> None:
+    from blazar.dialects.llamacpp import classify_error
+
+    def over(n: int, ctx: int) -> bytes:
+        return msgspec.json.encode(
+            {"error": {"type": "exceed_context_size_error", "n_prompt_tokens": n, "n_ctx": ctx}}
+        )
+
+    # Room left below the training length: raising the context helps, up to that length.
+    message = classify_error(400, over(5031, 4096), ctx_limit=8192, model="smol").message
+    assert "raise the context, at most to 8192" in message and '[models."smol"]' in message
+    # Already at the training length: only a shorter prompt or an extension can help.
+    for body in (over(9000, 8192), over(9000, 4096)):
+        message = classify_error(400, body, ctx_limit=8192, model="smol").message
+        assert "raise the context" not in message and "rope_scaling" in message and "8192" in message
+    message = classify_error(400, over(20000, 16384), ctx_limit=16384, extended=True, model="smol").message
+    assert "raise the context" not in message and "rope_scale" in message

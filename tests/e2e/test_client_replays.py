@@ -131,19 +131,12 @@ def _assert_counted_start(events: list[tuple[str, dict[str, Any]]]) -> None:
     assert message["usage"]["input_tokens"] > 15_000
 
 
-_NEEDS_EXTENSION = (
-    "needs an explicit context extension (rope_scaling) to serve a context above the training length"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_NEEDS_EXTENSION)
 def test_claude_code_first_turn_is_accepted_and_counted(extended: LazyDaemon) -> None:
     # A system message after the user's turn, 24 tool schemas, adaptive thinking,
     # context management, cache_control: everything Claude Code sends by default.
     _assert_counted_start(_stream_head(extended.get(), "claude_code_first"))
 
 
-@pytest.mark.xfail(strict=True, reason=_NEEDS_EXTENSION)
 def test_claude_code_fallback_turn_is_accepted_and_counted(extended: LazyDaemon) -> None:
     _assert_counted_start(_stream_head(extended.get(), "claude_code_fallback"))
 
@@ -195,9 +188,6 @@ def test_claude_code_without_tools_gets_a_whole_answer(daemon: DaemonProc) -> No
     assert 0 < delta["usage"]["output_tokens"] <= 12
 
 
-@pytest.mark.xfail(
-    strict=True, reason="needs num_ctx variations within the served context not to restart the engine"
-)
 def test_aider_session_answers_every_turn_with_one_engine_start(tmp_path: Path, model_path: Path) -> None:
     # A new user's daemon (no configuration) and two turns of one aider session: aider
     # sends num_ctx = its prompt estimate x 1.25 + 8,192, different at every turn.

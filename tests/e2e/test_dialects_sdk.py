@@ -320,12 +320,17 @@ def test_ollama_blob_digest_is_checked(daemon: DaemonProc) -> None:
     assert r.status_code == 400 and r.json()["blazar_code"] == "BAD_REQUEST"
 
 
-def test_ollama_num_ctx_restarts_the_engine_once(daemon: DaemonProc, oll: ollama.Client) -> None:
+def test_ollama_num_ctx_restarts_the_engine_once_and_only_to_grow(
+    daemon: DaemonProc, oll: ollama.Client
+) -> None:
     oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
     before = daemon.engines()[0]
+    oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2, "num_ctx": 1024})
+    assert daemon.engines()[0]["generation"] == before["generation"]  # it serves more already
     for _ in range(2):
-        oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2, "num_ctx": 1024})
+        oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2, "num_ctx": 5000})
     after = daemon.engines()[0]
-    assert after["ctx_per_slot"] == 1024
+    # llama.cpp rounds a slot up to a multiple of 256: /api/ps reports what it serves.
+    assert after["ctx_per_slot"] == 5000 and after["ctx_served"] == 5120
     assert after["generation"] == int(before["generation"]) + 1  # type: ignore[call-overload]
-    assert oll.ps().models[0].context_length == 1024
+    assert oll.ps().models[0].context_length == 5120
