@@ -21,6 +21,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     breaker_window_s: float = 60.0
 
 
+OutputCap = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     ctx: int | None = None
     """Per-slot context. Above the training length it is clamped to it unless
@@ -37,6 +40,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rope_scale: Annotated[float, msgspec.Meta(gt=1)] | None = None
     """Extension factor (``--rope-scale``): a slot may hold training length times this.
     Unset with ``rope_scaling``: just enough for ``ctx``."""
+    max_output_tokens: OutputCap | None = None
+    """Output cap for requests that set none (overrides the top-level one; 0: no cap)."""
 
 
 class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -58,6 +63,9 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     memory_budget_mb: float | None = None
     """Memory all loaded models may use together (MiB). Unset: what the system has
     available; 0: no memory check. A load that does not fit evicts idle models or is refused."""
+    max_output_tokens: OutputCap | None = None
+    """Output cap for requests that set none (``max_tokens``, ``num_predict``). Unset or
+    0: none, a request may generate until its context is full."""
     strict: bool = False
     """Refuse, instead of adjusting and reporting, a context the model cannot serve."""
     ledger_keep_requests: int = 200_000

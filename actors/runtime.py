@@ -31,7 +31,7 @@ import trio
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
 from actors.claim import ClaimRequest
-from actors.config import RuntimeConfig
+from actors.config import ModelOverride, RuntimeConfig
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
@@ -130,7 +130,15 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         ctx_asked=choice.asked if choice.clamped else None,
         rope_scaling=scaling if factor else None,
         rope_scale=factor,
+        max_output_tokens=_output_cap(config, override),
     )
+
+
+def _output_cap(config: RuntimeConfig, override: ModelOverride | None) -> int | None:
+    cap = override.max_output_tokens if override and override.max_output_tokens is not None else None
+    if cap is None:
+        cap = config.max_output_tokens
+    return cap or None
 
 
 def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) -> int | None:

@@ -53,6 +53,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Context extension (``yarn``, ``linear``) passed to the engine; None: none."""
     rope_scale: float | None = None
     """The extension factor that goes with ``rope_scaling``."""
+    max_output_tokens: int | None = None
+    """Output cap the gateway sets on requests that give none; None: no cap."""
 
     @property
     def ctx_total(self) -> int:

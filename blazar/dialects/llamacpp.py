@@ -35,6 +35,8 @@ __all__ = [
     "ThinkSplitter",
     "apply_defaults",
     "apply_defaults_to_body",
+    "cap_output",
+    "cap_output_in_body",
     "classify_error",
     "context_advice",
     "engine_request",
@@ -440,6 +442,29 @@ def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool)
         finish_reason=finish,
         usage=_usage(doc.get("usage")) or Usage(),
     )
+
+
+def cap_output(req: ChatRequest, cap: int | None) -> tuple[ChatRequest, bool]:
+    """``req`` with ``max_tokens`` set to ``cap`` when it sets no output limit itself;
+    the flag says whether the cap was applied."""
+    if cap is None or req.max_tokens is not None:
+        return req, False
+    return msgspec.structs.replace(req, max_tokens=cap), True
+
+
+_OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens", "n_predict")
+
+
+def cap_output_in_body(body: bytes, cap: int | None) -> tuple[bytes, bool]:
+    """``cap_output`` for a relayed OpenAI body (chat or completions); the same bytes
+    come back when the body names an output limit of its own (llama.cpp's ``n_predict`` too)."""
+    if cap is None:
+        return body, False
+    doc = msgspec.json.decode(body)
+    if not isinstance(doc, dict) or any(doc.get(k) is not None for k in _OUTPUT_LIMITS):
+        return body, False
+    doc["max_tokens"] = cap
+    return msgspec.json.encode(doc), True
 
 
 def context_advice(

@@ -18,7 +18,7 @@ from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
-from blazar.dialects.llamacpp import apply_defaults_to_body, classify_error
+from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.errors import Dialect
 from blazar.web import translate
@@ -135,11 +135,14 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         body = call.body
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
+        body, capped = cap_output_in_body(body, spec.max_output_tokens)
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
         headers = {"X-Blazar-Context": str(engine.served_ctx or engine.spec.ctx_per_slot)}
         if lease.load_ns > LOADING_NS:
             headers["X-Blazar-Status"] = "loading"
+        if capped:
+            headers["X-Blazar-Output-Cap"] = str(spec.max_output_tokens)
         try:
             upstream = await send_upstream(handle, path, body)
         except UpstreamError as exc:

@@ -23,6 +23,7 @@ from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
     apply_defaults,
+    cap_output,
     classify_error,
     engine_request,
     parse_response,
@@ -133,6 +134,8 @@ class EngineCall:
         """The per-slot context the request runs with (known once the engine is claimed)."""
         self.ctx_asked: int | None = None
         """The request's ``num_ctx`` when it differs from ``context``."""
+        self.output_cap: int | None = None
+        """The configured output cap, when it was applied to this request."""
 
     @property
     def native_tools(self) -> bool:
@@ -148,6 +151,9 @@ class EngineCall:
         spec = engine.spec
         if spec.system or spec.defaults:
             self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)
+        if not embeddings:
+            self.req, capped = cap_output(self.req, spec.max_output_tokens)
+            self.output_cap = spec.max_output_tokens if capped else None
         ctx = self._restart_ctx(engine)
         if ctx is not None or (embeddings and not spec.embeddings):
             await engine.ask(Reconfigure(ctx_per_slot=ctx, embeddings=True if embeddings else None))
@@ -183,6 +189,8 @@ class EngineCall:
             out["X-Blazar-Context"] = str(self.context)
         if self.ctx_asked is not None:
             out["X-Blazar-Context-Asked"] = str(self.ctx_asked)
+        if self.output_cap is not None:
+            out["X-Blazar-Output-Cap"] = str(self.output_cap)
         return out
 
     def release(self) -> None:

@@ -59,17 +59,20 @@ def test_bad_files_name_the_key(
     assert fragment in str(info.value)
 
 
-def test_context_limits_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_context_and_output_limits_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
     (tmp_path / "config.toml").write_text(
-        'strict = true\n[models."smollm2-135m"]\nctx = 16384\nrope_scaling = "yarn"\nrope_scale = 2.0\n'
+        "strict = true\nmax_output_tokens = 512\n"
+        '[models."smollm2-135m"]\nctx = 16384\nrope_scaling = "yarn"\nrope_scale = 2.0\n'
+        "max_output_tokens = 0\n"
     )
     paths = resolve_paths()
     config = load_config(paths)
     model = config.models["smollm2-135m"]
-    assert (model.rope_scaling, model.rope_scale) == ("yarn", 2.0)
+    assert (model.rope_scaling, model.rope_scale, model.max_output_tokens) == ("yarn", 2.0, 0)
     runtime = config.runtime(paths)
-    assert runtime.strict and not Config().strict
+    assert runtime.strict and runtime.max_output_tokens == 512
+    assert Config().max_output_tokens is None and not Config().strict  # unset: no cap, not strict
 
 
 @pytest.mark.parametrize(
@@ -78,6 +81,8 @@ def test_context_limits_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ('[models."m"]\nrope_scaling = "ntk"\n', "rope_scaling"),
         ('[models."m"]\nrope_scaling = "yarn"\nrope_scale = 1.0\n', "rope_scale"),
         ('[models."m"]\nrope_scale = 4.0\n', "rope_scale needs rope_scaling"),
+        ("max_output_tokens = -1\n", "max_output_tokens"),
+        ('[models."m"]\nmax_output_tokens = -5\n', "max_output_tokens"),
         ('strict = "yes"\n', "strict"),
     ],
 )

@@ -1,6 +1,6 @@
-"""Context limits through the real gateway, on a stand-in engine that records what it is
-asked (tests/fake_llama_server.py): the clamp of a context above the training length,
-context extension, and num_ctx that varies per request."""
+"""Context and output limits through the real gateway, on a stand-in engine that records
+what it is asked (tests/fake_llama_server.py): the clamp of a context above the training
+length, context extension, num_ctx that varies per request, and the default output cap."""
 
 from __future__ import annotations
 
@@ -145,3 +145,45 @@ async def test_a_num_ctx_the_engine_already_serves_never_restarts_it(
         # 2048 and 4096 fit the default 4096; 6000 needs more; 3000 fits what then runs.
         assert [_flag(a, "-c") for a in rig.starts()] == ["4096", "6000"]
         assert r.headers["x-blazar-context"] == "6000" and r.headers["x-blazar-context-asked"] == "3000"
+
+
+# -- the default output cap -----------------------------------------------------------------
+
+
+async def test_the_output_cap_reaches_the_engine_on_every_dialect(
+    tmp_path: Path, instant_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with gateway(tmp_path, monkeypatch, max_output_tokens=7) as rig:
+        for path, body in (
+            ("/v1/chat/completions", CHAT),
+            ("/v1/chat/completions", {**CHAT, "stream": True}),
+            ("/v1/completions", {"model": MODEL, "prompt": "Hi"}),
+            ("/api/chat", {**CHAT, "stream": False}),
+            ("/api/chat", {**CHAT, "stream": True, "options": {"num_predict": -1}}),
+            ("/api/generate", {"model": MODEL, "prompt": "Hi", "stream": False}),
+        ):
+            r = await rig.client.post(path, json=body)
+            assert r.status_code == 200, (path, r.text)
+            assert r.headers["x-blazar-output-cap"] == "7", path
+            assert rig.bodies()[-1]["max_tokens"] == 7, path
+        # A limit of the request's own wins, and then nothing is reported.
+        for path, body, sent in (
+            ("/v1/chat/completions", {**CHAT, "max_tokens": 3}, ("max_tokens", 3)),
+            ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 4}, ("max_completion_tokens", 4)),
+            ("/api/chat", {**CHAT, "stream": False, "options": {"num_predict": 5}}, ("max_tokens", 5)),
+            ("/v1/messages", {**CHAT, "max_tokens": 6}, ("max_tokens", 6)),
+        ):
+            r = await rig.client.post(path, json=body)
+            assert r.status_code == 200, (path, r.text)
+            assert "x-blazar-output-cap" not in r.headers, path
+            assert rig.bodies()[-1][sent[0]] == sent[1], path
+
+
+async def test_a_model_may_lift_the_global_output_cap(
+    tmp_path: Path, instant_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = {MODEL: ModelOverride(max_output_tokens=0)}
+    async with gateway(tmp_path, monkeypatch, max_output_tokens=7, models=models) as rig:
+        r = await rig.client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200 and "x-blazar-output-cap" not in r.headers
+        assert "max_tokens" not in rig.bodies()[-1]

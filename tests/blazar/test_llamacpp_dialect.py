@@ -339,3 +339,18 @@ def test_the_context_advice_offers_only_what_can_work() -> None:
         assert "raise the context" not in message and "rope_scaling" in message and "8192" in message
     message = classify_error(400, over(20000, 16384), ctx_limit=16384, extended=True, model="smol").message
     assert "raise the context" not in message and "rope_scale" in message
+
+
+def test_the_output_cap_fills_only_a_missing_limit() -> None:
+    from blazar.dialects.llamacpp import cap_output, cap_output_in_body
+
+    body = msgspec.json.encode({"model": "m", "messages": []})
+    capped, applied = cap_output_in_body(body, 64)
+    assert applied and msgspec.json.decode(capped)["max_tokens"] == 64
+    assert cap_output_in_body(body, None) == (body, False)
+    for own in ({"max_tokens": 5}, {"max_completion_tokens": 5}, {"n_predict": -1}):
+        given = msgspec.json.encode({"model": "m", "prompt": "x", **own})
+        assert cap_output_in_body(given, 64) == (given, False)
+    req, applied = cap_output(_req(), 64)
+    assert applied and req.max_tokens == 64
+    assert cap_output(msgspec.structs.replace(_req(), max_tokens=3), 64)[0].max_tokens == 3

@@ -1,8 +1,9 @@
-"""Context limits with the real engine: SmolLM2-135M is trained on 8192 tokens.
+"""Context and output limits with the real engine: SmolLM2-135M is trained on 8192 tokens.
 
 A configured context of 32768 is clamped to 8192 and reported as what llama.cpp serves;
 an explicit YaRN extension makes llama.cpp serve more (a prompt past 8192 tokens runs);
-an Ollama client that varies num_ctx above the training length starts the engine once.
+an Ollama client that varies num_ctx above the training length starts the engine once;
+a request with no output limit stops at the configured cap.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.slow
 CLAMPED = f"""slots = 1
 [models."{MODEL}"]
 ctx = 32768
+max_output_tokens = 8
 """
 
 EXTENDED = f"""slots = 1
@@ -92,6 +94,16 @@ def test_the_clamped_context_is_what_ps_and_plan_report(clamped: DaemonProc) -> 
     assert "clamped from 32768 to 8192 (training length); set rope_scaling to extend" in " ".join(
         plan.split()
     )
+
+
+def test_a_request_without_an_output_limit_stops_at_the_cap(clamped: DaemonProc) -> None:
+    # ignore_eos (llama.cpp's own field): the model never ends the answer by itself.
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Count to 200."}], "ignore_eos": True}
+    r = httpx.post(f"{clamped.url}/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200 and r.headers["x-blazar-output-cap"] == "8"
+    doc = r.json()
+    assert doc["usage"]["completion_tokens"] == 8 and doc["choices"][0]["finish_reason"] == "length"
+    assert _engine(clamped)["starts"] == 1
 
 
 def test_a_prompt_past_the_training_length_gets_advice_that_can_work(clamped: DaemonProc) -> None:
