@@ -12,7 +12,7 @@ engine, a lease, and one release that re-arms the model's keep-alive timer.
 """
 
 from actors.admission import AdmissionRejected
-from actors.claim import Claim, ClaimRequest
+from actors.claim import Claim, ClaimOptions, ClaimRequest
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.errors import (
     ActorStopped,
@@ -32,6 +32,7 @@ __all__ = [
     "AdmissionRejected",
     "BlazarRuntimeError",
     "Claim",
+    "ClaimOptions",
     "ClaimRequest",
     "EngineCircuitOpen",
     "EngineConfig",

@@ -21,16 +21,16 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from actors.admission import Slot, acquire
-from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, Lease
+from actors.engine import EngineActor, EngineHandle, Lease
 from actors.scheduling import Tier
 
 if TYPE_CHECKING:
     from actors.runtime import Runtime
 
-__all__ = ["Claim", "ClaimRequest"]
+__all__ = ["Claim", "ClaimOptions", "ClaimRequest"]
 
 
 @dataclass(eq=False)
@@ -73,22 +73,39 @@ class Claim:
         self.release()
 
 
+class ClaimOptions(TypedDict, total=False):
+    """How a request is admitted; every key is optional."""
+
+    tier: Tier
+    """Priority in the admission queue (default ``Tier.NORMAL``)."""
+    client: str
+    """Who asks, for fair share between clients of one model."""
+    deadline_s: float | None
+    """A ``trio.current_time()`` deadline, like trio's own: a request still queued then is refused."""
+    keep_alive_s: float | None
+    """How long the model stays loaded after this request (default: its configured keep-alive)."""
+    waiter_id: int | None
+    """From ``admission.next_id()``, to find the request in the queue while it waits."""
+    on_granted: Callable[[EngineActor], None] | None
+    """Called once the slot is granted, before the engine is made ready."""
+
+
 class ClaimRequest:
     """What ``Runtime.claim`` returns: await it for a ``Claim``, or ``async with`` it."""
 
-    __slots__ = ("_claim", "_kwargs", "_model", "_runtime")
+    __slots__ = ("_claim", "_model", "_options", "_runtime")
 
-    def __init__(self, runtime: Runtime, model: str, **kwargs: Any) -> None:
+    def __init__(self, runtime: Runtime, model: str, options: ClaimOptions) -> None:
         self._runtime = runtime
         self._model = model
-        self._kwargs = kwargs
+        self._options = options
         self._claim: Claim | None = None
 
     def __await__(self) -> Generator[Any, None, Claim]:
-        return _claim(self._runtime, self._model, **self._kwargs).__await__()
+        return _claim(self._runtime, self._model, **self._options).__await__()
 
     async def __aenter__(self) -> Claim:
-        self._claim = await _claim(self._runtime, self._model, **self._kwargs)
+        self._claim = await _claim(self._runtime, self._model, **self._options)
         return self._claim
 
     async def __aexit__(
@@ -98,36 +115,22 @@ class ClaimRequest:
         self._claim.release()
 
 
-async def _claim(
-    runtime: Runtime,
-    model: str,
-    *,
-    tier: Tier = Tier.NORMAL,
-    client: str = "",
-    deadline_s: float | None = None,
-    keep_alive_s: float | None = None,
-    waiter_id: int | None = None,
-    on_granted: Callable[[EngineActor], None] | None = None,
-) -> Claim:
+async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) -> Claim:
     engine = await runtime.engine_for(model)
     slot = await acquire(
         runtime.admission,
-        waiter_id=waiter_id,
+        waiter_id=options.get("waiter_id"),
         model=engine.spec.model,
         capacity=engine.spec.slots,
-        tier=tier,
-        client=client,
-        deadline_s=deadline_s,
+        tier=options.get("tier", Tier.NORMAL),
+        client=options.get("client", ""),
+        deadline_s=options.get("deadline_s"),
     )
     try:
-        if on_granted is not None:
-            on_granted(engine)
+        if (granted := options.get("on_granted")) is not None:
+            granted(engine)
         t0 = time.perf_counter_ns()
-        handle = engine.ready_handle()
-        if handle is None:
-            if engine.state is not EngineState.READY:
-                await runtime.before_load(engine)  # max_loaded_models and memory: evict idle ones
-            handle = await engine.ask(EnsureReady())
+        handle = await runtime.make_ready(engine)
         load_ns = time.perf_counter_ns() - t0
         lease = engine.lease()
     except BaseException:
@@ -141,5 +144,5 @@ async def _claim(
         lease=lease,
         load_ns=load_ns,
         queued_s=slot.queued_s,
-        keep_alive_s=keep_alive_s,
+        keep_alive_s=options.get("keep_alive_s"),
     )

@@ -24,23 +24,23 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Unpack
 
 import msgspec
 import trio
 
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
-from actors.claim import ClaimRequest
+from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import ModelOverride, RuntimeConfig
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
-from actors.engine import EngineActor, EngineState, EngineStatistics, EnsureReady, StopEngine
+from actors.engine import EngineActor, EngineHandle, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.errors import ActorStopped
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
-from actors.scheduling import Tier
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
@@ -297,41 +297,26 @@ class Runtime:
                 self._engines[model] = engine
         return engine
 
-    def claim(
-        self,
-        model: str,
-        *,
-        tier: Tier = Tier.NORMAL,
-        client: str = "",
-        deadline_s: float | None = None,
-        keep_alive_s: float | None = None,
-        waiter_id: int | None = None,
-        on_granted: Callable[[EngineActor], None] | None = None,
-    ) -> ClaimRequest:
+    def claim(self, model: str, **options: Unpack[ClaimOptions]) -> ClaimRequest:
         """Claim ``model``'s engine for one request (the request protocol, ``actors/claim.py``).
 
         ``await`` it for a ``Claim`` to ``release()`` later, or use it as ``async with``.
-        ``tier`` and ``client`` order the admission queue (priority, fair share);
-        ``deadline_s`` is a ``trio.current_time()`` deadline (like trio's own) after which
-        a request still queued is refused; ``keep_alive_s`` overrides how long the model
-        stays loaded after this request; ``waiter_id`` (from ``admission.next_id()``) lets
-        the caller find the request in the queue while it waits; ``on_granted`` runs once
-        the slot is granted, before the engine is made ready.
+        ``ClaimOptions`` lists the options (priority, client, deadline, keep-alive).
 
         Raises ``registry.errors.ModelNotFound``, admission's refusals (queue full,
         deadline, timeout), the lifecycle's (no room to load) and the engine's
         (crashed, start timeout, breaker open).
         """
-        return ClaimRequest(
-            self,
-            model,
-            tier=tier,
-            client=client,
-            deadline_s=deadline_s,
-            keep_alive_s=keep_alive_s,
-            waiter_id=waiter_id,
-            on_granted=on_granted,
-        )
+        return ClaimRequest(self, model, options)
+
+    async def make_ready(self, engine: EngineActor) -> EngineHandle:
+        """``engine``'s ready child, started if need be after making room for it."""
+        handle = engine.ready_handle()
+        if handle is None:
+            if engine.state is not EngineState.READY:
+                await self.before_load(engine)  # max_loaded_models and memory: evict idle ones
+            handle = await engine.ask(EnsureReady())
+        return handle
 
     def loaded(self) -> list[EngineActor]:
         seen: dict[int, EngineActor] = {}
@@ -389,9 +374,7 @@ class Runtime:
             try:
                 engine = await self.engine_for(name)
                 model = engine.spec.model
-                if engine.state is not EngineState.READY:
-                    await self.before_load(engine)
-                await engine.ask(EnsureReady())
+                await self.make_ready(engine)
                 self.lifecycle.touch_nowait(model, None)
                 log.info("preloaded '%s'", model)
             except Exception as exc:

@@ -9,6 +9,7 @@ EXPECTED = {
     "AdmissionRejected",
     "BlazarRuntimeError",
     "Claim",
+    "ClaimOptions",
     "ClaimRequest",
     "EngineCircuitOpen",
     "EngineConfig",
