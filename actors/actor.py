@@ -1,8 +1,28 @@
-"""The actor base: one task, one mailbox, messages handled one at a time."""
+"""The actor base: one task, one mailbox, the same loop for every actor.
+
+The loop, once per wake:
+
+1. wait for a message, but no later than ``next_deadline()``;
+2. dispatch that message and every message already queued behind it, without
+   waiting in between (a burst is one batch);
+3. call ``on_deadline()`` when the deadline has passed;
+4. call ``settle()``: the step that acts on the whole batch at once (the ledger
+   commits its burst, admission assigns its free slots).
+
+Hooks that never block are plain ``def`` and run without a checkpoint, so what
+they check still holds when they change it. ``dispatch`` and ``settle`` may
+instead be ``async def`` when they must wait; the loop awaits whatever they
+return, and the mailbox waits with them.
+
+An actor's own tasks (a launch, a stop) run in its nursery (``start_soon``) and
+report back through its mailbox: only the actor's task writes the actor's state.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypedDict, TypeVar
 
 import msgspec
 import trio
@@ -10,12 +30,23 @@ import trio
 from actors.errors import ActorStopped, BlazarRuntimeError
 from actors.mailbox import Envelope, Mailbox
 
-__all__ = ["Actor", "ActorStatistics"]
+__all__ = ["Actor", "ActorFields", "ActorStatistics"]
 
 M = TypeVar("M")
 
 
 class ActorStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What every actor reports; each actor's statistics extend it."""
+
+    name: str
+    running: bool
+    handled: int
+    queued: int
+
+
+class ActorFields(TypedDict):
+    """The base fields, to spread into a subclass of ``ActorStatistics``."""
+
     name: str
     running: bool
     handled: int
@@ -23,7 +54,8 @@ class ActorStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Actor(Generic[M]):
-    """Subclasses implement ``handle``; ``run`` is what a nursery or supervisor starts.
+    """Subclasses implement ``dispatch`` (or ``handle`` for plain request/reply);
+    ``run`` is what a nursery or supervisor starts.
 
     Errors from the runtime's own tree (``BlazarRuntimeError``) are answers: they
     go back to the asker and the actor carries on. Any other exception is a bug:
@@ -36,6 +68,7 @@ class Actor(Generic[M]):
         self.mailbox.close()  # not running until run() starts
         self._running = False
         self._handled = 0
+        self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
         state = "running" if self._running else "stopped"
@@ -50,54 +83,119 @@ class Actor(Generic[M]):
     async def ask(self, message: M) -> Any:
         return await self.mailbox.ask(message)
 
+    # -- hooks ----------------------------------------------------------------
+
     async def on_start(self) -> None:
-        """Runs before the actor reports itself started."""
+        """Runs before the actor takes messages or reports itself started."""
 
     async def on_stop(self) -> None:
-        """Runs (shielded) after the loop ends, whatever ended it."""
+        """Runs (shielded) after the loop ends, whatever ended it, while the mailbox still
+        holds what was queued; it is closed (its asks failed) right after."""
 
     async def handle(self, message: M) -> Any:
+        """For a plain request/reply actor: the answer to one message."""
         raise NotImplementedError
 
-    async def dispatch(self, env: Envelope[M]) -> None:
-        """Handle one envelope. Override to answer later (keep the envelope and
-        call ``env.answer`` once the work is done) without blocking the mailbox."""
-        try:
-            result = await self.handle(env.message)
-        except BlazarRuntimeError as exc:
-            env.fail(exc)
-        except Exception as exc:
-            env.fail(exc)
-            raise
-        except BaseException:
-            # cancelled mid-message: the asker must not wait forever
-            env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
-            raise
-        else:
-            env.answer(result)
+    def dispatch(self, env: Envelope[M]) -> Awaitable[None] | None:
+        """Handle one envelope: answer it now, or keep it and answer once the work is done.
+
+        The default answers with what ``handle`` returns."""
+        return self._answer_with_handle(env)
+
+    def next_deadline(self) -> float:
+        """The trio time at which the loop wakes without a message (inf: never)."""
+        return math.inf
+
+    def on_deadline(self) -> None:
+        """Called once the deadline of the last wait has passed."""
+
+    def settle(self) -> Awaitable[None] | None:
+        """Called after every wake, once the batch of messages has been dispatched."""
+        return None
+
+    # -- the loop -------------------------------------------------------------
+
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Run a task owned by this actor; it is cancelled when the actor stops."""
+        if self._nursery is None:
+            raise ActorStopped(f"actor '{self.name}' is not running")
+        self._nursery.start_soon(fn, *args)
+
+    async def _answer_with_handle(self, env: Envelope[M]) -> None:
+        env.answer(await self.handle(env.message))
 
     async def run(self, *, task_status: trio.TaskStatus[Actor[M]] = trio.TASK_STATUS_IGNORED) -> None:
         self.mailbox.reopen()
-        self._running = True
+        crashed: Exception | None = None
         try:
             await self.on_start()
-            task_status.started(self)
-            while True:
-                env = await self.mailbox.receive()
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._running = True
                 try:
-                    await self.dispatch(env)
+                    task_status.started(self)
+                    await self._loop()
+                except Exception as exc:
+                    # Raised bare below, once the actor's tasks are gone: a supervisor
+                    # sees the bug itself, not a group around it.
+                    crashed = exc
                 finally:
-                    self._handled += 1
+                    self._running = False
+                    with trio.CancelScope(shield=True):
+                        await self.on_stop()
+                    nursery.cancel_scope.cancel()
         finally:
             self._running = False
+            self._nursery = None
             self.mailbox.close()
-            with trio.CancelScope(shield=True):
-                await self.on_stop()
+        if crashed is not None:
+            raise crashed
 
-    def statistics(self) -> ActorStatistics:
-        return ActorStatistics(
+    async def _loop(self) -> None:
+        mailbox = self.mailbox
+        while True:
+            deadline = self.next_deadline()
+            env: Envelope[M] | None = None
+            if deadline == math.inf:
+                env = await mailbox.receive()
+            else:
+                with trio.move_on_at(deadline):
+                    env = await mailbox.receive()
+            while env is not None:
+                try:
+                    pending = self.dispatch(env)
+                    if pending is not None:
+                        await pending
+                except BlazarRuntimeError as exc:
+                    env.fail(exc)
+                except Exception as exc:
+                    env.fail(exc)
+                    raise
+                except BaseException:
+                    # cancelled mid-message: the asker must not wait forever
+                    env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
+                    raise
+                finally:
+                    self._handled += 1
+                try:
+                    env = mailbox.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    env = None
+            if trio.current_time() >= deadline:
+                self.on_deadline()
+            pending = self.settle()
+            if pending is not None:
+                await pending
+
+    # -- statistics -------------------------------------------------------------
+
+    def actor_fields(self) -> ActorFields:
+        return ActorFields(
             name=self.name,
             running=self._running,
             handled=self._handled,
             queued=self.mailbox.statistics().queued,
         )
+
+    def statistics(self) -> ActorStatistics:
+        return ActorStatistics(**self.actor_fields())
