@@ -29,7 +29,7 @@ import msgspec
 import trio
 
 from actors.actor import Actor
-from actors.errors import ActorStopped, BlazarRuntimeError
+from actors.errors import ActorStopped, AdmissionRejected
 from actors.mailbox import Envelope
 from actors.scheduling import (
     Expire,
@@ -48,21 +48,11 @@ from actors.scheduling import (
 
 __all__ = [
     "AdmissionActor",
-    "AdmissionRejected",
     "AdmissionStatistics",
     "Draining",
     "Slot",
     "acquire",
 ]
-
-
-class AdmissionRejected(BlazarRuntimeError):
-    """Refused or expired before a slot was free; carries ``retry_after_s``."""
-
-    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retry_after_s = retry_after_s
 
 
 class Admit(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -1,15 +1,27 @@
-"""The runtime's exception tree. Each error carries the stable ``blazar_code`` it maps to."""
+"""The runtime's exception tree: every error the runtime raises on purpose lives here.
+
+Each carries the stable ``code`` (a ``blazar_code``) it answers with, its
+``message`` (what went wrong and what to do next) and, when retrying later can
+help, ``retry_after_s``. The gateway, the CLI and an embedding program read
+those three and nothing else.
+"""
 
 from __future__ import annotations
 
 __all__ = [
     "ActorStopped",
+    "AdmissionRejected",
     "BlazarRuntimeError",
     "ContextTooLarge",
     "EngineCircuitOpen",
     "EngineCrashed",
     "EngineStartTimeout",
     "EngineUnavailable",
+    "InsufficientMemory",
+    "LedgerError",
+    "MaxLoadedModels",
+    "ModelBusy",
+    "ModelTooLarge",
     "SupervisorEscalation",
 ]
 
@@ -18,10 +30,13 @@ class BlazarRuntimeError(Exception):
     """Base of every error the runtime raises on purpose."""
 
     code: str = "INTERNAL"
+    retry_after_s: float | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
 
 
 class ActorStopped(BlazarRuntimeError):
@@ -32,6 +47,9 @@ class ActorStopped(BlazarRuntimeError):
 
 class SupervisorEscalation(BlazarRuntimeError):
     """A child restarted more often than its supervisor allows; the supervisor gives up."""
+
+
+# -- engines ----------------------------------------------------------------------
 
 
 class EngineCrashed(BlazarRuntimeError):
@@ -68,3 +86,49 @@ class ContextTooLarge(BlazarRuntimeError):
     """A context above what the model can serve, refused in strict mode."""
 
     code = "CONTEXT_TOO_LARGE"
+
+
+# -- admission --------------------------------------------------------------------
+
+
+class AdmissionRejected(BlazarRuntimeError):
+    """Refused or expired before a slot was free: the queue is full, the deadline
+    cannot be met or has passed, every slot stayed busy, or the daemon shuts down."""
+
+    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.code = code
+
+
+# -- lifecycle --------------------------------------------------------------------
+
+
+class MaxLoadedModels(BlazarRuntimeError):
+    """Loading one more model would exceed ``max_loaded_models`` and every loaded model is busy."""
+
+    code = "MAX_LOADED_MODELS"
+
+
+class ModelTooLarge(BlazarRuntimeError):
+    """The model's estimated footprint exceeds the memory budget even with nothing else loaded."""
+
+    code = "MODEL_TOO_LARGE"
+
+
+class InsufficientMemory(BlazarRuntimeError):
+    """The model fits the budget, but not beside the models that are busy now."""
+
+    code = "INSUFFICIENT_MEMORY"
+
+
+class ModelBusy(BlazarRuntimeError):
+    """An unload that only takes idle models found this one serving requests."""
+
+    code = "MODEL_BUSY"
+
+
+# -- ledger -----------------------------------------------------------------------
+
+
+class LedgerError(BlazarRuntimeError):
+    """The ledger file cannot be opened, migrated or written."""

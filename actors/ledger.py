@@ -17,14 +17,13 @@ import msgspec
 import trio
 
 from actors.actor import Actor
-from actors.errors import ActorStopped, BlazarRuntimeError
+from actors.errors import ActorStopped, LedgerError
 from actors.mailbox import Envelope
 
 __all__ = [
     "MIGRATIONS",
     "Flush",
     "LedgerActor",
-    "LedgerError",
     "LedgerMessage",
     "LedgerStatistics",
     "RequestRecord",
@@ -32,12 +31,6 @@ __all__ = [
     "read_requests",
     "record_nowait",
 ]
-
-
-class LedgerError(BlazarRuntimeError):
-    """The ledger file cannot be opened, migrated or written."""
-
-    code = "INTERNAL"
 
 
 class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -33,59 +33,30 @@ from dataclasses import dataclass
 import msgspec
 import trio
 
-from actors.errors import ActorStopped, BlazarRuntimeError
+from actors.errors import (
+    ActorStopped,
+    BlazarRuntimeError,
+    InsufficientMemory,
+    MaxLoadedModels,
+    ModelBusy,
+    ModelTooLarge,
+)
 from actors.mailbox import Envelope, Mailbox
 
 log = logging.getLogger("blazar.lifecycle")
 
 __all__ = [
     "EvictionPlan",
-    "InsufficientMemory",
     "LifecycleActor",
     "LifecycleStatistics",
     "LoadPreview",
-    "MaxLoadedModels",
-    "ModelBusy",
     "ModelLifecycle",
-    "ModelTooLarge",
     "Resident",
     "ResidentStatistics",
     "Timer",
     "choose_evictions",
     "tick",
 ]
-
-
-class MaxLoadedModels(BlazarRuntimeError):
-    """Loading one more model would exceed ``max_loaded_models`` and every loaded model is busy."""
-
-    code = "MAX_LOADED_MODELS"
-
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class ModelTooLarge(BlazarRuntimeError):
-    """The model's estimated footprint exceeds the memory budget even with nothing else loaded."""
-
-    code = "MODEL_TOO_LARGE"
-
-
-class InsufficientMemory(BlazarRuntimeError):
-    """The model fits the budget, but not beside the models that are busy now."""
-
-    code = "INSUFFICIENT_MEMORY"
-
-    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class ModelBusy(BlazarRuntimeError):
-    """An unload that only takes idle models found this one serving requests."""
-
-    code = "MODEL_BUSY"
 
 
 # -- pure decisions -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The registry's exception tree; each error carries the stable `code` the gateway serves."""
+"""The registry's exception tree; each error carries the stable ``code`` the gateway serves."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ __all__ = [
 
 
 class RegistryError(Exception):
+    """Base of every error the model store raises on purpose: a ``code`` (``blazar_code``),
+    a ``message`` that says what to do next and, where waiting helps, ``retry_after_s``."""
+
     code: str = "BAD_REQUEST"
+    retry_after_s: float | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -43,13 +43,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    from actors.errors import BlazarRuntimeError
-    from registry.errors import RegistryError
+    from blazar.error_reply import describe_error
 
     if isinstance(exc, (CliError, ConfigError)):
         return str(exc)
-    if isinstance(exc, (RegistryError, BlazarRuntimeError)):
-        return exc.message
+    if (described := describe_error(exc)) is not None:
+        retry = described.retry_after
+        return described.message + (f" (retry in {retry} s)" if retry is not None else "")
     import httpx
 
     if isinstance(exc, httpx.HTTPError):

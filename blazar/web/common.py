@@ -9,14 +9,13 @@ from typing import Any, cast
 import msgspec
 from quart import Response, current_app, request
 
-from actors.errors import BlazarRuntimeError
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
-from blazar.errors import CATALOG, BlazarError, Dialect, error_body, status_code_for
+from blazar.error_reply import ErrorReply, describe_error
+from blazar.errors import BlazarError, Dialect, error_body, status_code_for
 from blazar.web.call import Call, Cleanup, Reply, current
 from blazar.web.cards import StreamEnders
-from registry.errors import RegistryError
 
 __all__ = [
     "JSON",
@@ -63,43 +62,33 @@ def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
     return Dialect.OPENAI
 
 
-def _describe(exc: Exception) -> tuple[str, str, float | None] | None:
-    """An exception the gateway answers for: its ``blazar_code``, message and Retry-After;
-    None for an unexpected one."""
-    if isinstance(exc, BlazarError):
-        return exc.code, exc.message, exc.retry_after_s
-    if isinstance(exc, DecodeError):
-        return exc.code, exc.message, None
-    if isinstance(exc, RegistryError):
-        return (exc.code if exc.code in CATALOG else "BAD_REQUEST"), exc.message, None
-    if isinstance(exc, BlazarRuntimeError):
-        code = exc.code if exc.code in CATALOG else "INTERNAL"
-        return code, exc.message, getattr(exc, "retry_after_s", None)
-    return None
-
-
 def error_reply(
     call: Call, code: str, message: str, *, retry_after_s: float | None = None, param: str | None = None
 ) -> Reply:
     """The error answer in the caller's dialect; the code goes into the ledger."""
-    call.code = code
-    body = msgspec.json.encode(error_body(dialect_for(call.path, call.headers), code, message, param=param))
-    headers = {"Retry-After": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
-    return Reply(body, status_code_for(code), headers=headers)
+    err = ErrorReply(
+        status=status_code_for(code), code=code, message=message, retry_after_s=retry_after_s, param=param
+    )
+    return _reply_of(call, err)
+
+
+def _reply_of(call: Call, err: ErrorReply) -> Reply:
+    call.code = err.code
+    dialect = dialect_for(call.path, call.headers)
+    body = msgspec.json.encode(error_body(dialect, err.code, err.message, param=err.param))
+    retry_after = err.retry_after
+    return Reply(body, err.status, headers={"Retry-After": retry_after} if retry_after is not None else None)
 
 
 def exception_reply(call: Call, exc: Exception) -> Reply:
     """The answer to an exception raised by any route, framework or gateway: ours carry
     their code; anything else is a bug, logged and answered 500 ``INTERNAL``."""
-    described = _describe(exc)
+    described = describe_error(exc, dialect_for(call.path, call.headers))
     if described is None:
         log.error("unhandled error in %s %s (%s)", call.method, call.path, call.trace_id, exc_info=exc)
-        described = ("INTERNAL", f"internal error ({type(exc).__name__}); trace id {call.trace_id}", None)
-    code, message, retry_after_s = described
-    param = exc.param if isinstance(exc, DecodeError | BlazarError) else None
-    if isinstance(exc, BlazarError):
-        message = exc.message_for(dialect_for(call.path, call.headers))
-    return error_reply(call, code, message, retry_after_s=retry_after_s, param=param)
+        message = f"internal error ({type(exc).__name__}); trace id {call.trace_id}"
+        described = ErrorReply(status=status_code_for("INTERNAL"), code="INTERNAL", message=message)
+    return _reply_of(call, described)
 
 
 def response_of(reply: Reply) -> Response:

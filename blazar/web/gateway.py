@@ -181,7 +181,7 @@ class GatewayMiddleware:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
                 handler = self.routes.post.get(path)
                 if refusal is not None:
-                    await _send_reply(error_reply(call, refusal.code, refusal.message), tracked_send)
+                    await _send_reply(exception_reply(call, refusal), tracked_send)
                 elif handler is not None and method != "POST":
                     await _send_reply(_other_method(call), tracked_send)
                 elif card is None:
@@ -238,7 +238,7 @@ class GatewayMiddleware:
         except _ClientGone:
             return
         except BlazarError as exc:
-            await _send_reply(error_reply(call, exc.code, exc.message), send)
+            await _send_reply(exception_reply(call, exc), send)
             return
         if waited.cancelled_caught:
             message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"

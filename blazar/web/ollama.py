@@ -25,7 +25,8 @@ from actors.runtime import Runtime
 from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
-from blazar.errors import CATALOG, BlazarError
+from blazar.error_reply import ErrorReply, describe_error
+from blazar.errors import BlazarError
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -41,7 +42,6 @@ from blazar.web.common import (
 )
 from blazar.web.translate import Timings
 from registry.disk import copy_model
-from registry.errors import RegistryError
 from registry.gguf import ModelInfo
 from registry.pull import PullProgress, pull
 from registry.store import ModelRecord, ModelSettings, Store
@@ -337,18 +337,16 @@ async def pull_model() -> Response:
                         store, name, catalog=runtime.catalog, cache_dir=Path(runtime.config.cache_dir),
                         on_progress=progress,
                     )  # fmt: skip
-                except RegistryError as exc:
-                    code = exc.code if exc.code in CATALOG else "BAD_GATEWAY"
-                    await send.send(ollama.encode_error(code, exc.message))
-                    return
                 except OSError as exc:  # a full or unwritable disk
                     message = f"the pull could not write to the model store: {exc.strerror or exc}"
                     await send.send(ollama.encode_error("INSUFFICIENT_STORAGE", message))
                     return
                 except Exception as exc:
                     # The task belongs to the runtime: nothing may escape it and stop the daemon.
-                    log.exception("pull of '%s' failed", name)
-                    await send.send(ollama.encode_error("INTERNAL", f"the pull failed: {exc!r}"))
+                    if (err := describe_error(exc)) is None:
+                        log.exception("pull of '%s' failed", name)
+                        err = ErrorReply(status=500, code="INTERNAL", message=f"the pull failed: {exc!r}")
+                    await send.send(ollama.encode_error(err.code, err.message))
                     return
                 await runtime.forget(record.name)  # the pull's own progress already said "success"
 

@@ -9,7 +9,8 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from actors.admission import AdmissionActor, AdmissionRejected, Admit, Draining, Slot, acquire
+from actors.admission import AdmissionActor, Admit, Draining, Slot, acquire
+from actors.errors import AdmissionRejected
 from actors.scheduling import Tier
 
 

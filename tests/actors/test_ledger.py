@@ -4,11 +4,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.errors import ActorStopped
+from actors.errors import ActorStopped, LedgerError
 from actors.ledger import (
     Flush,
     LedgerActor,
-    LedgerError,
     RequestRecord,
     last_used_by_model,
     read_requests,

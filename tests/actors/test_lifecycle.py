@@ -13,10 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.config import RuntimeConfig
+from actors.errors import InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
 from actors.lifecycle import (
     LifecycleActor,
-    MaxLoadedModels,
-    ModelBusy,
     ModelLifecycle,
     Resident,
     Timer,
@@ -514,8 +513,6 @@ async def test_memory_budget_evicts_idle_models_until_the_new_one_fits(
 
 
 async def test_memory_refusals_carry_the_numbers(autojump_clock: trio.testing.MockClock) -> None:
-    from actors.lifecycle import InsufficientMemory, ModelTooLarge
-
     world = World(stop_s=0)
     world.sizes = {"a": 600 << 20}
     world.budget = 1 << 30

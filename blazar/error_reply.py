@@ -1,0 +1,63 @@
+"""One mapping from an exception to what the caller is told: status, code, message, Retry-After.
+
+Every error Blazar raises on purpose carries a ``code``, a ``message`` and an
+optional ``retry_after_s``: the gateway's own (``BlazarError``, a dialect's
+``DecodeError``), the runtime's (``actors.errors``) and the model store's
+(``registry.errors``). The gateway's error replies, the pull stream's error line
+and the CLI's one-line failures all come from ``describe_error``, so an error
+reads the same wherever it surfaces.
+
+Kept apart from ``blazar.errors``, which the sans-io dialects import: this module
+knows the runtime's and the store's exception trees.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from actors.errors import BlazarRuntimeError
+from blazar.dialects.neutral import DecodeError
+from blazar.errors import CATALOG, BlazarError, Dialect
+from registry.errors import RegistryError
+
+__all__ = ["ErrorReply", "describe_error"]
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
+    status: int
+    code: str
+    message: str
+    retry_after_s: float | None = None
+    param: str | None = None
+    """The request field to blame, where one is."""
+
+    @property
+    def retry_after(self) -> str | None:
+        """The ``Retry-After`` header's value: whole seconds, at least one."""
+        if self.retry_after_s is None:
+            return None
+        return str(max(1, round(self.retry_after_s)))
+
+
+def describe_error(exc: BaseException, dialect: Dialect | None = None) -> ErrorReply | None:
+    """The reply for an error raised on purpose; None for anything else (a bug).
+
+    With ``dialect``, a ``BlazarError`` answers in the words that dialect's own API
+    uses for the same refusal. A code missing from the catalog is a bug too, answered
+    as ``INTERNAL`` with the error's own message."""
+    param: str | None = None
+    message = getattr(exc, "message", "")
+    if isinstance(exc, BlazarError):
+        code, retry_after_s, param = exc.code, exc.retry_after_s, exc.param
+        if dialect is not None:
+            message = exc.message_for(dialect)
+    elif isinstance(exc, (BlazarRuntimeError, RegistryError)):
+        code, retry_after_s = exc.code, exc.retry_after_s
+    elif isinstance(exc, DecodeError):
+        code, retry_after_s, param = exc.code, None, exc.param
+    else:
+        return None
+    info = CATALOG.get(code) or CATALOG["INTERNAL"]
+    return ErrorReply(
+        status=info.status, code=info.code, message=message, retry_after_s=retry_after_s, param=param
+    )

@@ -1,0 +1,82 @@
+"""One error protocol: every error raised on purpose maps to one reply, wherever it surfaces."""
+
+from __future__ import annotations
+
+import inspect
+
+import msgspec
+import pytest
+
+import actors.errors
+import registry.errors
+from actors.errors import AdmissionRejected, BlazarRuntimeError, MaxLoadedModels, ModelBusy
+from blazar.cli import _one_line
+from blazar.dialects.neutral import DecodeError
+from blazar.error_reply import ErrorReply, describe_error
+from blazar.errors import CATALOG, BlazarError
+from blazar.web.call import Call
+from blazar.web.common import exception_reply
+from registry.errors import ModelNotFound, RegistryError
+
+
+def _classes(module: object, base: type[Exception]) -> list[type[Exception]]:
+    return [c for _, c in inspect.getmembers(module, inspect.isclass) if issubclass(c, base)]
+
+
+@pytest.mark.parametrize(
+    "cls", _classes(actors.errors, BlazarRuntimeError) + _classes(registry.errors, RegistryError)
+)
+def test_every_error_class_has_a_catalogued_code(cls: type[BlazarRuntimeError | RegistryError]) -> None:
+    assert cls.code in CATALOG
+    assert cls.retry_after_s is None  # set per instance, where waiting helps
+
+
+def _r(status: int, code: str, message: str, retry_after_s: float | None = None) -> ErrorReply:
+    return ErrorReply(status=status, code=code, message=message, retry_after_s=retry_after_s)
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (MaxLoadedModels("all busy", retry_after_s=2.4), _r(503, "MAX_LOADED_MODELS", "all busy", 2.4)),
+        (AdmissionRejected("QUEUE_FULL", "full", retry_after_s=7), _r(429, "QUEUE_FULL", "full", 7)),
+        (ModelBusy("serving"), _r(409, "MODEL_BUSY", "serving")),
+        (ModelNotFound("x"), _r(404, "MODEL_NOT_FOUND", ModelNotFound("x").message)),
+        (BlazarError("RATE_LIMITED", "slow down", retry_after_s=3), _r(429, "RATE_LIMITED", "slow down", 3)),
+        (DecodeError("messages: required"), _r(400, "BAD_REQUEST", "messages: required")),
+    ],
+)
+def test_describe_error(exc: Exception, expected: ErrorReply) -> None:
+    assert describe_error(exc) == expected
+
+
+def test_an_uncatalogued_code_is_a_bug_but_keeps_its_message() -> None:
+    class Odd(BlazarRuntimeError):
+        code = "NOT_A_CODE"
+
+    assert describe_error(Odd("what happened")) == ErrorReply(
+        status=500, code="INTERNAL", message="what happened"
+    )
+    assert describe_error(ValueError("bug")) is None
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MaxLoadedModels("every loaded model is busy", retry_after_s=2.4),
+        ModelNotFound("nope"),
+        ModelBusy("busy"),
+    ],
+)
+def test_the_gateway_and_the_cli_say_the_same(exc: BlazarRuntimeError | RegistryError) -> None:
+    expected = describe_error(exc)
+    assert expected is not None
+    call = Call({"method": "POST", "path": "/api/chat", "headers": []}, trace_id="t", max_body=1)
+    reply = exception_reply(call, exc)
+    assert reply.status == expected.status and call.code == expected.code
+    assert msgspec.json.decode(reply.body) == {"error": expected.message, "blazar_code": expected.code}
+    assert (reply.headers or {}).get("Retry-After") == expected.retry_after
+    line = _one_line(exc)
+    assert line.startswith(expected.message)
+    if expected.retry_after is not None:
+        assert line.endswith(f"(retry in {expected.retry_after} s)")
