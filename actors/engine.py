@@ -6,7 +6,10 @@ requests on it fail, and the next ``EnsureReady`` starts it again. Too many
 crashes in a window open a breaker that refuses further starts for a while.
 
 Only this actor's own task changes its state. The tasks it runs (the launch,
-the pipe drain) report back through its mailbox.
+the pipe drain, a crash check) report back through its mailbox: the launch sends
+the child it spawned, then whether it became healthy. Taking and giving back a
+lease are synchronous methods, so a request's check and change of the lease
+count are one step on the event loop.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ import secrets
 import socket
 import time
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import assert_never
 
 import httpx
 import msgspec
 import trio
 
-from actors.actor import Actor
+from actors.actor import Actor, ActorStatistics
 from actors.config import EngineConfig
 from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server, served_context
 from actors.errors import (
@@ -91,8 +96,21 @@ class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     generation: int
 
 
-class _Launched(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class _Spawned(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The launch of ``generation`` started its child, listening (soon) on ``port``.
+
+    Private to this process: it carries the child itself."""
+
     generation: int
+    child: ChildProcess
+    port: int
+
+
+class _Launched(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The child of ``generation`` is healthy; ``handle`` reaches it."""
+
+    generation: int
+    handle: EngineHandle
 
 
 class _LaunchFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -115,6 +133,7 @@ EngineMessage = (
     | StopEngine
     | Reconfigure
     | ConfirmCrash
+    | _Spawned
     | _Launched
     | _LaunchFailed
     | _ChildExited
@@ -148,7 +167,7 @@ class CrashReport(msgspec.Struct, frozen=True, kw_only=True):
     stderr_summary: str
 
 
-class EngineStatistics(msgspec.Struct, frozen=True, kw_only=True):
+class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
     model: str
     state: str
     engine: str
@@ -172,9 +191,10 @@ class EngineStatistics(msgspec.Struct, frozen=True, kw_only=True):
 class Lease:
     """One request's claim on an engine, released exactly once (in a ``finally``).
 
-    Taking and releasing a lease is synchronous bookkeeping on the engine's own
-    counter (one event loop, no await), so the per-request path stays cheap; the
-    actor is told only when a pending reconfiguration waits for the last one.
+    Made by ``EngineActor.lease`` and given back through ``EngineActor.end_lease``:
+    synchronous bookkeeping on the engine's own counter, so the per-request path
+    stays cheap; the actor is told only when a pending reconfiguration waits for
+    the last one.
     """
 
     __slots__ = ("_engine", "_released")
@@ -182,19 +202,12 @@ class Lease:
     def __init__(self, engine: EngineActor) -> None:
         self._engine = engine
         self._released = False
-        engine.in_flight += 1
 
     def release(self) -> None:
         if self._released:
             return
         self._released = True
-        engine = self._engine
-        engine.in_flight -= 1
-        if engine.in_flight == 0 and engine._pending_spec is not None:
-            try:
-                engine.mailbox.tell_nowait(_Drained())
-            except (ActorStopped, trio.WouldBlock):
-                pass
+        self._engine.end_lease()
 
     def __enter__(self) -> Lease:
         return self
@@ -226,14 +239,12 @@ class EngineActor(Actor[EngineMessage]):
         self.starts = 0
         self.in_flight = 0
         self.last_error: str | None = None
-        self._crash_times: deque[float] = deque()
+        self._crash_times: deque[float] = deque()  # trio times of the crashes still in the window
         self._waiters: list[Envelope[EngineMessage]] = []
         self._child: ChildProcess | None = None
         self._handle: EngineHandle | None = None
         self._port: int | None = None
         self._started_at: float | None = None
-        self._nursery: trio.Nursery | None = None
-        self._pending: dict[int, EngineHandle] = {}
         self._last_exit: tuple[int | None, str] = (None, "")
         self._pending_spec: LaunchSpec | None = None
 
@@ -244,8 +255,10 @@ class EngineActor(Actor[EngineMessage]):
             f"in_flight={self.in_flight} restarts={self.restarts}>"
         )
 
-    def lease(self) -> Lease:
-        return Lease(self)
+    # -- the synchronous fast paths -----------------------------------------
+    #
+    # Each runs on the caller's task without a checkpoint, so nothing can happen
+    # between what it checks and what it changes.
 
     def ready_handle(self) -> EngineHandle | None:
         """The child's handle when it is ready and not draining for a restart: what
@@ -254,6 +267,20 @@ class EngineActor(Actor[EngineMessage]):
         if self.state is EngineState.READY and self._pending_spec is None:
             return self._handle
         return None
+
+    def lease(self) -> Lease:
+        """Count one more request on the child; give it back with ``Lease.release``."""
+        self.in_flight += 1
+        return Lease(self)
+
+    def end_lease(self) -> None:
+        """One request fewer on the child (called by ``Lease.release``, once per lease)."""
+        self.in_flight -= 1
+        if self.in_flight == 0 and self._pending_spec is not None:
+            try:
+                self.mailbox.tell_nowait(_Drained())
+            except (ActorStopped, trio.WouldBlock):
+                pass
 
     @property
     def served_ctx(self) -> int | None:
@@ -265,8 +292,9 @@ class EngineActor(Actor[EngineMessage]):
     def engine_kind(self) -> str:
         return "llama-server" if self.binary else "llamacpp-host"
 
-    def statistics(self) -> EngineStatistics:  # type: ignore[override]
+    def statistics(self) -> EngineStatistics:
         return EngineStatistics(
+            **self.actor_fields(),
             model=self.spec.model,
             state=str(self.state),
             engine=self.engine_kind,
@@ -284,50 +312,31 @@ class EngineActor(Actor[EngineMessage]):
             last_error=self.last_error,
         )
 
-    # -- life cycle -------------------------------------------------------
-
-    async def run(
-        self, *, task_status: trio.TaskStatus[Actor[EngineMessage]] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(super().run)
-            task_status.started(self)
-
     async def on_stop(self) -> None:
         await self._stop_child("engine actor stopped")
 
     # -- messages ---------------------------------------------------------
 
-    async def dispatch(self, env: Envelope[EngineMessage]) -> None:
+    def dispatch(self, env: Envelope[EngineMessage]) -> Awaitable[None] | None:
         match env.message:
             case EnsureReady():
                 self._ensure_ready(env)
             case StopEngine(reason=reason):
-                await self._stop_child(reason)
-                env.answer(None)
+                return self._stop_and_answer(env, reason)
             case Reconfigure(ctx_per_slot=ctx, embeddings=emb):
-                spec = msgspec.structs.replace(
-                    self._pending_spec or self.spec,
-                    ctx_per_slot=ctx if ctx is not None else (self._pending_spec or self.spec).ctx_per_slot,
-                    embeddings=emb if emb is not None else (self._pending_spec or self.spec).embeddings,
-                )
-                if spec != self.spec:
-                    self._pending_spec = spec
-                    if self.in_flight == 0:
-                        await self._apply_pending()
-                elif self._pending_spec is not None:
-                    self._pending_spec = None  # asked back to what runs now
-                env.answer(None)
+                return self._reconfigure(env, ctx, emb)
             case _Drained():
                 if self._pending_spec is not None and self.in_flight == 0:
-                    await self._apply_pending()
+                    return self._apply_pending()
             case ConfirmCrash(generation=gen):
-                assert self._nursery is not None
-                self._nursery.start_soon(self._confirm_crash, env, gen, self._child)
-            case _Launched(generation=gen):
-                handle = self._pending.pop(gen, None)
-                if handle is not None and gen == self.generation and self.state is EngineState.STARTING:
+                self.start_soon(self._confirm_crash, env, gen, self._child)
+            case _Spawned(generation=gen, child=child, port=port):
+                if gen == self.generation and self.state is EngineState.STARTING:
+                    self._child, self._port = child, port
+                else:  # stopped while it was spawning
+                    self.start_soon(child.stop, self.config.stop_grace_s)
+            case _Launched(generation=gen, handle=handle):
+                if gen == self.generation and self.state is EngineState.STARTING:
                     self._handle = handle
                     self.state = EngineState.READY
                     self._started_at = time.time()
@@ -335,36 +344,60 @@ class EngineActor(Actor[EngineMessage]):
                         "%s ready: pid %d on %s (generation %d)", self.name, handle.pid, handle.base_url, gen
                     )
                     self._answer_waiters()
-                elif handle is not None:
-                    assert self._nursery is not None
-                    self._nursery.start_soon(handle.aclose)
+                else:
+                    self.start_soon(handle.aclose)
             case _LaunchFailed(generation=gen, code=code, message=message):
                 if gen == self.generation:
-                    log.warning("%s failed to start: %s", self.name, message)
-                    await self._stop_child(message, state=EngineState.FAILED)
-                    self._record_crash(message)
-                    exc_type = EngineStartTimeout if code == "MODEL_LOAD_TIMEOUT" else EngineCrashed
-                    self._fail_waiters(exc_type(message))
+                    return self._launch_failed(code, message)
             case _ChildExited(generation=gen, returncode=rc):
-                if gen == self.generation and self.state in (
-                    EngineState.READY,
-                    EngineState.STARTING,
-                ):
-                    summary = self._child.stderr_tail.summary() if self._child else ""
-                    self._last_exit = (rc, summary)
-                    tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
-                    log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
-                    message = f"engine for '{self.spec.model}' exited with code {rc}" + (
-                        f": {summary}" if summary else ""
-                    )
-                    waiters, self._waiters = self._waiters, []
-                    await self._stop_child(message, state=EngineState.FAILED)
-                    self._record_crash(message)
-                    # Answer only once the state is final, so the asker sees it.
-                    for waiter in waiters:
-                        waiter.fail(EngineCrashed(message, stderr_tail=summary))
+                if gen == self.generation and self.state in (EngineState.READY, EngineState.STARTING):
+                    return self._child_exited(rc)
             case _:
-                env.fail(TypeError(f"unexpected message {env.message!r}"))
+                assert_never(env.message)
+        return None
+
+    async def _stop_and_answer(self, env: Envelope[EngineMessage], reason: str) -> None:
+        await self._stop_child(reason)
+        env.answer(None)
+
+    async def _reconfigure(
+        self, env: Envelope[EngineMessage], ctx: int | None, embeddings: bool | None
+    ) -> None:
+        base = self._pending_spec or self.spec
+        spec = msgspec.structs.replace(
+            base,
+            ctx_per_slot=ctx if ctx is not None else base.ctx_per_slot,
+            embeddings=embeddings if embeddings is not None else base.embeddings,
+        )
+        if spec != self.spec:
+            self._pending_spec = spec
+            if self.in_flight == 0:
+                await self._apply_pending()
+        elif self._pending_spec is not None:
+            self._pending_spec = None  # asked back to what runs now
+        env.answer(None)
+
+    async def _launch_failed(self, code: str, message: str) -> None:
+        log.warning("%s failed to start: %s", self.name, message)
+        await self._stop_child(message, state=EngineState.FAILED)
+        self._record_crash(message)
+        exc_type = EngineStartTimeout if code == "MODEL_LOAD_TIMEOUT" else EngineCrashed
+        self._fail_waiters(exc_type(message))
+
+    async def _child_exited(self, rc: int | None) -> None:
+        summary = self._child.stderr_tail.summary() if self._child else ""
+        self._last_exit = (rc, summary)
+        tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
+        log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
+        message = f"engine for '{self.spec.model}' exited with code {rc}" + (
+            f": {summary}" if summary else ""
+        )
+        waiters, self._waiters = self._waiters, []
+        await self._stop_child(message, state=EngineState.FAILED)
+        self._record_crash(message)
+        # Answer only once the state is final, so the asker sees it.
+        for waiter in waiters:
+            waiter.fail(EngineCrashed(message, stderr_tail=summary))
 
     async def _apply_pending(self) -> None:
         """Swap in the pending spec: the child restarts with it on the next request."""
@@ -387,12 +420,13 @@ class EngineActor(Actor[EngineMessage]):
         self._waiters.append(env)
         if self.state is EngineState.STARTING:
             return
-        if self._breaker_open():
+        if (retry_after_s := self._breaker_open()) is not None:
             self._fail_waiters(
                 EngineCircuitOpen(
                     f"engine for '{self.spec.model}' crashed {len(self._crash_times)} times in "
                     f"{self.config.breaker_window_s:.0f} s; last error: {self.last_error} — "
-                    "check `blazar logs` and the model file, then retry later"
+                    "check `blazar logs` and the model file, then retry later",
+                    retry_after_s=retry_after_s,
                 )
             )
             return
@@ -401,18 +435,21 @@ class EngineActor(Actor[EngineMessage]):
         self.generation += 1
         self.starts += 1
         self.state = EngineState.STARTING
-        assert self._nursery is not None
-        self._nursery.start_soon(self._launch, self.generation)
+        self.start_soon(self._launch, self.generation)
 
-    def _breaker_open(self) -> bool:
-        now = time.monotonic()
-        while self._crash_times and now - self._crash_times[0] > self.config.breaker_window_s:
+    def _breaker_open(self) -> float | None:
+        """None while starts are allowed; else the seconds until the oldest crash leaves the window."""
+        now = trio.current_time()
+        window_s = self.config.breaker_window_s
+        while self._crash_times and now - self._crash_times[0] > window_s:
             self._crash_times.popleft()
-        return len(self._crash_times) >= self.config.breaker_crashes
+        if len(self._crash_times) < self.config.breaker_crashes:
+            return None
+        return max(0.0, self._crash_times[0] + window_s - now)
 
     def _record_crash(self, message: str) -> None:
         self.last_error = message
-        self._crash_times.append(time.monotonic())
+        self._crash_times.append(trio.current_time())
 
     def _answer_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -427,63 +464,68 @@ class EngineActor(Actor[EngineMessage]):
     # -- the child --------------------------------------------------------
 
     async def _launch(self, generation: int) -> None:
+        """Start a child and wait for it to be healthy, reporting both to the actor.
+
+        Until the actor has the child, this task is its only owner: cancelled (the
+        actor stops) it stops the child itself. A second stop of an adopted child
+        is harmless."""
         port = _free_port()
         api_key = secrets.token_hex(24)  # hex: a leading "-" would read as a flag
         argv = build_argv(self.spec, port=port, api_key=api_key, binary=self.binary)
         pidfile = self.run_dir / "engines" / f"{self.spec.model.replace('/', '_')}.pid"
-        env = dict(os.environ)
         try:
-            child = await ChildProcess.spawn(argv, name=self.name, env=env, pidfile=pidfile)
+            child = await ChildProcess.spawn(argv, name=self.name, env=dict(os.environ), pidfile=pidfile)
         except OSError as exc:
             await self._tell_self(
                 _LaunchFailed(generation=generation, code="ENGINE_CRASHED", message=str(exc))
             )
             return
-        if generation != self.generation:  # stopped while we were spawning
+        try:
+            log.info("%s starting: pid %d, %s", self.name, child.pid, " ".join(_redact(argv)))
+            await self._tell_self(_Spawned(generation=generation, child=child, port=port))
+            self.start_soon(self._watch_child, child, generation)
+            base_url = f"http://127.0.0.1:{port}"
+            auth = {"Authorization": f"Bearer {api_key}"}
+            async with httpx.AsyncClient(base_url=base_url, headers=auth) as probe:
+                error = await self._wait_healthy(child, probe)
+                served = await served_context(probe) if error is None else None
+        except BaseException:
             await child.stop(self.config.stop_grace_s)
-            return
-        self._child, self._port = child, port
-        log.info("%s starting: pid %d, %s", self.name, child.pid, " ".join(_redact(argv)))
-        assert self._nursery is not None
-        self._nursery.start_soon(self._watch_child, child, generation)
-        base_url = f"http://127.0.0.1:{port}"
-        client = httpx.AsyncClient(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=httpx.Timeout(10.0, read=None, pool=None),
-            limits=httpx.Limits(
-                max_connections=None,
-                max_keepalive_connections=self.spec.slots * 4,
-                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
-            ),
-        )
-        error = await self._wait_healthy(child, client)
+            raise
         if error is not None:
-            await client.aclose()
             await self._tell_self(_LaunchFailed(generation=generation, code=error[0], message=error[1]))
             return
-        served = await served_context(client)
         if served is not None and served < self.spec.ctx_per_slot:
             log.warning(
                 "%s serves %d tokens per slot, not the %d it was started with", self.name, served,
                 self.spec.ctx_per_slot,
             )  # fmt: skip
-        self._pending[generation] = EngineHandle(
+        # Made after the health checks, so a handle the actor drops holds no connection.
+        handle = EngineHandle(
             model=self.spec.model,
             base_url=base_url,
             generation=generation,
             pid=child.pid,
-            client=client,
+            client=httpx.AsyncClient(
+                base_url=base_url,
+                headers=auth,
+                timeout=httpx.Timeout(10.0, read=None, pool=None),
+                limits=httpx.Limits(
+                    max_connections=None,
+                    max_keepalive_connections=self.spec.slots * 4,
+                    keepalive_expiry=_KEEPALIVE_EXPIRY_S,
+                ),
+            ),
             upstream=UpstreamPool(
                 "127.0.0.1",
                 port,
-                headers={"Authorization": f"Bearer {api_key}"},
+                headers=auth,
                 max_idle=self.spec.slots * 4,
                 idle_expiry_s=_KEEPALIVE_EXPIRY_S,
             ),
             served_ctx=served,
         )
-        await self._tell_self(_Launched(generation=generation))
+        await self._tell_self(_Launched(generation=generation, handle=handle))
 
     async def _wait_healthy(self, child: ChildProcess, client: httpx.AsyncClient) -> tuple[str, str] | None:
         delay_s = 0.02

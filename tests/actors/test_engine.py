@@ -157,3 +157,37 @@ def test_host_accepts_llama_server_flags() -> None:
 
 def test_pid_alive_helper() -> None:
     assert pid_alive(os.getpid())
+
+
+@pytest.mark.parametrize("how", ["stop-engine", "actor-stops"])
+async def test_a_stop_during_the_start_leaves_no_child(
+    tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    binary = _fake_binary(tmp_path)
+    pid_file = tmp_path / "fake.pid"
+    monkeypatch.setenv("FAKE_PID_FILE", str(pid_file))
+    config = EngineConfig(llama_server=str(binary), start_timeout_s=60.0, stop_grace_s=0.5)
+    engine = EngineActor(spec_for(model_path), config, run_dir=tmp_path)
+    failures: list[Exception] = []
+
+    async def ask() -> None:
+        try:
+            await engine.ask(EnsureReady())
+        except Exception as exc:
+            failures.append(exc)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run)
+            nursery.start_soon(ask)
+            while not pid_file.exists() or engine.statistics().pid is None:  # noqa: ASYNC110 - a file and another actor
+                await trio.sleep(0.02)
+            assert engine.state is EngineState.STARTING  # the launch reported its child
+            if how == "stop-engine":
+                await engine.ask(StopEngine())
+                assert engine.state is EngineState.STOPPED and engine.statistics().pid is None
+                assert wait_gone([int(pid_file.read_text())]) == []
+                await trio.sleep(0.1)
+                assert [type(e).__name__ for e in failures] == ["EngineUnavailable"]
+            nursery.cancel_scope.cancel()
+    assert wait_gone([int(pid_file.read_text())]) == []
