@@ -1,10 +1,11 @@
 """AdmissionActor: the sole owner of every model's queue, slots and leases.
 
-A request asks for a slot with ``acquire``; the actor answers at once (a free
-slot, or a refusal with a reason and a Retry-After) or keeps the request
-queued and answers when ``actors.scheduling.assign`` grants it a slot. Which
-waiter goes next is decided there, by pure functions; this actor only applies
-their effects and keeps time.
+A request asks for a slot with ``acquire``; the actor refuses it at once (with
+a reason and a Retry-After) or queues it, and after each batch of messages
+(``settle``) ``actors.scheduling.assign`` grants the free slots and expires what
+waited too long, so one burst of requests is ordered as a whole. Which waiter
+goes next is decided there, by pure functions; this actor only applies their
+effects and keeps time (it wakes at the earliest deadline, ``next_deadline``).
 
 Exactly-once: every granted id is in ``_granted`` until its release (or a
 ``Withdraw`` from an asker that was cancelled while the grant was on its way)
@@ -24,11 +25,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import assert_never
 
 import msgspec
 import trio
 
-from actors.actor import Actor
+from actors.actor import Actor, ActorStatistics
 from actors.errors import ActorStopped, AdmissionRejected
 from actors.mailbox import Envelope
 from actors.scheduling import (
@@ -95,9 +97,7 @@ class QueueStatistics(msgspec.Struct, frozen=True, kw_only=True):
     service_s: float | None
 
 
-class AdmissionStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    running: bool
+class AdmissionStatistics(ActorStatistics, frozen=True, kw_only=True):
     draining: bool
     granted: int
     rejected: int
@@ -148,10 +148,9 @@ class AdmissionActor(Actor[AdmissionMessage]):
         queue = self._queues.get(model)
         return position(queue, waiter_id) if queue else None
 
-    def statistics(self) -> AdmissionStatistics:  # type: ignore[override]
+    def statistics(self) -> AdmissionStatistics:
         return AdmissionStatistics(
-            name=self.name,
-            running=self._running,
+            **self.actor_fields(),
             draining=self._draining,
             queues=[
                 QueueStatistics(
@@ -166,28 +165,13 @@ class AdmissionActor(Actor[AdmissionMessage]):
             **self._counts,
         )
 
-    async def run(
-        self, *, task_status: trio.TaskStatus[Actor[AdmissionMessage]] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        self.mailbox.reopen()
-        self._running = True
-        try:
-            task_status.started(self)
-            while True:
-                # Wake for the next message, or when the earliest queued deadline or timeout falls due.
-                with trio.move_on_at(self._next_expiry()):
-                    env = await self.mailbox.receive()
-                    await self.dispatch(env)
-                    self._handled += 1
-                self._assign_all()
-        finally:
-            self._running = False
-            self.mailbox.close()
-            for env in self._envelopes.values():
-                env.fail(ActorStopped("admission stopped before a slot was free"))
-            self._envelopes.clear()
+    async def on_stop(self) -> None:
+        for env in self._envelopes.values():
+            env.fail(ActorStopped("admission stopped before a slot was free"))
+        self._envelopes.clear()
 
-    def _next_expiry(self) -> float:
+    def next_deadline(self) -> float:
+        """The earliest queued deadline or timeout: the loop wakes then to expire it."""
         soonest = math.inf
         for q in self._queues.values():
             for w in q.waiters:
@@ -197,34 +181,14 @@ class AdmissionActor(Actor[AdmissionMessage]):
                     soonest = min(soonest, w.deadline_s)
         return soonest
 
-    async def dispatch(self, env: Envelope[AdmissionMessage]) -> None:
-        now = trio.current_time()
+    def settle(self) -> None:
+        """After a batch of messages (or a deadline): grant, and expire, whatever is due."""
+        self._assign_all()
+
+    def dispatch(self, env: Envelope[AdmissionMessage]) -> None:
         match env.message:
             case Admit() as m:
-                if self._draining:
-                    self._counts["rejected"] += 1
-                    env.fail(
-                        AdmissionRejected(
-                            "SHUTTING_DOWN", "the daemon is shutting down: retry on the next one"
-                        )
-                    )
-                    return
-                queue = self._queues.get(m.model) or ModelQueue(
-                    model=m.model, capacity=m.capacity, running=0, waiters=(), service_s=None
-                )
-                if queue.capacity != m.capacity:
-                    queue = msgspec.structs.replace(queue, capacity=m.capacity)
-                queue, rejection = admit(queue, m.waiter(now), max_queue=self.max_queue, now_s=now)
-                self._queues[m.model] = queue
-                if rejection is not None:
-                    self._counts["rejected"] += 1
-                    env.fail(
-                        AdmissionRejected(
-                            rejection.code, rejection.message, retry_after_s=rejection.retry_after_s
-                        )
-                    )
-                    return
-                self._envelopes[m.waiter_id] = env
+                self._admit(env, m)
             case Withdraw(waiter_id=wid, model=model):
                 if wid in self._granted:  # the grant raced with the asker's cancellation
                     self._granted.discard(wid)
@@ -242,6 +206,30 @@ class AdmissionActor(Actor[AdmissionMessage]):
                 for model, queue in self._queues.items():
                     self._queues[model] = msgspec.structs.replace(queue, waiters=())
                 env.answer(None)
+            case _:
+                assert_never(env.message)
+
+    def _admit(self, env: Envelope[AdmissionMessage], m: Admit) -> None:
+        """Queue ``m`` (granted in ``settle``) or refuse it."""
+        if self._draining:
+            self._counts["rejected"] += 1
+            env.fail(AdmissionRejected("SHUTTING_DOWN", "the daemon is shutting down: retry on the next one"))
+            return
+        now = trio.current_time()
+        queue = self._queues.get(m.model) or ModelQueue(
+            model=m.model, capacity=m.capacity, running=0, waiters=(), service_s=None
+        )
+        if queue.capacity != m.capacity:
+            queue = msgspec.structs.replace(queue, capacity=m.capacity)
+        queue, rejection = admit(queue, m.waiter(now), max_queue=self.max_queue, now_s=now)
+        self._queues[m.model] = queue
+        if rejection is not None:
+            self._counts["rejected"] += 1
+            env.fail(
+                AdmissionRejected(rejection.code, rejection.message, retry_after_s=rejection.retry_after_s)
+            )
+            return
+        self._envelopes[m.waiter_id] = env
 
     def grant_now(self, m: Admit) -> float | None:
         """Grant ``m`` on the spot when its model has a free slot, nobody waits and no

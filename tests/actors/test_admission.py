@@ -198,3 +198,31 @@ async def test_a_backlog_in_the_mailbox_is_never_overtaken(autojump_clock: trio.
             adm.grant_now(Admit(waiter_id=adm.next_id(), model="m", capacity=5, tier=1, client="c")) is None
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_the_fast_paths_have_no_checkpoint(autojump_clock: trio.testing.MockClock) -> None:
+    """grant_now, an uncontended acquire and a release (which grants the next waiter) each
+    check and change the queue in one step: an await added to them fails here."""
+    async with trio.open_nursery() as nursery:
+        adm = await _start(nursery)
+        (await acquire(adm, model="m", capacity=2)).release()  # the queue exists from now on
+        with trio.testing.assert_no_checkpoints():
+            message = Admit(waiter_id=adm.next_id(), model="m", capacity=2, tier=1, client="c")
+            assert adm.grant_now(message) is not None
+            slot = await acquire(adm, model="m", capacity=2)
+        got: list[Slot] = []
+
+        async def third() -> None:
+            got.append(await acquire(adm, model="m", capacity=2))
+
+        nursery.start_soon(third)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.testing.assert_no_checkpoints():
+            slot.release()  # hands the slot to the waiter in the same step
+            assert adm.statistics().queues[0].queued == 0 and _running(adm) == 2
+            adm.release_now(message.waiter_id, "m", None)
+            assert _running(adm) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(got) == 1
+        got[0].release()
+        nursery.cancel_scope.cancel()
