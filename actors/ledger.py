@@ -1,22 +1,23 @@
 """The durable ledger: one SQLite file (WAL, ``synchronous=NORMAL``) behind one writer actor.
 
 Request handlers never wait on the disk: they ``record_nowait`` and move on, and a
-full or stopped ledger costs a counted drop rather than latency. The writer drains
+full or stopped ledger costs a counted drop rather than latency. The writer takes
 its mailbox in batches so one commit (one WAL append) covers many records. Readers
 open their own read-only connections; WAL lets them run beside the writer.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any, assert_never
 
 import msgspec
 import trio
 
-from actors.actor import Actor
+from actors.actor import Actor, ActorStatistics
 from actors.errors import ActorStopped, LedgerError
 from actors.mailbox import Envelope
 
@@ -29,7 +30,6 @@ __all__ = [
     "RequestRecord",
     "last_used_by_model",
     "read_requests",
-    "record_nowait",
 ]
 
 
@@ -54,14 +54,11 @@ class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 LedgerMessage = RequestRecord | Flush
 
 
-class LedgerStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
+class LedgerStatistics(ActorStatistics, frozen=True, kw_only=True):
     path: str
     written: int
     dropped: int
     batches: int
-    queued: int
-    running: bool
     last_error: str | None
 
 
@@ -168,7 +165,11 @@ def _write(conn: sqlite3.Connection, rows: list[Row], keep: int) -> None:
 
 
 class LedgerActor(Actor[LedgerMessage]):
-    """The only writer of the ledger file. Start it with ``nursery.start(ledger.run)``."""
+    """The only writer of the ledger file. Start it with ``nursery.start(ledger.run)``.
+
+    A record joins the open batch; the batch commits in one transaction when it is
+    full, when someone waits on a ``Flush``, or ``linger_s`` after it opened
+    (``next_deadline``), whichever comes first."""
 
     def __init__(
         self,
@@ -189,9 +190,12 @@ class LedgerActor(Actor[LedgerMessage]):
         """Keep only the newest this many request records (0: all)."""
         self.stop_grace_s = 2.0
         self._conn: sqlite3.Connection | None = None
-        # envelopes taken from the mailbox but not yet committed; kept on the
-        # actor so a cancel in the middle of a commit cannot lose them
-        self._batch: list[Envelope[LedgerMessage]] = []
+        # The open batch: taken from the mailbox but not yet committed. Kept on the
+        # actor, and emptied only once written, so a cancel in the middle of a commit
+        # cannot lose it.
+        self._rows: list[Row] = []
+        self._flushes: list[Envelope[LedgerMessage]] = []
+        self._opened_s = 0.0
         self._written = 0
         self._dropped = 0
         self._batches = 0
@@ -204,74 +208,90 @@ class LedgerActor(Actor[LedgerMessage]):
             f"dropped={self._dropped} path={self.path}>"
         )
 
-    async def run(
-        self, *, task_status: trio.TaskStatus[Actor[LedgerMessage]] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    def record_nowait(self, record: RequestRecord) -> bool:
+        """Queue ``record`` without waiting; on a full or stopped ledger, count a drop."""
         try:
-            self._conn = await trio.to_thread.run_sync(_open, self.path)
-        except (sqlite3.Error, OSError) as exc:
-            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
-        self._batch = []
-        self.mailbox.reopen()
-        self._running = True
-        try:
-            task_status.started(self)
-            while True:
-                self._batch.append(await self.mailbox.receive())
-                await self._linger()
-                await self._commit()
-        finally:
-            self._running = False
-            with trio.CancelScope(shield=True):
-                await self._shutdown()
+            self.mailbox.tell_nowait(record)
+        except (trio.WouldBlock, ActorStopped):
+            self._dropped += 1
+            return False
+        return True
 
-    def statistics(self) -> LedgerStatistics:  # type: ignore[override]
+    def statistics(self) -> LedgerStatistics:
         return LedgerStatistics(
-            name=self.name,
+            **self.actor_fields(),
             path=str(self.path),
             written=self._written,
             dropped=self._dropped,
             batches=self._batches,
-            queued=self.mailbox.statistics().queued,
-            running=self._running,
             last_error=self._last_error,
         )
 
-    async def _linger(self) -> None:
-        """Gather the batch: what is queued, then what arrives within ``linger_s``, unless
-        the batch is full or someone waits on a flush."""
-        deadline = trio.current_time() + self.linger_s
-        while len(self._batch) < self.batch_max and not isinstance(self._batch[-1].message, Flush):
-            before = len(self._batch)
-            self._take_queued(self.batch_max)
-            if any(isinstance(env.message, Flush) for env in self._batch[before:]):
-                return
-            if len(self._batch) >= self.batch_max:
-                return
-            with trio.move_on_at(deadline):
-                self._batch.append(await self.mailbox.receive())
-                continue
-            return
+    # -- the loop's hooks -------------------------------------------------------
+
+    async def on_start(self) -> None:
+        try:
+            self._conn = await trio.to_thread.run_sync(_open, self.path)
+        except (sqlite3.Error, OSError) as exc:
+            raise LedgerError(f"cannot open ledger {self.path}: {exc}") from exc
+        self._rows, self._flushes = [], []
+
+    def dispatch(self, env: Envelope[LedgerMessage]) -> Awaitable[None] | None:
+        self._take(env)
+        return self._commit() if len(self._rows) >= self.batch_max else None
+
+    def next_deadline(self) -> float:
+        return self._opened_s + self.linger_s if self._rows else math.inf
+
+    def settle(self) -> Awaitable[None] | None:
+        if self._flushes or (self._rows and trio.current_time() >= self._opened_s + self.linger_s):
+            return self._commit()
+        return None
+
+    async def on_stop(self) -> None:
+        """Commit what is already queued (within ``stop_grace_s``), then close."""
+        with trio.move_on_after(self.stop_grace_s):
+            while True:
+                self._take_queued(self.batch_max)
+                if not self._rows and not self._flushes:
+                    break
+                await self._commit()
+        # Past the grace period what is left is lost, and counted as such; no await
+        # between this drain and close(), so nothing slips in between.
+        self._take_queued(math.inf)
+        self._dropped += len(self._rows)
+        for env in self._flushes:
+            env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
+        self._rows, self._flushes = [], []
+        self.mailbox.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await trio.to_thread.run_sync(conn.close)
+
+    # -- batches ----------------------------------------------------------------
+
+    def _take(self, env: Envelope[LedgerMessage]) -> None:
+        """Add one message to the open batch (opening it when it is empty)."""
+        if not self._rows and not self._flushes:
+            self._opened_s = trio.current_time()
+        match env.message:
+            case RequestRecord() as record:
+                self._rows.append(_row(record))
+            case Flush():
+                self._flushes.append(env)
+            case _:
+                assert_never(env.message)
 
     def _take_queued(self, limit: float) -> None:
-        while len(self._batch) < limit:
+        while len(self._rows) < limit:
             try:
-                self._batch.append(self.mailbox.receive_nowait())
+                self._take(self.mailbox.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 return
 
     async def _commit(self) -> None:
-        """Write the current batch in one transaction, then answer its flushes."""
-        rows: list[Row] = []
-        flushes: list[Envelope[LedgerMessage]] = []
-        for env in self._batch:
-            match env.message:
-                case RequestRecord():
-                    rows.append(_row(env.message))
-                case Flush():
-                    flushes.append(env)
-                case _:
-                    assert_never(env.message)
+        """Write the open batch in one transaction, then answer its flushes."""
+        rows, flushes = self._rows, self._flushes
         error: LedgerError | None = None
         if rows:
             assert self._conn is not None
@@ -288,45 +308,12 @@ class LedgerActor(Actor[LedgerMessage]):
             else:
                 self._written += len(rows)
                 self._batches += 1
-        self._handled += len(self._batch)
-        self._batch = []
+        self._rows, self._flushes = [], []
         for env in flushes:
             if error is None:
                 env.answer(None)
             else:
                 env.fail(error)
-
-    async def _shutdown(self) -> None:
-        """Commit what is already queued (within ``stop_grace_s``), then close."""
-        with trio.move_on_after(self.stop_grace_s):
-            while True:
-                self._take_queued(self.batch_max)
-                if not self._batch:
-                    break
-                await self._commit()
-        # past the grace period: what is left is lost, and counted as such; no
-        # await between this drain and close(), so nothing slips in between
-        self._take_queued(float("inf"))
-        for env in self._batch:
-            if isinstance(env.message, RequestRecord):
-                self._dropped += 1
-            else:
-                env.fail(ActorStopped(f"actor '{self.name}' stopped before answering"))
-        self._batch = []
-        self.mailbox.close()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await trio.to_thread.run_sync(conn.close)
-
-
-def record_nowait(ledger: LedgerActor, record: RequestRecord) -> bool:
-    """Queue ``record`` without waiting; on a full or stopped ledger, count a drop."""
-    try:
-        ledger.tell_nowait(record)
-    except (trio.WouldBlock, ActorStopped):
-        ledger._dropped += 1
-        return False
-    return True
 
 
 def _read(path: Path, sql: str, params: Sequence[Any]) -> list[Row]:

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import trio
 
-from actors.ledger import LedgerActor, RequestRecord, record_nowait
+from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import BlazarError, error_body
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
@@ -204,8 +204,7 @@ class GatewayMiddleware:
             if card is not None:
                 self.cards.close(card, status=status or 499, disconnected=disconnected)
             if self.ledger is not None:
-                record_nowait(
-                    self.ledger,
+                self.ledger.record_nowait(
                     RequestRecord(
                         trace_id=trace_id,
                         started_at=started_at,

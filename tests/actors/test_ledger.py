@@ -11,7 +11,6 @@ from actors.ledger import (
     RequestRecord,
     last_used_by_model,
     read_requests,
-    record_nowait,
 )
 from actors.supervisor import ChildSpec, Supervisor
 
@@ -77,7 +76,7 @@ async def test_flush_waits_for_prior_writes(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
             for i in range(5):
-                assert record_nowait(ledger, make_record(i))
+                assert ledger.record_nowait(make_record(i))
             # nothing has run yet: the writer has not been scheduled since the tells
             await ledger.ask(Flush())
             assert len(read_requests(db)) == 5
@@ -107,7 +106,7 @@ async def test_record_nowait_drops_when_full(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
             # no checkpoint inside this loop, so the writer cannot drain meanwhile
-            results = [record_nowait(ledger, make_record(i)) for i in range(20)]
+            results = [ledger.record_nowait(make_record(i)) for i in range(20)]
             accepted = results.count(True)
             assert 0 < accepted < 20
             assert ledger.statistics().dropped == results.count(False)
@@ -119,7 +118,7 @@ async def test_record_nowait_drops_when_full(tmp_path: Path) -> None:
 
 async def test_record_nowait_on_stopped_ledger_counts_a_drop(tmp_path: Path) -> None:
     ledger = LedgerActor(tmp_path / "blazar.db")
-    assert not record_nowait(ledger, make_record(1))
+    assert not ledger.record_nowait(make_record(1))
     assert ledger.statistics().dropped == 1
     with pytest.raises(ActorStopped):
         await ledger.ask(Flush())
@@ -132,11 +131,11 @@ async def test_stop_writes_queued_records(tmp_path: Path) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
             for i in range(50):
-                assert record_nowait(ledger, make_record(i))
+                assert ledger.record_nowait(make_record(i))
             nursery.cancel_scope.cancel()
         assert ledger.statistics().written == 50
         assert len(read_requests(db)) == 50
-        assert not record_nowait(ledger, make_record(99))
+        assert not ledger.record_nowait(make_record(99))
         assert ledger.statistics().dropped == 1
 
 
@@ -185,7 +184,7 @@ async def test_refuses_a_newer_schema(tmp_path: Path) -> None:
             with pytest.raises(LedgerError, match="newer"):
                 await nursery.start(ledger.run)
         assert not ledger.statistics().running
-        assert not record_nowait(ledger, make_record(1))
+        assert not ledger.record_nowait(make_record(1))
 
 
 async def test_restart_under_supervisor_keeps_rows(tmp_path: Path) -> None:
@@ -256,3 +255,20 @@ async def test_messages_are_encodable() -> None:
     assert b'"type":"RequestRecord"' in raw
     assert msgspec.json.decode(raw, type=RequestRecord | Flush) == record
     assert msgspec.json.decode(msgspec.json.encode(Flush()), type=RequestRecord | Flush) == Flush()
+
+
+async def test_a_burst_lingers_then_commits_once_without_a_flush(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        ledger = LedgerActor(tmp_path / "blazar.db", linger_s=1.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            t0 = trio.current_time()
+            for i in range(3):
+                assert ledger.record_nowait(make_record(i))
+            await trio.sleep(0.1)
+            assert ledger.statistics().written == 0  # the batch waits for more
+            assert ledger.record_nowait(make_record(3))
+            while ledger.statistics().written < 4:  # noqa: ASYNC110 - the writer's own counter
+                await trio.sleep(0.05)
+            assert trio.current_time() - t0 >= 1.0 and ledger.statistics().batches == 1
+            nursery.cancel_scope.cancel()
