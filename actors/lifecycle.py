@@ -1,186 +1,61 @@
 """LifecycleActor: which models stay loaded, for how long, and which one goes first.
 
-Two decisions, both pure functions (DESIGN §3):
-
-* ``choose_evictions`` — before a model's engine starts, which idle resident
-  models to unload so that ``max_loaded_models`` (and, later, memory: the
-  ``fits`` hook) holds; least recently used first, never one with work, or a
-  refusal that names the busy models.
-* ``tick`` — what one model's idle timer does when it falls due: unload the
-  model, wait while it still has work, or re-arm once that work has ended.
-
-The actor owns the last-used times, each model's keep-alive and the idle timers.
-One loop sleeps until the earliest deadline (``trio.move_on_at``), like a timer
-wheel, instead of one task per model. It reads engines and admission only
-through the callables it is given, so it imports neither the runtime nor the
-engine actor.
+The decisions are pure functions in ``actors/eviction.py``: the eviction plan
+before a load (``plan_load``) and what an idle timer does when it falls due
+(``tick``). This actor owns the last-used times, each model's keep-alive, the
+idle timers and the loads waiting for room, and carries the decisions out. It
+reads engines and admission only through the callables it is given, so it
+imports neither the runtime nor the engine actor.
 
 Timers: a request that ends calls ``touch_nowait(model, keep_alive_s)``, which
 re-arms the model's deadline at now + keep-alive (0: at once; negative: never).
-A deadline that falls due while the model still has work (a request in flight,
-queued or granted a slot) does not unload it: the timer re-checks every
-``recheck_s`` and, once the work has ended without a touch, re-arms from then.
+The loop wakes at the earliest deadline (``next_deadline``), like a timer
+wheel, instead of one task per model. A deadline that falls due while the model
+still has work (a request in flight, queued or granted a slot) does not unload
+it: the timer re-checks every ``recheck_s`` and, once the work has ended without
+a touch, re-arms from then.
+
+Loads: ``before_load`` asks for room and gets its answer once the evictions it
+needs are done. A load that only busy models stand in the way of waits here,
+planned again after every batch of messages (``settle``) and every
+``recheck_s``, until ``load_wait_s`` has passed.
+
+Stops run in the actor's own tasks and report back (``_Stopped``); what a stop
+was for (a load, an unload, an idle timer) is finished by the actor when the
+report arrives.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import assert_never
 
 import msgspec
 import trio
 
-from actors.errors import (
-    ActorStopped,
-    BlazarRuntimeError,
-    InsufficientMemory,
-    MaxLoadedModels,
-    ModelBusy,
-    ModelTooLarge,
-)
-from actors.mailbox import Envelope, Mailbox
+from actors.actor import Actor, ActorStatistics
+from actors.errors import ActorStopped, InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
+from actors.eviction import EvictionPlan, LoadRefusal, Resident, Timer, arm, plan_load, tick
+from actors.mailbox import Envelope
 
 log = logging.getLogger("blazar.lifecycle")
 
 __all__ = [
-    "EvictionPlan",
     "LifecycleActor",
+    "LifecycleMessage",
     "LifecycleStatistics",
     "LoadPreview",
     "ModelLifecycle",
-    "Resident",
+    "PlanLoad",
     "ResidentStatistics",
-    "Timer",
-    "choose_evictions",
-    "tick",
+    "Touch",
+    "Unload",
 ]
-
-
-# -- pure decisions -------------------------------------------------------------
-
-
-class Resident(msgspec.Struct, frozen=True, kw_only=True):
-    """A loaded (or loading) model as the eviction planner sees it."""
-
-    model: str
-    last_used_s: float
-    """Monotonic time of its last use; smaller is older."""
-    in_flight: int = 0
-    queued: int = 0
-    memory_bytes: int | None = None
-    """What it holds, for fit planning (the ``fits`` hook); None when unknown."""
-
-    @property
-    def busy(self) -> bool:
-        return self.in_flight > 0 or self.queued > 0
-
-
-class EvictionPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """Which models to unload before ``incoming`` loads, or why it cannot load now."""
-
-    incoming: str
-    evict: tuple[str, ...] = ()
-    refused: str | None = None
-    """Set when no plan exists: the reason, for the error message."""
-    busy: tuple[str, ...] = ()
-    """The residents that could not be evicted because they have work."""
-    short_of_memory: bool = False
-    """Refused because ``fits`` failed (memory), not because of ``max_loaded``."""
-
-    @property
-    def ok(self) -> bool:
-        return self.refused is None
-
-
-def choose_evictions(
-    candidates: list[Resident],
-    *,
-    incoming: str,
-    max_loaded: int,
-    fits: Callable[[list[Resident]], bool] | None = None,
-) -> EvictionPlan:
-    """Plan the unloads that let ``incoming`` load beside what stays.
-
-    ``max_loaded`` <= 0 means no limit on the count. ``fits(kept)`` (optional)
-    says whether ``incoming`` fits beside the residents ``kept``. Idle residents
-    go least recently used first (ties by name, so the plan is deterministic),
-    and only as many as needed; a busy resident and ``incoming`` itself (when it
-    is already resident) are never chosen. When even evicting every idle
-    resident is not enough, nothing is evicted and the plan is refused.
-    """
-    others = [c for c in candidates if c.model != incoming]
-    idle = sorted((c for c in others if not c.busy), key=lambda c: (c.last_used_s, c.model))
-    busy = tuple(sorted(c.model for c in others if c.busy))
-
-    def within_count(kept: list[Resident]) -> bool:
-        return max_loaded <= 0 or len(kept) + 1 <= max_loaded
-
-    def satisfied(kept: list[Resident]) -> bool:
-        return within_count(kept) and (fits is None or fits(kept))
-
-    kept = list(others)
-    evict: list[str] = []
-    while not satisfied(kept):
-        if not idle:
-            if not within_count(kept):
-                reason = (
-                    f"loading '{incoming}' would exceed max_loaded_models = {max_loaded} and every "
-                    f"loaded model is busy ({', '.join(busy)})"
-                )
-            else:
-                reason = f"'{incoming}' does not fit beside the busy loaded models ({', '.join(busy)})"
-            return EvictionPlan(
-                incoming=incoming, refused=reason, busy=busy, short_of_memory=within_count(kept)
-            )
-        victim = idle.pop(0)
-        kept = [c for c in kept if c.model != victim.model]
-        evict.append(victim.model)
-    return EvictionPlan(incoming=incoming, evict=tuple(evict), busy=busy)
-
-
-class Timer(msgspec.Struct, frozen=True, kw_only=True):
-    """One model's idle timer (monotonic trio times)."""
-
-    last_used_s: float
-    keep_alive_s: float
-    """Negative: kept loaded forever; 0: unloaded as soon as it is idle."""
-    deadline_s: float | None
-    """When the timer next looks at the model; None: never (kept forever)."""
-    waiting: bool = False
-    """The deadline passed while the model had work: re-checking until it is idle."""
-
-
-def arm(last_used_s: float, keep_alive_s: float) -> Timer:
-    """The timer of a model whose last request ended at ``last_used_s``."""
-    deadline = None if keep_alive_s < 0 else last_used_s + keep_alive_s
-    return Timer(last_used_s=last_used_s, keep_alive_s=keep_alive_s, deadline_s=deadline)
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-def tick(timer: Timer, *, now_s: float, busy: bool, recheck_s: float) -> tuple[Timer | None, bool]:
-    """What a due (or not yet due) timer does now: ``(new timer, unload?)``.
-
-    ``None`` as the new timer means the model is no longer tracked (it unloads).
-    """
-    if timer.deadline_s is None or now_s < timer.deadline_s:
-        return timer, False
-    if busy:
-        return msgspec.structs.replace(timer, deadline_s=now_s + recheck_s, waiting=True), False
-    if timer.waiting:
-        # Its work ended without a touch: the idle time starts now.
-        timer = arm(now_s, timer.keep_alive_s)
-        if timer.deadline_s is None or now_s < timer.deadline_s:
-            return timer, False
-    return None, True
-
-
-# -- the actor ------------------------------------------------------------------
 
 
 class Touch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -207,7 +82,10 @@ class Unload(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class _Stopped(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    models: tuple[str, ...]
+    """Stop ``stop_id`` is over: these models were stopped, these skipped."""
+
+    stop_id: int
+    stopped: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     """Not stopped after all: they had work again by the time their turn came."""
 
@@ -240,9 +118,7 @@ class LoadPreview(msgspec.Struct, frozen=True, kw_only=True):
     code: str | None = None
 
 
-class LifecycleStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    name: str
-    running: bool
+class LifecycleStatistics(ActorStatistics, frozen=True, kw_only=True):
     keep_alive_s: float
     max_loaded_models: int
     models: list[ResidentStatistics]
@@ -275,7 +151,37 @@ class ModelLifecycle:
     """What would make ``model`` fit in ``budget`` bytes (smaller context, quantized KV…)."""
 
 
-class LifecycleActor:
+@dataclass(slots=True, eq=False)
+class _Load:
+    """A ``PlanLoad`` not answered yet: waiting for room, or for its evictions."""
+
+    env: Envelope[LifecycleMessage]
+    model: str
+    need_bytes: int | None
+    deadline_s: float
+    plan: EvictionPlan | None = None
+    """The last plan: the refusal it waits out, or the evictions it runs."""
+    evicting: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Stop:
+    """What a running stop is for, finished when its ``_Stopped`` arrives."""
+
+    models: tuple[str, ...]
+    load: _Load | None = None
+    unload: Envelope[LifecycleMessage] | None = None
+    loaded: frozenset[str] = frozenset()
+    """For an unload: what was loaded when it was asked (its answer names those)."""
+
+
+_REFUSALS: dict[str, type[ModelTooLarge | InsufficientMemory]] = {
+    "MODEL_TOO_LARGE": ModelTooLarge,
+    "INSUFFICIENT_MEMORY": InsufficientMemory,
+}
+
+
+class LifecycleActor(Actor[LifecycleMessage]):
     """Owns idle timers, last-used times and eviction; see the module docstring."""
 
     def __init__(
@@ -289,9 +195,7 @@ class LifecycleActor:
         recheck_s: float = 0.25,
         reserve_s: float = 10.0,
     ) -> None:
-        self.name = "lifecycle"
-        self.mailbox: Mailbox[LifecycleMessage] = Mailbox(self.name, math.inf)
-        self.mailbox.close()  # not running until run() starts
+        super().__init__("lifecycle", capacity=math.inf)
         self.hooks = hooks
         self.keep_alive_s = keep_alive_s
         self.max_loaded_models = max_loaded_models
@@ -303,11 +207,10 @@ class LifecycleActor:
         self._last_used: dict[str, float] = {}
         self._reserved: dict[str, float] = {}  # passed before_load, engine not seen starting yet
         self._evicting: set[str] = set()
-        self._changed = trio.Event()
-        self._nursery: trio.Nursery | None = None
-        self._running = False
-        self._handled = 0
-        self._waiting_loads = 0
+        self._loads: list[_Load] = []
+        self._replan_s = math.inf  # when the waiting loads are planned again without a message
+        self._stops: dict[int, _Stop] = {}
+        self._stop_ids = itertools.count(1)
         self._counts = {"idle_unloads": 0, "evictions": 0, "refused": 0}
 
     def __repr__(self) -> str:
@@ -333,25 +236,7 @@ class LifecycleActor:
         model is busy, then raises ``MaxLoadedModels``. With ``need_bytes`` (its estimated
         footprint), raises ``ModelTooLarge`` when it exceeds the budget even alone and
         ``InsufficientMemory`` when only busy models stand in its way."""
-        deadline = trio.current_time() + self.load_wait_s
-        self._waiting_loads += 1
-        try:
-            while True:
-                changed = self._changed
-                plan: EvictionPlan = await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
-                if plan.ok:
-                    return
-                if trio.current_time() >= deadline:
-                    self._counts["refused"] += 1
-                    raise MaxLoadedModels(
-                        f"{plan.refused}; waited {self.load_wait_s:.0f} s — retry when one is idle, "
-                        "unload one (`blazar unload NAME`), or raise max_loaded_models in config.toml",
-                        retry_after_s=max(1.0, self.recheck_s),
-                    )
-                with trio.move_on_at(min(deadline, trio.current_time() + max(self.recheck_s, 0.05))):
-                    await changed.wait()
-        finally:
-            self._waiting_loads -= 1
+        await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
 
     async def unload(self, model: str, *, only_idle: bool = False) -> bool:
         """Stop ``model``'s engine now; True when it was loaded. ``only_idle`` raises
@@ -379,19 +264,32 @@ class LifecycleActor:
         now = trio.current_time()
         loaded = self.hooks.loaded()
         pending = self.hooks.pending()
-        for model, since in list(self._reserved.items()):
-            if model in loaded or now - since > self.reserve_s:
-                del self._reserved[model]
-        names = (set(loaded) | set(self._reserved)) - self._evicting
+        reserved = self._live_reservations(now, loaded)
+        names = (set(loaded) | reserved) - self._evicting
         return [
             Resident(
                 model=m,
                 last_used_s=self._last_used.get(m, -math.inf),
-                in_flight=loaded.get(m, 0) + (1 if m in self._reserved else 0),
+                in_flight=loaded.get(m, 0) + (1 if m in reserved else 0),
                 queued=pending.get(m, 0),
             )
             for m in sorted(names)
         ]
+
+    def preview(self, model: str, need: int | None) -> LoadPreview:
+        """What loading ``model`` now would do, without doing it (``blazar plan``)."""
+        decision, budget, residents = self._decide(model, need)
+        if isinstance(decision, LoadRefusal):
+            return LoadPreview(model=model, need_bytes=need, refused=decision.message, code=decision.code)
+        return LoadPreview(
+            model=model,
+            need_bytes=need,
+            budget_bytes=budget,
+            resident_bytes={r.model: r.memory_bytes for r in residents if r.model != model},
+            evict=list(decision.evict),
+            refused=decision.refused,
+            code=None if decision.ok else "MAX_LOADED_MODELS",
+        )
 
     def statistics(self) -> LifecycleStatistics:
         loaded = self.hooks.loaded()
@@ -412,171 +310,160 @@ class LifecycleActor:
                     expires_at=self.expires_at(m) if self._running else None,
                 )
             )
+        reserved = self._live_reservations(now, loaded) if self._running else set()
         return LifecycleStatistics(
-            name=self.name,
-            running=self._running,
+            **self.actor_fields(),
             keep_alive_s=self.keep_alive_s,
             max_loaded_models=self.max_loaded_models,
             models=models,
             evicting=sorted(self._evicting),
-            reserved=sorted(self._reserved),
-            waiting_loads=self._waiting_loads,
+            reserved=sorted(reserved),
+            waiting_loads=len(self._loads),
             **self._counts,
         )
 
-    # -- the loop -------------------------------------------------------------
+    # -- the loop's hooks -------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[LifecycleActor] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self.mailbox.reopen()
-            self._running = True
-            try:
-                task_status.started(self)
-                while True:
-                    env: Envelope[LifecycleMessage] | None = None
-                    with trio.move_on_at(self._next_wake()):
-                        env = await self.mailbox.receive()
-                    if env is not None:
-                        self._dispatch(env)
-                    # Messages already sent count before timers: a touch re-arms first.
-                    while True:
-                        try:
-                            env = self.mailbox.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                        self._dispatch(env)
-                    self._fire_due()
-            finally:
-                self._running = False
-                self.mailbox.close()
-                nursery.cancel_scope.cancel()
+    def dispatch(self, env: Envelope[LifecycleMessage]) -> None:
+        now = trio.current_time()
+        match env.message:
+            case Touch(model=model, keep_alive_s=keep):
+                self._last_used[model] = now
+                self._reserved.pop(model, None)
+                ka = self._default_keep_alive(model) if keep is None else keep
+                self._timers[model] = arm(now, ka)
+            case PlanLoad(model=model, need_bytes=need):
+                # planned in settle, with the rest of the batch already applied
+                self._loads.append(
+                    _Load(env=env, model=model, need_bytes=need, deadline_s=now + self.load_wait_s)
+                )
+            case Unload(model=model, only_idle=only_idle):
+                self._unload(env, model, only_idle)
+            case _Stopped(stop_id=stop_id, stopped=stopped, skipped=skipped):
+                if (stop := self._stops.pop(stop_id, None)) is not None:
+                    self._stopped(stop, stopped, skipped, now)
+            case _:
+                assert_never(env.message)
 
-    def _next_wake(self) -> float:
-        return min(
+    def next_deadline(self) -> float:
+        soonest = min(
             (t.deadline_s for t in self._timers.values() if t.deadline_s is not None), default=math.inf
         )
+        if self._loads:
+            soonest = min(soonest, self._replan_s, *(load.deadline_s for load in self._loads))
+        return soonest
 
-    def _default_keep_alive(self, model: str) -> float:
-        return self.model_keep_alive.get(model, self.keep_alive_s)
-
-    def _busy(self, model: str) -> bool:
-        return self.hooks.loaded().get(model, 0) > 0 or self.hooks.pending().get(model, 0) > 0
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def _dispatch(self, env: Envelope[LifecycleMessage]) -> None:
-        self._handled += 1
+    def on_deadline(self) -> None:
+        """Due idle timers unload their models (or wait while they still have work)."""
         now = trio.current_time()
-        try:
-            match env.message:
-                case Touch(model=model, keep_alive_s=keep):
-                    self._last_used[model] = now
-                    self._reserved.pop(model, None)
-                    ka = self._default_keep_alive(model) if keep is None else keep
-                    self._timers[model] = arm(now, ka)
-                    self._notify()
-                case PlanLoad(model=model, need_bytes=need):
-                    self._plan_load(env, model, need, now)
-                case Unload(model=model, only_idle=only_idle):
-                    self._unload(env, model, only_idle)
-                case _Stopped(models=models, skipped=skipped):
-                    self._evicting.difference_update(models)
-                    for m in skipped:  # keep watching it: it idles again later
-                        if m not in self._timers:
-                            ka = self._default_keep_alive(m)
-                            self._timers[m] = Timer(
-                                last_used_s=now, keep_alive_s=ka, deadline_s=now, waiting=True
-                            )
-                    self._notify()
-                case _:
-                    env.fail(TypeError(f"unexpected message {env.message!r}"))
-        except BlazarRuntimeError as exc:
-            env.fail(exc)
+        due = [m for m, t in self._timers.items() if t.deadline_s is not None and t.deadline_s <= now]
+        if not due:
+            return
+        loaded = self.hooks.loaded()
+        for model in due:
+            timer, unload = tick(
+                self._timers[model], now_s=now, busy=self._busy(model), recheck_s=self.recheck_s
+            )
+            if timer is not None:
+                self._timers[model] = timer
+                continue
+            del self._timers[model]
+            if unload and model in loaded and model not in self._evicting:
+                self._stop_soon(_Stop(models=(model,)), check_idle=True)
 
-    def preview(self, model: str, need: int | None) -> LoadPreview:
-        """What loading ``model`` now would do, without doing it (``blazar plan``)."""
-        try:
-            plan, budget, residents = self._decide(model, need)
-        except (ModelTooLarge, InsufficientMemory) as exc:
-            return LoadPreview(model=model, need_bytes=need, refused=exc.message, code=exc.code)
-        return LoadPreview(
-            model=model,
-            need_bytes=need,
-            budget_bytes=budget,
-            resident_bytes={r.model: r.memory_bytes for r in residents if r.model != model},
-            evict=list(plan.evict),
-            refused=plan.refused,
-            code=None if plan.ok else "MAX_LOADED_MODELS",
-        )
+    def settle(self) -> None:
+        """Plan the waiting loads again: what changed in this batch may have made room."""
+        if self._reserved:
+            now = trio.current_time()
+            live = self._live_reservations(now, self.hooks.loaded())
+            self._reserved = {m: since for m, since in self._reserved.items() if m in live}
+        if not self._loads:
+            return
+        now = trio.current_time()
+        for load in list(self._loads):
+            if not load.evicting:
+                self._try_load(load, now)
+        self._replan_s = now + max(self.recheck_s, 0.05)
 
-    def _decide(self, model: str, need: int | None) -> tuple[EvictionPlan, int | None, list[Resident]]:
-        """The eviction plan for loading ``model`` (estimated at ``need`` bytes), the memory
-        budget and the residents; raises when memory rules the load out."""
+    async def on_stop(self) -> None:
+        stopped = ActorStopped(f"actor '{self.name}' stopped before answering")
+        for load in self._loads:
+            load.env.fail(stopped)
+        for stop in self._stops.values():
+            if stop.unload is not None:
+                stop.unload.fail(stopped)
+        self._loads.clear()
+        self._stops.clear()
+
+    # -- loads ------------------------------------------------------------------
+
+    def _live_reservations(self, now: float, loaded: Mapping[str, int]) -> set[str]:
+        """Models that passed ``before_load`` lately and whose engine is not seen yet."""
+        return {m for m, since in self._reserved.items() if m not in loaded and now - since <= self.reserve_s}
+
+    def _decide(
+        self, model: str, need: int | None
+    ) -> tuple[EvictionPlan | LoadRefusal, int | None, list[Resident]]:
+        """The decision on loading ``model`` (estimated at ``need`` bytes) now, the memory
+        budget it was made against and the residents it saw."""
         residents = [
             msgspec.structs.replace(r, memory_bytes=self.hooks.footprint(r.model)) for r in self.residents()
         ]
         held = sum(r.memory_bytes or 0 for r in residents if r.model != model)
         budget = self.hooks.memory_budget(held) if need is not None else None
-        fits = None
-        if need is not None and budget is not None:
-            if need > budget:
-                advice = self.hooks.advice(model, budget)
-                raise ModelTooLarge(
-                    f"'{model}' needs about {_gib(need)} but the memory budget is {_gib(budget)} even "
-                    f"with no other model loaded{' — ' + advice if advice else ''}"
-                )
+        decision = plan_load(
+            residents,
+            incoming=model,
+            need_bytes=need,
+            budget_bytes=budget,
+            max_loaded=self.max_loaded_models,
+            advice=lambda: self.hooks.advice(model, budget) if budget is not None else "",
+        )
+        return decision, budget, residents
 
-            def fits(kept: list[Resident]) -> bool:
-                return need + sum(r.memory_bytes or 0 for r in kept) <= budget
-
-        plan = choose_evictions(residents, incoming=model, max_loaded=self.max_loaded_models, fits=fits)
-        if not plan.ok and plan.short_of_memory and need is not None and budget is not None:
-            busy = {r.model: r.memory_bytes or 0 for r in residents if r.busy and r.model != model}
-            raise InsufficientMemory(
-                f"'{model}' needs about {_gib(need)}; the budget is {_gib(budget)} and the busy models "
-                + ", ".join(f"'{m}' ({_gib(b)})" for m, b in sorted(busy.items()))
-                + f" hold {_gib(sum(busy.values()))} — retry when they are idle, or unload one "
-                "(`blazar unload NAME`)",
-                retry_after_s=5.0,
+    def _try_load(self, load: _Load, now: float) -> None:
+        """Answer, refuse, start the evictions for, or keep waiting ``load``."""
+        self._last_used[load.model] = now
+        decision, _budget, _residents = self._decide(load.model, load.need_bytes)
+        if isinstance(decision, LoadRefusal):
+            self._refuse(
+                load, _REFUSALS[decision.code](decision.message, retry_after_s=decision.retry_after_s)
             )
-        return plan, budget, residents
-
-    def _plan_load(self, env: Envelope[LifecycleMessage], model: str, need: int | None, now: float) -> None:
-        self._last_used[model] = now
-        try:
-            plan, _budget, _residents = self._decide(model, need)
-        except (ModelTooLarge, InsufficientMemory):
-            self._counts["refused"] += 1
-            raise
-        if not plan.ok:
-            env.answer(plan)
             return
-        self._reserved[model] = now
-        # Tracked from now on: the timer waits while the load and its request run.
-        timer = self._timers.get(model)
-        keep = timer.keep_alive_s if timer else self._default_keep_alive(model)
-        self._timers[model] = Timer(last_used_s=now, keep_alive_s=keep, deadline_s=now, waiting=True)
-        if not plan.evict:
-            env.answer(plan)
-            return
-
-        def done(stopped: tuple[str, ...], skipped: tuple[str, ...]) -> None:
-            if skipped:  # a victim got work meanwhile: plan again
-                self._reserved.pop(model, None)
-                env.answer(
-                    msgspec.structs.replace(plan, refused="an eviction victim became busy", busy=skipped)
+        load.plan = decision
+        if not decision.ok:
+            if now >= load.deadline_s:
+                self._refuse(
+                    load,
+                    MaxLoadedModels(
+                        f"{decision.refused}; waited {self.load_wait_s:.0f} s — retry when one is idle, "
+                        "unload one (`blazar unload NAME`), or raise max_loaded_models in config.toml",
+                        retry_after_s=max(1.0, self.recheck_s),
+                    ),
                 )
-            else:
-                env.answer(plan)
-
-        for victim in plan.evict:
-            log.info("evicting '%s' (least recently used) to load '%s'", victim, model)
+            return
+        self._reserved[load.model] = now
+        # Tracked from now on: the timer waits while the load and its request run.
+        timer = self._timers.get(load.model)
+        keep = timer.keep_alive_s if timer else self._default_keep_alive(load.model)
+        self._timers[load.model] = Timer(last_used_s=now, keep_alive_s=keep, deadline_s=now, waiting=True)
+        if not decision.evict:
+            self._loads.remove(load)
+            load.env.answer(decision)
+            return
+        for victim in decision.evict:
+            log.info("evicting '%s' (least recently used) to load '%s'", victim, load.model)
             self._timers.pop(victim, None)
-        self._counts["evictions"] += len(plan.evict)
-        self._stop_soon(plan.evict, check_idle=True, done=done)
+        self._counts["evictions"] += len(decision.evict)
+        load.evicting = True
+        self._stop_soon(_Stop(models=decision.evict, load=load), check_idle=True)
+
+    def _refuse(self, load: _Load, exc: Exception) -> None:
+        self._counts["refused"] += 1
+        self._loads.remove(load)
+        load.env.fail(exc)
+
+    # -- stops ------------------------------------------------------------------
 
     def _unload(self, env: Envelope[LifecycleMessage], model: str | None, only_idle: bool) -> None:
         loaded = dict(self.hooks.loaded())  # a snapshot: the stops change what is loaded
@@ -593,29 +480,36 @@ class LifecycleActor:
         for m in victims:
             self._timers.pop(m, None)
             self._reserved.pop(m, None)
+        self._stop_soon(_Stop(models=victims, unload=env, loaded=frozenset(loaded)), check_idle=only_idle)
 
-        def done(stopped: tuple[str, ...], skipped: tuple[str, ...]) -> None:
-            env.answer(tuple(m for m in stopped if m in loaded))
+    def _stop_soon(self, stop: _Stop, *, check_idle: bool) -> None:
+        stop_id = next(self._stop_ids)
+        self._stops[stop_id] = stop
+        self._evicting.update(stop.models)
+        self.start_soon(self._stop, stop_id, stop.models, check_idle)
 
-        self._stop_soon(victims, check_idle=only_idle, done=done)
+    def _stopped(self, stop: _Stop, stopped: tuple[str, ...], skipped: tuple[str, ...], now: float) -> None:
+        self._evicting.difference_update(stop.models)
+        for m in skipped:  # keep watching it: it idles again later
+            if m not in self._timers:
+                ka = self._default_keep_alive(m)
+                self._timers[m] = Timer(last_used_s=now, keep_alive_s=ka, deadline_s=now, waiting=True)
+        if stop.load is not None:
+            load = stop.load
+            load.evicting = False
+            if skipped:  # a victim got work meanwhile: planned again in settle
+                self._reserved.pop(load.model, None)
+            else:
+                self._loads.remove(load)
+                load.env.answer(load.plan)
+        elif stop.unload is not None:
+            stop.unload.answer(tuple(m for m in stopped if m in stop.loaded))
+        else:
+            for model in stopped:
+                log.info("unloaded '%s': idle for its keep-alive", model)
+            self._counts["idle_unloads"] += len(stopped)
 
-    def _stop_soon(
-        self,
-        models: tuple[str, ...],
-        *,
-        check_idle: bool,
-        done: Callable[[tuple[str, ...], tuple[str, ...]], None] | None = None,
-    ) -> None:
-        self._evicting.update(models)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._stop, models, check_idle, done)
-
-    async def _stop(
-        self,
-        models: tuple[str, ...],
-        check_idle: bool,
-        done: Callable[[tuple[str, ...], tuple[str, ...]], None] | None,
-    ) -> None:
+    async def _stop(self, stop_id: int, models: tuple[str, ...], check_idle: bool) -> None:
         stopped: list[str] = []
         skipped: list[str] = []
         try:
@@ -633,30 +527,16 @@ class LifecycleActor:
                     log.exception("stopping the engine of '%s' failed", m)
         finally:
             try:
-                self.mailbox.tell_nowait(_Stopped(models=models, skipped=tuple(skipped)))
+                self.mailbox.tell_nowait(
+                    _Stopped(stop_id=stop_id, stopped=tuple(stopped), skipped=tuple(skipped))
+                )
             except (ActorStopped, trio.WouldBlock):
                 pass
-            if done is not None:
-                done(tuple(stopped), tuple(skipped))
 
-    def _fire_due(self) -> None:
-        now = trio.current_time()
-        due = [m for m, t in self._timers.items() if t.deadline_s is not None and t.deadline_s <= now]
-        if not due:
-            return
-        loaded = self.hooks.loaded()
-        for model in due:
-            timer, unload = tick(
-                self._timers[model], now_s=now, busy=self._busy(model), recheck_s=self.recheck_s
-            )
-            if timer is not None:
-                self._timers[model] = timer
-                continue
-            del self._timers[model]
-            if unload and model in loaded and model not in self._evicting:
-                self._stop_soon((model,), check_idle=True, done=self._unloaded_idle)
+    # -- reads ------------------------------------------------------------------
 
-    def _unloaded_idle(self, stopped: tuple[str, ...], skipped: tuple[str, ...]) -> None:
-        for model in stopped:
-            log.info("unloaded '%s': idle for its keep-alive", model)
-            self._counts["idle_unloads"] += 1
+    def _default_keep_alive(self, model: str) -> float:
+        return self.model_keep_alive.get(model, self.keep_alive_s)
+
+    def _busy(self, model: str) -> bool:
+        return self.hooks.loaded().get(model, 0) > 0 or self.hooks.pending().get(model, 0) > 0

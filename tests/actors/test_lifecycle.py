@@ -4,6 +4,7 @@ on fake engines (no child process) under trio's autojump clock."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -13,16 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.config import RuntimeConfig
-from actors.errors import InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
-from actors.lifecycle import (
-    LifecycleActor,
-    ModelLifecycle,
-    Resident,
-    Timer,
-    arm,
-    choose_evictions,
-    tick,
-)
+from actors.errors import ActorStopped, InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
+from actors.eviction import Resident, Timer, arm, choose_evictions, tick
+from actors.lifecycle import LifecycleActor, ModelLifecycle
 from actors.runtime import open_runtime
 
 # -- choose_evictions -------------------------------------------------------------
@@ -547,3 +541,41 @@ async def test_unknown_footprints_skip_the_memory_check(autojump_clock: trio.tes
         await life.before_load("b")  # no estimate for 'b': loaded unchecked
         assert world.stopped == []
         nursery.cancel_scope.cancel()
+
+
+async def test_reads_change_nothing(autojump_clock: trio.testing.MockClock) -> None:
+    """residents(), preview() and statistics() run on other tasks: they read, never prune."""
+    world = World(stop_s=0)
+    async with trio.open_nursery() as nursery:
+        life = await _start(nursery, world, max_loaded_models=2, reserve_s=10.0)
+        await life.before_load("a")  # reserved until its engine shows up
+        world.loaded["a"] = 1
+        await trio.sleep(20)  # long past reserve_s, but nothing woke the actor
+        before = (dict(life._reserved), dict(life._timers), dict(life._last_used))
+        assert [r.model for r in life.residents()] == ["a"]
+        assert life.preview("b", None).evict == []
+        assert life.statistics().reserved == []
+        assert (dict(life._reserved), dict(life._timers), dict(life._last_used)) == before
+        nursery.cancel_scope.cancel()
+
+
+async def test_asks_in_hand_fail_when_the_actor_stops(autojump_clock: trio.testing.MockClock) -> None:
+    world = World(stop_s=100)
+    failures: list[str] = []
+
+    async def ask(call: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await call()
+        except ActorStopped:
+            failures.append("stopped")
+
+    async with trio.open_nursery() as askers:
+        async with trio.open_nursery() as nursery:
+            life = await _start(nursery, world, max_loaded_models=1)
+            world.loaded.update(a=0, b=1)
+            askers.start_soon(ask, lambda: life.unload("a"))  # its stop takes 100 s
+            askers.start_soon(ask, lambda: life.before_load("c"))  # waits: 'b' is busy
+            await trio.sleep(1)
+            assert life.statistics().waiting_loads == 1 and life.statistics().evicting == ["a"]
+            nursery.cancel_scope.cancel()
+    assert failures == ["stopped", "stopped"]
