@@ -11,18 +11,21 @@ slot (queues, priorities, deadlines), eviction of idle models when needed, a rea
 engine, a lease, and one release that re-arms the model's keep-alive timer.
 """
 
-from actors.admission import AdmissionRejected
 from actors.claim import Claim, ClaimOptions, ClaimRequest
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.errors import (
     ActorStopped,
+    AdmissionRejected,
     BlazarRuntimeError,
     EngineCircuitOpen,
     EngineCrashed,
     EngineStartTimeout,
     EngineUnavailable,
+    InsufficientMemory,
+    MaxLoadedModels,
+    ModelBusy,
+    ModelTooLarge,
 )
-from actors.lifecycle import InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
 from actors.runtime import Runtime, RuntimeStatistics, open_runtime
 from actors.scheduling import Tier
 from registry.errors import ModelNotFound
