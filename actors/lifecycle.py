@@ -349,8 +349,9 @@ class LifecycleActor(Actor[LifecycleMessage]):
         soonest = min(
             (t.deadline_s for t in self._timers.values() if t.deadline_s is not None), default=math.inf
         )
-        if self._loads:
-            soonest = min(soonest, self._replan_s, *(load.deadline_s for load in self._loads))
+        waiting = [load.deadline_s for load in self._loads if not load.evicting]
+        if waiting:  # a load whose evictions run waits for their report, not for its deadline
+            soonest = min(soonest, self._replan_s, *waiting)
         return soonest
 
     def on_deadline(self) -> None:

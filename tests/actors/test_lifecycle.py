@@ -579,3 +579,24 @@ async def test_asks_in_hand_fail_when_the_actor_stops(autojump_clock: trio.testi
             assert life.statistics().waiting_loads == 1 and life.statistics().evicting == ["a"]
             nursery.cancel_scope.cancel()
     assert failures == ["stopped", "stopped"]
+
+
+async def test_an_eviction_outlasting_the_load_wait_does_not_spin_the_loop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class Counting(LifecycleActor):
+        wakes = 0
+
+        def settle(self) -> None:
+            self.wakes += 1
+            assert self.wakes < 1000, "the loop is spinning"
+            super().settle()
+
+    world = World(stop_s=30)
+    async with trio.open_nursery() as nursery:
+        life = Counting(world.hooks(), max_loaded_models=1, load_wait_s=1.0)
+        await nursery.start(life.run)
+        world.loaded["a"] = 0
+        await life.before_load("b")  # evicting 'a' takes 30 s, far past the 1 s wait
+        assert world.names() == ["a"] and life.wakes < 20
+        nursery.cancel_scope.cancel()
