@@ -13,7 +13,7 @@ from actors.errors import AdmissionRejected, BlazarRuntimeError, MaxLoadedModels
 from blazar.cli import _one_line
 from blazar.dialects.neutral import DecodeError
 from blazar.error_reply import ErrorReply, describe_error
-from blazar.errors import CATALOG, BlazarError
+from blazar.errors import CATALOG, BlazarError, Dialect
 from blazar.web.call import Call
 from blazar.web.common import exception_reply
 from registry.errors import ModelNotFound, RegistryError
@@ -80,3 +80,16 @@ def test_the_gateway_and_the_cli_say_the_same(exc: BlazarRuntimeError | Registry
     assert line.startswith(expected.message)
     if expected.retry_after is not None:
         assert line.endswith(f"(retry in {expected.retry_after} s)")
+
+
+def test_a_dialect_gets_its_own_wording_and_the_field_to_blame() -> None:
+    exc = BlazarError(
+        "BAD_REQUEST", "top_p: out of range", param="top_p", wordings={Dialect.ANTHROPIC: "bad top_p"}
+    )
+    assert describe_error(exc) == ErrorReply(
+        status=400, code="BAD_REQUEST", message="top_p: out of range", param="top_p"
+    )
+    described = describe_error(exc, Dialect.ANTHROPIC)
+    assert described is not None and described.message == "bad top_p"
+    decoded = describe_error(DecodeError("n: must be >= 1", param="n"))
+    assert decoded is not None and decoded.param == "n"
