@@ -119,6 +119,7 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         embeddings=bool(override and override.embeddings),
         native_tools=bool(template and "tools" in template),
         system_turns=allows_system_turns(template),
+        llguidance=find_llama_server(config.engine.llama_server) is None,
         chat_template=settings.template if settings else None,
         system=settings.system if settings else None,
         defaults=dict(settings.parameters) if settings else {},

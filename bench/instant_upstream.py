@@ -18,7 +18,10 @@ stream chunks) for one request.
 Two things make it answer like a model rather than a yardstick, for tests that drive the
 gateway end to end: ``--reply TEXT`` is the answer of every chat and completion, and a
 request whose ``response_format`` carries a JSON schema is answered with a compact instance
-of that schema, as an engine's grammar-constrained decoding would. Either answer is cut into
+of that schema, as an engine's grammar-constrained decoding would. With both, the schema's
+alternative that fits the reply is taken, as a model that means the reply would choose it:
+the reply itself when it is JSON with the constant values of one alternative, else the
+reply as the text of an alternative that is one string property. Either answer is cut into
 token-like pieces, streamed one piece per chunk and cut at ``max_tokens`` (finish ``length``).
 """
 
@@ -146,14 +149,35 @@ def _instance(schema: Any) -> Any:
     return {"string": "text", "integer": 1, "number": 1.5, "boolean": True}.get(str(kind))
 
 
-def _constrained(doc: dict[str, Any]) -> str | None:
+def _constrained(doc: dict[str, Any], reply: str | None = None) -> str | None:
     """The answer a JSON-schema ``response_format`` forces, as compact JSON; None without one."""
     fmt = doc.get("response_format")
     if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
         return None
     spec = fmt.get("json_schema") or {}
     schema = spec.get("schema", spec) if isinstance(spec, dict) else {}
-    return json.dumps(_instance(schema), separators=(",", ":"))
+    chosen = _fitting(schema, reply) if reply is not None and isinstance(schema, dict) else None
+    return json.dumps(_instance(schema) if chosen is None else chosen, separators=(",", ":"))
+
+
+def _fitting(schema: dict[str, Any], reply: str) -> Any:
+    """The value of the alternative of ``schema`` that ``reply`` means, or None."""
+    alternatives = [a for a in schema.get("anyOf") or [schema] if isinstance(a, dict)]
+    try:
+        value = json.loads(reply)
+    except ValueError:
+        value = None
+    for alt in alternatives:
+        props = alt.get("properties") or {}
+        consts = {k: sub["const"] for k, sub in props.items() if isinstance(sub, dict) and "const" in sub}
+        if isinstance(value, dict) and consts and set(value) == set(props):
+            if all(value[k] == v for k, v in consts.items()):
+                return value
+    for alt in alternatives:
+        props = alt.get("properties") or {}
+        if len(props) == 1 and next(iter(props.values())).get("type") == "string":
+            return {next(iter(props)): reply}
+    return None
 
 
 def _json(obj: Any) -> bytes:
@@ -300,7 +324,7 @@ class Connection(asyncio.Protocol):
             return None
         if path in (b"/v1/chat/completions", b"/chat/completions", b"/v1/completions", b"/completions"):
             chat = b"chat" in path
-            text = (_constrained(doc) if chat else None) or up.reply
+            text = (_constrained(doc, up.reply) if chat else None) or up.reply
             if text is not None:
                 return self._answer_text(doc, chat, text, close)
             if not doc.get("stream"):

@@ -33,6 +33,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     system_turns: bool = True
     """The chat template keeps a system turn after the first user turn; otherwise the
     gateway writes such turns into the user's text."""
+    llguidance: bool = False
+    """The engine reads llguidance grammars (the xllamacpp wheel's build does)."""
     chat_template: str | None = None
     """A Jinja chat template replacing the GGUF's own (from the model's settings)."""
     system: str | None = None

@@ -23,6 +23,7 @@ import msgspec
 from msgspec import Meta
 
 from blazar.dialects._wire import OutOfRange, convert, decode_json
+from blazar.dialects.jsonstream import complete_prefix
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -486,10 +487,15 @@ def _usage(usage: Usage) -> dict[str, int]:
 
 
 def _tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the ``input`` object; arguments cut off by the token cap
+    keep what was complete."""
     try:
         value = msgspec.json.decode(arguments)
     except msgspec.DecodeError:
-        return {}
+        try:
+            value = msgspec.json.decode(complete_prefix(arguments) or "{}")
+        except msgspec.DecodeError:
+            return {}
     return value if isinstance(value, dict) else {}
 
 

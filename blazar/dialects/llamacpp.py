@@ -119,11 +119,21 @@ def fold_system_turns(messages: list[Message]) -> list[Message]:
     return out
 
 
+def _tool_schema(req: ChatRequest) -> dict[str, Any] | None:
+    """The schema that constrains an emulated tool answer (None: the output is free)."""
+    own_format = req.response_format is not None and req.response_format.kind != "text"
+    return tools.constraint_schema(req.tools, req.tool_choice, response_format=own_format)
+
+
 def engine_request(
-    req: ChatRequest, *, native_tools: bool, system_turns: bool = True
+    req: ChatRequest, *, native_tools: bool, system_turns: bool = True, llguidance: bool = False
 ) -> tuple[str, dict[str, Any]]:
-    """The llama.cpp route and JSON body for a neutral request; ``system_turns`` says
-    whether the model's template keeps system turns after the first user turn."""
+    """The llama.cpp route and JSON body for a neutral request.
+
+    ``system_turns`` says whether the model's template keeps system turns after the
+    first user turn. ``llguidance``: the engine's build reads llguidance grammars (the
+    xllamacpp wheel's does), which emulated tool calls use to keep their JSON compact.
+    """
     body: dict[str, Any] = {"stream": req.stream}
     if req.stream:
         # The progress event comes before the prompt is evaluated and carries its token
@@ -145,17 +155,21 @@ def engine_request(
         return "/v1/completions", body
 
     messages = list(req.messages)
-    emulate = (
-        bool(req.tools) and not native_tools and (req.tool_choice is None or req.tool_choice.mode != "none")
-    )
-    if emulate:
-        messages = tools.render_for_prompt(messages, req.tools, req.tool_choice)
-        schema = tools.constraint_schema(req.tools, req.tool_choice)
-        if schema is not None:
+    if tools.emulated(req, native_tools=native_tools):
+        schema = _tool_schema(req)
+        messages = tools.render_for_prompt(messages, req.tools, req.tool_choice, wrapped=schema is not None)
+        if schema is not None and llguidance:
+            # Our own grammar, because the one llama.cpp derives from a JSON schema lets
+            # the model pretty-print: newlines and indents cost tokens before the first
+            # argument. llguidance's JSON is compact when whitespace is not flexible.
+            compact = {**schema, "x-guidance": {"whitespace_flexible": False}}
+            body["grammar"] = "%llguidance {}\nstart: %json " + msgspec.json.encode(compact).decode()
+        elif schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "tool_call", "schema": schema},
             }
+        if tools.forced(req.tool_choice):
             # A grammar keeps a small model inside the JSON but not from rambling in
             # a string forever; a call never needs this many tokens.
             body.setdefault("max_tokens", TOOL_CALL_MAX_TOKENS)
@@ -174,7 +188,7 @@ def engine_request(
                 if choice.mode == "function"
                 else choice.mode
             )
-    if "response_format" not in body and req.response_format is not None:
+    if "response_format" not in body and "grammar" not in body and req.response_format is not None:
         fmt = req.response_format
         if fmt.kind == "json_object":
             body["response_format"] = {"type": "json_object"}
@@ -299,8 +313,9 @@ class EngineStream:
     """Incremental parser of llama.cpp's OpenAI SSE stream into neutral deltas.
 
     Bytes may split anywhere (inside a UTF-8 sequence too); ``feed`` buffers up
-    to the next event boundary. With emulated tools the text is held back and
-    turned into tool calls at the end, since it is JSON meant for the gateway.
+    to the next event boundary. With emulated tools the text is the JSON the
+    output was constrained to: ``tools.OutputParser`` turns it into text or
+    tool-call deltas as it streams.
 
     ``prompt`` is the prompt's size (tokens in all, of them cached) from the
     engine's first progress event, known before any token is generated; None
@@ -311,14 +326,13 @@ class EngineStream:
     def __init__(self, req: ChatRequest, *, native_tools: bool) -> None:
         self._buf = b""
         self._think = ThinkSplitter()
-        self._emulate = (
-            bool(req.tools)
-            and not native_tools
-            and (req.tool_choice is None or req.tool_choice.mode != "none")
-        )
-        self._req = req
-        self._held: list[str] = []
+        self._tools: tools.OutputParser | None = None
+        if tools.emulated(req, native_tools=native_tools):
+            wrapped = _tool_schema(req) is not None
+            self._tools = tools.OutputParser(req.tools, req.tool_choice, wrapped=wrapped)
         self._finish: FinishReason | None = None
+        self.started = False
+        """The engine has sent some of the answer (which may not have become a delta yet)."""
         self.done = False
         self.prompt: Usage | None = None
         self.seen_event = False
@@ -364,8 +378,13 @@ class EngineStream:
                 )
                 for i, c in enumerate(d.get("tool_calls") or [])
             ]
-            if self._emulate:
-                self._held.append(text)
+            if text or thinking or calls:
+                self.started = True
+            if self._tools is not None and text:
+                if thinking:
+                    deltas.append(Delta(thinking=thinking))
+                    thinking = ""
+                deltas.extend(self._tools.feed(text))
                 text = ""
             if choice.get("finish_reason"):
                 self._finish = _FINISH.get(choice["finish_reason"], "stop")
@@ -383,17 +402,14 @@ class EngineStream:
         finish = self._finish or "stop"
         self._finish = None
         calls: list[ToolCallDelta] = []
-        if self._emulate:
-            text = "".join(self._held) + tail_text
-            self._held = []
-            parsed = tools.parse_output(text, self._req.tools, self._req.tool_choice)
-            if parsed.calls:
-                calls = [
-                    ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
-                    for i, c in enumerate(parsed.calls)
-                ]
-                finish = "tool_calls"
-            tail_text = parsed.text
+        if self._tools is not None:
+            # The emulated answer's last pieces ride on the final delta.
+            parser, self._tools = self._tools, None
+            tail = parser.feed(tail_text) if tail_text else []
+            more, finish = parser.finish(finish)
+            tail += more
+            tail_text = "".join(d.text for d in tail)
+            calls = [c for d in tail for c in d.tool_calls]
         return [
             Delta(
                 text=tail_text,
@@ -427,10 +443,12 @@ def parse_response(doc: dict[str, Any], req: ChatRequest, *, native_tools: bool)
         )
         for i, c in enumerate(message.get("tool_calls") or [])
     ]
-    if req.tools and not native_tools and (req.tool_choice is None or req.tool_choice.mode != "none"):
-        parsed = tools.parse_output(text, req.tools, req.tool_choice)
-        text, calls = parsed.text, parsed.calls or calls
-    if calls:
+    if tools.emulated(req, native_tools=native_tools):
+        parsed = tools.parse_whole_output(
+            text, req.tools, req.tool_choice, wrapped=_tool_schema(req) is not None, finish_reason=finish
+        )
+        text, calls, finish = parsed.text, parsed.calls, parsed.finish_reason
+    elif calls:
         finish = "tool_calls"
     return ChatResponse(
         id=str(doc.get("id") or f"chatcmpl-{time.time_ns():x}"),

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import Meta
 
 from blazar.dialects._wire import decode_json
+from blazar.dialects.jsonstream import complete_prefix
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -456,14 +457,18 @@ def _metrics(usage: Usage | None, timings: Timings) -> dict[str, int]:
 
 
 def _arguments_object(text: str) -> dict[str, Any]:
-    """A call's JSON-text arguments as the object Ollama sends; text that is not an
-    object is kept under ``_raw`` rather than dropped."""
+    """A call's JSON-text arguments as the object Ollama sends; arguments cut off by the
+    token cap keep what was complete, and text that is not an object is kept under
+    ``_raw`` rather than dropped."""
     if not text.strip():
         return {}
     try:
         value = msgspec.json.decode(text)
     except msgspec.DecodeError:
-        return {"_raw": text}
+        try:
+            value = msgspec.json.decode(complete_prefix(text) or "null")
+        except msgspec.DecodeError:
+            value = None
     return value if isinstance(value, dict) else {"_raw": text}
 
 

@@ -145,6 +145,14 @@ class EngineCall:
     def system_turns(self) -> bool:
         return self.engine is None or self.engine.spec.system_turns
 
+    def engine_request(self, req: ChatRequest) -> tuple[str, dict[str, Any]]:
+        return engine_request(
+            req,
+            native_tools=self.native_tools,
+            system_turns=self.system_turns,
+            llguidance=bool(self.engine and self.engine.spec.llguidance),
+        )
+
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
         engine = self.engine = await self.runtime.engine_for(self.req.model)
         check_images(self.req, engine)
@@ -215,9 +223,7 @@ class EngineCall:
 
     async def complete(self) -> ChatResponse:
         try:
-            path, body = engine_request(
-                self.req, native_tools=self.native_tools, system_turns=self.system_turns
-            )
+            path, body = self.engine_request(self.req)
             doc = await self.post(path, body)
             self.timings.ended_ns = time.perf_counter_ns()
             # Without a stream the gateway sees no first token; the engine's own
@@ -234,11 +240,7 @@ class EngineCall:
     async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
         """Open the engine stream; errors before the first byte are raised as HTTP errors."""
         assert self.engine is not None and self.handle is not None
-        path, body = engine_request(
-            msgspec.structs.replace(self.req, stream=True),
-            native_tools=self.native_tools,
-            system_turns=self.system_turns,
-        )
+        path, body = self.engine_request(msgspec.structs.replace(self.req, stream=True))
         try:
             resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
         except UpstreamError as exc:
@@ -296,9 +298,11 @@ class TranslatedStream:
                     # says how long the prompt is, which the stream's head reports.
                     started = True
                     out.append(self._encoder.start(parser.prompt))
+                # The first token, not the first delta: an emulated tool call becomes
+                # deltas only once its name is whole.
+                if timings.first_token_ns is None and parser.started:
+                    timings.first_token_ns = time.perf_counter_ns()
                 for delta in deltas:
-                    if timings.first_token_ns is None:
-                        timings.first_token_ns = time.perf_counter_ns()
                     if delta.finish_reason is not None:
                         final = delta
                     else:
@@ -357,7 +361,7 @@ async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:
     call = EngineCall(runtime, req)
     await call.prepare()
     try:
-        _, body = engine_request(req, native_tools=call.native_tools, system_turns=call.system_turns)
+        _, body = call.engine_request(req)
         template_body: dict[str, Any] = {k: body[k] for k in ("messages", "tools") if k in body}
         prompt = (await call.post("/apply-template", template_body))["prompt"]
         tokens = (await call.post("/tokenize", {"content": prompt, "add_special": True}))["tokens"]

@@ -3,10 +3,11 @@
 The test model's chat template knows no tools, so the gateway describes them in
 the prompt and reads the model's JSON answer back as calls. A forced call goes to
 the engine as a JSON-schema constraint, which the instant upstream obeys as
-llama.cpp's grammar would; an unforced one is whatever the model says (here the
-upstream's ``--reply``). Each dialect must hand back a proper tool call: the name,
-and arguments that decode to the JSON the model produced. How the call is cut
-into chunks is left open: only what the chunks add up to is checked.
+llama.cpp's grammar would; an unforced one is constrained to a call or a text
+answer, and the upstream's ``--reply`` says which the model chose. Each dialect
+must hand back a proper tool call: the name, and arguments that decode to the
+JSON the model produced. How the call is cut into chunks is left open: only what
+the chunks add up to is checked.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ ANTHROPIC_TOOLS = [
     {"name": "search", "input_schema": OTHER},
     {"name": "get_weather", "input_schema": PARAMETERS},
 ]
-CALL = {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}
-"""What the model says when nothing constrains it, in the emulation's call format."""
+CALL = {"tool": "get_weather", "arguments": {"city": "Paris", "days": 3}}
+"""What the model says when it may answer in words or call (``auto``), in the emulation's
+call format: the upstream takes the constraint's alternative that this reply fits."""
 CONSTRAINED = {"city": "Paris", "days": 1}
 """What the constraint for get_weather yields from the instant upstream (enum, integer)."""
 

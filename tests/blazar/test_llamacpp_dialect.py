@@ -86,7 +86,7 @@ def test_emulated_tools_golden(name: str, choice: ToolChoice | None) -> None:
         _req(messages=history, tools=[WEATHER, CLOCK], tool_choice=choice), native_tools=False
     )
     _golden(f"tools_{name}", body)
-    assert ("response_format" in body) is (choice is not None)
+    assert "response_format" in body  # auto too: a call or {"text": …}
 
 
 def test_native_tools_pass_through() -> None:
@@ -187,9 +187,9 @@ def test_stream_native_tool_call_fragments_keep_their_index() -> None:
     assert deltas[-1].finish_reason == "tool_calls"
 
 
-def test_stream_emulated_tool_call_is_held_back_and_parsed() -> None:
+def test_stream_emulated_tool_call_becomes_call_fragments() -> None:
     data = _sse(
-        _chunk('{"name": "get_weather", '),
+        _chunk('{"tool": "get_weather", '),
         _chunk('"arguments": {"city": "Rome"}}'),
         _chunk(finish="stop"),
         USAGE,
@@ -197,8 +197,10 @@ def test_stream_emulated_tool_call_is_held_back_and_parsed() -> None:
     req = _req(tools=[WEATHER], tool_choice=ToolChoice(mode="required"))
     deltas = EngineStream(req, native_tools=False).feed(data)
     assert all(d.text == "" for d in deltas)
-    final = deltas[-1]
-    assert final.finish_reason == "tool_calls" and final.tool_calls[0].name == "get_weather"
+    fragments = [c for d in deltas for c in d.tool_calls]
+    assert fragments[0].name == "get_weather" and fragments[0].id
+    assert msgspec.json.decode("".join(c.arguments for c in fragments)) == {"city": "Rome"}
+    assert deltas[-1].finish_reason == "tool_calls"
 
 
 def test_stream_error_event_raises() -> None:
