@@ -120,6 +120,7 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         native_tools=bool(template and "tools" in template),
         system_turns=allows_system_turns(template),
         llguidance=find_llama_server(config.engine.llama_server) is None,
+        token_bytes_max=info.token_bytes_max,
         chat_template=settings.template if settings else None,
         system=settings.system if settings else None,
         defaults=dict(settings.parameters) if settings else {},

@@ -61,6 +61,7 @@ _SCALAR_FORMATS: dict[int, str] = {
     _VT.FLOAT64: "<d",
 }
 _SCALAR_SIZES = {t: struct.calcsize(f) for t, f in _SCALAR_FORMATS.items()}
+_U64 = struct.Struct("<Q")
 
 
 class NeedMoreData(Exception):
@@ -96,6 +97,9 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     key_length: int | None = None
     value_length: int | None = None
     chat_template: str | None = None
+    token_bytes_max: int | None = None
+    """The most bytes of text one vocabulary token stands for: a prompt of N bytes
+    is at least N / this many tokens."""
     tensor_count: int
     tensors: list[TensorInfo] = msgspec.field(default_factory=list)
     data_offset: int
@@ -109,6 +113,10 @@ class GGUFHeader(msgspec.Struct, frozen=True, kw_only=True):
     """Scalars, strings and numeric arrays of at most 4096 entries (as lists), by key."""
     array_lengths: dict[str, int]
     """The length of every array in the header, decoded or not."""
+    token_bytes: int | None = None
+    """The longest vocabulary string, in bytes as stored."""
+    token_chars: int | None = None
+    """The longest vocabulary string, in characters."""
     tensor_count: int
     tensors: list[TensorInfo]
     data_offset: int
@@ -240,8 +248,13 @@ def parse_header(buf: bytes | memoryview) -> GGUFHeader:
 
     values: dict[str, Any] = {}
     array_lengths: dict[str, int] = {}
+    longest: tuple[int, int] | None = None
     for _ in range(kv_count):
         key = cur.string()
+        if key == _gg.Keys.Tokenizer.LIST:
+            longest, count = _scan_vocabulary(cur)
+            array_lengths[key] = count
+            continue
         value, length = _read_value(cur)
         if length is not None:
             array_lengths[key] = length
@@ -269,10 +282,53 @@ def parse_header(buf: bytes | memoryview) -> GGUFHeader:
         version=version,
         values=values,
         array_lengths=array_lengths,
+        token_bytes=longest[0] if longest else None,
+        token_chars=longest[1] if longest else None,
         tensor_count=tensor_count,
         tensors=tensors,
         data_offset=data_offset,
     )
+
+
+def _scan_vocabulary(cur: _Cursor) -> tuple[tuple[int, int] | None, int]:
+    """Skip the token strings, measuring the longest in bytes and in characters; returns
+    those two (None for an array that is not of strings) and the array's length."""
+    start = cur.pos
+    vtype = _value_type(cur.u32())
+    if vtype != _VT.ARRAY or _value_type(cur.u32()) != _VT.STRING:
+        cur.pos = start
+        _, length = _read_value(cur)
+        return None, length or 0
+    count = cur.u64()
+    most_bytes = most_chars = 0
+    buf, pos, end = cur.buf, cur.pos, len(cur.buf)
+    read_length = _U64.unpack_from
+    for _ in range(count):
+        if pos + 8 > end:
+            raise NeedMoreData(pos + 8)
+        (n,) = read_length(buf, pos)
+        pos += 8
+        if pos + n > end:
+            raise NeedMoreData(pos + n)
+        # Characters never outnumber bytes: only a longer string can hold more of them.
+        if n > most_chars:
+            chars = len(bytes(buf[pos : pos + n]).decode("utf-8", "replace"))
+            most_chars = chars if chars > most_chars else most_chars
+            most_bytes = n if n > most_bytes else most_bytes
+        pos += n
+    cur.pos = pos
+    return (most_bytes, most_chars), count
+
+
+def _token_bytes_max(header: GGUFHeader) -> int | None:
+    """The most bytes of text one token decodes to. Byte-level BPE vocabularies (``gpt2``)
+    spell every byte as one character; the others (SentencePiece's ``▁`` for a space,
+    ``<0x0A>`` for a byte) never decode to more bytes than they are stored in."""
+    if header.token_bytes is None:
+        return None
+    if header.values.get(_gg.Keys.Tokenizer.MODEL) == "gpt2" and header.token_chars is not None:
+        return max(1, header.token_chars)
+    return max(1, header.token_bytes)
 
 
 def model_info(header: GGUFHeader) -> ModelInfo:
@@ -312,6 +368,7 @@ def model_info(header: GGUFHeader) -> ModelInfo:
         key_length=arch_int(_gg.Keys.Attention.KEY_LENGTH),
         value_length=arch_int(_gg.Keys.Attention.VALUE_LENGTH),
         chat_template=text(_gg.Keys.Tokenizer.CHAT_TEMPLATE),
+        token_bytes_max=_token_bytes_max(header),
         tensor_count=header.tensor_count,
         tensors=header.tensors,
         data_offset=header.data_offset,

@@ -400,7 +400,10 @@ class Store:
         sha = _check_hex(record.digest)
         cache = self.info_dir / f"sha256-{sha}.json"
         with contextlib.suppress(OSError, msgspec.DecodeError):
-            return msgspec.json.decode(cache.read_bytes(), type=ModelInfo)
+            cached = msgspec.json.decode(cache.read_bytes(), type=ModelInfo)
+            # A cache written before the vocabulary was measured is read again once.
+            if cached.token_bytes_max is not None or not cached.vocab_size:
+                return cached
         info = read_model_info(record.path)
         self._write_info(sha, info)
         return info

@@ -35,6 +35,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     gateway writes such turns into the user's text."""
     llguidance: bool = False
     """The engine reads llguidance grammars (the xllamacpp wheel's build does)."""
+    token_bytes_max: int | None = None
+    """The most bytes of text one token of the model's vocabulary stands for."""
     chat_template: str | None = None
     """A Jinja chat template replacing the GGUF's own (from the model's settings)."""
     system: str | None = None

@@ -20,6 +20,7 @@ from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body, classify_error
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
+from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
 from blazar.web import translate
 from blazar.web.call import Call, Reply, Routes
@@ -34,6 +35,7 @@ from blazar.web.common import (
     set_stream_enders,
     stream_reply,
 )
+from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import UpstreamStream, crash_error, send_upstream
 
 __all__ = ["register", "register_routes"]
@@ -103,7 +105,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ):
             # The model's template knows no tools: the gateway emulates them, so it translates.
             return await translated(call, req)
-        return await relay(call, "/v1/chat/completions", stream=req.stream, engine=engine)
+        size = chat_size(req)
+        return await relay(call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size)
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, req)
@@ -128,14 +131,16 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         req = openai.decode_completion_request(call.body)
         call.set_model(req.model)
         engine = await runtime.engine_for(req.model)
-        return await relay(call, "/v1/completions", stream=req.stream, engine=engine)
+        size = completion_size(req.prompt)
+        return await relay(call, "/v1/completions", stream=req.stream, engine=engine, size=size)
 
-    async def relay(call: Call, path: str, *, stream: bool, engine: EngineActor) -> Reply:
+    async def relay(call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize) -> Reply:
         spec = engine.spec
         body = call.body
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         body, capped = cap_output_in_body(body, spec.max_output_tokens)
+        refuse_if_too_long(engine, size)  # before queueing, loading or templating
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
         headers = {"X-Blazar-Context": str(engine.served_ctx or engine.spec.ctx_per_slot)}
@@ -144,6 +149,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if capped:
             headers["X-Blazar-Output-Cap"] = str(spec.max_output_tokens)
         try:
+            await check_prompt(engine, handle, size)
             upstream = await send_upstream(handle, path, body)
         except UpstreamError as exc:
             lease.release()

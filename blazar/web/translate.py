@@ -29,9 +29,11 @@ from blazar.dialects.llamacpp import (
     parse_response,
 )
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse, Usage
+from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
+from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
@@ -83,15 +85,6 @@ class StreamEncoder(Protocol):
     def feed(self, delta: Delta) -> bytes: ...
     def finish(self, final: Delta, timings: Timings) -> bytes: ...
     def error(self, code: str, message: str) -> bytes: ...
-
-
-def ctx_ceiling(engine: EngineActor) -> int | None:
-    """The most a slot of ``engine`` can hold: what the model can serve, or less when the
-    running child caps its slots below what it was started with."""
-    served, spec = engine.served_ctx, engine.spec
-    if served is not None and served < spec.ctx_per_slot:
-        return served
-    return spec.ctx_limit
 
 
 def _engine_error(status: int, body: bytes, engine: EngineActor) -> BlazarError:
@@ -165,12 +158,20 @@ class EngineCall:
         ctx = self._restart_ctx(engine)
         if ctx is not None or (embeddings and not spec.embeddings):
             await engine.ask(Reconfigure(ctx_per_slot=ctx, embeddings=True if embeddings else None))
+        size = chat_size(self.req)
+        # Before queueing, loading or templating; against the context the slot will hold.
+        refuse_if_too_long(engine, size, ctx=max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot))
         self.claim = await claim_engine(self.runtime, engine, keep_alive_s=self.req.keep_alive_s)
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
         self.context = engine.served_ctx or engine.spec.ctx_per_slot
         if self.req.num_ctx is not None and self.req.num_ctx != self.context:
             self.ctx_asked = self.req.num_ctx
+        try:
+            await check_prompt(engine, self.handle, size)
+        except BaseException:
+            self.release()
+            raise
         return engine
 
     def _restart_ctx(self, engine: EngineActor) -> int | None:

@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 from conftest import CHAT_TEMPLATE, TOKENS
 
@@ -109,6 +110,7 @@ def test_real_model(real_model: Path) -> None:
     assert info.embedding_length == 576
     assert info.context_length == 8192
     assert info.vocab_size == 49152
+    assert info.token_bytes_max == 81  # a newline and 80 spaces
     assert info.file_type == "Q4_1"
     assert info.chat_template and "<|im_start|>" in info.chat_template
     assert info.parameter_count == 134515008
@@ -118,3 +120,25 @@ def test_real_model(real_model: Path) -> None:
     assert info.data_offset + last.offset + last.n_bytes == real_model.stat().st_size
     # GGUFReader takes over a second here; the header reader must stay well under that.
     assert elapsed_s < 1.0
+
+
+def _vocabulary_gguf(path: Path, tokenizer: str, tokens: list[str]) -> Path:
+    writer = gguf.GGUFWriter(path, arch="llama")
+    writer.add_tokenizer_model(tokenizer)
+    writer.add_token_list(tokens)
+    writer.add_tensor("output_norm.weight", np.ones(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_longest_token_in_decoded_bytes(tmp_path: Path, tiny_gguf: Path) -> None:
+    assert read_model_info(tiny_gguf).token_bytes_max == max(len(t) for t in TOKENS)
+    # Byte-level BPE spells each byte as one character (Ġ is a space): 3 bytes, not 6.
+    bpe = _vocabulary_gguf(tmp_path / "bpe.gguf", "gpt2", ["a", "ĠĠĠ", "ab"])
+    assert read_model_info(bpe).token_bytes_max == 3
+    # SentencePiece stores ▁ (3 bytes) for a space (1): its stored length is an upper bound.
+    spm = _vocabulary_gguf(tmp_path / "spm.gguf", "llama", ["<0x0A>", "▁hello", "é"])
+    assert read_model_info(spm).token_bytes_max == len("▁hello".encode())
