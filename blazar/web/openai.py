@@ -178,7 +178,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             err = await crash_error(engine, handle, exc)
             return openai.encode_stream_error(err.code, err.message)
 
-        relayed = UpstreamStream(upstream, lease, on_error)
+        relayed = UpstreamStream(upstream, lease, on_error, background=runtime.start_soon)
         set_stream_enders(
             cancelled=lambda: openai.encode_stream_error(
                 "CLIENT_CLOSED_REQUEST", "the request was cancelled from another connection"

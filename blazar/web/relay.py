@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+import trio
+
 from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
 from actors.upstream import UpstreamError, UpstreamResponse
@@ -21,7 +23,23 @@ class Releasable(Protocol):
     def release(self) -> None: ...
 
 
-__all__ = ["Releasable", "UpstreamStream", "close_response", "crash_error", "send_upstream"]
+__all__ = [
+    "Background",
+    "OutputWatch",
+    "Releasable",
+    "UpstreamStream",
+    "close_once_started",
+    "close_response",
+    "crash_error",
+    "send_upstream",
+]
+
+Background = Callable[[Callable[[], Awaitable[object]]], None]
+"""Starts a task that may outlive the request (``Runtime.start_soon``)."""
+
+_START_WAIT_S = 600.0
+"""How long an abandoned request may take to reach its first output (a whole prompt
+read on a slow machine) before its connection is closed regardless."""
 
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -32,6 +50,58 @@ async def close_response(response: UpstreamResponse) -> None:
     before the end of the body is what makes llama.cpp stop generating.
     ``UpstreamResponse.aclose`` does it in a shielded, bounded scope."""
     await response.aclose()
+
+
+_OUTPUT_MARKS = (
+    b'"content":"',
+    b'"reasoning_content":"',
+    b'"tool_calls":[',
+    b'"text":"',
+    b'"finish_reason":"',
+)
+"""What only an event with generated output holds in llama.cpp's (compact) SSE: the role
+and progress events that come before the prompt is read have none of these."""
+
+
+class OutputWatch:
+    """Tells from the engine's SSE bytes when it has started generating (a mark split
+    between two chunks counts)."""
+
+    __slots__ = ("_tail", "seen")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self.seen = False
+
+    def feed(self, chunk: bytes) -> bool:
+        if not self.seen:
+            data = self._tail + chunk
+            self.seen = any(mark in data for mark in _OUTPUT_MARKS)
+            self._tail = data[-24:]
+        return self.seen
+
+
+async def close_once_started(
+    response: UpstreamResponse, lease: Releasable, watch: OutputWatch | None = None
+) -> None:
+    """Close the stream of a request whose client is gone once the engine has started
+    generating, then release its lease.
+
+    llama.cpp does not notice a connection closed while it reads the prompt: it goes
+    on to generate the whole answer for nobody. Closed after its first token, it stops
+    at once. Until then the request still occupies the engine, so the lease is held
+    until the connection is closed.
+    """
+    watch = watch or OutputWatch()
+    try:
+        with trio.move_on_after(_START_WAIT_S):
+            while not watch.seen and (chunk := await response.receive_some()):
+                watch.feed(chunk)
+    except UpstreamError:
+        pass
+    finally:
+        await close_response(response)
+        lease.release()
 
 
 async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception) -> BlazarError:
@@ -65,7 +135,9 @@ class UpstreamStream:
     event. Closing (by the server after the last chunk, on a client disconnect,
     or by the per-request cleanup when the body was never started) closes the
     upstream connection, which makes llama.cpp stop generating at once, and
-    then releases the lease.
+    then releases the lease. Closed before the engine's first token, the stream is
+    handed to ``background`` to be closed once that token comes
+    (``close_once_started``).
     """
 
     def __init__(
@@ -73,10 +145,14 @@ class UpstreamStream:
         response: UpstreamResponse,
         lease: Releasable,
         on_error: Callable[[Exception], Awaitable[bytes]],
+        *,
+        background: Background | None = None,
     ) -> None:
         self._response = response
         self._lease = lease
         self._on_error = on_error
+        self._background = background
+        self._output = OutputWatch()
         self._finished = False
         self._closed = False
 
@@ -96,11 +172,17 @@ class UpstreamStream:
             self._finished = True
             await self.aclose()
             raise StopAsyncIteration
+        if not self._output.seen:
+            self._output.feed(chunk)
         return chunk
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if not (self._output.seen or self._finished) and self._background is not None:
+            response, lease, watch = self._response, self._lease, self._output
+            self._background(lambda: close_once_started(response, lease, watch))
+            return
         await close_response(self._response)
         self._lease.release()

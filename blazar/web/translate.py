@@ -9,6 +9,7 @@ own bytes. Timings are measured here, in the gateway.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -26,15 +27,23 @@ from blazar.dialects.llamacpp import (
     cap_output,
     classify_error,
     engine_request,
-    parse_response,
 )
-from blazar.dialects.neutral import ChatRequest, ChatResponse, Delta, EmbedRequest, EmbedResponse, Usage
+from blazar.dialects.neutral import (
+    ChatRequest,
+    ChatResponse,
+    Delta,
+    EmbedRequest,
+    EmbedResponse,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
-from blazar.web.relay import close_response, crash_error, send_upstream
+from blazar.web.relay import close_once_started, close_response, crash_error, send_upstream
 
 __all__ = [
     "EngineCall",
@@ -223,20 +232,17 @@ class EngineCall:
         return msgspec.json.decode(content)
 
     async def complete(self) -> ChatResponse:
+        """The whole answer. The engine is asked for a stream all the same: llama.cpp
+        notices a closed connection only while it streams, so a client that goes away
+        stops the engine too; and the first token is timed here."""
+        gathered = _Gathered()
+        stream = await self.stream(gathered)
         try:
-            path, body = self.engine_request(self.req)
-            doc = await self.post(path, body)
-            self.timings.ended_ns = time.perf_counter_ns()
-            # Without a stream the gateway sees no first token; the engine's own
-            # decode time splits the wall time into prompt and generation.
-            predicted_ms = float((doc.get("timings") or {}).get("predicted_ms") or 0.0)
-            self.timings.first_token_ns = self.timings.ended_ns - int(predicted_ms * 1e6)
-            try:
-                return parse_response(doc, self.req, native_tools=self.native_tools)
-            except EngineError as exc:
-                raise BlazarError("BAD_GATEWAY", str(exc)) from exc
+            async for _ in stream:
+                pass
         finally:
-            self.release()
+            await stream.aclose()
+        return gathered.response(self.req)
 
     async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
         """Open the engine stream; errors before the first byte are raised as HTTP errors."""
@@ -267,6 +273,58 @@ class EngineCall:
             interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
         )
         return stream
+
+
+class _Gathered:
+    """A stream encoder that keeps the deltas, for an answer sent whole."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: dict[int, list[ToolCallDelta]] = {}
+        self._final = Delta(finish_reason="stop")
+        self._error: BlazarError | None = None
+
+    def start(self, prompt: Usage | None) -> bytes:
+        return b""
+
+    def feed(self, delta: Delta) -> bytes:
+        self._text.append(delta.text)
+        self._thinking.append(delta.thinking)
+        for c in delta.tool_calls:
+            self._calls.setdefault(c.index, []).append(c)
+        return b""
+
+    def finish(self, final: Delta, timings: Timings) -> bytes:
+        self.feed(final)
+        self._final = final
+        return b""
+
+    def error(self, code: str, message: str) -> bytes:
+        self._error = BlazarError(code, message)
+        return b""
+
+    def response(self, req: ChatRequest) -> ChatResponse:
+        if self._error is not None:
+            raise self._error
+        calls = [
+            ToolCall(
+                id=next((f.id for f in fragments if f.id), f"call_{index}"),
+                name=next((f.name for f in fragments if f.name), ""),
+                arguments="".join(f.arguments for f in fragments),
+            )
+            for index, fragments in sorted(self._calls.items())
+        ]
+        return ChatResponse(
+            id=f"chatcmpl-{secrets.token_hex(12)}",
+            model=req.model,
+            created=int(time.time()),
+            text="".join(self._text),
+            thinking="".join(self._thinking),
+            tool_calls=calls,
+            finish_reason=self._final.finish_reason or "stop",
+            usage=self._final.usage or Usage(),
+        )
 
 
 class TranslatedStream:
@@ -327,6 +385,12 @@ class TranslatedStream:
         if self._closed:
             return
         self._closed = True
+        runtime = self._call.runtime
+        if not self._parser.started and runtime is not None:
+            # Gone before the engine's first token: see ``close_once_started``.
+            response, call = self._response, self._call
+            runtime.start_soon(lambda: close_once_started(response, call))
+            return
         await close_response(self._response)
         self._call.release()
 

@@ -37,7 +37,7 @@ class _Call:
         self.req = req
         self.native_tools = False
         self.timings = Timings(started_ns=time.perf_counter_ns())
-        self.engine = self.handle = None
+        self.engine = self.handle = self.runtime = None
         self.released = 0
 
     def release(self) -> None:

@@ -1,0 +1,72 @@
+"""A request whose client is gone is closed upstream once the engine can notice it."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from blazar.web.relay import OutputWatch, UpstreamStream
+
+ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n'
+PROGRESS = b'data: {"choices":[],"prompt_progress":{"total":900,"cache":0,"processed":512}}\n\n'
+TOKEN = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+
+
+class _Response:
+    """The engine's stream: a role event and progress at once, the first token later."""
+
+    def __init__(self) -> None:
+        self.first_token = trio.Event()
+        self.closed = False
+        self._events = [ROLE, PROGRESS]
+
+    async def receive_some(self) -> bytes:
+        if self._events:
+            return self._events.pop(0)
+        await self.first_token.wait()
+        return TOKEN
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class _Lease:
+    released = False
+
+    def release(self) -> None:
+        self.released = True
+
+
+async def _on_error(exc: Exception) -> bytes:
+    return b""
+
+
+async def test_gone_while_the_prompt_is_read_it_is_closed_at_the_first_token() -> None:
+    response, lease = _Response(), _Lease()
+    async with trio.open_nursery() as nursery:
+        stream = UpstreamStream(response, lease, _on_error, background=nursery.start_soon)  # type: ignore[arg-type]
+        assert await stream.__anext__() == ROLE  # relayed, then the client goes away
+        await stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        # The engine is still reading the prompt: closing now would go unnoticed, and
+        # the request still occupies the engine.
+        assert not response.closed and not lease.released
+        response.first_token.set()
+    assert response.closed and lease.released
+
+
+async def test_gone_after_the_first_token_it_is_closed_at_once() -> None:
+    response, lease = _Response(), _Lease()
+    response.first_token.set()
+    async with trio.open_nursery() as nursery:
+        stream = UpstreamStream(response, lease, _on_error, background=nursery.start_soon)  # type: ignore[arg-type]
+        assert [await stream.__anext__() for _ in range(3)] == [ROLE, PROGRESS, TOKEN]
+        await stream.aclose()
+        assert response.closed and lease.released
+
+
+def test_the_first_token_is_seen_when_split_between_chunks() -> None:
+    watch = OutputWatch()
+    assert not watch.feed(ROLE) and not watch.feed(PROGRESS)
+    cut = TOKEN.index(b'"content"') + 5
+    assert not watch.feed(TOKEN[:cut]) and watch.feed(TOKEN[cut:])
