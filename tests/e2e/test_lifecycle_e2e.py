@@ -69,6 +69,7 @@ def test_sigterm_lets_the_running_stream_finish(tmp_path: Path, model_path: Path
     assert _ask(d.url, MODEL).status_code == 200
     engine_pid = httpx.get(f"{d.url}/admin/engines", timeout=10).json()["engines"][0]["pid"]
     out: dict[str, str] = {}
+    streaming = threading.Event()
 
     def stream() -> None:
         body = {
@@ -77,12 +78,18 @@ def test_sigterm_lets_the_running_stream_finish(tmp_path: Path, model_path: Path
             "max_tokens": 60,
             "stream": True,
         }
+        parts = []
         with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=body, timeout=60) as r:
-            out["body"] = "".join(r.iter_text())
+            for text in r.iter_text():
+                parts.append(text)
+                streaming.set()
+        out["body"] = "".join(parts)
 
     t = threading.Thread(target=stream)
     t.start()
-    time.sleep(0.3)
+    # Terminate once the stream is really running (a fixed sleep raced the request's
+    # arrival on a loaded machine); the drain must then let it finish.
+    assert streaming.wait(60)
     d.proc.send_signal(signal.SIGTERM)
     t.join(30)
     assert out["body"].rstrip().endswith("data: [DONE]")  # drained, not cut
