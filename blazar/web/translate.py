@@ -337,7 +337,7 @@ class _Gathered:
 
 KEEPALIVE_S = 15.0
 """Longest silence on a stream while the engine works: a long prompt's evaluation
-or held-back tool-call text can take minutes on a CPU, longer than the read
+or an emulated call held back can take minutes on a CPU, longer than the read
 timeouts between bytes of SDKs and reverse proxies."""
 
 
@@ -384,7 +384,7 @@ class TranslatedStream:
                         out.append(self._encoder.feed(delta))
                 data, now = b"".join(out), time.monotonic()
                 # The engine reports its progress through a long prompt once per batch;
-                # those events, and text held back, bring nothing to send.
+                # those events, and output held back, bring nothing to send.
                 if not data and started and parser.events > events and now - last_sent >= KEEPALIVE_S:
                     data = self._encoder.keepalive()
                 if data:
