@@ -611,9 +611,11 @@ class StreamEncoder:
             "stop_sequence": None,
             "usage": _usage(prompt or Usage()),
         }
-        return _event("message_start", {"type": "message_start", "message": message}) + _event(
-            "ping", {"type": "ping"}
-        )
+        return _event("message_start", {"type": "message_start", "message": message}) + self.ping()
+
+    def ping(self) -> bytes:
+        """A keep-alive event, which clients skip; nothing before the stream's head."""
+        return _event("ping", {"type": "ping"}) if self._started else b""
 
     def feed(self, delta: Delta) -> bytes:
         """Events for one delta (its ``finish_reason`` is for ``finish()``;

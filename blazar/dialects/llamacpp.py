@@ -320,7 +320,9 @@ class EngineStream:
     ``prompt`` is the prompt's size (tokens in all, of them cached) from the
     engine's first progress event, known before any token is generated; None
     until then, or from an engine that sends none. ``seen_event`` says whether a
-    whole event has arrived yet.
+    whole event has arrived yet; ``events`` counts them, so a caller can tell that
+    the engine is at work when an event brings nothing to send (prompt progress,
+    held-back text).
     """
 
     def __init__(self, req: ChatRequest, *, native_tools: bool) -> None:
@@ -336,6 +338,7 @@ class EngineStream:
         self.done = False
         self.prompt: Usage | None = None
         self.seen_event = False
+        self.events = 0
 
     def feed(self, data: bytes) -> list[Delta]:
         self._buf += data
@@ -352,6 +355,7 @@ class EngineStream:
 
     def _event(self, payload: bytes) -> list[Delta]:
         self.seen_event = True
+        self.events += 1
         if payload.strip() == b"[DONE]":
             self.done = True
             return self._end(None)

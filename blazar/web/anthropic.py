@@ -41,6 +41,9 @@ class _Encoder:
     def error(self, code: str, message: str) -> bytes:
         return self._enc.error(code, message)
 
+    def keepalive(self) -> bytes:
+        return self._enc.ping()
+
 
 def _headers(call: translate.EngineCall | None = None) -> dict[str, str]:
     headers = {"request-id": current().trace_id}

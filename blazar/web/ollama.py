@@ -86,6 +86,10 @@ class _Encoder:
     def error(self, code: str, message: str) -> bytes:
         return ollama.encode_error(code, message)
 
+    def keepalive(self) -> bytes:
+        # NDJSON has no line a client would skip; Ollama itself stays silent too.
+        return b""
+
 
 def _details(info: ModelInfo) -> ollama_models.ModelDetails:
     return ollama_models.ModelDetails(

@@ -59,6 +59,10 @@ class _Encoder:
     def error(self, code: str, message: str) -> bytes:
         return openai.encode_stream_error(code, message)
 
+    def keepalive(self) -> bytes:
+        # An SSE comment: the stream's readers skip it.
+        return b": keep-alive\n\n"
+
 
 async def list_models() -> Response:
     runtime = app_runtime()

@@ -95,6 +95,11 @@ class StreamEncoder(Protocol):
     def finish(self, final: Delta, timings: Timings) -> bytes: ...
     def error(self, code: str, message: str) -> bytes: ...
 
+    def keepalive(self) -> bytes:
+        """Bytes the client skips, sent while the engine works without output; empty
+        for a dialect that has none."""
+        ...
+
 
 def _engine_error(status: int, body: bytes, engine: EngineActor) -> BlazarError:
     model = engine.spec.model
@@ -326,6 +331,15 @@ class _Gathered:
             usage=self._final.usage or Usage(),
         )
 
+    def keepalive(self) -> bytes:
+        return b""
+
+
+KEEPALIVE_S = 15.0
+"""Longest silence on a stream while the engine works: a long prompt's evaluation
+or an emulated call held back can take minutes on a CPU, longer than the read
+timeouts between bytes of SDKs and reverse proxies."""
+
 
 class TranslatedStream:
     """The engine's SSE parsed into deltas and re-encoded; closed exactly once."""
@@ -348,9 +362,11 @@ class TranslatedStream:
         call, timings, parser = self._call, self._call.timings, self._parser
         started = False
         final: Delta | None = None
+        last_sent = time.monotonic()
         try:
             async for chunk in self._response.aiter_raw():
                 out: list[bytes] = []
+                events = parser.events
                 deltas = parser.feed(chunk)
                 if not started and parser.seen_event:
                     # The engine's first event comes before it evaluates the prompt and
@@ -366,8 +382,14 @@ class TranslatedStream:
                         final = delta
                     else:
                         out.append(self._encoder.feed(delta))
-                if out:
-                    yield b"".join(out)
+                data, now = b"".join(out), time.monotonic()
+                # The engine reports its progress through a long prompt once per batch;
+                # those events, and output held back, bring nothing to send.
+                if not data and started and parser.events > events and now - last_sent >= KEEPALIVE_S:
+                    data = self._encoder.keepalive()
+                if data:
+                    last_sent = now
+                    yield data
         except UpstreamError as exc:
             assert call.engine is not None and call.handle is not None
             err = await crash_error(call.engine, call.handle, exc)

@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
+import pytest
 
 from blazar.dialects.neutral import ChatRequest, Message
+from blazar.web import translate
 from blazar.web.anthropic import _Encoder
 from blazar.web.translate import Timings, TranslatedStream
 
@@ -100,3 +102,38 @@ async def test_an_engine_without_progress_still_gets_a_head() -> None:
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"] and names[-1] == "message_stop"
     assert events[0][1]["message"]["usage"]["input_tokens"] == 0
+
+
+def _long_prompt() -> list[bytes]:
+    """A prompt evaluated in four batches (one progress event each), then one word."""
+    role = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+    progress = [
+        {"total": 8000, "cache": 0, "processed": n, "time_ms": n // 40} for n in (0, 2048, 4096, 6144)
+    ]
+    return _sse(
+        *({"choices": [role], "prompt_progress": p} for p in progress),
+        {"choices": [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    )
+
+
+async def _names(req: ChatRequest, chunks: list[bytes]) -> list[str]:
+    stream = TranslatedStream(_Call(req), _Response(chunks), _Encoder(req, "msg_k"))  # type: ignore[arg-type]
+    return [name for name, _ in _events(b"".join([piece async for piece in stream]))]
+
+
+async def test_a_long_silent_prompt_keeps_the_stream_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every batch of the prompt takes longer than the keep-alive interval here, so each
+    # progress event after the head becomes a ping the client skips.
+    monkeypatch.setattr(translate, "KEEPALIVE_S", 0.0)
+    req = ChatRequest(model="m", messages=[Message(role="user", content="hi")], stream=True)
+    names = await _names(req, _long_prompt())
+    assert names[:5] == ["message_start", "ping", "ping", "ping", "ping"]
+    assert names[5:7] == ["content_block_start", "content_block_delta"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+
+
+async def test_a_quick_prompt_sends_no_extra_pings() -> None:
+    req = ChatRequest(model="m", messages=[Message(role="user", content="hi")], stream=True)
+    names = await _names(req, _long_prompt())
+    assert names.count("ping") == 1

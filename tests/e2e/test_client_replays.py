@@ -69,31 +69,13 @@ def sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield name, json.loads(line.removeprefix("data:"))
 
 
-class LazyDaemon:
-    """A daemon for one home, started by the first test that asks for it, so that a
-    configuration today's daemon refuses fails that test instead of erroring them all."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self._daemon: DaemonProc | None = None
-
-    def get(self) -> DaemonProc:
-        if self._daemon is None:
-            self._daemon = start_daemon(self.home)
-        return self._daemon
-
-    def stop(self) -> None:
-        if self._daemon is not None:
-            self._daemon.stop()
-
-
 @pytest.fixture(scope="module")
-def extended(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[LazyDaemon]:
-    lazy = LazyDaemon(make_home(tmp_path_factory.mktemp("extended") / "home", model_path, config=EXTENDED))
+def extended(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[DaemonProc]:
+    d = start_daemon(make_home(tmp_path_factory.mktemp("extended") / "home", model_path, config=EXTENDED))
     try:
-        yield lazy
+        yield d
     finally:
-        lazy.stop()
+        d.stop()
 
 
 def _stream_head(d: DaemonProc, name: str) -> list[tuple[str, dict[str, Any]]]:
@@ -131,14 +113,14 @@ def _assert_counted_start(events: list[tuple[str, dict[str, Any]]]) -> None:
     assert message["usage"]["input_tokens"] > 15_000
 
 
-def test_claude_code_first_turn_is_accepted_and_counted(extended: LazyDaemon) -> None:
+def test_claude_code_first_turn_is_accepted_and_counted(extended: DaemonProc) -> None:
     # A system message after the user's turn, 24 tool schemas, adaptive thinking,
     # context management, cache_control: everything Claude Code sends by default.
-    _assert_counted_start(_stream_head(extended.get(), "claude_code_first"))
+    _assert_counted_start(_stream_head(extended, "claude_code_first"))
 
 
-def test_claude_code_fallback_turn_is_accepted_and_counted(extended: LazyDaemon) -> None:
-    _assert_counted_start(_stream_head(extended.get(), "claude_code_fallback"))
+def test_claude_code_fallback_turn_is_accepted_and_counted(extended: DaemonProc) -> None:
+    _assert_counted_start(_stream_head(extended, "claude_code_fallback"))
 
 
 def test_claude_code_turn_over_the_context_is_refused_in_anthropic_words(daemon: DaemonProc) -> None:
