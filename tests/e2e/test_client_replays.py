@@ -69,8 +69,12 @@ def sse(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield name, json.loads(line.removeprefix("data:"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def extended(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[DaemonProc]:
+    # One daemon per test: a replay leaves after message_start, and the engine goes on
+    # reading that 19,000-token prompt for minutes (llama.cpp notices a closed
+    # connection only at its first token), holding the only slot. Stopping the daemon
+    # ends the engine; sharing it made the next replay wait out queue_timeout_s.
     d = start_daemon(make_home(tmp_path_factory.mktemp("extended") / "home", model_path, config=EXTENDED))
     try:
         yield d
