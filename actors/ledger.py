@@ -28,8 +28,10 @@ __all__ = [
     "LedgerMessage",
     "LedgerStatistics",
     "RequestRecord",
+    "Write",
     "last_used_by_model",
     "read_requests",
+    "read_rows",
 ]
 
 
@@ -51,7 +53,15 @@ class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """``ask(Flush())`` returns once everything told before it is committed."""
 
 
-LedgerMessage = RequestRecord | Flush
+class Write(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Statements that commit together or not at all; ``ask(Write(...))`` returns once
+    they are committed (a ``kill -9`` after that cannot undo them) and raises
+    ``LedgerError`` when they failed. What durable work acknowledges goes this way."""
+
+    statements: tuple[tuple[str, tuple[Any, ...]], ...]
+
+
+LedgerMessage = RequestRecord | Flush | Write
 
 
 class LedgerStatistics(ActorStatistics, frozen=True, kw_only=True):
@@ -84,6 +94,43 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX requests_started_at ON requests (started_at)",
         "CREATE INDEX requests_trace_id ON requests (trace_id)",
+    ),
+    (
+        # Stored Responses API objects: the create body, this turn's input items and
+        # the Response as last known, all JSON; a chain is walked through
+        # previous_response_id.
+        """
+        CREATE TABLE responses (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            status TEXT NOT NULL,
+            model TEXT NOT NULL,
+            previous_response_id TEXT,
+            conversation_id TEXT,
+            background INTEGER NOT NULL DEFAULT 0,
+            request BLOB NOT NULL,
+            input_items BLOB NOT NULL,
+            response BLOB NOT NULL
+        )
+        """,
+        "CREATE INDEX responses_created_at ON responses (created_at)",
+        """
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            metadata BLOB NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE conversation_items (
+            conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            item BLOB NOT NULL,
+            PRIMARY KEY (conversation_id, seq)
+        )
+        """,
     ),
 )
 
@@ -141,6 +188,7 @@ def _open(path: Path) -> sqlite3.Connection:
         # NORMAL in WAL mode: a power cut may lose the last commits but never
         # corrupts the file; FULL would fsync on every batch.
         conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn)
     except BaseException:
         conn.close()
@@ -148,20 +196,35 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _write(conn: sqlite3.Connection, rows: list[Row], keep: int) -> None:
+def _write(conn: sqlite3.Connection, rows: list[Row], keep: int, writes: list[Write]) -> list[str | None]:
     """Insert a batch and, with ``keep`` > 0, drop what falls out of the newest ``keep``
     records: in one transaction, a range delete on the rowid (nothing to scan when
-    nothing is old)."""
+    nothing is old). Each ``Write`` runs in its own savepoint, so one that fails is
+    undone alone; the result says, per write, why it failed (None: it holds)."""
+    failures: list[str | None] = []
     conn.execute("BEGIN")
     try:
-        conn.executemany(_INSERT, rows)
-        if keep > 0:
+        if rows:
+            conn.executemany(_INSERT, rows)
+        if keep > 0 and rows:
             conn.execute("DELETE FROM requests WHERE id <= (SELECT MAX(id) FROM requests) - ?", (keep,))
+        for write in writes:
+            conn.execute("SAVEPOINT write")
+            try:
+                for sql, params in write.statements:
+                    conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                conn.execute("ROLLBACK TO write")
+                failures.append(f"{type(exc).__name__}: {exc}")
+            else:
+                failures.append(None)
+            conn.execute("RELEASE write")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    return failures
 
 
 class LedgerActor(Actor[LedgerMessage]):
@@ -277,7 +340,7 @@ class LedgerActor(Actor[LedgerMessage]):
         match env.message:
             case RequestRecord() as record:
                 self._rows.append(_row(record))
-            case Flush():
+            case Flush() | Write():
                 self._flushes.append(env)
             case _:
                 assert_never(env.message)
@@ -290,14 +353,16 @@ class LedgerActor(Actor[LedgerMessage]):
                 return
 
     async def _commit(self) -> None:
-        """Write the open batch in one transaction, then answer its flushes."""
+        """Write the open batch in one transaction, then answer its flushes and writes."""
         rows, flushes = self._rows, self._flushes
+        writes = [env.message for env in flushes if isinstance(env.message, Write)]
         error: LedgerError | None = None
-        if rows:
+        failures: list[str | None] = []
+        if rows or writes:
             assert self._conn is not None
             try:
                 # not abandoned on cancel: once started, the commit finishes
-                await trio.to_thread.run_sync(_write, self._conn, rows, self.keep_records)
+                failures = await trio.to_thread.run_sync(_write, self._conn, rows, self.keep_records, writes)
             except sqlite3.Error as exc:
                 # a full or broken disk must not take serving down with it:
                 # count the loss, tell whoever flushes, carry on
@@ -309,11 +374,16 @@ class LedgerActor(Actor[LedgerMessage]):
                 self._written += len(rows)
                 self._batches += 1
         self._rows, self._flushes = [], []
+        outcomes = iter(failures)
         for env in flushes:
-            if error is None:
-                env.answer(None)
-            else:
+            failure = next(outcomes, None) if isinstance(env.message, Write) else None
+            if error is not None:
                 env.fail(error)
+            elif failure is not None:
+                self._last_error = failure
+                env.fail(LedgerError(f"ledger write failed: {failure}"))
+            else:
+                env.answer(None)
 
 
 def _read(path: Path, sql: str, params: Sequence[Any]) -> list[Row]:
@@ -330,6 +400,23 @@ def _read(path: Path, sql: str, params: Sequence[Any]) -> list[Row]:
         if has_table is None:
             return []
         return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def read_rows(path: Path, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    """Rows of one query on a read-only connection; a file or table not yet created reads
+    as empty. Synchronous: call it from a worker thread in async code."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []
+        raise
     finally:
         conn.close()
 

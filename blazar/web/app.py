@@ -27,9 +27,11 @@ from blazar.config import Config
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import anthropic as web_anthropic
 from blazar.web import capacity as web_capacity
+from blazar.web import conversations as web_conversations
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
+from blazar.web import responses as web_responses
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
@@ -48,7 +50,7 @@ def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic):
+    for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
     return GatewayMiddleware(
         create_app(runtime, config, cards=cards),
@@ -99,7 +101,15 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
     app.extensions[RUNTIME_KEY] = runtime
     app.extensions[_CARDS_KEY] = cards
     _register(app)
-    for module in (web_openai, web_anthropic, web_ollama, web_lifecycle, web_capacity):
+    for module in (
+        web_openai,
+        web_anthropic,
+        web_ollama,
+        web_lifecycle,
+        web_capacity,
+        web_responses,
+        web_conversations,
+    ):
         module.register(app)
     return app
 

@@ -6,11 +6,14 @@ import trio
 
 from actors.errors import ActorStopped, LedgerError
 from actors.ledger import (
+    MIGRATIONS,
     Flush,
     LedgerActor,
     RequestRecord,
+    Write,
     last_used_by_model,
     read_requests,
+    read_rows,
 )
 from actors.supervisor import ChildSpec, Supervisor
 
@@ -154,7 +157,7 @@ async def test_wal_mode_and_synchronous_normal(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     finally:
         conn.close()
 
@@ -272,3 +275,84 @@ async def test_a_burst_lingers_then_commits_once_without_a_flush(tmp_path: Path)
                 await trio.sleep(0.05)
             assert trio.current_time() - t0 >= 1.0 and ledger.statistics().batches == 1
             nursery.cancel_scope.cancel()
+
+
+def _put(i: int) -> Write:
+    return Write(
+        statements=(
+            (
+                "INSERT INTO conversations (id, created_at, metadata) VALUES (?, ?, ?)",
+                (f"conv_{i}", float(i), b"{}"),
+            ),
+        )
+    )
+
+
+async def test_a_write_is_committed_when_its_ask_returns(tmp_path: Path) -> None:
+    db = tmp_path / "blazar.db"
+    with trio.fail_after(10):
+        ledger = LedgerActor(db, linger_s=60.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            await ledger.tell(make_record(1))
+            # no flush and a long linger: the write alone makes the batch commit
+            await ledger.ask(_put(1))
+            assert read_rows(db, "SELECT id FROM conversations") == [("conv_1",)]
+            assert len(read_requests(db)) == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_write_is_undone_alone(tmp_path: Path) -> None:
+    db = tmp_path / "blazar.db"
+    with trio.fail_after(10):
+        ledger = LedgerActor(db)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            await ledger.ask(_put(1))
+            bad = Write(statements=(*_put(2).statements, *_put(1).statements))  # duplicate key
+            results: dict[str, object] = {}
+
+            async def ask(name: str, write: Write) -> None:
+                try:
+                    results[name] = await ledger.ask(write)
+                except LedgerError as exc:
+                    results[name] = exc
+
+            async with trio.open_nursery() as inner:
+                inner.start_soon(ask, "bad", bad)
+                inner.start_soon(ask, "good", _put(3))
+            assert isinstance(results["bad"], LedgerError) and "UNIQUE" in str(results["bad"])
+            assert results["good"] is None
+            # the bad write's first statement was rolled back with it
+            ids = [r[0] for r in read_rows(db, "SELECT id FROM conversations ORDER BY id")]
+            assert ids == ["conv_1", "conv_3"]
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("start", range(len(MIGRATIONS)))
+async def test_migrates_forward_from_every_earlier_version(tmp_path: Path, start: int) -> None:
+    db = tmp_path / "blazar.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statements in MIGRATIONS[:start]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {start}")
+    if start >= 1:
+        conn.execute(
+            "INSERT INTO requests (trace_id, started_at, method, path, status, duration_ms, bytes_out)"
+            " VALUES ('old', 1.0, 'GET', '/', 200, 1.0, 0)"
+        )
+    conn.close()
+    with trio.fail_after(10):
+        ledger = LedgerActor(db)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            await ledger.ask(_put(1))
+            nursery.cancel_scope.cancel()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+    assert [r.trace_id for r in read_requests(db)] == (["old"] if start >= 1 else [])

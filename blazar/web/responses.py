@@ -1,0 +1,237 @@
+"""OpenAI Responses routes: ``/v1/responses`` and the stored responses under it.
+
+A request becomes a neutral chat request after the items it continues (a
+``previous_response_id`` chain or a ``conversation``), runs on the model's engine
+like any translated request, and its answer is rendered as a Response object or
+as the Responses event stream. A stored response (``store`` is the default) is
+committed to the ledger before the client sees it finished.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import msgspec
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from actors.runtime import Runtime
+from blazar.dialects import responses
+from blazar.dialects.neutral import DecodeError
+from blazar.dialects.responses import ResponsesRequest
+from blazar.dialects.responses_stream import StreamEncoder, whole_response
+from blazar.errors import BlazarError
+from blazar.response_store import ResponseRow, ResponseStore
+from blazar.web import translate
+from blazar.web.call import Call, Reply, Routes, current
+from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
+
+__all__ = ["history_of", "register", "register_routes", "store_of"]
+
+
+def store_of(runtime: Runtime) -> ResponseStore:
+    return ResponseStore(runtime.ledger)
+
+
+def _not_found(response_id: str) -> BlazarError:
+    return BlazarError(
+        "NOT_FOUND",
+        f"no stored response '{response_id}' — responses created with `store: false` are not kept, "
+        "and a deleted one is gone",
+    )
+
+
+async def history_of(store: ResponseStore, req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The items a request continues: its ``previous_response_id`` chain or its conversation."""
+    if req.previous_response_id is not None:
+        items = await store.history(req.previous_response_id)
+        if items is None:
+            raise BlazarError(
+                "NOT_FOUND",
+                f"previous response '{req.previous_response_id}' is not stored — send the whole "
+                "conversation as `input` instead",
+            )
+        return items
+    if req.conversation is not None:
+        if await store.conversation(req.conversation) is None:
+            raise BlazarError(
+                "NOT_FOUND", f"no conversation '{req.conversation}' — create it with POST /v1/conversations"
+            )
+        return await store.conversation_items(req.conversation)
+    return []
+
+
+def _headers(req: ResponsesRequest, tr: translate.EngineCall | None = None) -> dict[str, str]:
+    headers = {"x-request-id": current().trace_id}
+    if tr is not None:
+        headers.update(tr.headers())
+    if req.ignored:
+        headers["X-Blazar-Ignored"] = ", ".join(req.ignored)
+    return headers
+
+
+def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
+    if runtime.config.strict and req.ignored:
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"strict mode: this daemon cannot honour {', '.join(req.ignored)} — leave "
+            f"{'it' if len(req.ignored) == 1 else 'them'} out",
+        )
+
+
+def _row(req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> ResponseRow:
+    return ResponseRow(
+        id=doc["id"],
+        created_at=float(doc["created_at"]),
+        status=doc["status"],
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        conversation_id=req.conversation,
+        background=req.background,
+        request=body,
+        input_items=req.items,
+        response=doc,
+    )
+
+
+async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:
+    if req.store:
+        await store.put(_row(req, body, doc), conversation_items=[*req.items, *doc["output"]])
+
+
+class _StoredStream:
+    """The engine's stream as Responses events; the finished response is stored before
+    the event that says so leaves."""
+
+    def __init__(
+        self,
+        inner: translate.TranslatedStream,
+        encoder: StreamEncoder,
+        store: ResponseStore,
+        req: ResponsesRequest,
+        body: bytes,
+    ) -> None:
+        self._inner, self._encoder, self._store = inner, encoder, store
+        self._req, self._body = req, body
+        self._kept = False
+
+    def __aiter__(self) -> _StoredStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._inner.__anext__()
+        if self._encoder.final is not None and not self._kept:
+            self._kept = True
+            await _keep(self._store, self._req, self._body, self._encoder.final)
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """``POST /v1/responses``, served by the gateway layer itself."""
+
+    async def create(call: Call) -> Reply:
+        req = responses.decode_request(call.body)
+        call.set_model(req.model)
+        _check_strict(runtime, req)
+        if req.background:
+            raise BlazarError(
+                "BAD_REQUEST", "background responses are not available yet — send the request without it"
+            )
+        store = store_of(runtime)
+        chat = responses.chat_request(req, await history_of(store, req))
+        tr = translate.EngineCall(runtime, chat)
+        await tr.prepare()
+        response_id, created_at = responses.new_id("resp"), time.time()
+        if not req.stream:
+            answer = await tr.complete()
+            doc = whole_response(
+                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+            )
+            await _keep(store, req, call.body, doc)
+            return json_reply(doc, headers=_headers(req, tr))
+        encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
+        inner = await tr.stream(encoder)
+        call.on_cleanup(inner.aclose)
+        stream = _StoredStream(inner, encoder, store, req, call.body)
+        return stream_reply(stream, content_type="text/event-stream", headers=_headers(req, tr))
+
+    routes.add("/v1/responses", create)
+
+
+# -- stored responses (framework routes) -------------------------------------
+
+
+async def _stored(response_id: str) -> ResponseRow:
+    row = await store_of(app_runtime()).get(response_id)
+    if row is None:
+        raise _not_found(response_id)
+    return row
+
+
+async def get_response(response_id: str) -> Response:
+    row = await _stored(response_id)
+    if request.args.get("stream", "").lower() == "true":
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"response '{response_id}' was not created with `background: true`: only background "
+            "responses can be streamed again — GET it without `stream`",
+        )
+    return json_response(row.response)
+
+
+async def delete_response(response_id: str) -> Response:
+    if not await store_of(app_runtime()).delete(response_id):
+        raise _not_found(response_id)
+    return json_response(responses.encode_deleted(response_id))
+
+
+def _order() -> Literal["asc", "desc"]:
+    order = request.args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise DecodeError(f"invalid query `order`: {order!r} is not asc or desc", param="order")
+    return order  # type: ignore[return-value]
+
+
+def page_args() -> tuple[str | None, int, Literal["asc", "desc"]]:
+    """``after``, ``limit`` (1 to 100, default 20) and ``order`` of a list route."""
+    raw = request.args.get("limit", "20")
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise DecodeError(f"invalid query `limit`: {raw!r} is not an integer from 1 to 100", param="limit")
+    return request.args.get("after"), int(raw), _order()
+
+
+async def input_items(response_id: str) -> Response:
+    row = await _stored(response_id)
+    after, limit, order = page_args()
+    return json_response(responses.item_page(row.input_items, after=after, limit=limit, order=order))
+
+
+async def input_tokens() -> Response:
+    runtime = app_runtime()
+    body = await read_body()
+    req = responses.decode_request(body)
+    set_model(req.model)
+    chat = responses.chat_request(req, await history_of(store_of(runtime), req))
+    n = await translate.count_tokens(runtime, msgspec.structs.replace(chat, stream=False))
+    return json_response(responses.encode_input_tokens(n), headers=_headers(req))
+
+
+async def cancel_response(response_id: str) -> Response:
+    row = await _stored(response_id)
+    raise BlazarError(
+        "BAD_REQUEST",
+        f"response '{row.id}' was not created with `background: true`: only background responses "
+        "can be cancelled (close the stream to stop a foreground one)",
+    )
+
+
+def register(app: QuartTrio) -> None:
+    app.get("/v1/responses/<response_id>")(get_response)
+    app.delete("/v1/responses/<response_id>")(delete_response)
+    app.get("/v1/responses/<response_id>/input_items")(input_items)
+    app.post("/v1/responses/<response_id>/cancel")(cancel_response)
+    app.post("/v1/responses/input_tokens")(input_tokens)

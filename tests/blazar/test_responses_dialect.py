@@ -1,0 +1,223 @@
+"""The Responses dialect, sans-io: decoding, history, output items and the event stream,
+each event parsed by the official SDK's own types."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pydantic
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+
+from blazar.dialects import responses
+from blazar.dialects.neutral import ChatResponse, DecodeError, Delta, ToolCall, ToolCallDelta, Usage
+from blazar.dialects.responses_stream import StreamEncoder, whole_response
+
+EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
+
+
+def decode(**body: Any) -> responses.ResponsesRequest:
+    return responses.decode_request(msgspec.json.encode({"model": "m", **body}))
+
+
+def test_a_string_input_is_one_user_message() -> None:
+    req = decode(input="hi", instructions="be brief")
+    chat = responses.chat_request(req, [])
+    assert [(m.role, m.content) for m in chat.messages] == [("system", "be brief"), ("user", "hi")]
+    assert req.items[0]["id"].startswith("msg_") and req.items[0]["content"][0]["type"] == "input_text"
+
+
+def test_items_become_chat_messages() -> None:
+    req = decode(
+        input=[
+            {"role": "developer", "content": "rules"},
+            {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "hm"}],
+            },
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "checking"}],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "get_time", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        ]
+    )
+    msgs = responses.chat_request(req, []).messages
+    assert [m.role for m in msgs] == ["system", "user", "assistant", "tool"]
+    assistant = msgs[2]
+    assert assistant.content == "checking" and assistant.thinking == "hm"
+    assert [c.name for c in assistant.tool_calls] == ["get_weather", "get_time"]
+    assert msgs[3].tool_call_id == "c1" and msgs[3].tool_name == "get_weather"
+
+
+def test_history_comes_before_this_turn() -> None:
+    earlier = decode(input="first").items
+    req = decode(input="second", previous_response_id="resp_x")
+    assert [m.content for m in responses.chat_request(req, earlier).messages] == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
+        ({"input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": "x", "include": ["everything"]}, "include[0]"),
+        ({"input": "x", "top_p": 2}, "top_p"),
+        ({"input": "x", "background": True, "store": False}, "background"),
+        ({"input": "x", "conversation": "c", "previous_response_id": "r"}, "conversation"),
+        ({"input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
+        ({"input": []}, "input"),
+    ],
+)
+def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(DecodeError) as err:
+        decode(**body)
+    assert err.value.param == param
+
+
+def test_what_cannot_be_honoured_is_named() -> None:
+    req = decode(input="x", include=["reasoning.encrypted_content"], reasoning={"summary": "auto"})
+    assert req.ignored == ["include:reasoning.encrypted_content", "reasoning.summary"]
+
+
+def test_text_format_json_schema() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    req = decode(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
+    assert req.response_format is not None and req.response_format.schema == schema
+    assert decode(input="x", text={"format": {"type": "text"}}).response_format is None
+
+
+DELTAS = [
+    Delta(thinking="let me "),
+    Delta(thinking="think"),
+    Delta(text="Hello"),
+    Delta(text=" there"),
+    Delta(tool_calls=[ToolCallDelta(index=0, id="call_a", name="f", arguments='{"x"')]),
+    Delta(tool_calls=[ToolCallDelta(index=0, arguments=": 1}")]),
+]
+
+
+def _stream(req: responses.ResponsesRequest, deltas: list[Delta], final: Delta) -> tuple[list[Any], Any]:
+    enc = StreamEncoder(req, response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    raw = enc.start() + b"".join(enc.feed(d) for d in deltas) + enc.finish(final)
+    events = []
+    for block in raw.decode().split("\n\n"):
+        if not block:
+            continue
+        name, data = block.split("\n")
+        event = EVENT.validate_python(json.loads(data.removeprefix("data: ")))
+        assert name == f"event: {event.type}"
+        events.append(event)
+    return events, enc.final
+
+
+def test_the_event_stream_parses_and_is_numbered() -> None:
+    final = Delta(
+        finish_reason="tool_calls", usage=Usage(prompt_tokens=9, completion_tokens=7, cached_tokens=2)
+    )
+    events, doc = _stream(decode(input="x"), DELTAS, final)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    types = [e.type for e in events]
+    assert types == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    completed = Response.model_validate(doc)
+    assert [i.type for i in completed.output] == ["reasoning", "message", "function_call"]
+    assert completed.output_text == "Hello there"
+    assert completed.output[2].arguments == '{"x": 1}'  # type: ignore[union-attr]
+    assert completed.usage is not None and completed.usage.input_tokens_details.cached_tokens == 2
+    # every event of one item names the item's id and index
+    message_id = completed.output[1].id
+    assert {e.item_id for e in events if e.type == "response.output_text.delta"} == {message_id}
+    assert {e.output_index for e in events if e.type == "response.output_text.delta"} == {1}
+
+
+def test_streamed_and_whole_give_the_same_output() -> None:
+    req = decode(input="x")
+    usage = Usage(prompt_tokens=3, completion_tokens=4)
+    _, streamed = _stream(req, DELTAS, Delta(finish_reason="tool_calls", usage=usage))
+    whole = whole_response(
+        req,
+        ChatResponse(
+            id="x",
+            model="m",
+            created=0,
+            text="Hello there",
+            thinking="let me think",
+            tool_calls=[ToolCall(id="call_a", name="f", arguments='{"x": 1}')],
+            finish_reason="tool_calls",
+            usage=usage,
+        ),
+        response_id="resp_1",
+        created_at=100.0,
+        completed_at=101.0,
+    )
+
+    def strip(doc: dict[str, Any]) -> dict[str, Any]:
+        return {**doc, "output": [{k: v for k, v in i.items() if k != "id"} for i in doc["output"]]}
+
+    assert strip(streamed) == strip(whole)
+
+
+def test_hitting_max_output_tokens_is_incomplete() -> None:
+    events, doc = _stream(
+        decode(input="x", max_output_tokens=2), [Delta(text="ab")], Delta(finish_reason="length")
+    )
+    assert events[-1].type == "response.incomplete"
+    assert doc["status"] == "incomplete" and doc["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert doc["output"][0]["status"] == "incomplete"
+
+
+def test_a_mid_stream_failure_ends_with_error_and_failed() -> None:
+    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=1.0, clock=lambda: 2.0)
+    enc.start()
+    enc.feed(Delta(text="par"))
+    tail = enc.error("ENGINE_CRASHED", "the engine died")
+    blocks = [json.loads(b.split("\n")[1][6:]) for b in tail.decode().split("\n\n") if b]
+    assert [b["type"] for b in blocks] == ["error", "response.failed"]
+    assert Response.model_validate(blocks[1]["response"]).status == "failed"
+
+
+def test_item_pages() -> None:
+    items = [{"id": f"i{n}"} for n in range(5)]
+    page = responses.item_page(items, after=None, limit=2, order="desc")
+    assert [i["id"] for i in page["data"]] == ["i4", "i3"] and page["has_more"]
+    page = responses.item_page(items, after="i3", limit=10, order="desc")
+    assert [i["id"] for i in page["data"]] == ["i2", "i1", "i0"] and not page["has_more"]
+    with pytest.raises(DecodeError):
+        responses.item_page(items, after="zz", limit=2, order="asc")
