@@ -70,6 +70,10 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Refuse, instead of adjusting and reporting, a context the model cannot serve."""
     ledger_keep_requests: int = 200_000
     """Request records the ledger keeps; older ones are deleted as new ones arrive. 0: keep all."""
+    jobs_max_running: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """Jobs (background responses, batches) that run at once; the rest wait their turn."""
+    jobs_keep_s: float = 7 * 86400.0
+    """How long finished jobs (and their result files) are kept; 0: forever."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
 

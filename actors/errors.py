@@ -18,6 +18,8 @@ __all__ = [
     "EngineStartTimeout",
     "EngineUnavailable",
     "InsufficientMemory",
+    "JobNotFound",
+    "JobNotRunnable",
     "LedgerError",
     "MaxLoadedModels",
     "ModelBusy",
@@ -132,3 +134,18 @@ class ModelBusy(BlazarRuntimeError):
 
 class LedgerError(BlazarRuntimeError):
     """The ledger file cannot be opened, migrated or written."""
+
+
+# -- jobs -------------------------------------------------------------------------
+
+
+class JobNotFound(BlazarRuntimeError):
+    """No job has this id (never submitted, or pruned after its retention time)."""
+
+    code = "JOB_NOT_FOUND"
+
+
+class JobNotRunnable(BlazarRuntimeError):
+    """The job cannot do what was asked in its state (cancel a job that has ended)."""
+
+    code = "JOB_FINISHED"

@@ -132,6 +132,35 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # Durable jobs (actors/jobs.py) and their append-only event logs.
+        """
+        CREATE TABLE jobs (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            state TEXT NOT NULL,
+            model TEXT,
+            request BLOB NOT NULL,
+            result BLOB,
+            artifact TEXT,
+            error TEXT,
+            progress BLOB,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX jobs_state ON jobs (state, kind)",
+        """
+        CREATE TABLE job_events (
+            job_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (job_id, seq)
+        )
+        """,
+    ),
 )
 
 _COLUMNS = (

@@ -2,6 +2,7 @@
 
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
+    ├ jobs              durable long work (background responses, batches)
     ├ admission         queues, slots and leases of every model
     ├ engines (supervisor)
     │   └ engine[model] → child process (llama.cpp)
@@ -37,6 +38,7 @@ from actors.context import choose_context, context_limit, describe_clamp, rope_f
 from actors.engine import EngineActor, EngineHandle, EngineState, EngineStatistics, EnsureReady, StopEngine
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.errors import ActorStopped
+from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.memory import MemoryPlanner
@@ -59,6 +61,7 @@ _FALLBACK_CTX = 4096
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: list[EngineStatistics]
     ledger: LedgerStatistics
+    jobs: JobsStatistics
     admission: AdmissionStatistics
     lifecycle: LifecycleStatistics
     reaped_orphans: list[int]
@@ -235,6 +238,7 @@ class Runtime:
         engines: Supervisor,
         ledger: LedgerActor,
         admission: AdmissionActor,
+        jobs: JobsActor | None = None,
         lifecycle: LifecycleActor | None = None,
     ) -> None:
         self.config = config
@@ -244,6 +248,8 @@ class Runtime:
         self.engines = engines
         self.ledger = ledger
         self.admission = admission
+        self.jobs = jobs or JobsActor(ledger, data_dir=Path(config.home))
+        """Long work (background responses, batches); runners are registered by the embedder."""
         self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self._engines: dict[str, EngineActor] = {}
@@ -408,6 +414,7 @@ class Runtime:
         return RuntimeStatistics(
             engines=[e.statistics() for e in self.loaded()],
             ledger=self.ledger.statistics(),
+            jobs=self.jobs.statistics(),
             admission=self.admission.statistics(),
             lifecycle=self.lifecycle.statistics(),
             reaped_orphans=self.reaped_orphans,
@@ -429,6 +436,13 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         root: Supervisor = await nursery.start(Supervisor("runtime").run)
         ledger = LedgerActor(Path(config.home) / "blazar.db", keep_records=config.ledger_keep_requests)
         await root.start_child(ChildSpec(name="ledger", start=ledger.run))
+        jobs = JobsActor(
+            ledger,
+            data_dir=Path(config.home),
+            max_running=config.jobs_max_running,
+            keep_s=config.jobs_keep_s,
+        )
+        await root.start_child(ChildSpec(name="jobs", start=jobs.run))
         admission = AdmissionActor(max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s)
         await root.start_child(ChildSpec(name="admission", start=admission.run))
         engines = Supervisor("engines")
@@ -441,6 +455,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             engines=engines,
             ledger=ledger,
             admission=admission,
+            jobs=jobs,
         )
         await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
         runtime.reaped_orphans = reaped

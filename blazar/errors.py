@@ -85,6 +85,14 @@ CATALOG: dict[str, CodeInfo] = {
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",
         ),
+        _c("JOB_NOT_FOUND", 404, "No job has this id: see `blazar jobs` (finished jobs are pruned in time)."),
+        _c("JOB_FINISHED", 409, "The job has already ended: there is nothing to cancel."),
+        _c("BATCH_FILE_INVALID", 400, "A batch input file line is malformed: the message names the line."),
+        _c(
+            "BATCH_ENDPOINT_MISMATCH",
+            400,
+            "A batch input line names another endpoint than the batch: one endpoint per batch.",
+        ),
         _c(
             "CONTEXT_TOO_LARGE",
             400,

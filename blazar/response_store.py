@@ -15,8 +15,11 @@ import msgspec
 import trio
 
 from actors.ledger import LedgerActor, Write, read_rows
+from actors.runtime import Runtime
+from blazar.dialects.responses import ResponsesRequest
+from blazar.errors import BlazarError
 
-__all__ = ["ConversationRow", "ResponseRow", "ResponseStore"]
+__all__ = ["ConversationRow", "ResponseRow", "ResponseStore", "history_of", "not_found", "store_of"]
 
 _json = msgspec.json.encode
 Statement = tuple[str, tuple[Any, ...]]
@@ -214,3 +217,35 @@ class ResponseStore:
             ("DELETE FROM conversations WHERE id = ?", (conversation_id,)),
         )
         return True
+
+
+def store_of(runtime: Runtime) -> ResponseStore:
+    return ResponseStore(runtime.ledger)
+
+
+def not_found(response_id: str) -> BlazarError:
+    return BlazarError(
+        "NOT_FOUND",
+        f"no stored response '{response_id}' — responses created with `store: false` are not kept, "
+        "and a deleted one is gone",
+    )
+
+
+async def history_of(store: ResponseStore, req: ResponsesRequest) -> list[dict[str, Any]]:
+    """The items a request continues: its ``previous_response_id`` chain or its conversation."""
+    if req.previous_response_id is not None:
+        items = await store.history(req.previous_response_id)
+        if items is None:
+            raise BlazarError(
+                "NOT_FOUND",
+                f"previous response '{req.previous_response_id}' is not stored — send the whole "
+                "conversation as `input` instead",
+            )
+        return items
+    if req.conversation is not None:
+        if await store.conversation(req.conversation) is None:
+            raise BlazarError(
+                "NOT_FOUND", f"no conversation '{req.conversation}' — create it with POST /v1/conversations"
+            )
+        return await store.conversation_items(req.conversation)
+    return []

@@ -28,6 +28,7 @@ from blazar.errors import CATALOG, BlazarError
 from blazar.web import anthropic as web_anthropic
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
+from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
@@ -109,6 +110,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_capacity,
         web_responses,
         web_conversations,
+        web_jobs,
     ):
         module.register(app)
     return app

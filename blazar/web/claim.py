@@ -12,9 +12,9 @@ import trio
 from actors.claim import Claim
 from actors.engine import EngineActor
 from actors.runtime import Runtime
-from actors.scheduling import parse_tier
+from actors.scheduling import Tier, parse_tier
 from blazar.errors import BlazarError
-from blazar.web.call import Call, current
+from blazar.web.call import Call, current_or_none
 from blazar.web.cards import CardState
 from blazar.web.common import keep_alive_header
 
@@ -48,10 +48,17 @@ def _deadline_s(call: Call) -> float | None:
     return trio.current_time() + ms / 1000
 
 
-async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None) -> Claim:
+async def claim_engine(
+    runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None, tier: Tier | None = None
+) -> Claim:
     """The current request's claim on ``engine``. ``keep_alive_s``: from the request
-    body (Ollama), else the X-Blazar-Keep-Alive header."""
-    call = current()
+    body (Ollama), else the X-Blazar-Keep-Alive header. ``tier`` overrides the priority
+    header; work that runs outside any request (a job) claims at ``tier`` as client ``job``."""
+    call = current_or_none()
+    if call is None:
+        return await runtime.claim(
+            engine.spec.model, tier=tier or Tier.NORMAL, client="job", keep_alive_s=keep_alive_s
+        )
     if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
         keep_alive_s = keep_alive_header(header)
     live = call.card
@@ -65,7 +72,7 @@ async def claim_engine(runtime: Runtime, engine: EngineActor, *, keep_alive_s: f
 
     return await runtime.claim(
         engine.spec.model,
-        tier=parse_tier(call.headers.get("x-blazar-priority")),
+        tier=tier if tier is not None else parse_tier(call.headers.get("x-blazar-priority")),
         client=_client_key(call),
         deadline_s=_deadline_s(call),
         keep_alive_s=keep_alive_s,

@@ -14,7 +14,7 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
-from blazar.web.call import Call, Cleanup, Reply, current
+from blazar.web.call import Call, Cleanup, Reply, current, current_or_none
 from blazar.web.cards import StreamEnders
 
 __all__ = [
@@ -168,5 +168,6 @@ def keep_alive_header(value: str) -> float | None:
 
 def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], bytes]) -> None:
     """How this request's stream ends when cancelled or interrupted from another connection."""
-    if (c := current().card) is not None:
+    call = current_or_none()
+    if call is not None and (c := call.card) is not None:
         c.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)

@@ -22,44 +22,20 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
-from blazar.response_store import ResponseRow, ResponseStore
-from blazar.web import translate
+from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, store_of
+from blazar.web import background, translate
 from blazar.web.call import Call, Reply, Routes, current
-from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
+from blazar.web.common import (
+    app_runtime,
+    json_reply,
+    json_response,
+    read_body,
+    set_model,
+    stream_reply,
+    stream_response,
+)
 
-__all__ = ["history_of", "register", "register_routes", "store_of"]
-
-
-def store_of(runtime: Runtime) -> ResponseStore:
-    return ResponseStore(runtime.ledger)
-
-
-def _not_found(response_id: str) -> BlazarError:
-    return BlazarError(
-        "NOT_FOUND",
-        f"no stored response '{response_id}' — responses created with `store: false` are not kept, "
-        "and a deleted one is gone",
-    )
-
-
-async def history_of(store: ResponseStore, req: ResponsesRequest) -> list[dict[str, Any]]:
-    """The items a request continues: its ``previous_response_id`` chain or its conversation."""
-    if req.previous_response_id is not None:
-        items = await store.history(req.previous_response_id)
-        if items is None:
-            raise BlazarError(
-                "NOT_FOUND",
-                f"previous response '{req.previous_response_id}' is not stored — send the whole "
-                "conversation as `input` instead",
-            )
-        return items
-    if req.conversation is not None:
-        if await store.conversation(req.conversation) is None:
-            raise BlazarError(
-                "NOT_FOUND", f"no conversation '{req.conversation}' — create it with POST /v1/conversations"
-            )
-        return await store.conversation_items(req.conversation)
-    return []
+__all__ = ["page_args", "register", "register_routes"]
 
 
 def _headers(req: ResponsesRequest, tr: translate.EngineCall | None = None) -> dict[str, str]:
@@ -137,11 +113,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         req = responses.decode_request(call.body)
         call.set_model(req.model)
         _check_strict(runtime, req)
-        if req.background:
-            raise BlazarError(
-                "BAD_REQUEST", "background responses are not available yet — send the request without it"
-            )
         store = store_of(runtime)
+        if req.background:
+            await history_of(store, req)  # an unknown previous response is refused now, not later
+            doc = await background.submit(runtime, req, call.body)
+            if not req.stream:
+                return json_reply(doc, headers=_headers(req))
+            return stream_reply(
+                background.follow(runtime, doc["id"]), content_type="text/event-stream", headers=_headers(req)
+            )
         chat = responses.chat_request(req, await history_of(store, req))
         tr = translate.EngineCall(runtime, chat)
         await tr.prepare()
@@ -160,6 +140,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         return stream_reply(stream, content_type="text/event-stream", headers=_headers(req, tr))
 
     routes.add("/v1/responses", create)
+    background.register_runner(runtime)
 
 
 # -- stored responses (framework routes) -------------------------------------
@@ -168,24 +149,32 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 async def _stored(response_id: str) -> ResponseRow:
     row = await store_of(app_runtime()).get(response_id)
     if row is None:
-        raise _not_found(response_id)
+        raise not_found(response_id)
     return row
 
 
 async def get_response(response_id: str) -> Response:
     row = await _stored(response_id)
-    if request.args.get("stream", "").lower() == "true":
+    if request.args.get("stream", "").lower() != "true":
+        return json_response(row.response)
+    if not row.background:
         raise BlazarError(
             "BAD_REQUEST",
             f"response '{response_id}' was not created with `background: true`: only background "
             "responses can be streamed again — GET it without `stream`",
         )
-    return json_response(row.response)
+    raw = request.args.get("starting_after", "-1")
+    if not raw.lstrip("-").isdigit():
+        raise DecodeError(
+            f"invalid query `starting_after`: {raw!r} is not an integer", param="starting_after"
+        )
+    follow = background.follow(app_runtime(), response_id, after=int(raw))
+    return stream_response(follow, content_type="text/event-stream")
 
 
 async def delete_response(response_id: str) -> Response:
     if not await store_of(app_runtime()).delete(response_id):
-        raise _not_found(response_id)
+        raise not_found(response_id)
     return json_response(responses.encode_deleted(response_id))
 
 
@@ -222,11 +211,14 @@ async def input_tokens() -> Response:
 
 async def cancel_response(response_id: str) -> Response:
     row = await _stored(response_id)
-    raise BlazarError(
-        "BAD_REQUEST",
-        f"response '{row.id}' was not created with `background: true`: only background responses "
-        "can be cancelled (close the stream to stop a foreground one)",
-    )
+    if not row.background:
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"response '{row.id}' was not created with `background: true`: only background responses "
+            "can be cancelled (close the stream to stop a foreground one)",
+        )
+    await app_runtime().jobs.cancel(response_id)
+    return json_response((await _stored(response_id)).response)
 
 
 def register(app: QuartTrio) -> None:

@@ -19,6 +19,7 @@ import msgspec
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
+from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects.llamacpp import (
     EngineError,
@@ -130,9 +131,11 @@ def check_images(req: ChatRequest, engine: EngineActor) -> None:
 class EngineCall:
     """One translated request: ``prepare`` first, then ``complete`` or ``stream``."""
 
-    def __init__(self, runtime: Runtime, req: ChatRequest) -> None:
+    def __init__(self, runtime: Runtime, req: ChatRequest, *, tier: Tier | None = None) -> None:
         self.runtime = runtime
         self.req = req
+        self.tier = tier
+        """The admission tier, when not the request's own (a job's)."""
         self.timings = Timings(started_ns=time.perf_counter_ns())
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
@@ -175,7 +178,9 @@ class EngineCall:
         size = chat_size(self.req)
         # Before queueing, loading or templating; against the context the slot will hold.
         refuse_if_too_long(engine, size, ctx=max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot))
-        self.claim = await claim_engine(self.runtime, engine, keep_alive_s=self.req.keep_alive_s)
+        self.claim = await claim_engine(
+            self.runtime, engine, keep_alive_s=self.req.keep_alive_s, tier=self.tier
+        )
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
         self.context = engine.served_ctx or engine.spec.ctx_per_slot

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -291,3 +293,91 @@ def test_chain_survives_a_restart(own_daemon: DaemonProc) -> None:
         assert second.usage.input_tokens > first.usage.input_tokens
     finally:
         again.stop()
+
+
+def _wait_done(client: openai.OpenAI, response_id: str, timeout_s: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        resp = client.responses.retrieve(response_id)
+        if resp.status not in ("queued", "in_progress"):
+            return resp
+        time.sleep(0.1)
+    raise AssertionError(f"{response_id} still {resp.status}")
+
+
+def test_background_poll_stream_again_and_jobs(client: openai.OpenAI, daemon: DaemonProc) -> None:
+    resp = client.responses.create(
+        model=MODEL, input="Name three colours.", max_output_tokens=24, background=True, temperature=0
+    )
+    assert resp.status == "queued" and resp.background
+    done = _wait_done(client, resp.id)
+    assert done.status in ("completed", "incomplete") and done.output_text
+    # the stored stream replays, whole or after a sequence number
+    with client.responses.stream(response_id=resp.id) as stream:
+        replayed = [event for event in stream]
+    assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
+    assert replayed[-1].type in ("response.completed", "response.incomplete")
+    assert replayed[-1].response.output_text == done.output_text  # type: ignore[union-attr]
+    url = f"{daemon.url}/v1/responses/{resp.id}"
+    with httpx.stream("GET", url, params={"stream": "true", "starting_after": 3}, timeout=30) as r:
+        seqs = [
+            json.loads(line[6:])["sequence_number"] for line in r.iter_lines() if line.startswith("data: ")
+        ]
+    assert seqs == list(range(4, len(replayed)))
+    job = httpx.get(f"{daemon.url}/v1/jobs/{resp.id}", timeout=10).json()
+    assert job["object"] == "blazar.job" and job["kind"] == "response" and job["status"] == "completed"
+    listed = httpx.get(f"{daemon.url}/v1/jobs", params={"kind": "response"}, timeout=10).json()
+    assert resp.id in [j["id"] for j in listed["data"]]
+    # a cancel of a finished job is refused, in OpenAI's shape
+    with pytest.raises(openai.ConflictError) as err:
+        client.responses.cancel(resp.id)
+    assert err.value.body["blazar_code"] == "JOB_FINISHED"  # type: ignore[index]
+
+
+def test_background_streamed_from_the_start(client: openai.OpenAI) -> None:
+    with client.responses.stream(
+        model=MODEL, input="Say hi.", max_output_tokens=200, temperature=0, background=True
+    ) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+
+
+def test_background_cancel(client: openai.OpenAI) -> None:
+    resp = client.responses.create(
+        model=MODEL, input="Write a very long story about the sea.", max_output_tokens=3000, background=True
+    )
+    deadline = time.monotonic() + 60
+    while client.responses.retrieve(resp.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cancelled = client.responses.cancel(resp.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.retrieve(resp.id).status == "cancelled"
+
+
+def test_background_response_survives_kill_9(own_daemon: DaemonProc) -> None:
+    client = openai.OpenAI(base_url=f"{own_daemon.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    resp = client.responses.create(
+        model=MODEL, input="Write a story about a lighthouse.", max_output_tokens=400, background=True
+    )
+    deadline = time.monotonic() + 60
+    while client.responses.retrieve(resp.id).status != "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    own_daemon.proc.kill()
+    own_daemon.proc.wait()
+    (own_daemon.home / "run" / "daemon.json").unlink()
+    again = start_daemon(own_daemon.home)
+    try:
+        client = openai.OpenAI(base_url=f"{again.url}/v1", api_key="unused", max_retries=0, timeout=120)
+        done = _wait_done(client, resp.id, timeout_s=180)
+        assert done.status in ("completed", "incomplete") and done.output_text
+        job = httpx.get(f"{again.url}/v1/jobs/{resp.id}", timeout=10).json()
+        assert job["attempts"] == 2
+    finally:
+        again.stop()
+    db = sqlite3.connect(own_daemon.home / "blazar.db")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()

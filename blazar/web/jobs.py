@@ -1,0 +1,113 @@
+"""``/v1/jobs``: every durable job (background responses, batches), one shape.
+
+Jobs are read straight from the ledger file; a cancel goes to the jobs actor,
+which owns them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from actors.jobs import JobRecord, read_events, read_job, read_jobs
+from blazar.dialects.neutral import DecodeError
+from blazar.errors import BlazarError
+from blazar.web import background
+from blazar.web.common import app_runtime, json_response, stream_response
+
+__all__ = ["encode_job", "register"]
+
+_STATES = ("queued", "running", "completed", "failed", "cancelled")
+
+
+def encode_job(job: JobRecord) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": job.id,
+        "object": "blazar.job",
+        "kind": job.kind,
+        "model": job.model,
+        "status": job.state,
+        "created_at": int(job.created_at),
+        "updated_at": int(job.updated_at),
+        "attempts": job.attempts,
+        "progress": job.progress,
+        "error": job.error,
+    }
+    if job.artifact is not None:
+        doc["artifact"] = {"path": job.artifact}
+    elif job.result is not None:
+        doc["result"] = job.result.decode("utf-8", "replace")
+    return doc
+
+
+def _int_arg(name: str, default: int, high: int) -> int:
+    raw = request.args.get(name, str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= high:
+        raise DecodeError(f"invalid query `{name}`: {raw!r} is not an integer from 1 to {high}", param=name)
+    return int(raw)
+
+
+async def _job(job_id: str) -> JobRecord:
+    job = await trio.to_thread.run_sync(read_job, app_runtime().jobs.path, job_id)
+    if job is None:
+        raise BlazarError("JOB_NOT_FOUND", f"no job '{job_id}' — see GET /v1/jobs (finished jobs are pruned)")
+    return job
+
+
+async def list_jobs() -> Response:
+    state, kind = request.args.get("state"), request.args.get("kind")
+    if state is not None and state not in _STATES:
+        raise DecodeError(
+            f"invalid query `state`: {state!r} is not one of {', '.join(_STATES)}", param="state"
+        )
+    limit = _int_arg("limit", 50, 1000)
+    path, after = app_runtime().jobs.path, request.args.get("after")
+    rows = await trio.to_thread.run_sync(
+        lambda: read_jobs(path, state=state, kind=kind, after=after, limit=limit + 1)
+    )
+    page = rows[:limit]
+    return json_response(
+        {
+            "object": "list",
+            "data": [encode_job(j) for j in page],
+            "first_id": page[0].id if page else None,
+            "last_id": page[-1].id if page else None,
+            "has_more": len(rows) > limit,
+        }
+    )
+
+
+async def get_job(job_id: str) -> Response:
+    return json_response(encode_job(await _job(job_id)))
+
+
+async def job_events(job_id: str) -> Response:
+    await _job(job_id)
+    raw = request.args.get("after", "-1")
+    if not raw.lstrip("-").isdigit():
+        raise DecodeError(f"invalid query `after`: {raw!r} is not a sequence number", param="after")
+    runtime = app_runtime()
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return stream_response(
+            background.follow(runtime, job_id, after=int(raw)), content_type="text/event-stream"
+        )
+    limit = _int_arg("limit", 1000, 1000)
+    path = runtime.jobs.path
+    events = await trio.to_thread.run_sync(lambda: read_events(path, job_id, after=int(raw), limit=limit))
+    return json_response(
+        {"object": "list", "data": [{"seq": e.seq, "kind": e.kind, "data": e.data} for e in events]}
+    )
+
+
+async def cancel_job(job_id: str) -> Response:
+    return json_response(encode_job(await app_runtime().jobs.cancel(job_id)))
+
+
+def register(app: QuartTrio) -> None:
+    app.get("/v1/jobs")(list_jobs)
+    app.get("/v1/jobs/<job_id>")(get_job)
+    app.get("/v1/jobs/<job_id>/events")(job_events)
+    app.post("/v1/jobs/<job_id>/cancel")(cancel_job)
