@@ -15,6 +15,7 @@ the items it already recorded.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import secrets
@@ -31,6 +32,8 @@ from actors.actor import Actor, ActorStatistics
 from actors.errors import JobNotFound, JobNotRunnable
 from actors.ledger import LedgerActor, Write, read_rows
 from actors.mailbox import Envelope
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FINISHED",
@@ -506,7 +509,8 @@ class JobsActor(Actor[JobsMessage]):
             try:
                 outcome = await runner(ctx)
             except Exception as exc:
-                outcome = JobOutcome(state="failed", error=f"{type(exc).__name__}: {exc}")
+                log.error("job %s (%s) failed", ctx.job.id, ctx.job.kind, exc_info=exc)
+                outcome = JobOutcome(state="failed", error=_describe(exc))
         with trio.CancelScope(shield=True):
             await self.tell(_Ended(job_id=ctx.job.id, outcome=outcome))
 
@@ -537,6 +541,13 @@ class JobsActor(Actor[JobsMessage]):
         for job_id, _artifact in rows:
             folder = self.data_dir / "jobs" / job_id
             await trio.to_thread.run_sync(_remove_tree, folder)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a job's ``error``: the first leaf of an exception group, which says what broke."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _next_seq(path: Path, job_id: str) -> int:

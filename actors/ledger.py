@@ -161,6 +161,54 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # Uploaded and written files (the bytes live under <home>/files/), batches of
+        # both dialects and their items, one row per request with its recorded answer.
+        """
+        CREATE TABLE files (
+            id TEXT PRIMARY KEY,
+            filename TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            bytes INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL
+        )
+        """,
+        """
+        CREATE TABLE batches (
+            id TEXT PRIMARY KEY,
+            dialect TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            input_file_id TEXT,
+            metadata BLOB,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            in_progress_at REAL,
+            finalizing_at REAL,
+            cancelling_at REAL,
+            ended_at REAL,
+            output_file_id TEXT,
+            error_file_id TEXT,
+            archived_at REAL
+        )
+        """,
+        """
+        CREATE TABLE batch_items (
+            batch_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            custom_id TEXT NOT NULL,
+            url TEXT NOT NULL,
+            body BLOB NOT NULL,
+            state TEXT NOT NULL,
+            status_code INTEGER,
+            response BLOB,
+            request_id TEXT,
+            PRIMARY KEY (batch_id, idx)
+        )
+        """,
+    ),
 )
 
 _COLUMNS = (

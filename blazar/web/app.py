@@ -26,6 +26,8 @@ from blazar import __version__
 from blazar.config import Config
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import anthropic as web_anthropic
+from blazar.web import batch_runner
+from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
 from blazar.web import jobs as web_jobs
@@ -53,7 +55,7 @@ def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
     routes = Routes()
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
-    return GatewayMiddleware(
+    gateway = GatewayMiddleware(
         create_app(runtime, config, cards=cards),
         runtime.ledger,
         cards,
@@ -61,6 +63,9 @@ def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
         guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
         max_body=int(config.max_body_mb * 1024 * 1024),
     )
+    # batch items run through the whole gateway, as the same requests over HTTP would
+    batch_runner.register_runner(runtime, gateway)
+    return gateway
 
 
 def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) -> QuartTrio:
@@ -111,6 +116,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_responses,
         web_conversations,
         web_jobs,
+        web_batches,
     ):
         module.register(app)
     return app

@@ -1,0 +1,249 @@
+"""The batch job: run each request of a batch through the gateway itself, record each answer.
+
+Each item is sent in-process to the daemon's own ASGI application, so it gets exactly
+what the same request sent over HTTP would get (validation, translation, the error
+shapes), at the low admission tier: interactive requests are admitted first, and the
+batch leaves one slot of each model to them. An answer is committed to the ledger
+before the next step counts it, so after a crash the batch goes on at its first
+unrecorded item: no item is lost, none is recorded twice, and one whose answer was
+being written when the crash came simply runs again.
+
+When every item has an answer, the OpenAI output and error files are written and
+named in one transaction; an Anthropic batch's results are read from its items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+from actors.jobs import JobContext, JobOutcome
+from actors.runtime import Runtime
+from blazar.batch_store import BatchItem, BatchRow, BatchStore, FileRow, Statement, write_blob
+from blazar.dialects import batches
+
+log = logging.getLogger(__name__)
+
+__all__ = ["KIND", "finish", "item_id", "output_file_ids", "register_runner", "store_of"]
+
+KIND = "batch"
+PROGRESS_EVERY_S = 1.0
+
+
+def store_of(runtime: Runtime) -> BatchStore:
+    return BatchStore(runtime.ledger, Path(runtime.config.home))
+
+
+def item_id(batch_id: str, idx: int) -> str:
+    """The ``batch_req_…`` id of one request: the same on every run of the batch."""
+    return "batch_req_" + hashlib.sha256(f"{batch_id}/{idx}".encode()).hexdigest()[:24]
+
+
+def output_file_ids(batch_id: str) -> tuple[str, str]:
+    """The output and error file ids of a batch: fixed, so finishing twice writes the same rows."""
+    tail = batch_id.removeprefix("batch_")
+    return f"file-out-{tail}", f"file-err-{tail}"
+
+
+def register_runner(runtime: Runtime, app: Callable[..., Any]) -> None:
+    """Run batch jobs through ``app``, the daemon's ASGI application."""
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None
+    )
+
+    async def run(ctx: JobContext) -> JobOutcome:
+        return await _Batch(runtime, client, ctx).run()
+
+    runtime.jobs.register(KIND, run)
+
+
+class _Batch:
+    def __init__(self, runtime: Runtime, client: httpx.AsyncClient, ctx: JobContext) -> None:
+        self.runtime, self.client, self.ctx = runtime, client, ctx
+        self.store = store_of(runtime)
+        self.batch_id = ctx.job.request.decode()
+        self.done = 0
+        self._progress_at = 0.0
+
+    async def run(self) -> JobOutcome:
+        batch = await self.store.batch(self.batch_id)
+        if batch is None:
+            return JobOutcome(state="failed", error="the batch was deleted before it ran")
+        if batch.in_progress_at is None:
+            await self.store.set_times(self.batch_id, in_progress_at=time.time())
+        items = await self.store.items(self.batch_id, unfinished=True)
+        try:
+            if not batch.cancel_requested:
+                await self._run_items(batch, items)
+        except trio.Cancelled:
+            if self.ctx.cancel_requested:
+                with trio.CancelScope(shield=True):
+                    await finish(self.store, batch, settle="cancelled")
+            raise
+        expired = time.time() >= batch.expires_at
+        settle: batches.ItemState | None = (
+            "cancelled" if batch.cancel_requested else ("expired" if expired else None)
+        )
+        await finish(self.store, batch, settle=settle)
+        await self.ctx.progress({"recorded_this_run": self.done, "ended": True})
+        return JobOutcome(state="cancelled" if batch.cancel_requested else "completed")
+
+    async def _run_items(self, batch: BatchRow, items: list[BatchItem]) -> None:
+        limiter = trio.Semaphore(max(1, self.runtime.config.slots - 1))
+        async with trio.open_nursery() as nursery:
+            for item in items:
+                if time.time() >= batch.expires_at:
+                    return  # what is left expires when the batch finishes
+                await limiter.acquire()
+                nursery.start_soon(self._run_item, batch, item, limiter)
+
+    async def _run_item(self, batch: BatchRow, item: BatchItem, limiter: trio.Semaphore) -> None:
+        try:
+            headers = {
+                "content-type": "application/json",
+                "x-blazar-priority": "low",
+                "x-blazar-client": f"batch:{batch.id}",
+            }
+            if batch.dialect == "anthropic":
+                headers["anthropic-version"] = "2023-06-01"
+            try:
+                resp = await self.client.post(item.url, content=item.body, headers=headers)
+            except Exception as exc:  # a bug on our side: this item fails, the batch goes on
+                log.error("batch %s: request %s failed", batch.id, item.custom_id, exc_info=exc)
+                error = {
+                    "error": {
+                        "message": f"internal error: {exc}",
+                        "code": "INTERNAL",
+                        "blazar_code": "INTERNAL",
+                    }
+                }
+                answered = msgspec.structs.replace(
+                    item, state="failed", status_code=500, response=msgspec.json.encode(error)
+                )
+            else:
+                state: batches.ItemState = "succeeded" if resp.status_code < 400 else "failed"
+                answered = msgspec.structs.replace(
+                    item,
+                    state=state,
+                    status_code=resp.status_code,
+                    response=resp.content,
+                    request_id=resp.headers.get("x-blazar-trace-id"),
+                )
+            await self.store.write(BatchStore.item_statement(self.batch_id, answered))
+            self.done += 1
+            now = time.monotonic()
+            if now - self._progress_at >= PROGRESS_EVERY_S:
+                self._progress_at = now
+                await self.ctx.progress({"recorded_this_run": self.done})
+        finally:
+            limiter.release()
+
+
+async def finish(store: BatchStore, batch: BatchRow, *, settle: batches.ItemState | None) -> None:
+    """End a batch: what did not run becomes ``settle``; an OpenAI batch gets its output and
+    error files. One transaction, so a batch is ended with its files or not at all."""
+    now = time.time()
+    statements: list[Statement] = []
+    if settle is not None:
+        statements.append(BatchStore.settle_statement(batch.id, settle))
+    if batch.dialect == "openai":
+        if batch.finalizing_at is None:
+            await store.set_times(batch.id, finalizing_at=now)
+        rows = await _files(store, batch, await store.items(batch.id), settle)
+        statements += [BatchStore.file_statement(row) for row in rows]
+        out_id, err_id = output_file_ids(batch.id)
+        names = {row.id for row in rows}
+        statements.append(
+            (
+                "UPDATE batches SET output_file_id = ?, error_file_id = ?, ended_at = ? WHERE id = ?",
+                (out_id if out_id in names else None, err_id if err_id in names else None, now, batch.id),
+            )
+        )
+    else:
+        statements.append(("UPDATE batches SET ended_at = ? WHERE id = ?", (now, batch.id)))
+    await store.write(*statements)
+
+
+async def _files(
+    store: BatchStore, batch: BatchRow, items: list[BatchItem], settle: batches.ItemState | None
+) -> list[FileRow]:
+    """Write the output and error files (whichever has lines); their rows, to commit."""
+    outputs, errors = _output_lines(batch.id, items, settle)
+    out_id, err_id = output_file_ids(batch.id)
+    rows = []
+    for file_id, lines, name in ((out_id, outputs, "output"), (err_id, errors, "errors")):
+        if not lines:
+            continue
+        data = batches.to_jsonl(lines)
+        path = await trio.to_thread.run_sync(write_blob, store.files_dir, data)
+        rows.append(
+            FileRow(
+                id=file_id,
+                filename=f"{batch.id}_{name}.jsonl",
+                purpose="batch_output",
+                bytes=len(data),
+                path=str(path),
+                created_at=time.time(),
+            )
+        )
+    return rows
+
+
+def _output_lines(
+    batch_id: str, items: list[BatchItem], settle: batches.ItemState | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    outputs: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for item in items:
+        rid = item_id(batch_id, item.idx)
+        state = settle if item.state in ("pending", "running") and settle is not None else item.state
+        if state == "succeeded" and item.response is not None:
+            outputs.append(
+                batches.encode_output_line(
+                    id=rid,
+                    custom_id=item.custom_id,
+                    status_code=item.status_code or 200,
+                    body=msgspec.json.decode(item.response),
+                    request_id=item.request_id,
+                )
+            )
+        elif state == "failed" and item.response is not None:
+            body = _json_or_text(item.response)
+            error = (body.get("error") or {}) if isinstance(body, dict) else {}
+            errors.append(
+                batches.encode_error_line(
+                    id=rid,
+                    custom_id=item.custom_id,
+                    code=str(error.get("blazar_code") or error.get("code") or "request_failed"),
+                    message=str(error.get("message") or body),
+                    status_code=item.status_code,
+                    body=body,
+                    request_id=item.request_id,
+                )
+            )
+        elif state in ("cancelled", "expired"):
+            cancelled = state == "cancelled"
+            errors.append(
+                batches.encode_error_line(
+                    id=rid,
+                    custom_id=item.custom_id,
+                    code=batches.CANCELLED_CODE if cancelled else batches.EXPIRED_CODE,
+                    message=batches.CANCELLED_MESSAGE if cancelled else batches.EXPIRED_MESSAGE,
+                )
+            )
+    return outputs, errors
+
+
+def _json_or_text(raw: bytes) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace")
