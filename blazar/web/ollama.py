@@ -50,8 +50,10 @@ log = logging.getLogger("blazar.web")
 
 __all__ = ["OLLAMA_API_VERSION", "register", "register_routes"]
 
-OLLAMA_API_VERSION = "0.12.0"
-"""The Ollama API level these routes implement (clients compare it with their minimum)."""
+OLLAMA_API_VERSION = "0.13.4"
+"""The Ollama API level these routes implement (clients compare it with their minimum).
+0.13.4 is the first Ollama release that serves the OpenAI Responses API (``/v1/responses``),
+which Codex's ``--oss`` mode checks for; Blazar serves it too."""
 
 
 def _now() -> str:
