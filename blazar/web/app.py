@@ -32,6 +32,7 @@ from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
+from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
@@ -117,6 +118,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_conversations,
         web_jobs,
         web_batches,
+        web_message_batches,
     ):
         module.register(app)
     return app
