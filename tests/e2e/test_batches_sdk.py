@@ -169,3 +169,43 @@ def test_an_oversized_upload_is_refused(daemon: DaemonProc) -> None:
         f"{daemon.url}/v1/files", files={"file": ("big.jsonl", big)}, data={"purpose": "batch"}, timeout=60
     )
     assert r.status_code == 413 and r.json()["error"]["blazar_code"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_interactive_requests_are_not_queued_behind_a_batch(
+    client: openai.OpenAI, daemon: DaemonProc
+) -> None:
+    lines = [chat_line(f"bg-{i}", f"Count to {i}.") for i in range(200)]
+    for line in lines:
+        line["body"]["max_tokens"] = 16
+    upload = client.files.create(file=("in.jsonl", io.BytesIO(jsonl(lines))), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (
+            b := client.batches.retrieve(batch.id)
+        ).request_counts is None or b.request_counts.completed < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        latencies, busiest = [], 0
+        for _ in range(5):
+            queue = next(
+                q
+                for q in httpx.get(f"{daemon.url}/admin/engines").json()["admission"]["queues"]
+                if q["model"] == MODEL
+            )
+            # the batch leaves a slot free, so the interactive request below never waits
+            assert queue["running"] <= queue["capacity"] - 1, queue
+            busiest = max(busiest, queue["running"])
+            t0 = time.monotonic()
+            r = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+            )
+            latencies.append(time.monotonic() - t0)
+            assert r.choices[0].message.content is not None
+        assert busiest >= 1  # the batch was running beside them
+        assert client.batches.retrieve(batch.id).status == "in_progress"
+        print(f"interactive latency beside a 200-item batch: {[round(x * 1000) for x in latencies]} ms")
+    finally:
+        client.batches.cancel(batch.id)
