@@ -21,7 +21,7 @@ import os
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, assert_never
 
@@ -137,6 +137,26 @@ class JobContext:
             )
         )
         self._wake()
+
+    def event_nowait(self, kind: str, data: dict[str, Any]) -> bool:
+        """``event`` without waiting (from a synchronous callback); False when the ledger's
+        mailbox is full and the event was dropped."""
+        try:
+            self._actor.ledger.tell_nowait(
+                Write(
+                    statements=(
+                        (
+                            "INSERT INTO job_events (job_id, seq, kind, data) VALUES (?, ?, ?, ?)",
+                            (self.job.id, self._seq, kind, msgspec.json.encode(data)),
+                        ),
+                    )
+                )
+            )
+        except trio.WouldBlock:
+            return False
+        self._seq += 1
+        self._wake()
+        return True
 
     def _wake(self) -> None:
         self.changed.set()
@@ -334,6 +354,30 @@ class JobsActor(Actor[JobsMessage]):
         ``JobNotRunnable`` for a job that had already ended)."""
         job: JobRecord = await self.ask(Cancel(job_id=job_id))
         return job
+
+    async def follow(self, job_id: str, *, after: int = -1, poll_s: float = 0.25) -> AsyncIterator[JobEvent]:
+        """The job's events from ``after`` on, as they are committed, until the job has ended.
+        Woken by the running job, and reading the ledger at least every ``poll_s``."""
+        path = self.path
+        while True:
+            live = self.live(job_id)
+            changed = live.changed if live is not None else None
+            events = await trio.to_thread.run_sync(_events_after, path, job_id, after)
+            for event in events:
+                yield event
+                after = event.seq
+            if not events:
+                job = await trio.to_thread.run_sync(read_job, path, job_id)
+                if job is None or job.state in FINISHED:
+                    # one more read: what the job logged just before it ended
+                    for event in await trio.to_thread.run_sync(_events_after, path, job_id, after):
+                        yield event
+                    return
+            with trio.move_on_after(poll_s):
+                if changed is not None:
+                    await changed.wait()
+                else:
+                    await trio.sleep_forever()
 
     def live(self, job_id: str) -> JobContext | None:
         """The context of a running job (followers wait on its ``changed``)."""
@@ -541,6 +585,10 @@ class JobsActor(Actor[JobsMessage]):
         for job_id, _artifact in rows:
             folder = self.data_dir / "jobs" / job_id
             await trio.to_thread.run_sync(_remove_tree, folder)
+
+
+def _events_after(path: Path, job_id: str, after: int) -> list[JobEvent]:
+    return read_events(path, job_id, after=after)
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import trio
 
-from actors.jobs import FINISHED, JobContext, JobEvent, JobOutcome, read_events, read_job
+from actors.jobs import JobContext, JobOutcome
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from blazar.dialects import responses
@@ -33,8 +32,6 @@ from blazar.web import translate
 __all__ = ["KIND", "follow", "register_runner", "submit"]
 
 KIND = "response"
-FOLLOW_POLL_S = 0.25
-"""How often a follower looks for events when nothing wakes it (events commit in batches)."""
 
 
 async def submit(runtime: Runtime, req: ResponsesRequest, body: bytes) -> dict[str, Any]:
@@ -139,30 +136,7 @@ async def _end(
         await ctx.event(kind, {"type": kind, "response": doc})
 
 
-def _events(path: Path, job_id: str, after: int) -> list[JobEvent]:
-    return read_events(path, job_id, after=after)
-
-
 async def follow(runtime: Runtime, job_id: str, *, after: int = -1) -> AsyncIterator[bytes]:
-    """The job's events as SSE, from ``after`` on, until the job has ended."""
-    path = runtime.jobs.path
-    while True:
-        live = runtime.jobs.live(job_id)
-        changed = live.changed if live is not None else None
-        events = await trio.to_thread.run_sync(_events, path, job_id, after)
-        for event in events:
-            yield frame(event.data, event.seq)
-            after = event.seq
-        if not events:
-            job = await trio.to_thread.run_sync(read_job, path, job_id)
-            if job is None or job.state in FINISHED:
-                # one more read: what the job logged just before it ended
-                tail = await trio.to_thread.run_sync(_events, path, job_id, after)
-                for event in tail:
-                    yield frame(event.data, event.seq)
-                return
-        with trio.move_on_after(FOLLOW_POLL_S):
-            if changed is not None:
-                await changed.wait()
-            else:
-                await trio.sleep_forever()
+    """A background response's events as SSE, from ``after`` on, until it has ended."""
+    async for event in runtime.jobs.follow(job_id, after=after):
+        yield frame(event.data, event.seq)

@@ -6,16 +6,18 @@ which owns them.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.jobs import JobRecord, read_events, read_job, read_jobs
+from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
-from blazar.web import background
 from blazar.web.common import app_runtime, json_response, stream_response
 
 __all__ = ["encode_job", "register"]
@@ -91,15 +93,19 @@ async def job_events(job_id: str) -> Response:
         raise DecodeError(f"invalid query `after`: {raw!r} is not a sequence number", param="after")
     runtime = app_runtime()
     if "text/event-stream" in request.headers.get("accept", ""):
-        return stream_response(
-            background.follow(runtime, job_id, after=int(raw)), content_type="text/event-stream"
-        )
+        return stream_response(_sse(runtime, job_id, int(raw)), content_type="text/event-stream")
     limit = _int_arg("limit", 1000, 1000)
     path = runtime.jobs.path
     events = await trio.to_thread.run_sync(lambda: read_events(path, job_id, after=int(raw), limit=limit))
     return json_response(
         {"object": "list", "data": [{"seq": e.seq, "kind": e.kind, "data": e.data} for e in events]}
     )
+
+
+async def _sse(runtime: Runtime, job_id: str, after: int) -> AsyncIterator[bytes]:
+    async for e in runtime.jobs.follow(job_id, after=after):
+        # the event's own data, its number as the SSE id: a client resumes with ?after=
+        yield b"id: %d\nevent: %s\ndata: %s\n\n" % (e.seq, e.kind.encode(), msgspec.json.encode(e.data))
 
 
 async def cancel_job(job_id: str) -> Response:

@@ -12,7 +12,6 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -21,13 +20,13 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.engine import EngineState
+from actors.errors import JobNotFound, JobNotRunnable
 from actors.runtime import Runtime
 from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
-from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError
-from blazar.web import translate
+from blazar.web import pull_job, translate
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
     NDJSON,
@@ -43,7 +42,6 @@ from blazar.web.common import (
 from blazar.web.translate import Timings
 from registry.disk import copy_model
 from registry.gguf import ModelInfo
-from registry.pull import PullProgress, pull
 from registry.store import ModelRecord, ModelSettings, Store
 
 log = logging.getLogger("blazar.web")
@@ -164,7 +162,9 @@ class _CopyBody(msgspec.Struct, kw_only=True):
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
-    """``POST /api/chat`` and ``/api/generate``, served by the gateway layer itself."""
+    """``POST /api/chat`` and ``/api/generate``, served by the gateway layer itself (and the
+    runner of pull jobs, which ``/api/pull`` starts)."""
+    pull_job.register_runner(runtime)
 
     async def run_chat(call: Call, req: ChatRequest, dialect: Literal["chat", "generate"]) -> Reply:
         call.set_model(req.model)
@@ -316,58 +316,25 @@ async def embeddings_legacy() -> Response:
 
 
 async def pull_model() -> Response:
+    """A pull is a job (``blazar jobs`` lists it); this request follows it, and cancels it
+    if the client leaves before it has ended, as Ollama does."""
     runtime = app_runtime()
-    store = runtime.store
     body: _Body = decode_json(await read_body(), _Body)
     name = body.target()
-    send, recv = trio.open_memory_channel[bytes](1024)
-    scope = trio.CancelScope()
-
-    def progress(p: PullProgress) -> None:
-        line = ollama_models.encode_pull_progress(
-            ollama_models.pull_status(p.status, p.digest),
-            digest=p.digest,
-            total=p.total,
-            completed=p.completed,
-        )
-        try:
-            send.send_nowait(line)
-        except trio.WouldBlock:
-            pass  # a slow reader misses intermediate progress, never the outcome
-
-    async def run() -> None:
-        async with send:
-            with scope:
-                try:
-                    record = await pull(
-                        store, name, catalog=runtime.catalog, cache_dir=Path(runtime.config.cache_dir),
-                        on_progress=progress,
-                    )  # fmt: skip
-                except OSError as exc:  # a full or unwritable disk
-                    message = f"the pull could not write to the model store: {exc.strerror or exc}"
-                    await send.send(ollama.encode_error("INSUFFICIENT_STORAGE", message))
-                    return
-                except Exception as exc:
-                    # The task belongs to the runtime: nothing may escape it and stop the daemon.
-                    if (err := describe_error(exc)) is None:
-                        log.exception("pull of '%s' failed", name)
-                        err = ErrorReply(status=500, code="INTERNAL", message=f"the pull failed: {exc!r}")
-                    await send.send(ollama.encode_error(err.code, err.message))
-                    return
-                await runtime.forget(record.name)  # the pull's own progress already said "success"
-
-    runtime.start_soon(run)
+    job = await runtime.jobs.submit(pull_job.KIND, name.encode(), model=name)
 
     async def cancel() -> None:
-        scope.cancel()  # the client left: stop downloading (the partial file stays resumable)
+        try:
+            await runtime.jobs.cancel(job.id)
+        except (JobNotFound, JobNotRunnable):
+            pass  # it has ended: nothing to stop
 
     on_cleanup(cancel)
     if body.stream:
-        return stream_response(_drain(recv), content_type=NDJSON)
+        return stream_response(pull_job.lines(runtime, job.id), content_type=NDJSON)
     last = b""
-    async with recv:
-        async for line in recv:
-            last = line
+    async for line in pull_job.lines(runtime, job.id):
+        last = line
     doc = msgspec.json.decode(last)
     if "error" in doc:
         raise BlazarError(doc.get("blazar_code", "BAD_GATEWAY"), doc["error"])

@@ -97,6 +97,20 @@ def test_ollama_pull_copy_delete(oll: ollama.Client) -> None:
     assert [m.model for m in oll.list().models] == [f"{MODEL}:latest"]
 
 
+def test_a_pull_is_a_job(daemon: DaemonProc, oll: ollama.Client) -> None:
+    import httpx
+
+    assert [p.status for p in oll.pull(MODEL, stream=True)][-1] == "success"
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.pull("ghost-model-xyz")
+    assert info.value.status_code == 404
+    jobs = httpx.get(f"{daemon.url}/v1/jobs", params={"kind": "pull"}).json()["data"]
+    newest = [(j["model"], j["status"]) for j in jobs][:2]
+    assert newest == [("ghost-model-xyz", "failed"), (MODEL, "completed")]
+    events = httpx.get(f"{daemon.url}/v1/jobs/{jobs[1]['id']}/events").json()["data"]
+    assert events and events[-1]["data"]["status"] == "success"
+
+
 def test_ollama_errors(oll: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError) as info:
         oll.chat(model="ghost", messages=[{"role": "user", "content": "x"}])
