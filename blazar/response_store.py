@@ -19,7 +19,15 @@ from actors.runtime import Runtime
 from blazar.dialects.responses import ResponsesRequest
 from blazar.errors import BlazarError
 
-__all__ = ["ConversationRow", "ResponseRow", "ResponseStore", "history_of", "not_found", "store_of"]
+__all__ = [
+    "ConversationRow",
+    "ResponseRow",
+    "ResponseStore",
+    "history_of",
+    "not_found",
+    "row_for",
+    "store_of",
+]
 
 _json = msgspec.json.encode
 Statement = tuple[str, tuple[Any, ...]]
@@ -249,3 +257,19 @@ async def history_of(store: ResponseStore, req: ResponsesRequest) -> list[dict[s
             )
         return await store.conversation_items(req.conversation)
     return []
+
+
+def row_for(req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> ResponseRow:
+    """The stored row of a response: the create body as sent, this turn's items, the Response."""
+    return ResponseRow(
+        id=doc["id"],
+        created_at=float(doc["created_at"]),
+        status=doc["status"],
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        conversation_id=req.conversation,
+        background=req.background,
+        request=body,
+        input_items=req.items,
+        response=doc,
+    )

@@ -26,7 +26,7 @@ from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, frame
 from blazar.error_reply import describe_error
 from blazar.errors import Dialect
-from blazar.response_store import ResponseRow, ResponseStore, history_of, store_of
+from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.web import translate
 
 __all__ = ["KIND", "follow", "register_runner", "submit"]
@@ -38,18 +38,7 @@ async def submit(runtime: Runtime, req: ResponsesRequest, body: bytes) -> dict[s
     """Store a queued response with its job; the Response object to answer with."""
     response_id = responses.new_id("resp")
     doc = responses.encode_response(req, response_id=response_id, created_at=time.time(), status="queued")
-    row = ResponseRow(
-        id=response_id,
-        created_at=float(doc["created_at"]),
-        status="queued",
-        model=req.model,
-        previous_response_id=req.previous_response_id,
-        conversation_id=req.conversation,
-        background=True,
-        request=body,
-        input_items=req.items,
-        response=doc,
-    )
+    row = row_for(req, body, doc)
     await runtime.jobs.submit(
         KIND,
         response_id.encode(),

@@ -116,28 +116,24 @@ def _result(item: BatchItem) -> dict[str, Any]:
     return batches.encode_result_line(item.custom_id, "canceled" if item.state == "cancelled" else "expired")
 
 
-async def message_batch_results(batch_id: str) -> Response:
-    store = store_of(app_runtime())
+async def _ended(batch_id: str, then: str) -> BatchRow:
+    """The batch, once its processing has ended; ``then`` says what to do until it has."""
     row = await _batch(batch_id)
     if row.ended_at is None:
-        raise BlazarError(
-            "BAD_REQUEST",
-            f"message batch '{batch_id}' is still processing: its results are ready once "
-            "`processing_status` is `ended`",
-        )
+        raise BlazarError("BAD_REQUEST", f"message batch '{batch_id}' is still processing: {then}")
+    return row
+
+
+async def message_batch_results(batch_id: str) -> Response:
+    store = store_of(app_runtime())
+    await _ended(batch_id, "its results are ready once `processing_status` is `ended`")
     lines = [_result(item) for item in await store.items(batch_id)]
     return Response(batches.to_jsonl(lines), 200, content_type="application/binary")
 
 
 async def message_batch_delete(batch_id: str) -> Response:
     store = store_of(app_runtime())
-    row = await _batch(batch_id)
-    if row.ended_at is None:
-        raise BlazarError(
-            "BAD_REQUEST",
-            f"message batch '{batch_id}' is still processing: cancel it first "
-            f"(POST /v1/messages/batches/{batch_id}/cancel), then delete it",
-        )
+    await _ended(batch_id, f"cancel it first (POST /v1/messages/batches/{batch_id}/cancel), then delete it")
     await store.delete_batch(batch_id)
     return json_response(batches.encode_message_batch_deleted(batch_id))
 

@@ -22,7 +22,7 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
-from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, store_of
+from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
 from blazar.web import background, translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
@@ -56,24 +56,9 @@ def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
         )
 
 
-def _row(req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> ResponseRow:
-    return ResponseRow(
-        id=doc["id"],
-        created_at=float(doc["created_at"]),
-        status=doc["status"],
-        model=req.model,
-        previous_response_id=req.previous_response_id,
-        conversation_id=req.conversation,
-        background=req.background,
-        request=body,
-        input_items=req.items,
-        response=doc,
-    )
-
-
 async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:
     if req.store:
-        await store.put(_row(req, body, doc), conversation_items=[*req.items, *doc["output"]])
+        await store.put(row_for(req, body, doc), conversation_items=[*req.items, *doc["output"]])
 
 
 class _StoredStream:
