@@ -123,6 +123,11 @@ _ANTHROPIC_TYPES = {
 }
 
 
+_OPENAI_CODES = {"PROMPT_TOO_LONG": "context_length_exceeded"}
+"""OpenAI's own ``error.code`` where it has one for the same refusal: clients branch on it
+(Codex, for one, tells the user the context is full only for this code)."""
+
+
 def status_code_for(code: str) -> int:
     info = CATALOG.get(code)
     return info.status if info else 500
@@ -205,7 +210,7 @@ def error_body(dialect: Dialect, code: str, message: str, *, param: str | None =
             error: dict[str, object] = {
                 "message": message,
                 "type": _OPENAI_TYPES.get(status, "blazar_error"),
-                "code": code.lower(),
+                "code": _OPENAI_CODES.get(code, code.lower()),
                 "blazar_code": code,
             }
             if param is not None:

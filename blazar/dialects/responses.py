@@ -39,6 +39,7 @@ __all__ = [
     "encode_response",
     "item_page",
     "new_id",
+    "split_name",
     "usage_doc",
 ]
 
@@ -119,6 +120,8 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     """This turn's input items in their stored form (each with an ``id``)."""
     instructions: str | None = None
     tools: list[ToolSpec] = []
+    namespaces: frozenset[str] = frozenset()
+    """Names of the ``namespace`` tools; their functions are offered as ``NAMESPACE.NAME``."""
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | None = None
     think: bool | None = None
@@ -159,7 +162,8 @@ def decode_request(body: bytes) -> ResponsesRequest:
         conversation = conversation.get("id")
         if not isinstance(conversation, str):
             raise DecodeError("invalid field `conversation.id`: name a conversation", param="conversation")
-    tools = [_tool(i, t) for i, t in enumerate(wire.tools or [])]
+    tools = [spec for i, t in enumerate(wire.tools or []) for spec in _tools(i, t)]
+    namespaces = frozenset(t["name"] for t in wire.tools or [] if t.get("type") == "namespace")
     ignored = _ignored(wire)
     text_format = _format((wire.text.format if wire.text else None) or {"type": "text"})
     items = _items(wire.input)
@@ -167,7 +171,7 @@ def decode_request(body: bytes) -> ResponsesRequest:
         raise DecodeError("field `input` is empty: send a string or at least one item", param="input")
     echo: dict[str, Any] = {
         "instructions": wire.instructions,
-        "tools": [_echo_tool(t) for t in wire.tools or []],
+        "tools": [_echo_tool(t) if t.get("type") == "function" else t for t in wire.tools or []],
         "tool_choice": wire.tool_choice if wire.tool_choice is not None else "auto",
         "parallel_tool_calls": wire.parallel_tool_calls is not False,
         "text": {"format": (wire.text.format if wire.text else None) or {"type": "text"}},
@@ -189,6 +193,7 @@ def decode_request(body: bytes) -> ResponsesRequest:
         items=items,
         instructions=wire.instructions,
         tools=tools,
+        namespaces=namespaces,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         response_format=text_format,
         think=_think(wire.reasoning),
@@ -232,20 +237,41 @@ def _think(reasoning: _Reasoning | None) -> bool | None:
     return reasoning.effort not in ("none", "minimal")
 
 
-def _tool(i: int, t: dict[str, Any]) -> ToolSpec:
+def _tools(i: int, t: dict[str, Any]) -> list[ToolSpec]:
+    """A function tool, or the functions of a ``namespace`` tool (named ``NAMESPACE.NAME``:
+    a dot cannot be in a function's own name, so the name splits back without doubt)."""
+    if t.get("type") != "namespace":
+        return [_tool(f"tools[{i}]", t)]
+    namespace = t.get("name")
+    if not isinstance(namespace, str) or not namespace:
+        raise DecodeError(f"missing required field `tools[{i}].name`", param=f"tools[{i}].name")
+    inner = t.get("tools")
+    if not isinstance(inner, list):
+        raise DecodeError(f"invalid field `tools[{i}].tools`: expected a list of function tools")
+    specs = [_tool(f"tools[{i}].tools[{j}]", tool) for j, tool in enumerate(inner)]
+    return [msgspec.structs.replace(spec, name=f"{namespace}.{spec.name}") for spec in specs]
+
+
+def split_name(name: str, namespaces: frozenset[str]) -> tuple[str | None, str]:
+    """A called tool's namespace (None for a plain function) and its own name."""
+    head, dot, tail = name.partition(".")
+    return (head, tail) if dot and head in namespaces else (None, name)
+
+
+def _tool(where: str, t: dict[str, Any]) -> ToolSpec:
     kind = t.get("type")
     if kind != "function":
         raise DecodeError(
-            f"invalid field `tools[{i}].type`: tool type {kind!r} is not supported here — only "
-            "`function` tools are (register MCP servers for server-side tools)",
-            param=f"tools[{i}].type",
+            f"invalid field `{where}.type`: tool type {kind!r} is not supported here — only "
+            "`function` and `namespace` tools are (register MCP servers for server-side tools)",
+            param=f"{where}.type",
         )
     name = t.get("name")
     if not isinstance(name, str) or not name:
-        raise DecodeError(f"missing required field `tools[{i}].name`", param=f"tools[{i}].name")
+        raise DecodeError(f"missing required field `{where}.name`", param=f"{where}.name")
     params = t.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(params, dict):
-        raise DecodeError(f"invalid field `tools[{i}].parameters`: expected a JSON schema object")
+        raise DecodeError(f"invalid field `{where}.parameters`: expected a JSON schema object")
     return ToolSpec(name=name, description=t.get("description"), parameters=params)
 
 
@@ -343,7 +369,7 @@ def _item(i: int, item: dict[str, Any]) -> dict[str, Any]:
         for key in ("call_id", "name", "arguments"):
             if not isinstance(item.get(key), str):
                 raise DecodeError(f"missing required field `{where}.{key}`", param=f"{where}.{key}")
-        return {
+        call = {
             "id": item.get("id") or new_id("fc"),
             "type": "function_call",
             "call_id": item["call_id"],
@@ -351,6 +377,9 @@ def _item(i: int, item: dict[str, Any]) -> dict[str, Any]:
             "arguments": item["arguments"],
             "status": "completed",
         }
+        if isinstance(item.get("namespace"), str):
+            call["namespace"] = item["namespace"]
+        return call
     if kind == "function_call_output":
         if not isinstance(item.get("call_id"), str):
             raise DecodeError(f"missing required field `{where}.call_id`", param=f"{where}.call_id")
@@ -433,8 +462,9 @@ def messages_of(items: list[dict[str, Any]], *, instructions: str | None) -> lis
             think = take_thinking() if role == "assistant" else None
             out.append(Message(role=role, content=text, images=images, thinking=think))
         elif kind == "function_call":
-            names[item["call_id"]] = item["name"]
-            call = ToolCall(id=item["call_id"], name=item["name"], arguments=item["arguments"])
+            name = f"{item['namespace']}.{item['name']}" if item.get("namespace") else item["name"]
+            names[item["call_id"]] = name
+            call = ToolCall(id=item["call_id"], name=name, arguments=item["arguments"])
             last = out[-1] if out else None
             if last is not None and last.role == "assistant":
                 out[-1] = msgspec.structs.replace(last, tool_calls=[*last.tool_calls, call])

@@ -16,7 +16,14 @@ from typing import Any
 import msgspec
 
 from blazar.dialects.neutral import ChatResponse, Delta, ToolCallDelta, Usage
-from blazar.dialects.responses import ResponsesRequest, Status, encode_response, new_id, usage_doc
+from blazar.dialects.responses import (
+    ResponsesRequest,
+    Status,
+    encode_response,
+    new_id,
+    split_name,
+    usage_doc,
+)
 
 __all__ = ["Finished", "OutputBuilder", "StreamEncoder", "frame", "whole_response"]
 
@@ -34,7 +41,8 @@ class Finished(msgspec.Struct, frozen=True, kw_only=True):
 class OutputBuilder:
     """The output items of one answer, built step by step."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: frozenset[str] = frozenset()) -> None:
+        self._namespaces = namespaces
         self.items: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
         self._calls: dict[int, dict[str, Any]] = {}
@@ -93,14 +101,17 @@ class OutputBuilder:
         item = self._calls.get(delta.index)
         if item is None:
             events += self._close("completed")
+            namespace, name = split_name(delta.name or "", self._namespaces)
             item = {
                 "id": new_id("fc"),
                 "type": "function_call",
                 "status": "in_progress",
                 "call_id": delta.id or new_id("call"),
-                "name": delta.name or "",
+                "name": name,
                 "arguments": "",
             }
+            if namespace is not None:
+                item["namespace"] = namespace
             self.items.append(item)
             self._calls[delta.index] = item
             events.append(self._added(item))
@@ -205,7 +216,7 @@ def whole_response(
     req: ResponsesRequest, resp: ChatResponse, *, response_id: str, created_at: float, completed_at: float
 ) -> dict[str, Any]:
     """The Response object of an answer received whole."""
-    builder = OutputBuilder()
+    builder = OutputBuilder(req.namespaces)
     builder.feed(Delta(thinking=resp.thinking))
     builder.feed(Delta(text=resp.text))
     for i, call in enumerate(resp.tool_calls):
@@ -251,7 +262,7 @@ class StreamEncoder:
         self._created_at = created_at
         self._clock = clock
         self._on_event = on_event
-        self._builder = OutputBuilder()
+        self._builder = OutputBuilder(req.namespaces)
         self._seq = 0
         self.final: dict[str, Any] | None = None
 

@@ -221,3 +221,22 @@ def test_item_pages() -> None:
     assert [i["id"] for i in page["data"]] == ["i2", "i1", "i0"] and not page["has_more"]
     with pytest.raises(DecodeError):
         responses.item_page(items, after="zz", limit=2, order="asc")
+
+
+def test_namespace_tools_are_offered_and_answered_in_their_namespace() -> None:
+    spawn = {"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {}}}
+    req = decode(
+        input="x",
+        tools=[{"type": "namespace", "name": "agents", "description": "sub-agents", "tools": [spawn]}],
+    )
+    assert [t.name for t in req.tools] == ["agents.spawn"]
+    call = ToolCallDelta(index=0, id="call_1", name="agents.spawn", arguments="{}")
+    _, doc = _stream(req, [Delta(tool_calls=[call])], Delta(finish_reason="tool_calls"))
+    item = Response.model_validate(doc).output[0]
+    assert (item.name, item.namespace) == ("spawn", "agents")  # type: ignore[union-attr]
+    # given back, the call is the namespaced function again
+    back = decode(
+        input=[doc["output"][0], {"type": "function_call_output", "call_id": "call_1", "output": "ok"}]
+    )
+    msgs = responses.chat_request(back, []).messages
+    assert msgs[0].tool_calls[0].name == "agents.spawn" and msgs[1].tool_name == "agents.spawn"
