@@ -1,6 +1,6 @@
 """Real clients' requests, recorded on the wire and replayed byte for byte against a real daemon.
 
-The fixtures under ``replays/`` hold what Claude Code and aider sent to the daemon
+The fixtures under ``replays/`` hold what Claude Code, aider and Codex sent to the daemon
 when run as a new user runs them (method, path, the headers that matter, the body
 and how the client encoded it). Each test asserts what that client needs in order to
 work: a 2xx where it expects one, an answer well formed in its dialect, refusals in
@@ -141,6 +141,32 @@ def test_claude_code_turn_over_the_context_is_refused_in_anthropic_words(daemon:
         assert m is not None, body
         assert int(m[1]) > 15_000 and int(m[2]) == 4096
         assert body["error"]["blazar_code"] == "PROMPT_TOO_LONG"
+
+
+def test_codex_turn_names_web_search_then_the_context_in_openai_terms(daemon: DaemonProc) -> None:
+    # Codex's recorded default turn: its namespace tool is taken, its web_search tool is
+    # refused by name (docs/clients.md turns it off); without it, its 6,000-token prompt
+    # overflows the default slot with the code Codex recognises as a full context.
+    (req,) = recorded("codex-exec-responses")
+    with httpx.Client(timeout=120.0) as client:
+        r = client.send(replay(client, daemon.url, req))
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert error["param"] == "tools[8].type" and "web_search" in error["message"]
+        tools = [t for t in req["body"]["tools"] if t["type"] != "web_search"]
+        r = client.send(
+            client.build_request(
+                "POST", daemon.url + req["path"], headers=req["headers"], content=_body(req, tools=tools)
+            )
+        )
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["blazar_code"] == "PROMPT_TOO_LONG"
+    m = re.match(
+        r"This model's maximum context length is (\d+) tokens. However, your messages resulted in (\d+)",
+        error["message"],
+    )
+    assert m is not None and int(m[1]) == 4096 and int(m[2]) > 5000
 
 
 def test_claude_code_without_tools_gets_a_whole_answer(daemon: DaemonProc) -> None:
