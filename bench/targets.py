@@ -36,6 +36,9 @@ TARGETS = [
     Target("cpu_per_chunk_ms", "overhead", "gateway CPU per relayed stream chunk, C=16", "<=", 0.1, "ms"),
     Target("litellm_rps_ratio_c16", "overhead", "req/s Blazar ÷ LiteLLM, C=16, non-stream", ">=", 3.0),
     Target("cancel_p99_ms", "cancel", "client disconnect → slot idle p99 (gateway)", "<=", 100.0, "ms"),
+    Target(
+        "batch_overhead_ratio", "batch", "batch time ÷ interactive time, same prompts, C=slots-1", "<=", 1.10
+    ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
 ]
 
