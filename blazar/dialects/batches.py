@@ -42,7 +42,7 @@ BatchStatus = Literal[
 ProcessingStatus = Literal["in_progress", "canceling", "ended"]
 ItemState = Literal["pending", "running", "succeeded", "failed", "cancelled", "expired"]
 ResultKind = Literal["succeeded", "errored", "canceled", "expired"]
-FilePurpose = Literal["batch", "batch_output"]
+FilePurpose = Literal["batch", "batch_output", "user_data"]
 
 OPENAI_MAX_LINES = 50_000
 """OpenAI's limit on the requests of one batch input file."""
@@ -424,17 +424,24 @@ def decode_file_form(form: Mapping[str, str]) -> FileUpload:
     purpose = form.get("purpose")
     if purpose is None:
         raise _missing("purpose")
-    if purpose != "batch":
-        raise _bad_value("purpose", purpose, ["batch"], "Blazar keeps files for batches only")
+    kind: FilePurpose
+    if purpose == "batch":
+        kind = "batch"
+    elif purpose == "user_data":
+        kind = "user_data"
+    else:
+        raise _bad_value(
+            "purpose", purpose, ["batch", "user_data"], "Blazar keeps files for batches and user data"
+        )
     anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
     if anchor is None and seconds is None:
-        return FileUpload(purpose="batch")
+        return FileUpload(purpose=kind, expires_after_s=BATCH_FILE_TTL_S if kind == "batch" else 0)
     try:
         seconds_n = int(seconds or "")
     except ValueError:
         raise _bad_type("expires_after.seconds", "an integer", seconds) from None
     ttl = _expires_after({"anchor": anchor, "seconds": seconds_n}, "expires_after")
-    return FileUpload(purpose="batch", expires_after_s=ttl or BATCH_FILE_TTL_S)
+    return FileUpload(purpose=kind, expires_after_s=ttl or BATCH_FILE_TTL_S)
 
 
 # -- list pages and JSON Lines ------------------------------------------------

@@ -164,6 +164,12 @@ async def create_batch() -> Response:
         raise BlazarError(
             "NOT_FOUND", f"no file '{create.input_file_id}' — upload the input with POST /v1/files first"
         )
+    if source.purpose != "batch":
+        raise DecodeError(
+            f"file '{source.id}' was uploaded with purpose '{source.purpose}': a batch reads "
+            "only files uploaded with purpose 'batch'",
+            param="input_file_id",
+        )
     lines = batches.validate_batch_jsonl(await store.file_bytes(source))
     batches.check_batch_endpoint(lines, create.endpoint)
     await check_models(runtime, {line.model for line in lines})

@@ -278,6 +278,9 @@ def test_create_error_lists_supported_endpoints() -> None:
 
 
 def test_file_form() -> None:
+    assert b.decode_file_form({"purpose": "user_data"}) == b.FileUpload(
+        purpose="user_data", expires_after_s=0
+    )
     assert b.decode_file_form({"purpose": "batch"}) == b.FileUpload(
         purpose="batch", expires_after_s=30 * 86400
     )

@@ -158,6 +158,13 @@ def test_unknown_model_endpoint_and_ids(client: openai.OpenAI) -> None:
         client.batches.retrieve("batch_nope")
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve("file-nope")
+    notes = client.files.create(file=("notes.txt", io.BytesIO(b"not a batch")), purpose="user_data")
+    assert client.files.content(notes.id).content == b"not a batch"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.batches.create(
+            input_file_id=notes.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert err.value.body["param"] == "input_file_id"  # type: ignore[index]
     assert client.files.delete(good.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.content(good.id)
