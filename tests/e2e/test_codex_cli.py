@@ -35,6 +35,14 @@ def _codex() -> str | None:
 
 
 CODEX = _codex()
+if not os.environ.get("BLAZAR_TEST_CODEX"):
+    pytest.skip(
+        "set BLAZAR_TEST_CODEX=1 to run Codex against the daemon: its pass depends on how long the"
+        " 135M test model answers (a run-away answer fills the slot, and Codex counts the incomplete"
+        " response as a failure); the protocol itself is checked by the Codex replay in"
+        " test_client_replays.py",
+        allow_module_level=True,
+    )
 if CODEX is None:
     pytest.skip(
         f"Codex CLI not installed: no `codex` on PATH and none at {_RESEARCH_COPY}"
