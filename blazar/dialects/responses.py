@@ -228,6 +228,8 @@ def _ignored(wire: _Body) -> list[str]:
         out.append("max_tool_calls")
     if wire.parallel_tool_calls is False:
         out.append("parallel_tool_calls")
+    if wire.truncation == "auto":
+        out.append("truncation")  # an overflow is refused, not cut from the front
     return out
 
 

@@ -92,6 +92,8 @@ def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
 def test_what_cannot_be_honoured_is_named() -> None:
     req = decode(input="x", include=["reasoning.encrypted_content"], reasoning={"summary": "auto"})
     assert req.ignored == ["include:reasoning.encrypted_content", "reasoning.summary"]
+    assert decode(input="x", truncation="auto").ignored == ["truncation"]
+    assert decode(input="x", truncation="disabled").ignored == []
 
 
 def test_text_format_json_schema() -> None:
