@@ -27,7 +27,7 @@ from blazar.dialects import batches
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
 from blazar.web.batch_runner import KIND, finish, store_of
-from blazar.web.common import app_runtime, json_response, read_body
+from blazar.web.common import app_runtime, json_response, query_int, query_order, read_body
 
 __all__ = ["batch_record", "check_models", "register"]
 
@@ -53,7 +53,7 @@ async def batch_record(store: BatchStore, row: BatchRow) -> batches.BatchRecord:
     """The OpenAI view of a batch: its status worked out from its items and flags."""
     t = await store.tally(row.id)
     ended = row.ended_at is not None
-    expired = ended and row.ended_at is not None and row.ended_at >= row.expires_at and t.expired > 0
+    expired = row.ended_at is not None and row.ended_at >= row.expires_at and t.expired > 0
     status = batches.openai_status(
         t, cancel_requested=row.cancel_requested, expired=expired, files_written=ended
     )
@@ -84,10 +84,7 @@ async def check_models(runtime: Runtime, models: set[str]) -> None:
 
 
 def _page_args(default: int, high: int) -> tuple[str | None, int]:
-    raw = request.args.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= high:
-        raise DecodeError(f"invalid query `limit`: {raw!r} is not an integer from 1 to {high}", param="limit")
-    return request.args.get("after"), int(raw)
+    return request.args.get("after"), query_int("limit", default, high)
 
 
 # -- files ----------------------------------------------------------------------
@@ -126,9 +123,7 @@ async def _file(file_id: str) -> FileRow:
 
 async def list_files() -> Response:
     after, limit = _page_args(10000, 10000)
-    order = request.args.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise DecodeError(f"invalid query `order`: {order!r} is not asc or desc", param="order")
+    order = query_order()
     rows = await store_of(app_runtime()).files(
         purpose=request.args.get("purpose"), after=after, limit=limit + 1, order=order
     )

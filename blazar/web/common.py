@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import msgspec
 from quart import Response, current_app, request
@@ -171,3 +171,21 @@ def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], 
     call = current_or_none()
     if call is not None and (c := call.card) is not None:
         c.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)
+
+
+def query_int(name: str, default: int, high: int) -> int:
+    """An integer query parameter of a framework route, from 1 to ``high``."""
+    raw = request.args.get(name, str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= high:
+        raise DecodeError(f"invalid query `{name}`: {raw!r} is not an integer from 1 to {high}", param=name)
+    return int(raw)
+
+
+def query_order() -> Literal["asc", "desc"]:
+    """The ``order`` query parameter of a list route (default ``desc``)."""
+    order = request.args.get("order", "desc")
+    if order == "asc":
+        return "asc"
+    if order == "desc":
+        return "desc"
+    raise DecodeError(f"invalid query `order`: {order!r} is not asc or desc", param="order")

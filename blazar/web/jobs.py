@@ -18,7 +18,7 @@ from actors.jobs import JobRecord, read_events, read_job, read_jobs
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
-from blazar.web.common import app_runtime, json_response, stream_response
+from blazar.web.common import app_runtime, json_response, query_int, stream_response
 
 __all__ = ["encode_job", "register"]
 
@@ -45,13 +45,6 @@ def encode_job(job: JobRecord) -> dict[str, Any]:
     return doc
 
 
-def _int_arg(name: str, default: int, high: int) -> int:
-    raw = request.args.get(name, str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= high:
-        raise DecodeError(f"invalid query `{name}`: {raw!r} is not an integer from 1 to {high}", param=name)
-    return int(raw)
-
-
 async def _job(job_id: str) -> JobRecord:
     job = await trio.to_thread.run_sync(read_job, app_runtime().jobs.path, job_id)
     if job is None:
@@ -65,7 +58,7 @@ async def list_jobs() -> Response:
         raise DecodeError(
             f"invalid query `state`: {state!r} is not one of {', '.join(_STATES)}", param="state"
         )
-    limit = _int_arg("limit", 50, 1000)
+    limit = query_int("limit", 50, 1000)
     path, after = app_runtime().jobs.path, request.args.get("after")
     rows = await trio.to_thread.run_sync(
         lambda: read_jobs(path, state=state, kind=kind, after=after, limit=limit + 1)
@@ -94,7 +87,7 @@ async def job_events(job_id: str) -> Response:
     runtime = app_runtime()
     if "text/event-stream" in request.headers.get("accept", ""):
         return stream_response(_sse(runtime, job_id, int(raw)), content_type="text/event-stream")
-    limit = _int_arg("limit", 1000, 1000)
+    limit = query_int("limit", 1000, 1000)
     path = runtime.jobs.path
     events = await trio.to_thread.run_sync(lambda: read_events(path, job_id, after=int(raw), limit=limit))
     return json_response(

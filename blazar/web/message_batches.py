@@ -19,11 +19,10 @@ from quart_trio import QuartTrio
 
 from blazar.batch_store import BatchItem, BatchRow, BatchStore
 from blazar.dialects import batches
-from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
 from blazar.web.batch_runner import KIND, store_of
 from blazar.web.batches import cancel, check_models
-from blazar.web.common import app_runtime, json_response, read_body
+from blazar.web.common import app_runtime, json_response, query_int, read_body
 
 __all__ = ["register"]
 
@@ -76,10 +75,7 @@ async def message_batch_create() -> Response:
 
 
 async def message_batch_list_batches() -> Response:
-    raw = request.args.get("limit", "20")
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise DecodeError(f"invalid query `limit`: {raw!r} is not an integer from 1 to 1000", param="limit")
-    limit = int(raw)
+    limit = query_int("limit", 20, 1000)
     store = store_of(app_runtime())
     rows = await store.batches(
         "anthropic",

@@ -29,6 +29,8 @@ from blazar.web.common import (
     app_runtime,
     json_reply,
     json_response,
+    query_int,
+    query_order,
     read_body,
     set_model,
     stream_reply,
@@ -163,19 +165,9 @@ async def delete_response(response_id: str) -> Response:
     return json_response(responses.encode_deleted(response_id))
 
 
-def _order() -> Literal["asc", "desc"]:
-    order = request.args.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise DecodeError(f"invalid query `order`: {order!r} is not asc or desc", param="order")
-    return order  # type: ignore[return-value]
-
-
 def page_args() -> tuple[str | None, int, Literal["asc", "desc"]]:
     """``after``, ``limit`` (1 to 100, default 20) and ``order`` of a list route."""
-    raw = request.args.get("limit", "20")
-    if not raw.isdigit() or not 1 <= int(raw) <= 100:
-        raise DecodeError(f"invalid query `limit`: {raw!r} is not an integer from 1 to 100", param="limit")
-    return request.args.get("after"), int(raw), _order()
+    return request.args.get("after"), query_int("limit", 20, 100), query_order()
 
 
 async def input_items(response_id: str) -> Response:
