@@ -42,6 +42,9 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     Unset with ``rope_scaling``: just enough for ``ctx``."""
     max_output_tokens: OutputCap | None = None
     """Output cap for requests that set none (overrides the top-level one; 0: no cap)."""
+    prompt_batch: Annotated[int, msgspec.Meta(ge=16, le=8192)] | None = None
+    """Prompt tokens the engine reads per step (llama.cpp ``-b``/``-ub``). Unset: 256 on
+    the CPU, llama.cpp's own on a GPU. A cancelled prompt keeps its slot for up to one step."""
 
 
 class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -36,7 +36,7 @@ from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import ModelOverride, RuntimeConfig
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engine import EngineActor, EngineHandle, EngineState, EngineStatistics, EnsureReady, StopEngine
-from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
+from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend, prompt_batch_for
 from actors.errors import ActorStopped
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
@@ -90,6 +90,9 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     """Why the context is not what was asked for, or how it is extended."""
     cache_type: str
     gpu_layers: int
+    prompt_batch: int | None = None
+    """Prompt tokens per engine step (bounds how long a cancelled prompt holds its slot);
+    None: llama.cpp's own (512)."""
     loaded: bool
     estimate: fit.Estimate | None
     preview: LoadPreview
@@ -136,6 +139,9 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
         rope_scaling=scaling if factor else None,
         rope_scale=factor,
         max_output_tokens=_output_cap(config, override),
+        prompt_batch=prompt_batch_for(
+            gpu_layers=gpu_layers, configured=override.prompt_batch if override else None
+        ),
     )
 
 
@@ -203,6 +209,7 @@ def make_plan(
         context_note=context_note(spec, served),
         cache_type="f16",
         gpu_layers=spec.gpu_layers or 0,
+        prompt_batch=spec.prompt_batch,
         loaded=loaded,
         estimate=memory.estimate_of(spec.model),
         preview=preview,

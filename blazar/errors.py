@@ -69,7 +69,11 @@ CATALOG: dict[str, CodeInfo] = {
         _c("INSUFFICIENT_STORAGE", 507, "Not enough disk space."),
         _c("QUEUE_FULL", 429, "The model's queue is full: retry after Retry-After seconds."),
         _c("DEADLINE_UNMEETABLE", 429, "The predicted wait exceeds X-Blazar-Deadline-Ms: retry later."),
-        _c("DEADLINE_EXCEEDED", 429, "The deadline passed while the request waited for a slot."),
+        _c(
+            "DEADLINE_EXCEEDED",
+            429,
+            "The deadline passed before the request was answered.",
+        ),
         _c("SHUTTING_DOWN", 503, "The daemon is shutting down and admits no new work."),
         _c(
             "MAX_LOADED_MODELS",

@@ -18,7 +18,14 @@ import msgspec
 
 from actors.context import context_limit
 
-__all__ = ["LaunchSpec", "build_argv", "find_llama_server", "served_context"]
+__all__ = [
+    "CPU_PROMPT_BATCH",
+    "LaunchSpec",
+    "build_argv",
+    "find_llama_server",
+    "prompt_batch_for",
+    "served_context",
+]
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +66,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The extension factor that goes with ``rope_scaling``."""
     max_output_tokens: int | None = None
     """Output cap the gateway sets on requests that give none; None: no cap."""
+    prompt_batch: int | None = None
+    """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
 
     @property
     def ctx_total(self) -> int:
@@ -69,6 +78,21 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     def ctx_limit(self) -> int | None:
         """The most one slot can hold: the training length, extended by ``rope_scale``."""
         return context_limit(self.ctx_train, self.rope_scale if self.rope_scaling else None)
+
+
+CPU_PROMPT_BATCH = 256
+"""Prompt batch on the CPU lane. llama.cpp notices a client gone only between steps of
+the prompt (when it writes a progress event), so a step bounds how long a cancelled
+prompt keeps its slot busy; smaller steps read the prompt more slowly. BENCHMARK.md
+(cancellation during prefill) has the curve this value was chosen from."""
+
+
+def prompt_batch_for(*, gpu_layers: int | None, configured: int | None) -> int | None:
+    """The prompt batch an engine runs with: the configured one, else ``CPU_PROMPT_BATCH``
+    on the CPU lane; on a GPU llama.cpp's own (a step of 512 tokens takes milliseconds)."""
+    if configured is not None:
+        return configured
+    return CPU_PROMPT_BATCH if not gpu_layers else None
 
 
 def find_llama_server(configured: str | None) -> str | None:
@@ -139,6 +163,8 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
         flags += ["--mmproj", spec.projector]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
+    if spec.prompt_batch:
+        flags += ["-b", str(spec.prompt_batch), "-ub", str(spec.prompt_batch)]
     if spec.gpu_layers is not None and binary is not None:
         flags += ["-ngl", str(spec.gpu_layers)]
     if spec.rope_scaling:

@@ -191,6 +191,11 @@ def plan(model: str, *, json_: Json = False) -> None:
         ("context", context),
         ("KV cache", doc["cache_type"]),
         ("GPU layers", str(doc["gpu_layers"])),
+        (
+            "prompt batch",
+            f"{doc.get('prompt_batch') or 512} tokens per step"
+            " (a cancelled prompt holds its slot up to one step)",
+        ),
     ]
     if est:
         rows.append(

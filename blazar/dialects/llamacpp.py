@@ -32,9 +32,11 @@ __all__ = [
     "OPTION_FIELDS",
     "EngineError",
     "EngineStream",
+    "ProgressFilter",
     "ThinkSplitter",
     "apply_defaults",
     "apply_defaults_to_body",
+    "ask_progress",
     "cap_output",
     "cap_output_in_body",
     "classify_error",
@@ -487,6 +489,57 @@ def cap_output_in_body(body: bytes, cap: int | None) -> tuple[bytes, bool]:
         return body, False
     doc["max_tokens"] = cap
     return msgspec.json.encode(doc), True
+
+
+_ASKED_PROGRESS = b'"return_progress"'
+_PROGRESS_EVENT = b'"prompt_progress":{'
+"""Only a progress event has this in llama.cpp's compact JSON: inside a string the quotes
+would be escaped."""
+
+
+def ask_progress(body: bytes) -> tuple[bytes, bool]:
+    """A relayed stream's body with llama.cpp's prompt-progress events turned on, and
+    whether the gateway turned them on (so they are its own, to be filtered out).
+
+    llama.cpp notices a closed connection only when it writes to it; with progress
+    events it writes after each batch of the prompt, so a client that disconnects
+    mid-prompt frees the slot within a batch instead of after the whole prompt. A body
+    that names ``return_progress`` itself is relayed unchanged: the client's choice.
+    """
+    if _ASKED_PROGRESS in body:
+        return body, False
+    at = body.find(b"{") + 1
+    if at == 0:
+        return body, False
+    sep = b"" if body[at:].lstrip().startswith(b"}") else b","
+    return body[:at] + b'"return_progress":true' + sep + body[at:], True
+
+
+class ProgressFilter:
+    """Drops the engine's prompt-progress events from relayed SSE bytes, which may split
+    anywhere; other events pass unchanged, each once whole."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk
+        end = data.rfind(b"\n\n") + 2
+        if end < 2:
+            self._held = data
+            return b""
+        whole, self._held = data[:end], data[end:]
+        if _PROGRESS_EVENT not in whole:
+            return whole
+        events = whole[:-2].split(b"\n\n")
+        return b"".join(e + b"\n\n" for e in events if _PROGRESS_EVENT not in e)
+
+    def flush(self) -> bytes:
+        """What is held back (the start of an event not yet whole)."""
+        held, self._held = self._held, b""
+        return held
 
 
 def context_advice(

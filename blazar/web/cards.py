@@ -48,7 +48,8 @@ class CardState(enum.StrEnum):
 class StreamEnders:
     """Final bytes for a stream ended from outside, in the stream's own dialect."""
 
-    cancelled: Callable[[], bytes]
+    cancelled: Callable[[str, str], bytes]
+    """The dialect's error event for a ``blazar_code`` and message."""
     interrupted: Callable[[], bytes]
 
 
@@ -88,7 +89,10 @@ class Card:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     enders: StreamEnders | None = None
     ended_by: CardState | None = None
-    """Set when the request is cancelled or interrupted from another connection."""
+    """Set when the request is cancelled or interrupted from another connection, or
+    cancelled by its deadline."""
+    end_code: str = "CLIENT_CLOSED_REQUEST"
+    """The ``blazar_code`` a request ended from outside answers with."""
 
     def view(self, position: int | None = None) -> CardView:
         end = self.ended_s if self.ended_s is not None else time.perf_counter()
@@ -116,6 +120,19 @@ class Card:
         self.ended_by = how
         self.reason = reason
         self.scope.cancel()
+        return True
+
+    def run_until(self, deadline_s: float) -> None:
+        """End the request at ``deadline_s`` (trio clock) if it still runs then."""
+        self.scope.deadline = deadline_s
+
+    def note_expiry(self) -> bool:
+        """After the card's scope: True when it was the deadline that ended the request."""
+        if self.ended_by is not None or not self.scope.cancelled_caught:
+            return False
+        self.ended_by = CardState.CANCELLED
+        self.end_code = "DEADLINE_EXCEEDED"
+        self.reason = "its deadline (X-Blazar-Deadline-Ms) passed while it ran"
         return True
 
 

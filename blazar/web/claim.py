@@ -65,16 +65,19 @@ async def claim_engine(
     waiter_id = runtime.admission.next_id()
     if live is not None:
         live.waiter_id = waiter_id
+    deadline_s = _deadline_s(call)
 
     def granted(engine: EngineActor) -> None:
         if live is not None:
             live.state, live.engine = CardState.RUNNING, engine.engine_kind
+            if deadline_s is not None:  # queued, admission refuses it; running, the card ends it
+                live.run_until(deadline_s)
 
     return await runtime.claim(
         engine.spec.model,
         tier=tier if tier is not None else parse_tier(call.headers.get("x-blazar-priority")),
         client=_client_key(call),
-        deadline_s=_deadline_s(call),
+        deadline_s=deadline_s,
         keep_alive_s=keep_alive_s,
         waiter_id=waiter_id,
         on_granted=granted,

@@ -166,7 +166,7 @@ def keep_alive_header(value: str) -> float | None:
         raise BlazarError("BAD_REQUEST", f"X-Blazar-Keep-Alive: {exc.message}") from exc
 
 
-def set_stream_enders(cancelled: Callable[[], bytes], interrupted: Callable[[], bytes]) -> None:
+def set_stream_enders(cancelled: Callable[[str, str], bytes], interrupted: Callable[[], bytes]) -> None:
     """How this request's stream ends when cancelled or interrupted from another connection."""
     call = current_or_none()
     if call is not None and (c := call.card) is not None:

@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from actors.ledger import LedgerActor, RequestRecord
-from blazar.errors import BlazarError, error_body
+from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
@@ -189,6 +189,7 @@ class GatewayMiddleware:
                 else:
                     with card.scope:
                         await self._dispatch(handler, call, scope, tracked_receive, tracked_send)
+                    card.note_expiry()
                     if card.ended_by is not None and not disconnected:
                         with trio.CancelScope(shield=True), trio.move_on_after(5.0):
                             await self._end_from_outside(call, card, send, response_started, response_done)
@@ -258,20 +259,17 @@ class GatewayMiddleware:
             nursery.cancel_scope.cancel()
 
     async def _end_from_outside(self, call: Call, card: Card, send: Any, started: bool, done: bool) -> None:
-        """Finish a request cancelled or interrupted from another connection."""
+        """Finish a request cancelled or interrupted from another connection, or by its deadline."""
+        message = f"request {card.trace_id} was {card.ended_by}: {card.reason}"
+        call.code = card.end_code
         if not started:
             body = msgspec.json.encode(
-                error_body(
-                    dialect_for(call.path, call.headers),
-                    "CLIENT_CLOSED_REQUEST",
-                    f"request {card.trace_id} was {card.ended_by} from another connection: {card.reason}",
-                )
+                error_body(dialect_for(call.path, call.headers), card.end_code, message)
             )
-            call.code = "CLIENT_CLOSED_REQUEST"
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 499,
+                    "status": CATALOG[card.end_code].status,
                     "headers": [(b"content-type", b"application/json")],
                 }
             )
@@ -282,7 +280,7 @@ class GatewayMiddleware:
                 tail = (
                     card.enders.interrupted()
                     if card.ended_by is CardState.INTERRUPTED
-                    else card.enders.cancelled()
+                    else card.enders.cancelled(card.end_code, message)
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
 

@@ -18,7 +18,13 @@ from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
-from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body, classify_error
+from blazar.dialects.llamacpp import (
+    ProgressFilter,
+    apply_defaults_to_body,
+    ask_progress,
+    cap_output_in_body,
+    classify_error,
+)
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
@@ -144,6 +150,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         body, capped = cap_output_in_body(body, spec.max_output_tokens)
+        ours = False
+        if stream:
+            body, ours = ask_progress(body)
         refuse_if_too_long(engine, size)  # before queueing, loading or templating
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
@@ -182,11 +191,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             err = await crash_error(engine, handle, exc)
             return openai.encode_stream_error(err.code, err.message)
 
-        relayed = UpstreamStream(upstream, lease, on_error, background=runtime.start_soon)
+        relayed = UpstreamStream(
+            upstream,
+            lease,
+            on_error,
+            background=runtime.start_soon,
+            progress=ProgressFilter() if ours else None,
+        )
         set_stream_enders(
-            cancelled=lambda: openai.encode_stream_error(
-                "CLIENT_CLOSED_REQUEST", "the request was cancelled from another connection"
-            ),
+            cancelled=openai.encode_stream_error,
             interrupted=lambda: b"data: [DONE]\n\n",
         )
         call.on_cleanup(relayed.aclose)

@@ -16,6 +16,7 @@ import trio
 from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
 from actors.upstream import UpstreamError, UpstreamResponse
+from blazar.dialects.llamacpp import ProgressFilter
 from blazar.errors import BlazarError
 
 
@@ -135,9 +136,14 @@ class UpstreamStream:
     event. Closing (by the server after the last chunk, on a client disconnect,
     or by the per-request cleanup when the body was never started) closes the
     upstream connection, which makes llama.cpp stop generating at once, and
-    then releases the lease. Closed before the engine's first token, the stream is
-    handed to ``background`` to be closed once that token comes
-    (``close_once_started``).
+    then releases the lease.
+
+    ``progress`` filters out the prompt-progress events the gateway asked for
+    (``ask_progress``); with them the engine writes after each batch of the prompt,
+    so a stream closed while the prompt is read is closed at once too, and the
+    engine stops at its next batch. Without them (a client that named
+    ``return_progress`` itself) a stream closed before the engine's first token is
+    handed to ``background`` to be closed once that token comes (``close_once_started``).
     """
 
     def __init__(
@@ -147,11 +153,13 @@ class UpstreamStream:
         on_error: Callable[[Exception], Awaitable[bytes]],
         *,
         background: Background | None = None,
+        progress: ProgressFilter | None = None,
     ) -> None:
         self._response = response
         self._lease = lease
         self._on_error = on_error
-        self._background = background
+        self._background = background if progress is None else None
+        self._progress = progress
         self._output = OutputWatch()
         self._finished = False
         self._closed = False
@@ -160,21 +168,31 @@ class UpstreamStream:
         return self
 
     async def __anext__(self) -> bytes:
-        if self._finished:
-            await self.aclose()
-            raise StopAsyncIteration
-        try:
-            chunk = await self._response.receive_some()
-        except UpstreamError as exc:
-            self._finished = True
-            return await self._on_error(exc)
-        if not chunk:
-            self._finished = True
-            await self.aclose()
-            raise StopAsyncIteration
-        if not self._output.seen:
+        while not self._finished:
+            try:
+                chunk = await self._response.receive_some()
+            except UpstreamError as exc:
+                self._finished = True
+                return await self._on_error(exc)
+            if not chunk:
+                self._finished = True
+                if self._progress is not None and (held := self._progress.flush()):
+                    return held
+                break
+            if self._output.seen:
+                return chunk
             self._output.feed(chunk)
-        return chunk
+            if (progress := self._progress) is None:
+                return chunk
+            # Progress events come only before the first output: filter until then.
+            chunk = progress.feed(chunk)
+            if self._output.seen:
+                self._progress = None
+                chunk += progress.flush()
+            if chunk:
+                return chunk
+        await self.aclose()
+        raise StopAsyncIteration
 
     async def aclose(self) -> None:
         if self._closed:

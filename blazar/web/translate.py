@@ -44,7 +44,7 @@ from blazar.errors import BlazarError
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
-from blazar.web.relay import close_once_started, close_response, crash_error, send_upstream
+from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
     "EngineCall",
@@ -277,9 +277,7 @@ class EngineCall:
             raise _engine_error(resp.status_code, content, self.engine)
         stream = TranslatedStream(self, resp, encoder)
         set_stream_enders(
-            cancelled=lambda: encoder.error(
-                "CLIENT_CLOSED_REQUEST", "the request was cancelled from another connection"
-            ),
+            cancelled=encoder.error,
             interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
         )
         return stream
@@ -412,12 +410,8 @@ class TranslatedStream:
         if self._closed:
             return
         self._closed = True
-        runtime = self._call.runtime
-        if not self._parser.started and runtime is not None:
-            # Gone before the engine's first token: see ``close_once_started``.
-            response, call = self._response, self._call
-            runtime.start_soon(lambda: close_once_started(response, call))
-            return
+        # Closed at once even while the prompt is read: the stream asked for progress
+        # events (``engine_request``), so the engine notices at its next batch.
         await close_response(self._response)
         self._call.release()
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import trio
 import trio.testing
 
+from blazar.dialects.llamacpp import ProgressFilter, ask_progress
 from blazar.web.relay import OutputWatch, UpstreamStream
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n'
@@ -70,3 +73,41 @@ def test_the_first_token_is_seen_when_split_between_chunks() -> None:
     assert not watch.feed(ROLE) and not watch.feed(PROGRESS)
     cut = TOKEN.index(b'"content"') + 5
     assert not watch.feed(TOKEN[:cut]) and watch.feed(TOKEN[cut:])
+
+
+async def test_with_progress_asked_it_is_closed_at_once_and_progress_is_filtered() -> None:
+    response, lease = _Response(), _Lease()
+    async with trio.open_nursery() as nursery:
+        stream = UpstreamStream(
+            response,  # type: ignore[arg-type]
+            lease,
+            _on_error,
+            background=nursery.start_soon,
+            progress=ProgressFilter(),
+        )
+        assert await stream.__anext__() == ROLE  # the progress event after it never reaches the client
+        await stream.aclose()
+        # The engine writes a progress event after each batch of the prompt: it notices
+        # the closed connection there, so there is nothing to wait for.
+        assert response.closed and lease.released
+
+
+def test_progress_events_are_dropped_wherever_the_bytes_split() -> None:
+    stream = ROLE + PROGRESS + PROGRESS + TOKEN + b"data: [DONE]\n\n"
+    for cut in range(1, len(stream)):
+        f = ProgressFilter()
+        out = f.feed(stream[:cut]) + f.feed(stream[cut:]) + f.flush()
+        assert out == ROLE + TOKEN + b"data: [DONE]\n\n", cut
+
+
+def test_progress_text_inside_a_string_is_not_an_event() -> None:
+    quoted = b'data: {"choices":[{"delta":{"content":"say \\"prompt_progress\\":{ now"}}]}\n\n'
+    assert ProgressFilter().feed(quoted) == quoted
+
+
+def test_progress_is_asked_unless_the_client_chose() -> None:
+    body, ours = ask_progress(b'{"model":"m","stream":true}')
+    assert ours and json.loads(body) == {"return_progress": True, "model": "m", "stream": True}
+    assert ask_progress(b" {}") == (b' {"return_progress":true}', True)
+    theirs = b'{"model":"m","return_progress":false}'
+    assert ask_progress(theirs) == (theirs, False)
