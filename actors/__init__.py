@@ -13,9 +13,17 @@ after a crash.
 ``rt.claim`` is the request protocol the daemon's gateway uses too: an admission
 slot (queues, priorities, deadlines), eviction of idle models when needed, a ready
 engine, a lease, and one release that re-arms the model's keep-alive timer.
+
+The config types, errors and tiers load with the package; the runtime itself (trio,
+the engines, the model store's readers) loads on first use of a name that needs it,
+so that a program which only reads a config pays for no more.
 """
 
-from actors.claim import Claim, ClaimOptions, ClaimRequest
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.errors import (
     ActorStopped,
@@ -33,10 +41,26 @@ from actors.errors import (
     ModelBusy,
     ModelTooLarge,
 )
-from actors.jobs import JobContext, JobOutcome, JobRecord, Runner
-from actors.runtime import Runtime, RuntimeStatistics, open_runtime
 from actors.scheduling import Tier
 from registry.errors import ModelNotFound
+
+if TYPE_CHECKING:
+    from actors.claim import Claim, ClaimOptions, ClaimRequest
+    from actors.jobs import JobContext, JobOutcome, JobRecord, Runner
+    from actors.runtime import Runtime, RuntimeStatistics, open_runtime
+
+_LAZY = {
+    "Claim": "actors.claim",
+    "ClaimOptions": "actors.claim",
+    "ClaimRequest": "actors.claim",
+    "JobContext": "actors.jobs",
+    "JobOutcome": "actors.jobs",
+    "JobRecord": "actors.jobs",
+    "Runner": "actors.jobs",
+    "Runtime": "actors.runtime",
+    "RuntimeStatistics": "actors.runtime",
+    "open_runtime": "actors.runtime",
+}
 
 __all__ = [
     "ActorStopped",
@@ -69,3 +93,16 @@ __all__ = [
     "Tier",
     "open_runtime",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'actors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

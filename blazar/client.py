@@ -8,13 +8,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import msgspec
 
 from blazar.config import Config, Paths
-from blazar.server import read_daemon_info
+from blazar.daemon_file import read_daemon_info
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["CliError", "Daemon", "ensure_daemon", "find_daemon"]
 
@@ -29,6 +31,8 @@ class Daemon:
     def __init__(self, url: str, pid: int | None) -> None:
         self.url = url.rstrip("/")
         self.pid = pid
+        import httpx  # only once a daemon runs: `blazar list` and `--help` never pay for it
+
         self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(30.0, read=None))
 
     def _check(self, resp: httpx.Response) -> Any:
@@ -79,6 +83,8 @@ def find_daemon(paths: Paths) -> Daemon | None:
     info = read_daemon_info(paths)
     if info is None:
         return None
+    import httpx
+
     daemon = Daemon(str(info["url"]), int(str(info["pid"])))
     try:
         daemon.http.get("/health", timeout=5.0)

@@ -9,7 +9,6 @@ every engine child.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import logging.handlers
 import os
@@ -25,9 +24,10 @@ from hypercorn.trio import serve as hypercorn_serve
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
+from blazar.daemon_file import remove_daemon_info, write_daemon_info
 from blazar.web.app import build_gateway
 
-__all__ = ["BindError", "read_daemon_info", "run_server", "setup_logging"]
+__all__ = ["BindError", "run_server", "setup_logging"]
 
 log = logging.getLogger("blazar.server")
 
@@ -52,36 +52,6 @@ def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
     root.setLevel(logging.INFO)
     for noisy in ("hypercorn.access", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-def read_daemon_info(paths: Paths) -> dict[str, object] | None:
-    """The running daemon's pid and URL, or None when none runs."""
-    try:
-        info = json.loads(Path(paths.daemon_file).read_text())
-        pid = int(info["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return dict(info)
-
-
-def _write_daemon_info(paths: Paths, host: str, port: int) -> None:
-    path = Path(paths.daemon_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    display_host = f"[{host}]" if ":" in host else host
-    info = {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{display_host}:{port}"}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, path)
-
-
-def _remove_daemon_info(paths: Paths) -> None:
-    path = Path(paths.daemon_file)
-    try:
-        if json.loads(path.read_text()).get("pid") == os.getpid():
-            path.unlink()
-    except (OSError, ValueError):
-        pass
 
 
 async def run_server(config: Config, paths: Paths) -> None:
@@ -133,12 +103,12 @@ async def _serve(config: Config, paths: Paths) -> None:
                     )
                 )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
-                _write_daemon_info(paths, host, port)
+                write_daemon_info(paths, host, port)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
                 try:
                     await shutdown.wait()
                 finally:
-                    _remove_daemon_info(paths)
+                    remove_daemon_info(paths)
                 log.info("shutting down: draining %d requests, then stopping engines", asgi.in_flight)
                 with trio.move_on_after(1.0):
                     await runtime.admission.ask(Draining())  # queued and new requests: 503 SHUTTING_DOWN

@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -37,7 +37,9 @@ from .errors import (
     ModelNotFound,
     RegistryError,
 )
-from .gguf import ModelInfo, check_complete, looks_like_gguf, model_info, read_header, read_model_info
+
+if TYPE_CHECKING:
+    from .gguf import ModelInfo
 
 __all__ = [
     "ModelRecord",
@@ -277,6 +279,8 @@ class Store:
         ``projector`` (a vision mmproj file) is placed the same way and recorded with
         the model; ``*_sha256`` are checked against the bytes when given. The manifest
         is written once, last."""
+        from .gguf import check_complete, looks_like_gguf, model_info, read_header
+
         canonical = canonical_name(name)
         src = Path(src).absolute()
         if not src.is_file():
@@ -396,6 +400,10 @@ class Store:
 
     def info(self, name_or_record: str | ModelRecord) -> ModelInfo:
         """GGUF header facts of an installed model, cached on disk by digest."""
+        # Here, not at the top: the header reader brings the `gguf` package (and numpy),
+        # which listing, finding and removing models never need.
+        from .gguf import ModelInfo, read_model_info
+
         record = self.get(name_or_record) if isinstance(name_or_record, str) else name_or_record
         sha = _check_hex(record.digest)
         cache = self.info_dir / f"sha256-{sha}.json"

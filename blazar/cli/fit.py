@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import trio
 from rich.table import Table
 
 from blazar.cli import app
@@ -23,6 +22,8 @@ _FIT_FIELDS = ("weights", "kv", "k", "v", "recurrent", "compute", "overhead", "t
 
 def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
     """(shape, model name, where it was read) of a file, an installed model, or a remote one."""
+    import trio
+
     from registry.catalog import Catalog
     from registry.errors import ModelNotFound
     from registry.remote import remote_shape
@@ -175,6 +176,8 @@ def plan(model: str, *, json_: Json = False) -> None:
     if daemon is not None:
         doc = daemon.get(f"/api/plan/{model}")
     else:
+        import trio
+
         doc = msgspec.to_builtins(trio.run(plan_offline, config.runtime(paths), model))
     if json_:
         print_json(doc)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import cyclopts
-import httpx
 import msgspec
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +17,9 @@ from blazar.cli import app
 from blazar.cli._common import Json, err, out, print_json, time_ago
 from blazar.client import CliError, Daemon, find_daemon
 from blazar.config import resolve_paths
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["jobs"]
 

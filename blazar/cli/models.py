@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
-import trio
 from cyclopts import Parameter
 from rich.table import Table
 
@@ -41,6 +40,7 @@ def pull(
 
     Bytes another tool already has on disk (Ollama, the Hugging Face cache, LM Studio,
     llama.cpp) are hardlinked instead of downloaded."""
+    import trio
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
     from registry.catalog import Catalog
@@ -120,6 +120,8 @@ def search(
     json_: Json = False,
 ) -> None:
     """Find models: catalog names first, then GGUF repositories on the Hugging Face Hub."""
+    import trio
+
     from registry.catalog import Catalog
     from registry.search import search as do_search
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
-import trio
 from cyclopts import Parameter
 from rich.table import Table
 
@@ -23,6 +22,8 @@ from blazar.config import Paths, resolve_paths
 @app.command
 def serve(*, host: str | None = None, port: int | None = None) -> None:
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
+    import trio
+
     from blazar.server import BindError, run_server, setup_logging
 
     paths, config = load_setup()

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 from conftest import TRUNCATED_BYTES, write_gguf
 
+import registry.gguf as gguf_mod
 import registry.store as store_mod
 from registry.errors import (
     ChecksumMismatch,
@@ -183,7 +184,7 @@ def test_info_cached(store: Store, tiny_gguf: Path, monkeypatch: pytest.MonkeyPa
     def boom(path: object) -> None:
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(store_mod, "read_model_info", boom)
+    monkeypatch.setattr(gguf_mod, "read_model_info", boom)
     assert store.info(record) == first
 
 

@@ -1,0 +1,47 @@
+"""``run/daemon.json``: where a running daemon says it listens.
+
+The daemon writes it once it listens and removes it when it stops; the CLI reads
+it to find the daemon. A leaf module, so that finding the daemon costs the CLI no
+import of the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from blazar.config import Paths
+
+__all__ = ["read_daemon_info", "remove_daemon_info", "write_daemon_info"]
+
+
+def read_daemon_info(paths: Paths) -> dict[str, object] | None:
+    """The running daemon's pid and URL, or None when none runs."""
+    try:
+        info = json.loads(Path(paths.daemon_file).read_text())
+        pid = int(info["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return dict(info)
+
+
+def write_daemon_info(paths: Paths, host: str, port: int) -> None:
+    path = Path(paths.daemon_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    display_host = f"[{host}]" if ":" in host else host
+    info = {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{display_host}:{port}"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info))
+    os.replace(tmp, path)
+
+
+def remove_daemon_info(paths: Paths) -> None:
+    """Remove the file if this process wrote it (a newer daemon's file stays)."""
+    path = Path(paths.daemon_file)
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
