@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable
@@ -49,6 +50,20 @@ log = logging.getLogger("blazar.engine")
 # llama.cpp's HTTP server drops idle keep-alive connections after 5 s; expiring
 # ours first avoids reusing a socket it is closing.
 _KEEPALIVE_EXPIRY_S = 4.0
+# A small model is healthy within a second of its spawn: the first seconds are
+# polled often, so its readiness is seen within a poll of it (a probe costs the
+# child one refused connection or one short reply); a slow load is polled less.
+_HEALTH_POLL_S = 0.02
+_HEALTH_POLL_FAST_FOR_S = 3.0
+_HEALTH_POLL_MAX_S = 0.25
+
+
+def _plain_http() -> ssl.SSLContext:
+    """The TLS settings of a client of the child, which speaks plain HTTP on loopback:
+    verifying, with no CA loaded. httpx's default reads the whole CA bundle, which
+    holds the event loop for tens of milliseconds per client during a start."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
 
 __all__ = [
     "ConfirmCrash",
@@ -486,7 +501,7 @@ class EngineActor(Actor[EngineMessage]):
             self.start_soon(self._watch_child, child, generation)
             base_url = f"http://127.0.0.1:{port}"
             auth = {"Authorization": f"Bearer {api_key}"}
-            async with httpx.AsyncClient(base_url=base_url, headers=auth) as probe:
+            async with httpx.AsyncClient(base_url=base_url, headers=auth, verify=_plain_http()) as probe:
                 error = await self._wait_healthy(child, probe)
                 served = await served_context(probe) if error is None else None
         except BaseException:
@@ -509,6 +524,7 @@ class EngineActor(Actor[EngineMessage]):
             client=httpx.AsyncClient(
                 base_url=base_url,
                 headers=auth,
+                verify=_plain_http(),
                 timeout=httpx.Timeout(10.0, read=None, pool=None),
                 limits=httpx.Limits(
                     max_connections=None,
@@ -528,7 +544,8 @@ class EngineActor(Actor[EngineMessage]):
         await self._tell_self(_Launched(generation=generation, handle=handle))
 
     async def _wait_healthy(self, child: ChildProcess, client: httpx.AsyncClient) -> tuple[str, str] | None:
-        delay_s = 0.02
+        delay_s = _HEALTH_POLL_S
+        slow_after = trio.current_time() + _HEALTH_POLL_FAST_FOR_S
         with trio.move_on_after(self.config.start_timeout_s):
             while not child.exited.is_set():
                 try:
@@ -539,7 +556,8 @@ class EngineActor(Actor[EngineMessage]):
                     pass
                 with trio.move_on_after(delay_s):
                     await child.exited.wait()
-                delay_s = min(delay_s * 1.5, 0.25)
+                if trio.current_time() > slow_after:
+                    delay_s = min(delay_s * 1.5, _HEALTH_POLL_MAX_S)
             summary = child.stderr_tail.summary()
             return (
                 "ENGINE_CRASHED",
