@@ -77,6 +77,7 @@ __all__ = [
     "Lease",
     "Reconfigure",
     "StopEngine",
+    "WaitSpawned",
 ]
 
 
@@ -94,6 +95,12 @@ class EnsureReady(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 class StopEngine(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     reason: str = "requested"
+
+
+class WaitSpawned(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Reply (None) once the start in progress has spawned its child, or has ended;
+    at once when no start is in progress. Sent after ``EnsureReady``, it tells the
+    sender that the child's own start-up is under way, long before it is healthy."""
 
 
 class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -145,6 +152,7 @@ class _Drained(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 EngineMessage = (
     EnsureReady
+    | WaitSpawned
     | StopEngine
     | Reconfigure
     | ConfirmCrash
@@ -256,6 +264,7 @@ class EngineActor(Actor[EngineMessage]):
         self.last_error: str | None = None
         self._crash_times: deque[float] = deque()  # trio times of the crashes still in the window
         self._waiters: list[Envelope[EngineMessage]] = []
+        self._spawn_waiters: list[Envelope[EngineMessage]] = []
         self._child: ChildProcess | None = None
         self._handle: EngineHandle | None = None
         self._port: int | None = None
@@ -336,6 +345,11 @@ class EngineActor(Actor[EngineMessage]):
         match env.message:
             case EnsureReady():
                 self._ensure_ready(env)
+            case WaitSpawned():
+                if self.state is EngineState.STARTING and self._child is None:
+                    self._spawn_waiters.append(env)
+                else:
+                    env.answer(None)
             case StopEngine(reason=reason):
                 return self._stop_and_answer(env, reason)
             case Reconfigure(ctx_per_slot=ctx, embeddings=emb):
@@ -348,6 +362,7 @@ class EngineActor(Actor[EngineMessage]):
             case _Spawned(generation=gen, child=child, port=port):
                 if gen == self.generation and self.state is EngineState.STARTING:
                     self._child, self._port = child, port
+                    self._answer_spawn_waiters()
                 else:  # stopped while it was spawning
                     self.start_soon(child.stop, self.config.stop_grace_s)
             case _Launched(generation=gen, handle=handle):
@@ -471,6 +486,11 @@ class EngineActor(Actor[EngineMessage]):
         for env in waiters:
             env.answer(self._handle)
 
+    def _answer_spawn_waiters(self) -> None:
+        waiters, self._spawn_waiters = self._spawn_waiters, []
+        for env in waiters:
+            env.answer(None)
+
     def _fail_waiters(self, exc: Exception) -> None:
         waiters, self._waiters = self._waiters, []
         for env in waiters:
@@ -583,6 +603,7 @@ class EngineActor(Actor[EngineMessage]):
     async def _stop_child(self, reason: str, *, state: EngineState = EngineState.STOPPED) -> None:
         child, handle = self._child, self._handle
         self._child, self._handle = None, None
+        self._answer_spawn_waiters()  # whatever start was in progress is over
         if self.state is EngineState.STARTING:
             self.generation += 1  # the launch in progress is now stale and cleans up after itself
         if child is not None or self.state is not EngineState.STOPPED:

@@ -35,7 +35,15 @@ from actors.census import take_census
 from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import ModelOverride, RuntimeConfig
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
-from actors.engine import EngineActor, EngineHandle, EngineState, EngineStatistics, EnsureReady, StopEngine
+from actors.engine import (
+    EngineActor,
+    EngineHandle,
+    EngineState,
+    EngineStatistics,
+    EnsureReady,
+    StopEngine,
+    WaitSpawned,
+)
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend, prompt_batch_for
 from actors.errors import ActorStopped
 from actors.jobs import JobsActor, JobsStatistics
@@ -383,17 +391,42 @@ class Runtime:
         need = await self.memory.need(engine.spec)
         await self.lifecycle.before_load(engine.spec.model, need)
 
-    async def preload(self, models: list[str]) -> None:
-        """Load ``models`` one after another; a failure is logged and the next one tried."""
+    async def preload(
+        self, models: list[str], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Load ``models`` one after another; a failure is logged and the next one tried.
+
+        Reports itself started once the first load is under way (its engine's process
+        spawned) or has failed, so that what the caller does next overlaps the engine's
+        start: ``open_runtime`` waits for that much, the daemon then imports its gateway."""
+        reported = False
         for name in models:
             try:
                 engine = await self.engine_for(name)
                 model = engine.spec.model
+                if not reported:
+                    await self._begin_load(engine)
+                    task_status.started()
+                    reported = True
                 await self.make_ready(engine)
                 self.lifecycle.touch_nowait(model, None)
                 log.info("preloaded '%s'", model)
             except Exception as exc:
                 log.warning("could not preload '%s': %s", name, getattr(exc, "message", None) or exc)
+            if not reported:
+                task_status.started()
+                reported = True
+        if not reported:
+            task_status.started()
+
+    async def _begin_load(self, engine: EngineActor) -> None:
+        """Start ``engine``'s child as a request would, and return once its process runs
+        (or the start is over); ``make_ready`` then waits for the same start."""
+        if engine.state in (EngineState.READY, EngineState.STARTING):
+            return
+        await self.before_load(engine)
+        await engine.tell(EnsureReady())  # no reply slot: the start is what is wanted
+        await engine.ask(WaitSpawned())  # handled after the EnsureReady: the start is under way
 
     def engine_if_loaded(self, model: str) -> EngineActor | None:
         """The model's engine actor if one exists, without creating it."""
@@ -468,7 +501,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
         if config.preload:
-            nursery.start_soon(runtime.preload, list(config.preload))
+            await nursery.start(runtime.preload, list(config.preload))
         try:
             yield runtime
         finally:

@@ -18,14 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
 from blazar.daemon_file import remove_daemon_info, write_daemon_info
-from blazar.web.app import build_gateway
 
 __all__ = ["BindError", "run_server", "setup_logging"]
 
@@ -82,6 +79,14 @@ async def _serve(config: Config, paths: Paths) -> None:
     async with open_runtime(config.runtime(paths)) as runtime:
         if runtime.reaped_orphans:
             log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
+        # The HTTP layer takes a tenth of a second or more to import. Imported once the
+        # runtime runs (which waits for the first preloaded engine's process to spawn,
+        # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
+        from hypercorn.config import Config as HypercornConfig
+        from hypercorn.trio import serve as hypercorn_serve
+
+        from blazar.web.app import build_gateway
+
         asgi = build_gateway(runtime, config)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
         hconfig = HypercornConfig()

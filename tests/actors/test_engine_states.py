@@ -10,7 +10,15 @@ import trio
 import trio.testing
 
 from actors.config import EngineConfig
-from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, Reconfigure, _Launched
+from actors.engine import (
+    EngineActor,
+    EngineHandle,
+    EngineState,
+    EnsureReady,
+    Reconfigure,
+    WaitSpawned,
+    _Launched,
+)
 from actors.engines.llamacpp import LaunchSpec
 from actors.errors import EngineCircuitOpen, EngineCrashed
 from actors.process import ChildProcess
@@ -45,6 +53,40 @@ async def test_the_breaker_trips_and_resets_on_the_trio_clock(
             await engine.ask(EnsureReady())
         assert engine.restarts == 2
         nursery.cancel_scope.cancel()
+
+
+async def test_wait_spawned_answers_at_once_without_a_start_and_when_the_start_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spawning = trio.Event()
+    may_fail = trio.Event()
+
+    async def spawn_fails_late(*args: object, **kwargs: object) -> ChildProcess:
+        spawning.set()
+        await may_fail.wait()
+        raise OSError("no such engine binary")
+
+    monkeypatch.setattr(ChildProcess, "spawn", spawn_fails_late)
+    engine = _engine(tmp_path)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run)
+            assert await engine.ask(WaitSpawned()) is None  # stopped: nothing to wait for
+            await engine.tell(EnsureReady())
+            answered = trio.Event()
+
+            async def wait_spawned() -> None:
+                await engine.ask(WaitSpawned())
+                answered.set()
+
+            nursery.start_soon(wait_spawned)
+            await spawning.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            assert engine.state is EngineState.STARTING and not answered.is_set()
+            may_fail.set()
+            await answered.wait()  # the start is over: the waiter is answered, not left hanging
+            assert engine.state is EngineState.FAILED
+            nursery.cancel_scope.cancel()
 
 
 def _handle(generation: int) -> EngineHandle:

@@ -446,6 +446,22 @@ async def test_open_runtime_starts_lifecycle_and_survives_a_bad_preload(tmp_path
             assert "lifecycle" in rt.root.children()
 
 
+async def test_open_runtime_returns_once_the_preloaded_engine_has_spawned(instant_home: Path) -> None:
+    """The preload's engine process runs as soon as the runtime is open, before any request:
+    what the caller does next (the daemon: importing its gateway) overlaps its start."""
+    from blazar.config import resolve_paths
+    from tests.instant import MODEL, instant_config
+
+    config = instant_config(preload=[MODEL]).runtime(resolve_paths())
+    with trio.fail_after(30):
+        async with open_runtime(config) as rt:
+            engine = rt.engine_if_loaded(MODEL)
+            assert engine is not None
+            stats = engine.statistics()
+            assert stats.state in ("starting", "ready") and stats.pid is not None
+            assert all(q.running + q.queued == 0 for q in rt.admission.statistics().queues)  # no request
+
+
 # -- the gateway's side (POST /api/evict, `blazar unload`) ---------------------------
 
 
