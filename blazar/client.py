@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["CliError", "Daemon", "ensure_daemon", "find_daemon"]
 
 _START_TIMEOUT_S = 60.0
+_POLL_S = 0.01
+"""How often a new daemon's file is looked for: a read of one small file."""
 
 
 class CliError(Exception):
@@ -31,9 +33,17 @@ class Daemon:
     def __init__(self, url: str, pid: int | None) -> None:
         self.url = url.rstrip("/")
         self.pid = pid
+        import ssl
+
         import httpx  # only once a daemon runs: `blazar list` and `--help` never pay for it
 
-        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(30.0, read=None))
+        self.http = httpx.Client(
+            base_url=self.url,
+            timeout=httpx.Timeout(30.0, read=None),
+            # The daemon speaks plain HTTP. httpx's default loads the CA bundle (a tenth of
+            # a second per client); a verifying context without CAs trusts no TLS peer.
+            verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT),
+        )
 
     def _check(self, resp: httpx.Response) -> Any:
         if resp.status_code >= 400:
@@ -93,21 +103,29 @@ def find_daemon(paths: Paths) -> Daemon | None:
     return daemon
 
 
-def ensure_daemon(paths: Paths, config: Config) -> tuple[Daemon, bool]:
-    """The running daemon, or a new background one; the flag says it was started."""
+def ensure_daemon(paths: Paths, config: Config, *, preload: str | None = None) -> tuple[Daemon, bool]:
+    """The running daemon, or a new background one; the flag says it was started.
+
+    A new daemon given ``preload`` starts loading that model while it boots, so the
+    engine's start overlaps the daemon's instead of following it."""
     daemon = find_daemon(paths)
     if daemon is not None:
         return daemon, False
     Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "blazar", "serve"]
+    if preload is not None:
+        argv.append(f"--preload={preload}")  # one token: a name may start with "-"
     with open(os.devnull, "rb") as devnull, open(Path(paths.log_dir) / "daemon.out", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "blazar", "serve"],
+            argv,
             stdin=devnull,
             stdout=out,
             stderr=out,
             start_new_session=True,
             close_fds=True,
         )
+    import httpx  # noqa: F401  (here: the import overlaps the daemon's start)
+
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -115,7 +133,7 @@ def ensure_daemon(paths: Paths, config: Config) -> tuple[Daemon, bool]:
         daemon = find_daemon(paths)
         if daemon is not None:
             return daemon, True
-        time.sleep(0.05)
+        time.sleep(_POLL_S)
     raise CliError(
         f"the background daemon did not answer within {_START_TIMEOUT_S:.0f} s — see `blazar logs`"
     )

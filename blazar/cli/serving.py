@@ -20,7 +20,19 @@ from blazar.config import Paths, resolve_paths
 
 
 @app.command
-def serve(*, host: str | None = None, port: int | None = None) -> None:
+def serve(
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    preload: Annotated[
+        list[str] | None,
+        Parameter(
+            negative="",
+            help="Start loading MODEL's engine while the daemon starts (repeatable), "
+            "before the models of the config's preload.",
+        ),
+    ] = None,
+) -> None:
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
     import trio
 
@@ -28,7 +40,10 @@ def serve(*, host: str | None = None, port: int | None = None) -> None:
 
     paths, config = load_setup()
     config = msgspec.structs.replace(
-        config, host=host or config.host, port=config.port if port is None else port
+        config,
+        host=host or config.host,
+        port=config.port if port is None else port,
+        preload=list(dict.fromkeys([*(preload or []), *config.preload])),
     )
     running = find_daemon(paths)
     if running is not None:
@@ -54,7 +69,7 @@ def run(
     paths, config = load_setup()
     if open_store(paths).find(model) is None:
         raise CliError(f"model '{model}' is not installed — run `blazar pull {model}` or see `blazar list`")
-    daemon, started = ensure_daemon(paths, config)
+    daemon, started = ensure_daemon(paths, config, preload=model)
     if started:
         err.print(
             f"[dim]started a background daemon (pid {daemon.pid}) at {daemon.url}; `blazar stop` ends it[/]"

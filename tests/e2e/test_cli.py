@@ -51,6 +51,7 @@ def test_run_starts_a_daemon_and_stop_leaves_nothing(tmp_path: Path, model_path:
     engine = ps["engines"][0]
     assert (engine["model"], engine["state"], engine["slots"], engine["restarts"]) == (MODEL, "ready", 4, 0)
     assert engine["ctx_per_slot"] == 4096  # min(training context 8192, default 4096)
+    assert engine["starts"] == 1  # the daemon's preload and the request share one start
 
     again = blazar(env, "run", MODEL, "Say hi.", "--temperature", "0", "--max-tokens", "8")
     assert again.returncode == 0 and "started a background daemon" not in again.stderr
@@ -63,6 +64,7 @@ def test_run_starts_a_daemon_and_stop_leaves_nothing(tmp_path: Path, model_path:
 
     logs = blazar(env, "logs")
     assert logs.returncode == 0 and "blazar listening on" in logs.stdout
+    assert f"preloaded '{MODEL}'" in logs.stdout  # `run` asked the new daemon to load it at once
 
 
 def test_kill_9_of_the_daemon_leaves_no_engine(tmp_path: Path, model_path: Path) -> None:

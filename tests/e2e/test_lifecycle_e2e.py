@@ -207,3 +207,29 @@ def test_memory_budget_evicts_idle_and_refuses_with_numbers(tmp_path: Path, mode
         assert _loaded(d.url) == set()
     finally:
         d.stop()
+
+
+def test_serve_preload_loads_the_model_before_any_request(tmp_path: Path, model_path: Path) -> None:
+    """`blazar serve --preload` (what `blazar run` passes to a daemon it starts) loads the
+    model through the runtime with no request sent; a name that is not installed is logged
+    and skipped, and the daemon carries on."""
+    home = make_home(tmp_path / "home", model_path)
+    d = start_daemon(home, "--preload=not-installed", "--preload", MODEL)
+    try:
+        deadline = time.monotonic() + 120
+        while MODEL not in _loaded(d.url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _loaded(d.url) == {MODEL}
+        ps = httpx.get(f"{d.url}/api/ps", timeout=10).json()["models"]
+        assert [m["name"] for m in ps] == [f"{MODEL}:latest"]
+        assert ps[0]["expires_at"] is not None  # the keep-alive timer runs, as after a request
+        requests = httpx.get(f"{d.url}/admin/requests", timeout=10).json()["data"]
+        assert [r for r in requests if r["method"] != "GET"] == []  # loaded without any request
+        log = (home / "logs" / "daemon.log").read_text()
+        assert "could not preload 'not-installed'" in log
+        assert f"preloaded '{MODEL}'" in log
+        assert d.proc.poll() is None
+        assert _ask(d.url, MODEL).status_code == 200
+        assert httpx.get(f"{d.url}/admin/engines", timeout=10).json()["engines"][0]["starts"] == 1
+    finally:
+        d.stop()
