@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import gguf.constants as _gg
 import msgspec
 
+from ._gguf_constants import constants as _gg
 from .shape import ModelShape
 
 __all__ = [

@@ -17,9 +17,9 @@ import os
 import struct
 from typing import Any
 
-import gguf.constants as _gg
 import msgspec
 
+from ._gguf_constants import constants as _gg
 from .errors import InvalidModelFile, ModelFileIncomplete
 
 __all__ = [

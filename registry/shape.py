@@ -15,9 +15,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import gguf.constants as _gg
 import msgspec
 
+from ._gguf_constants import constants as _gg
 from .errors import InvalidModelFile
 from .gguf import GGUFHeader, NeedMoreData, model_info, parse_header, read_header
 

@@ -78,8 +78,15 @@ def test_ps_without_a_daemon_says_so(instant_home: Path, tmp_path: Path) -> None
     assert loaded == []
 
 
-def test_the_probe_sees_a_heavy_import(instant_home: Path, tmp_path: Path) -> None:
-    """``show`` reads the GGUF header, which needs the gguf package: the probe must see it."""
+def test_show_reads_the_header_without_numpy(instant_home: Path, tmp_path: Path) -> None:
+    """The header reader takes the gguf package's constants alone, not the package."""
     loaded, printed = loaded_after(["show", MODEL], instant_home, tmp_path / "modules.json")
-    assert "gguf" in loaded
     assert "architecture" in printed
+    assert loaded == []
+
+
+def test_the_probe_sees_a_heavy_import(instant_home: Path, tmp_path: Path) -> None:
+    """``plan`` without a daemon runs the runtime's planner, on trio: the probe must see both."""
+    loaded, printed = loaded_after(["plan", MODEL], instant_home, tmp_path / "modules.json")
+    assert {"trio", "actors.runtime"} <= set(loaded)
+    assert printed

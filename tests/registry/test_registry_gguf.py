@@ -142,3 +142,15 @@ def test_longest_token_in_decoded_bytes(tmp_path: Path, tiny_gguf: Path) -> None
     # SentencePiece stores ▁ (3 bytes) for a space (1): its stored length is an upper bound.
     spm = _vocabulary_gguf(tmp_path / "spm.gguf", "llama", ["<0x0A>", "▁hello", "é"])
     assert read_model_info(spm).token_bytes_max == len("▁hello".encode())
+
+
+def test_the_constants_alone_match_the_package() -> None:
+    """registry._gguf_constants loads gguf's constants module without the package (and numpy);
+    its tables must be the package's, value for value."""
+    from registry._gguf_constants import constants
+
+    assert constants.__file__ == gguf.constants.__file__
+    assert constants.GGML_QUANT_SIZES == gguf.constants.GGML_QUANT_SIZES
+    assert constants.GGUFValueType.STRING == gguf.GGUFValueType.STRING
+    assert constants.Keys.General.ARCHITECTURE == gguf.Keys.General.ARCHITECTURE
+    assert constants.LlamaFileType(2).name == gguf.LlamaFileType(2).name
