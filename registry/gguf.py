@@ -40,7 +40,9 @@ __all__ = [
 _MAGIC = b"GGUF"
 _SUPPORTED_VERSIONS = (2, 3)
 _MAX_DIMS = 8
-_FIRST_READ_BYTES = 1 << 20
+# A small model's header (vocabulary and merges included) is 1-3 MiB: one read
+# of this size is parsed once, where a shorter one is parsed again after growing.
+_FIRST_READ_BYTES = 4 << 20
 # Numeric arrays up to this length are decoded (per-layer settings); longer ones
 # (token types, scores) are only measured, which keeps a listing fast.
 _SMALL_ARRAY = 4096
@@ -154,10 +156,18 @@ class _Cursor:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def skip_string(self) -> None:
-        n = self.u64()
-        self._need(n)
-        self.pos += n
+    def skip_strings(self, count: int) -> None:
+        """Skip ``count`` strings (a merges table holds tens of thousands: one tight loop)."""
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        read_length = _U64.unpack_from
+        for _ in range(count):
+            if pos + 8 > end:
+                raise NeedMoreData(pos + 8)
+            (n,) = read_length(buf, pos)
+            pos += 8 + n
+            if pos > end:
+                raise NeedMoreData(pos)
+        self.pos = pos
 
     def skip(self, n: int) -> None:
         self._need(n)
@@ -193,8 +203,7 @@ def _read_value(cur: _Cursor) -> tuple[Any, int | None]:
             return items, count
         cur.skip(size)
     elif etype == _VT.STRING:
-        for _ in range(count):
-            cur.skip_string()
+        cur.skip_strings(count)
     else:
         # Nested arrays occur in no known model; refuse rather than guess their layout.
         raise InvalidModelFile("GGUF header holds a nested array, which is not supported")

@@ -9,7 +9,7 @@ import pytest
 from conftest import CHAT_TEMPLATE, TOKENS
 
 from registry.errors import InvalidModelFile
-from registry.gguf import NeedMoreData, looks_like_gguf, parse, read_model_info
+from registry.gguf import NeedMoreData, looks_like_gguf, parse, parse_header, read_model_info
 
 
 def test_synthetic_header(tiny_gguf: Path) -> None:
@@ -66,6 +66,32 @@ def test_prefix_asks_for_more_then_succeeds(tiny_gguf: Path) -> None:
         pytest.fail("parse never converged")
     assert info == full
     assert len(buf) <= full.data_offset
+
+
+def test_a_string_array_is_skipped_and_a_prefix_of_it_asks_for_more(tmp_path: Path) -> None:
+    path = tmp_path / "merges.gguf"
+    writer = gguf.GGUFWriter(path, arch="llama")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_merges([f"tok{i} en{i}" for i in range(500)])
+    writer.add_tensor("output_norm.weight", np.ones(4, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = path.read_bytes()
+    full = parse_header(data)
+    assert full.array_lengths["tokenizer.ggml.merges"] == 500
+    assert "tokenizer.ggml.merges" not in full.values
+    asked = []
+    for cut in range(0, full.data_offset - 32, 97):  # inside lengths and strings; not the padding
+        try:
+            parse_header(data[:cut])
+        except NeedMoreData as more:
+            assert cut < more.needed <= full.data_offset
+            asked.append(more.needed)
+        else:
+            pytest.fail(f"a prefix of {cut} bytes parsed")
+    assert len(asked) > 100
 
 
 def test_tiny_prefixes_need_more() -> None:
