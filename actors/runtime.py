@@ -45,7 +45,7 @@ from actors.engine import (
     WaitSpawned,
 )
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend, prompt_batch_for
-from actors.errors import ActorStopped
+from actors.errors import ActorStopped, EngineCrashed
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
@@ -408,6 +408,8 @@ class Runtime:
                     await self._begin_load(engine)
                     task_status.started()
                     reported = True
+                    if engine.state is EngineState.FAILED:  # at once: no binary, breaker open
+                        raise EngineCrashed(engine.last_error or f"engine for '{model}' did not start")
                 await self.make_ready(engine)
                 self.lifecycle.touch_nowait(model, None)
                 log.info("preloaded '%s'", model)

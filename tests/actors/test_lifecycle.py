@@ -462,6 +462,27 @@ async def test_open_runtime_returns_once_the_preloaded_engine_has_spawned(instan
             assert all(q.running + q.queued == 0 for q in rt.admission.statistics().queues)  # no request
 
 
+async def test_a_preload_whose_engine_cannot_spawn_is_tried_once(
+    instant_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from actors.process import ChildProcess
+    from blazar.config import resolve_paths
+    from tests.instant import MODEL, instant_config
+
+    async def cannot_spawn(*args: object, **kwargs: object) -> ChildProcess:
+        raise OSError("no such engine binary")
+
+    monkeypatch.setattr(ChildProcess, "spawn", cannot_spawn)
+    config = instant_config(preload=[MODEL]).runtime(resolve_paths())
+    with trio.fail_after(30):
+        async with open_runtime(config) as rt:
+            await trio.testing.wait_all_tasks_blocked()
+            engine = rt.engine_if_loaded(MODEL)
+            assert engine is not None
+            assert (engine.statistics().state, engine.statistics().starts) == ("failed", 1)
+    assert f"could not preload '{MODEL}': no such engine binary" in caplog.text
+
+
 # -- the gateway's side (POST /api/evict, `blazar unload`) ---------------------------
 
 
