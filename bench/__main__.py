@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, cancel, engine, memory, overhead, startup
+from bench import batch, cancel, engine, memory, overhead, prefill, startup
 from bench._harness import Context, run_benchmark
 from bench._rigs import log
 from bench._system import ROOT
@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "memory": (memory.TITLE, memory.run),
     "engine": (engine.TITLE, engine.run),
     "cancel": (cancel.TITLE, cancel.run),
+    "prefill": (prefill.TITLE, prefill.run),
     "startup": (startup.TITLE, startup.run),
     "batch": (batch.TITLE, batch.run),
 }

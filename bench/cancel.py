@@ -24,13 +24,13 @@ from bench._http import Connection, build_request, split_url
 from bench._rigs import MODEL, daemon_commands, engine_config, engine_pair, log, redact
 from bench._stats import percentile
 
-__all__ = ["TITLE", "run"]
+__all__ = ["TITLE", "SlotPoller", "run"]
 
 TITLE = "Cancellation: disconnect to slot idle"
 TRIAL_TIMEOUT_S = 30.0
 
 
-class _Slots:
+class SlotPoller:
     """Back-to-back polls of one engine's /slots on a keep-alive connection."""
 
     def __init__(self, url: str, api_key: str) -> None:
@@ -58,7 +58,9 @@ class _Slots:
         return None
 
 
-async def _trial(target_url: str, headers: dict[str, str], slots: _Slots, max_tokens: int) -> dict[str, Any]:
+async def _trial(
+    target_url: str, headers: dict[str, str], slots: SlotPoller, max_tokens: int
+) -> dict[str, Any]:
     if await slots.wait_idle(TRIAL_TIMEOUT_S) is None:
         raise RuntimeError("the engine's slots never went idle before a trial")
     host, port = split_url(target_url)
@@ -90,7 +92,7 @@ async def _trial(target_url: str, headers: dict[str, str], slots: _Slots, max_to
 
 
 async def _trials(
-    ctx: Context, pairs: dict[str, tuple[str, dict[str, str], _Slots]], n: int
+    ctx: Context, pairs: dict[str, tuple[str, dict[str, str], SlotPoller]], n: int
 ) -> dict[str, Any]:
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in pairs}
     max_tokens = 400
@@ -108,11 +110,11 @@ def run(ctx: Context) -> dict[str, Any]:
     trials = ctx.pick(100, 3)
     with engine_pair(slots=ctx.slots, work_dir=ctx.work_dir, tag="cancel") as (daemon, info, direct):
         pairs = {
-            "gateway": (daemon.url, {}, _Slots(info.url, info.api_key)),
+            "gateway": (daemon.url, {}, SlotPoller(info.url, info.api_key)),
             "direct": (
                 direct.url,
                 {"Authorization": f"Bearer {direct.api_key}"},
-                _Slots(direct.url, direct.api_key),
+                SlotPoller(direct.url, direct.api_key),
             ),
         }
         results = asyncio.run(_trials(ctx, pairs, trials))

@@ -37,6 +37,25 @@ TARGETS = [
     Target("litellm_rps_ratio_c16", "overhead", "req/s Blazar ÷ LiteLLM, C=16, non-stream", ">=", 3.0),
     Target("cancel_p99_ms", "cancel", "client disconnect → slot idle p99 (gateway)", "<=", 100.0, "ms"),
     Target(
+        "prefill_cancel_p99_ms_3000",
+        "prefill",
+        "disconnect mid-prompt → slot idle p99, 3,000 tokens",
+        "<=",
+        1000.0,
+        "ms",
+    ),
+    Target(
+        "prefill_cancel_p99_ms_6000",
+        "prefill",
+        "disconnect mid-prompt → slot idle p99, 6,000 tokens",
+        "<=",
+        1000.0,
+        "ms",
+    ),
+    Target(
+        "prefill_speed_ratio", "prefill", "prefill tok/s, CPU prompt batch ÷ llama.cpp's default", ">=", 0.95
+    ),
+    Target(
         "batch_overhead_ratio", "batch", "batch time ÷ interactive time, same prompts, C=slots-1", "<=", 1.10
     ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
