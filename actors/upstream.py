@@ -7,14 +7,19 @@ expire first). A connection carries one request at a time; while in use it
 is out of the deque, so every pool operation is O(1) however many requests
 are in flight. General-purpose clients (httpx) stay for the cold calls.
 
-Closing a response before its end closes the socket: that is how a client
-disconnect reaches llama.cpp, which stops generating when its connection
-closes. A connection goes back to the pool only after a complete response,
+Closing a response before its end resets the socket: that is how a client
+disconnect reaches llama.cpp, which stops generating when a write to its
+connection fails. A reset makes the engine's very next write fail; after a
+graceful close one more write would succeed (the reset only comes back in
+answer to it), and the engine would read a whole further prompt step or
+generate one more token for nobody. A connection goes back to the pool only after a complete response,
 that left no stray bytes behind and did not ask for the connection's end.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -32,7 +37,6 @@ __all__ = [
 ]
 
 _READ_SIZE = 64 * 1024
-_CLOSE_GRACE_S = 1.0
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ProtocolError)
 
 
@@ -65,6 +69,17 @@ class _Connection:
         # A socket closes synchronously (a task blocked on it is woken with
         # ClosedResourceError), so this works in any state, cancelled or not.
         self.stream.socket.close()
+
+    def reset(self) -> None:
+        """Close with a TCP reset (no linger), so the peer's next write fails."""
+        try:
+            self.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _NO_LINGER)
+        except OSError:
+            pass
+        self.stream.socket.close()
+
+
+_NO_LINGER = struct.pack("ii", 1, 0)
 
 
 class UpstreamPool:
@@ -299,8 +314,7 @@ class UpstreamResponse:
         conn, self._conn = self._conn, None
         if conn is not None:
             self._pool._active.discard(conn)
-            with trio.move_on_after(_CLOSE_GRACE_S, shield=True):
-                await conn.stream.aclose()
+            conn.reset()
 
 
 class _RawBody:
