@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, cancel, engine, memory, overhead, prefill, startup
+from bench import batch, cancel, engine, memory, overhead, prefill, scale, startup
 from bench._harness import Context, run_benchmark
 from bench._rigs import log
 from bench._system import ROOT
@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "engine": (engine.TITLE, engine.run),
     "cancel": (cancel.TITLE, cancel.run),
     "prefill": (prefill.TITLE, prefill.run),
+    "scale": (scale.TITLE, scale.run),
     "startup": (startup.TITLE, startup.run),
     "batch": (batch.TITLE, batch.run),
 }

@@ -155,12 +155,15 @@ async def _cancel_trials(
 
 
 async def _speed_trials(
-    engines: dict[str, str], headers: dict[str, dict[str, str]], reps: int, size: int
-) -> dict[str, list[float]]:
-    speeds: dict[str, list[float]] = {name: [] for name in engines}
+    engines: dict[str, str], headers: dict[str, dict[str, str]], reps: int, sizes: tuple[int, ...]
+) -> dict[str, dict[int, list[float]]]:
+    """Prompt tok/s of each engine at each size, alternating: a small step may cost more
+    deep in a long prompt than near its start."""
+    speeds: dict[str, dict[int, list[float]]] = {name: {n: [] for n in sizes} for name in engines}
     for _ in range(reps):
-        for name, url in engines.items():
-            speeds[name].append((await _prefill(url, headers[name], size))[1])
+        for size in sizes:
+            for name, url in engines.items():
+                speeds[name][size].append((await _prefill(url, headers[name], size))[1])
     return speeds
 
 
@@ -193,7 +196,7 @@ def _curve(ctx: Context, argv: list[str], reps: int, size: int) -> list[list[Any
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    reps = ctx.pick(max(ctx.runs, 5), 1)
+    reps = ctx.pick(ctx.runs, 1)
     sizes = ctx.pick(SIZES, (600,))
     with running_daemon(CONFIG, tag="prefill") as daemon:
         load_model(daemon.url)
@@ -217,7 +220,7 @@ def run(ctx: Context) -> dict[str, Any]:
                         "default batch": {"Authorization": f"Bearer {default.api_key}"},
                     },
                     reps,
-                    sizes[0],
+                    sizes,
                 )
             )
         curve = _curve(ctx, info.argv, ctx.pick(2, 1), sizes[0])
@@ -236,9 +239,19 @@ def run(ctx: Context) -> dict[str, Any]:
         if path == "gateway":
             p99 = percentile(every, 99)
             values[f"prefill_cancel_p99_ms_{size}"] = {"median": p99, "min": p99, "max": p99, "n": 1}
+    ours, theirs = speeds["daemon's engine"], speeds["default batch"]
     values["prefill_speed_ratio"] = summarize(
-        ratio(a, b) for a, b in zip(speeds["daemon's engine"], speeds["default batch"], strict=True)
+        ratio(a, b) for a, b in zip(ours[sizes[0]], theirs[sizes[0]], strict=True)
     )
+    speed_rows = [
+        [
+            n,
+            summarize(ours[n]),
+            summarize(theirs[n]),
+            summarize(ratio(a, b) for a, b in zip(ours[n], theirs[n], strict=True)),
+        ]
+        for n in sizes
+    ]
     batch = next((info.argv[i + 1] for i, a in enumerate(info.argv) if a == "-b"), "default")
     return {
         "title": TITLE,
@@ -261,9 +274,9 @@ def run(ctx: Context) -> dict[str, Any]:
                 "rows": rows,
             },
             {
-                "title": f"Prefill speed, {sizes[0]}-token prompts (tok/s, median [min, max] of {reps})",
-                "columns": ["engine", "prompt tok/s"],
-                "rows": [[name, summarize(v)] for name, v in speeds.items()],
+                "title": f"Prefill speed (prompt tok/s, median [min, max] of {reps}, alternating)",
+                "columns": ["prompt tokens", f"prompt batch {batch}", "llama.cpp's default batch", "ratio"],
+                "rows": speed_rows,
             },
             {
                 "title": "Trade-off: prompt batch, prefill speed, disconnect → idle (direct, progress on)",

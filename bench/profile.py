@@ -35,13 +35,13 @@ import httpx
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-RIG = """slots = 64
+RIG = """slots = {slots}
 default_ctx = 512
 keep_alive_s = -1
 max_queue = 4096
 [engine]
 llama_server = "{upstream}"
-extra_args = ["--chunks", "32", "--interval-ms", "1.0"]
+extra_args = ["--chunks", "{chunks}", "--interval-ms", "{interval_ms}", "-np", "{slots}"]
 """
 _PACKAGES = (
     "hypercorn",
@@ -120,12 +120,19 @@ def _layers(stats: pstats.Stats, total: float) -> list[tuple[str, float]]:
     return out
 
 
-def _start_daemon(tmp: Path, cmd: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def _start_daemon(tmp: Path, cmd: list[str], args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
     sys.path.insert(0, str(ROOT))
     from tests.support import ensure_model, home_env, make_home
 
     home = make_home(
-        tmp / "home", ensure_model(), config=RIG.format(upstream=ROOT / "bench" / "instant-upstream")
+        tmp / "home",
+        ensure_model(),
+        config=RIG.format(
+            upstream=ROOT / "bench" / "instant-upstream",
+            slots=max(64, args.concurrency),
+            chunks=args.chunks,
+            interval_ms=args.interval_ms,
+        ),
     )
     proc = subprocess.Popen(
         cmd, env=home_env(home), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -147,6 +154,7 @@ def _result_path(args: argparse.Namespace, suffix: str = "") -> Path:
 def _command(args: argparse.Namespace) -> str:
     return (
         f"python -m bench.profile --requests {args.requests} --concurrency {args.concurrency}"
+        f" --chunks {args.chunks} --interval-ms {args.interval_ms:g}"
         f"{' --stream' if args.stream else ''}{' --sampler py-spy' if args.sampler == 'py-spy' else ''}"
     )
 
@@ -157,7 +165,7 @@ def _main_py_spy(args: argparse.Namespace) -> int:
         raise SystemExit("py-spy is not installed: pip install -e '.[bench]'")
     tmp = Path(tempfile.mkdtemp(prefix="blazar-profile-"))
     raw = tmp / "daemon.txt"
-    proc, url = _start_daemon(tmp, [sys.executable, "-m", "blazar", "serve", "--port", "0"])
+    proc, url = _start_daemon(tmp, [sys.executable, "-m", "blazar", "serve", "--port", "0"], args)
     try:
         trio.run(_load, url, 200, args.concurrency, args.stream)  # warm: engine up, pools filled
         sampler = subprocess.Popen(
@@ -227,6 +235,10 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--chunks", type=int, default=32, help="chunks per streamed answer")
+    parser.add_argument(
+        "--interval-ms", type=float, default=1.0, help="the upstream's pause before each chunk"
+    )
     parser.add_argument("--sampler", choices=("cprofile", "py-spy"), default="cprofile")
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # internal: the profiled child
     args = parser.parse_args()
@@ -238,7 +250,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="blazar-profile-"))
     prof = tmp / "daemon.prof"
-    proc, url = _start_daemon(tmp, [sys.executable, "-m", "bench.profile", "--serve", str(prof)])
+    proc, url = _start_daemon(tmp, [sys.executable, "-m", "bench.profile", "--serve", str(prof)], args)
     elapsed = trio.run(_load, url, args.requests, args.concurrency, args.stream)
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)

@@ -81,6 +81,21 @@ async def _first_token(url: str, headers: dict[str, str]) -> float:
     return times[0] if times else reply.t_end
 
 
+CLI_COMMANDS = (("--help",), ("list",), ("ps",))
+"""Commands timed with no daemon running: each must not pay for the gateway's imports."""
+
+
+def _cli_times(home: Path) -> dict[str, float]:
+    """Wall seconds of each quick command, from spawn to exit, no daemon running."""
+    env = home_env(home)
+    out = {}
+    for args in CLI_COMMANDS:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "blazar", *args], env=env, capture_output=True, check=True)
+        out[" ".join(args)] = time.perf_counter() - t0
+    return out
+
+
 def _cold_cli(home: Path) -> dict[str, Any]:
     env = home_env(home)
     argv = [
@@ -185,7 +200,7 @@ def run(ctx: Context) -> dict[str, Any]:
             engine_argv = cold.pop("engine_argv")
             direct = _direct(engine_argv, ctx.work_dir)
             wake = _wake(daemon.url)
-            runs.append({"cold_cli": cold, "direct": direct, "wake": wake})
+            runs.append({"cold_cli": cold, "direct": direct, "wake": wake, "cli": _cli_times(cli_home)})
     finally:
         pids = [daemon.proc.pid, *descendants(daemon.proc.pid)]
         daemon.stop()
@@ -207,6 +222,15 @@ def run(ctx: Context) -> dict[str, Any]:
         ["idle wake (model unloaded) → first token", get("wake", "first_token_s"),
          vs_direct("wake", lambda a, b: a - b), vs_direct("wake", ratio)],
     ]  # fmt: skip
+    rows += [
+        [f"`blazar {' '.join(args)}`, no daemon running (spawn → exit)", get("cli", " ".join(args)), "", ""]
+        for args in CLI_COMMANDS
+    ]
+    values = {
+        "cold_run_ratio": vs_direct("cold_cli", ratio),
+        "idle_wake_ratio": vs_direct("wake", ratio),
+        "cli_slowest_s": summarize(max(r["cli"].values()) for r in runs),
+    }
     plots = []
     groups = ["blazar run (cold)", "direct engine", "idle wake"]
     if _plots.bars(
@@ -227,7 +251,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "title": TITLE,
         "method": __doc__ or "",
         "params": {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "slots": ctx.slots},
-        "values": {},
+        "values": values,
         "tables": [
             {
                 "title": f"Seconds, median [min, max] over {len(runs)} runs",

@@ -53,10 +53,20 @@ TARGETS = [
         "ms",
     ),
     Target(
+        "scale_itl_added_p99_ms_c256", "scale", "inter-token p99 added, 256 paced streams", "<=", 5.0, "ms"
+    ),
+    Target("scale_chunk_ratio_c256", "scale", "chunks/s relayed ÷ direct, 256 paced streams", ">=", 0.98),
+    Target("scale_cores_c256", "scale", "gateway CPU, 256 streams at 100 tokens/s", "<=", 1.0, "cores"),
+    Target(
         "prefill_speed_ratio", "prefill", "prefill tok/s, CPU prompt batch ÷ llama.cpp's default", ">=", 0.95
     ),
     Target(
         "batch_overhead_ratio", "batch", "batch time ÷ interactive time, same prompts, C=slots-1", "<=", 1.10
+    ),
+    Target("cold_run_ratio", "startup", "cold `blazar run` → first token ÷ direct engine", "<=", 1.5),
+    Target("idle_wake_ratio", "startup", "idle wake → first token ÷ direct engine", "<=", 1.3),
+    Target(
+        "cli_slowest_s", "startup", "slowest of `blazar --help`, `list`, `ps` (no daemon)", "<=", 0.25, "s"
     ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
 ]

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench._report import machine_line, render_result, render_targets  # noqa: E402
 from bench.targets import TARGETS  # noqa: E402
 
-ORDER = ("engine", "overhead", "cancel", "prefill", "startup", "memory")
+ORDER = ("engine", "overhead", "scale", "cancel", "prefill", "startup", "memory")
 
 METHOD = """\
 All figures come from `python -m bench run` (`make bench`), which starts every
