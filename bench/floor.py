@@ -147,7 +147,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from bench._rigs import InstantUpstream, free_port, running_daemon, stop_process, wait_http
     from bench.overhead import UPSTREAM_ARGS
-    from bench.profile import RIG
+    from bench.profile import rig
 
     rows: list[tuple[str, tuple[float, ...]]] = []
     logs = Path(tempfile.mkdtemp(prefix="blazar-floor-"))
@@ -164,8 +164,8 @@ def main() -> int:
                 )
             finally:
                 stop_process(proc)
-        rig = RIG.format(upstream=ROOT / "bench" / "instant-upstream")
-        with running_daemon(rig, tag="floor") as daemon:
+        rig_config = rig()
+        with running_daemon(rig_config, tag="floor") as daemon:
             rows.append(("blazar", _measure(daemon.url, daemon.proc.pid, args.requests, args.streams)))
     lines = [
         "CPU of the serving process against the instant upstream, C=16: bare ASGI apps on hypercorn's trio",

@@ -35,6 +35,14 @@ import httpx
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def rig(*, slots: int = 64, chunks: int = 32, interval_ms: float = 1.0) -> str:
+    """The daemon's config on the overhead rig: the instant upstream as its engine."""
+    upstream = ROOT / "bench" / "instant-upstream"
+    return RIG.format(upstream=upstream, slots=slots, chunks=chunks, interval_ms=interval_ms)
+
+
 RIG = """slots = {slots}
 default_ctx = 512
 keep_alive_s = -1
@@ -127,12 +135,7 @@ def _start_daemon(tmp: Path, cmd: list[str], args: argparse.Namespace) -> tuple[
     home = make_home(
         tmp / "home",
         ensure_model(),
-        config=RIG.format(
-            upstream=ROOT / "bench" / "instant-upstream",
-            slots=max(64, args.concurrency),
-            chunks=args.chunks,
-            interval_ms=args.interval_ms,
-        ),
+        config=rig(slots=max(64, args.concurrency), chunks=args.chunks, interval_ms=args.interval_ms),
     )
     proc = subprocess.Popen(
         cmd, env=home_env(home), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

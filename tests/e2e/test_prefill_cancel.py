@@ -113,6 +113,14 @@ def _open_raw(d: DaemonProc, path: str, payload: dict[str, Any]) -> socket.socke
     return sock
 
 
+def _fresh_prompt(d: DaemonProc, tag: str) -> tuple[_Engine, str, int, tuple[float, float]]:
+    """The idle engine, a long prompt of its own, its size, and the engine's counters now."""
+    engine = _Engine(d)
+    engine.wait(busy=False)
+    text = _prompt(tag)
+    return engine, text, _prompt_tokens(d, text), engine.counters()
+
+
 def _stopped_mid_prompt(engine: _Engine, before: tuple[float, float], n_prompt: int) -> None:
     engine.wait(busy=False)
     read, generated = engine.counters()
@@ -122,11 +130,7 @@ def _stopped_mid_prompt(engine: _Engine, before: tuple[float, float], n_prompt: 
 
 @pytest.mark.parametrize("path", sorted(BODIES))
 def test_a_disconnect_mid_prompt_stops_the_engine_there(prefill_daemon: DaemonProc, path: str) -> None:
-    engine = _Engine(prefill_daemon)
-    engine.wait(busy=False)
-    text = _prompt(path)
-    n_prompt = _prompt_tokens(prefill_daemon, text)
-    before = engine.counters()
+    engine, text, n_prompt, before = _fresh_prompt(prefill_daemon, path)
     payload = {"model": MODEL, "messages": [{"role": "user", "content": text}], **BODIES[path]}
     sock = _open_raw(prefill_daemon, path, payload)
     engine.wait(busy=True, timeout_s=30)
@@ -137,11 +141,7 @@ def test_a_disconnect_mid_prompt_stops_the_engine_there(prefill_daemon: DaemonPr
 
 @pytest.mark.parametrize("how", ["cancel", "deadline"])
 def test_a_cancel_or_deadline_mid_prompt_stops_the_engine_there(prefill_daemon: DaemonProc, how: str) -> None:
-    engine = _Engine(prefill_daemon)
-    engine.wait(busy=False)
-    text = _prompt(how)
-    n_prompt = _prompt_tokens(prefill_daemon, text)
-    before = engine.counters()
+    engine, text, n_prompt, before = _fresh_prompt(prefill_daemon, how)
     payload = {"model": MODEL, "messages": [{"role": "user", "content": text}], **BODIES[CHAT]}
     headers = {"X-Blazar-Deadline-Ms": "1500"} if how == "deadline" else {}
     with httpx.Client(timeout=120) as client:
