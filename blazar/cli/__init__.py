@@ -45,6 +45,10 @@ def main(argv: list[str] | None = None) -> None:
 def _one_line(exc: BaseException) -> str:
     from blazar.error_reply import describe_error
 
+    # A failure inside the daemon's task tree arrives wrapped in exception groups:
+    # the line names the failure itself (the first one when several happened at once).
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
     if isinstance(exc, (CliError, ConfigError)):
         return str(exc)
     if (described := describe_error(exc)) is not None:

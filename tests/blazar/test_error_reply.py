@@ -93,3 +93,12 @@ def test_a_dialect_gets_its_own_wording_and_the_field_to_blame() -> None:
     assert described is not None and described.message == "bad top_p"
     decoded = describe_error(DecodeError("n: must be >= 1", param="n"))
     assert decoded is not None and decoded.param == "n"
+
+
+def test_a_failure_in_a_task_tree_is_named_not_its_group() -> None:
+    inner = ModelNotFound("no model named 'x' — see `blazar list`")
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [inner])])
+    assert _one_line(nested) == _one_line(inner)
+    assert "ExceptionGroup" not in _one_line(
+        ExceptionGroup("two", [OSError(98, "Address in use"), ValueError()])
+    )
