@@ -47,9 +47,9 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 async def close_response(response: UpstreamResponse) -> None:
-    """Close an upstream response, also while being cancelled: closing the connection
-    before the end of the body is what makes llama.cpp stop generating.
-    ``UpstreamResponse.aclose`` does it in a shielded, bounded scope."""
+    """Close an upstream response, also while being cancelled: before the end of the
+    body ``UpstreamResponse.aclose`` resets the connection (at once, without waiting),
+    and llama.cpp stops at its next write."""
     await response.aclose()
 
 
@@ -134,8 +134,8 @@ class UpstreamStream:
 
     ``on_error`` turns a transport failure midway into the dialect's final error
     event. Closing (by the server after the last chunk, on a client disconnect,
-    or by the per-request cleanup when the body was never started) closes the
-    upstream connection, which makes llama.cpp stop generating at once, and
+    or by the per-request cleanup when the body was never started) resets the
+    upstream connection, which makes llama.cpp stop at its next write, and
     then releases the lease.
 
     ``progress`` filters out the prompt-progress events the gateway asked for
