@@ -50,6 +50,7 @@ class Call:
         "client",
         "code",
         "headers",
+        "key",
         "max_body",
         "method",
         "model",
@@ -71,6 +72,8 @@ class Call:
         self.cleanups: list[Cleanup] = []
         self.model: str | None = None
         self.code: str | None = None
+        self.key: str | None = None
+        """The name of the API key the request authenticated with (never the secret)."""
         self.body = b""
         self._token: Any = None
 

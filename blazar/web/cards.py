@@ -93,6 +93,17 @@ class Card:
     cancelled by its deadline."""
     end_code: str = "CLIENT_CLOSED_REQUEST"
     """The ``blazar_code`` a request ended from outside answers with."""
+    # What the request cost and where its time went: filled in as it runs, read by
+    # /metrics, the audit log, `blazar why` and per-key token limits.
+    key: str | None = None
+    """The name (never the secret) of the API key it came with."""
+    queue_wait_s: float | None = None
+    load_s: float | None = None
+    """Time spent making the engine ready (0 when it was already loaded)."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
 
     def view(self, position: int | None = None) -> CardView:
         end = self.ended_s if self.ended_s is not None else time.perf_counter()
