@@ -74,6 +74,10 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     log_max_mb: float = 10.0
     drain_grace_s: float = 10.0
     """On shutdown, how long requests in flight may run before engines are stopped."""
+    otel_endpoint: str | None = None
+    """OTLP/HTTP collector base URL (``/v1/traces`` is appended) to export request traces
+    to; needs the ``[otel]`` extra. Unset: ``OTEL_EXPORTER_OTLP_ENDPOINT`` if set, else off."""
+    otel_service_name: str = "blazar"
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}

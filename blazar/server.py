@@ -16,13 +16,17 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from actors.admission import Draining
 from actors.runtime import open_runtime
-from blazar.config import Config, Paths
+from blazar.config import Config, ConfigError, Paths
 from blazar.daemon_file import remove_daemon_info, write_daemon_info
+
+if TYPE_CHECKING:
+    from blazar.web.tracing import RequestTracer
 
 __all__ = ["BindError", "run_server", "setup_logging"]
 
@@ -76,6 +80,7 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
 
 async def _serve(config: Config, paths: Paths) -> None:
     shutdown = trio.Event()
+    tracer = _open_tracer(config)  # before any engine starts: a missing extra fails fast
     async with open_runtime(config.runtime(paths)) as runtime:
         if runtime.reaped_orphans:
             log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
@@ -87,7 +92,7 @@ async def _serve(config: Config, paths: Paths) -> None:
 
         from blazar.web.app import build_gateway
 
-        asgi = build_gateway(runtime, config)
+        asgi = build_gateway(runtime, config, tracer=tracer)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
         hconfig = HypercornConfig()
         host = config.host
@@ -123,7 +128,24 @@ async def _serve(config: Config, paths: Paths) -> None:
                     await asgi.wait_idle()
                 web.cancel_scope.cancel()
             outer.cancel_scope.cancel()
+    if tracer is not None:
+        with trio.move_on_after(5.0):
+            await trio.to_thread.run_sync(tracer.shutdown, abandon_on_cancel=True)
     log.info("stopped")
+
+
+def _open_tracer(config: Config) -> RequestTracer | None:
+    from blazar.web.tracing import TracingUnavailable, endpoint_from, open_tracer
+
+    endpoint = endpoint_from(config.otel_endpoint)
+    if endpoint is None:
+        return None
+    try:
+        tracer = open_tracer(endpoint, service_name=config.otel_service_name, scrub=None)
+    except TracingUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+    log.info("exporting request traces to %s", endpoint)
+    return tracer
 
 
 async def _watch_signals(shutdown: trio.Event) -> None:

@@ -13,6 +13,20 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("blazar", "actors", "registry")
 # Optional lanes are not installed in every environment, so their import names are known here.
 OPTIONAL = {"pynvml": ["nvidia-ml-py"]}
+# A namespace package is shared by several distributions: the longest module prefix names one.
+NAMESPACES = {
+    "opentelemetry": "opentelemetry-api",
+    "opentelemetry.sdk": "opentelemetry-sdk",
+    "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http",
+}
+
+
+def _namespace_dist(module: str) -> str | None:
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if (dist := NAMESPACES.get(".".join(parts[:end]))) is not None:
+            return dist
+    return None
 
 
 def _name(requirement: str) -> str:
@@ -45,7 +59,8 @@ def _imported() -> dict[str, set[str]]:
                     top = name.split(".")[0]
                     if top in sys.stdlib_module_names or top in PACKAGES or top == "__future__":
                         continue
-                    for dist in dists.get(top) or OPTIONAL.get(top, [top]):
+                    namespaced = _namespace_dist(name)
+                    for dist in [namespaced] if namespaced else dists.get(top) or OPTIONAL.get(top, [top]):
                         found.setdefault(dist.lower().replace("_", "-"), set()).add(
                             str(path.relative_to(ROOT))
                         )

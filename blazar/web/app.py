@@ -41,6 +41,7 @@ from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
+from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
@@ -50,8 +51,11 @@ _CARDS_KEY = "blazar.cards"
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
 
-def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
-    """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
+def build_gateway(
+    runtime: Runtime, config: Config, *, tracer: RequestTracer | None = None
+) -> GatewayMiddleware:
+    """The ASGI application hypercorn serves: the gateway layer, its own routes, the app;
+    ``tracer`` traces each request (``blazar.web.tracing``)."""
     cards = Cards()
     routes = Routes()
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
@@ -63,6 +67,7 @@ def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
         routes=routes,
         guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
         max_body=int(config.max_body_mb * 1024 * 1024),
+        tracer=tracer,
     )
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway)

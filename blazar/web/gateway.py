@@ -26,6 +26,7 @@ from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
+from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "HostGuard"]
 
@@ -100,6 +101,7 @@ class GatewayMiddleware:
         routes: Routes | None = None,
         guard: HostGuard | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
+        tracer: RequestTracer | None = None,
     ) -> None:
         self.app = app
         self.ledger = ledger
@@ -107,6 +109,7 @@ class GatewayMiddleware:
         self.routes = routes if routes is not None else Routes()
         self.guard = guard
         self.max_body = max_body
+        self.tracer = tracer
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -127,7 +130,11 @@ class GatewayMiddleware:
         if method == "POST" and path in INFERENCE_PATHS:
             card = self.cards.open(trace_id, path)
         call = Call(scope, trace_id=trace_id, max_body=self.max_body, card=card)
-        trace_header = (b"x-blazar-trace-id", trace_id.encode())
+        stamp = [(b"x-blazar-trace-id", trace_id.encode())]
+        tracer, span = self.tracer, None
+        if tracer is not None:
+            span = tracer.begin(method, path, call.headers, trace_id)
+            stamp.append((b"traceparent", tracer.traceparent(span)))
         started_at, t0 = time.time(), time.perf_counter()
         status = 0
         first_body_s: float | None = None
@@ -149,7 +156,7 @@ class GatewayMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 response_started = True
-                headers = [*message.get("headers", ()), trace_header]
+                headers = [*message.get("headers", ()), *stamp]
                 if not body_done:
                     # Answered before reading the whole body (an error): the rest of it
                     # would be taken for the next request, so this connection must end.
@@ -204,6 +211,8 @@ class GatewayMiddleware:
                 self._idle.set()
             if card is not None:
                 self.cards.close(card, status=status or 499, disconnected=disconnected)
+            if tracer is not None and span is not None:
+                tracer.end(span, status=status or 499, model=call.model, code=call.code, card=card)
             if self.ledger is not None:
                 self.ledger.record_nowait(
                     RequestRecord(
