@@ -102,6 +102,21 @@ CATALOG: dict[str, CodeInfo] = {
             400,
             "The context asked for exceeds what the model can serve (strict mode): lower it or extend it.",
         ),
+        _c(
+            "PARAMETER_IGNORED",
+            400,
+            "Strict mode: a parameter would have no effect here; the message names it: leave it out.",
+        ),
+        _c(
+            "PARAMETER_CHANGED",
+            400,
+            "Strict mode: a parameter would be lowered (an output limit above the context): send less.",
+        ),
+        _c(
+            "NOT_IMPLEMENTED",
+            501,
+            "The route is in the dialect's API but Blazar does not serve it: the message says what to use.",
+        ),
     )
 }
 

@@ -152,6 +152,7 @@ def engine_request(
             body[key] = value
     if req.stop:
         body["stop"] = req.stop
+    body.update(req.sampling)
     if req.raw_prompt is not None:
         body["prompt"] = req.raw_prompt
         return "/v1/completions", body

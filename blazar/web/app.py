@@ -24,6 +24,7 @@ from actors.ledger import read_requests
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
+from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import anthropic as web_anthropic
 from blazar.web import batch_runner
@@ -93,6 +94,12 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
     async def _http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code = _HTTP_CODES.get(status, "BAD_REQUEST" if status < 500 else "INTERNAL")
+        if status == 404 and (missing := unimplemented.lookup(request.path)) is not None:
+            message = (
+                f"{request.method} {request.path} is part of the {missing.dialect} API but Blazar "
+                f"does not implement it: {missing.reason}"
+            )
+            return error_response("NOT_IMPLEMENTED", message)
         if status == 404:
             message = f"no route {request.method} {request.path} — see docs/api.md for the routes"
         elif status == 405:

@@ -297,9 +297,10 @@ async def embed() -> Response:
     runtime = app_runtime()
     req = ollama.decode_embed_request(await read_body())
     set_model(req.model)
-    resp, timings = await translate.embed(runtime, req)
-    t = _timings(timings)
-    return json_response(ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns))
+    resp, call = await translate.embed(runtime, req)
+    t = _timings(call.timings)
+    body = ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns)
+    return json_response(body, headers=call.headers())
 
 
 async def embeddings_legacy() -> Response:
@@ -308,8 +309,8 @@ async def embeddings_legacy() -> Response:
     set_model(req.model)
     if not req.inputs:
         return json_response(ollama.encode_legacy_embedding([]))
-    resp, _ = await translate.embed(runtime, req)
-    return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]))
+    resp, call = await translate.embed(runtime, req)
+    return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]), headers=call.headers())
 
 
 # -- model verbs -------------------------------------------------------
