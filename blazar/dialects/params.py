@@ -145,7 +145,7 @@ def _p(name: str, treatment: Treatment, note: str = "", **kw: Any) -> Param:
 
 H, C, IGN, R = Treatment.HONOURED, Treatment.CHANGED, Treatment.IGNORED, Treatment.REFUSED
 
-_CONTEXT_CAP = "capped to the per-slot context (the prompt takes its share of that too)"
+_CONTEXT_CAP = "above the per-slot context: capped to it (the prompt takes its share of that too)"
 _LLAMA_EXTRAS = (
     "top_k",
     "min_p",
@@ -179,6 +179,7 @@ _LLAMA_EXTRAS = (
 """llama.cpp's own request fields, relayed untouched on the OpenAI routes."""
 
 _RELAYED = "llama.cpp extension, relayed untouched"
+_N_PREDICT = "llama.cpp's own output limit, which wins over `max_tokens`"
 _USER = "used by OpenAI for abuse monitoring; nothing to do here"
 
 
@@ -215,7 +216,7 @@ OPENAI_CHAT = Table(
             "passed to the model's template; `none` turns thinking off",
             relayed_only=True,
         ),
-        _p("n_predict", C, "llama.cpp's output limit; " + _CONTEXT_CAP),
+        _p("n_predict", H, _N_PREDICT, relayed_only=True),
         *_llama_extras(),
         _p("n", R, "Only one completion choice is allowed: send `n: 1` (or leave it out)", inert=(1,)),
         _p(
@@ -261,7 +262,7 @@ OPENAI_COMPLETIONS = Table(
         _p("frequency_penalty", H),
         _p("logit_bias", H, "by llama.cpp"),
         _p("logprobs", H, "by llama.cpp (`n_probs`)"),
-        _p("n_predict", C, "llama.cpp's output limit; " + _CONTEXT_CAP),
+        _p("n_predict", H, _N_PREDICT, relayed_only=True),
         *_llama_extras(),
         _p("n", R, "Only one completion choice is allowed: send `n: 1` (or leave it out)", inert=(1,)),
         _p("best_of", R, "Unsupported param: best_of — leave it out", inert=(1,)),
