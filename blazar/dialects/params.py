@@ -73,11 +73,9 @@ class Table:
         self.route = route
         self.params = {p.name: p for p in params}
         self.open = tuple(open)
-        self._watched = tuple(
-            (p, tuple(p.name.split(".")))
-            for p in self.params.values()
-            if p.treatment in (Treatment.IGNORED, Treatment.REFUSED)
-        )
+        watched = [p for p in self.params.values() if p.treatment in (Treatment.IGNORED, Treatment.REFUSED)]
+        self._top = tuple((p.name, p) for p in watched if "." not in p.name)
+        self._nested = tuple((p, tuple(p.name.split("."))) for p in watched if "." in p.name)
 
     def __getitem__(self, name: str) -> Param:
         return self.params[name]
@@ -86,14 +84,21 @@ class Table:
         """The ignored parameters ``wire`` (a decoded struct, or a dict) sets; raises
         ``DecodeError`` naming the first refused one. Cheap: one attribute look-up per
         ignored or refused parameter of the table."""
-        out: list[str] = []
-        for param, parts in self._watched:
+        if isinstance(wire, dict):
+            found = [(p, wire.get(name)) for name, p in self._top if wire.get(name) is not None]
+        else:  # the hot path: a struct's attributes, most of them None
+            found = [(p, v) for name, p in self._top if (v := getattr(wire, name, None)) is not None]
+        for param, parts in self._nested:
             value = wire
             for part in parts:
                 value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
                 if value is None:
                     break
-            if value is None or (param.inert and value in param.inert):
+            if value is not None:
+                found.append((param, value))
+        out: list[str] = []
+        for param, value in found:
+            if param.inert and value in param.inert:
                 continue
             if param.treatment is Treatment.REFUSED:
                 raise DecodeError(f"invalid field `{param.name}`: {param.note}", param=param.name)
