@@ -295,6 +295,11 @@ class Runtime:
         )
         return make_plan(spec, self.config, self.memory, preview, loaded=loaded, served=served)
 
+    def engine_named(self, name: str) -> EngineActor | None:
+        """The engine already made for ``name`` (a canonical name or one that resolved to it);
+        None for a name no request has resolved yet. Never reads the store."""
+        return self._engines.get(name)
+
     async def engine_for(self, model: str) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.
 

@@ -74,6 +74,18 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     log_max_mb: float = 10.0
     drain_grace_s: float = 10.0
     """On shutdown, how long requests in flight may run before engines are stopped."""
+    audit_log: bool = False
+    """Write one JSON line per request to ``logs/audit.jsonl`` (docs/observability.md)."""
+    audit_max_mb: float = 50.0
+    """Size at which the audit log is rotated."""
+    audit_keep: int = 5
+    """Rotated audit files kept (``audit.jsonl.1`` …)."""
+    audit_prompts: bool = False
+    """Also write each request's prompt and answer text to the audit log, scrubbed."""
+    quantiles_window: int = 1000
+    """``/api/quantiles``: the newest this many requests per model (warm and cold apart)…"""
+    quantiles_window_s: float = 300.0
+    """…of those, only the ones that ended in the last this many seconds."""
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
@@ -94,6 +106,10 @@ def load_config(paths: Paths) -> Config:
         raise ConfigError(f"{path}: slots must be at least 1")
     if config.default_ctx < 256:
         raise ConfigError(f"{path}: default_ctx must be at least 256")
+    if config.audit_max_mb <= 0 or config.audit_keep < 0:
+        raise ConfigError(f"{path}: audit_max_mb must be positive and audit_keep 0 or more")
+    if config.quantiles_window < 1 or config.quantiles_window_s <= 0:
+        raise ConfigError(f"{path}: quantiles_window must be at least 1 and quantiles_window_s positive")
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
     for name, model in config.models.items():

@@ -23,6 +23,7 @@ from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
 from blazar.daemon_file import remove_daemon_info, write_daemon_info
+from blazar.scrub import ScrubFilter
 
 __all__ = ["BindError", "run_server", "setup_logging"]
 
@@ -40,11 +41,16 @@ def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
     )
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(fmt)
+    # On the handlers, not the root logger: a logger's filters skip records that other
+    # loggers propagate to it, a handler's see every record it writes.
+    scrubber = ScrubFilter()
+    handler.addFilter(scrubber)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     if to_stderr:
         console = logging.StreamHandler(sys.stderr)
         console.setFormatter(fmt)
+        console.addFilter(scrubber)
         root.addHandler(console)
     root.setLevel(logging.INFO)
     for noisy in ("hypercorn.access", "httpx", "httpcore"):
@@ -87,7 +93,7 @@ async def _serve(config: Config, paths: Paths) -> None:
 
         from blazar.web.app import build_gateway
 
-        asgi = build_gateway(runtime, config)
+        asgi = build_gateway(runtime, config, log_dir=paths.log_dir)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
         hconfig = HypercornConfig()
         host = config.host
@@ -123,6 +129,8 @@ async def _serve(config: Config, paths: Paths) -> None:
                     await asgi.wait_idle()
                 web.cancel_scope.cancel()
             outer.cancel_scope.cancel()
+        if asgi.telemetry is not None:
+            asgi.telemetry.close()  # the audit lines still queued
     log.info("stopped")
 
 

@@ -10,6 +10,7 @@ and the unexpected — answers in JSON in the caller's dialect with a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -25,6 +26,9 @@ from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
 from blazar.errors import CATALOG, BlazarError
+from blazar.telemetry.audit import AuditLog
+from blazar.telemetry.observer import Telemetry
+from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import batch_runner
 from blazar.web import batches as web_batches
@@ -36,11 +40,13 @@ from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
+from blazar.web import telemetry_routes as web_telemetry
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
+from blazar.web.telemetry_routes import TELEMETRY_KEY
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
@@ -50,29 +56,52 @@ _CARDS_KEY = "blazar.cards"
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
 
-def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
-    """The ASGI application hypercorn serves: the gateway layer, its own routes, the app."""
+def build_telemetry(runtime: Runtime, config: Config, log_dir: str | None = None) -> Telemetry:
+    """Metrics, quantiles and (with ``audit_log`` on and a ``log_dir``) the audit log, not yet started."""
+    audit = None
+    if config.audit_log and log_dir is not None:
+        audit = AuditLog(
+            Path(log_dir) / "audit.jsonl",
+            max_bytes=int(config.audit_max_mb * 1024 * 1024),
+            backups=config.audit_keep,
+            prompts=config.audit_prompts,
+        )
+    window = QuantileWindow(max_requests=config.quantiles_window, max_age_s=config.quantiles_window_s)
+    return Telemetry(runtime, quantiles=window, audit=audit)
+
+
+def build_gateway(runtime: Runtime, config: Config, *, log_dir: str | None = None) -> GatewayMiddleware:
+    """The ASGI application hypercorn serves: the gateway layer, its own routes, the app.
+    ``gateway.telemetry.audit``, when there is one, is started here; close it at shutdown
+    (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
+    telemetry = build_telemetry(runtime, config, log_dir)
     gateway = GatewayMiddleware(
-        create_app(runtime, config, cards=cards),
+        create_app(runtime, config, cards=cards, telemetry=telemetry),
         runtime.ledger,
         cards,
         routes=routes,
         guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
         max_body=int(config.max_body_mb * 1024 * 1024),
+        telemetry=telemetry,
     )
+    if telemetry.audit is not None:
+        telemetry.audit.start()
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway)
     return gateway
 
 
-def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) -> QuartTrio:
+def create_app(
+    runtime: Runtime, config: Config, *, cards: Cards | None = None, telemetry: Telemetry | None = None
+) -> QuartTrio:
     """The Quart app: every route the gateway layer does not serve itself. Without that
     layer in front (the framework's test client) the app still runs, unguarded."""
     cards = cards if cards is not None else Cards()
+    telemetry = telemetry if telemetry is not None else build_telemetry(runtime, config)
     app = QuartTrio("blazar")
     app.config.update(
         RESPONSE_TIMEOUT=None,  # long generations must not be cut
@@ -86,8 +115,11 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
 
     @app.before_request
     async def _before() -> None:
-        if current_or_none() is None:  # no gateway layer in front: a call for this task
-            Call(request.scope, trace_id="blz-direct", max_body=max_body).__enter__()
+        call = current_or_none()
+        if call is None:  # no gateway layer in front: a call for this task
+            call = Call(request.scope, trace_id="blz-direct", max_body=max_body).__enter__()
+        if request.url_rule is not None:
+            call.route = request.url_rule.rule  # the template: a bounded metrics label
 
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
@@ -107,6 +139,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
 
     app.extensions[RUNTIME_KEY] = runtime
     app.extensions[_CARDS_KEY] = cards
+    app.extensions[TELEMETRY_KEY] = telemetry
     _register(app)
     for module in (
         web_openai,
@@ -119,6 +152,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_jobs,
         web_batches,
         web_message_batches,
+        web_telemetry,
     ):
         module.register(app)
     return app

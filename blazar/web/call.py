@@ -49,12 +49,14 @@ class Call:
         "cleanups",
         "client",
         "code",
+        "error",
         "headers",
         "key",
         "max_body",
         "method",
         "model",
         "path",
+        "route",
         "trace_id",
     )
 
@@ -72,6 +74,10 @@ class Call:
         self.cleanups: list[Cleanup] = []
         self.model: str | None = None
         self.code: str | None = None
+        self.error: str | None = None
+        """The message of the error the request was answered with (for the ledger, scrubbed there)."""
+        self.route: str | None = None
+        """The route's template (``/v1/requests/<card_id>``), once the framework matched one."""
         self.key: str | None = None
         """The name of the API key the request authenticated with (never the secret)."""
         self.body = b""

@@ -73,7 +73,7 @@ async def claim_engine(
             if deadline_s is not None:  # queued, admission refuses it; running, the card ends it
                 live.run_until(deadline_s)
 
-    return await runtime.claim(
+    claim = await runtime.claim(
         engine.spec.model,
         tier=tier if tier is not None else parse_tier(call.headers.get("x-blazar-priority")),
         client=_client_key(call),
@@ -82,3 +82,6 @@ async def claim_engine(
         waiter_id=waiter_id,
         on_granted=granted,
     )
+    if live is not None:
+        live.note_claim(claim.queued_s, claim.load_ns)
+    return claim

@@ -23,6 +23,8 @@ import trio
 
 from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
+from blazar.scrub import scrub
+from blazar.telemetry.observer import Telemetry, dialect_label
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
@@ -35,6 +37,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 _LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
 _DEFAULT_MAX_BODY = 50 * 1024 * 1024
 _BODY_TIMEOUT_S = 60.0
+_ANSWER_KEEP = 256 * 1024
+"""The most reply bytes kept for an audit log that records answers."""
 
 
 def _host_name(header: str) -> str:
@@ -100,8 +104,10 @@ class GatewayMiddleware:
         routes: Routes | None = None,
         guard: HostGuard | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.app = app
+        self.telemetry = telemetry
         self.ledger = ledger
         self.cards = cards if cards is not None else Cards()
         self.routes = routes if routes is not None else Routes()
@@ -134,6 +140,10 @@ class GatewayMiddleware:
         sent = 0
         response_started = response_done = disconnected = False
         body_done = call.headers.get("content-length", "0") == "0" and "transfer-encoding" not in call.headers
+        # The reply's bytes, kept only for an audit log that records answers.
+        answer: list[bytes] | None = (
+            [] if card is not None and self.telemetry and self.telemetry.wants_text else None
+        )
 
         async def tracked_receive() -> dict[str, Any]:
             nonlocal body_done, disconnected
@@ -164,6 +174,8 @@ class GatewayMiddleware:
                         card.first_byte_s = card.first_byte_s or time.perf_counter()
                         card.chunks += 1
                         card.bytes_out += len(body)
+                        if answer is not None and card.bytes_out <= _ANSWER_KEEP:
+                            answer.append(body)
                 sent += len(body)
                 response_done = not message.get("more_body", False)
             # Shielded: a cancel from another connection (or the app's own nursery)
@@ -204,21 +216,34 @@ class GatewayMiddleware:
                 self._idle.set()
             if card is not None:
                 self.cards.close(card, status=status or 499, disconnected=disconnected)
+                card.key = card.key or call.key
+            error = call.error or (card.reason if card is not None and card.ended_by is not None else None)
+            record = RequestRecord(
+                trace_id=trace_id,
+                started_at=started_at,
+                method=method,
+                path=path,
+                model=call.model,
+                status=status or 499,  # nothing sent: the client went away first
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
+                blazar_code=call.code,
+                bytes_out=sent,
+                client=call.client,
+                dialect=dialect_label(path, call.headers),
+                key=call.key,
+                error=scrub(error) if error else None,
+                **(_facts(card) if card is not None else {}),
+            )
             if self.ledger is not None:
-                self.ledger.record_nowait(
-                    RequestRecord(
-                        trace_id=trace_id,
-                        started_at=started_at,
-                        method=method,
-                        path=path,
-                        model=call.model,
-                        status=status or 499,  # nothing sent: the client went away first
-                        duration_ms=(time.perf_counter() - t0) * 1000,
-                        ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
-                        blazar_code=call.code,
-                        bytes_out=sent,
-                        client=call.client,
-                    ),
+                self.ledger.record_nowait(record)
+            if self.telemetry is not None:
+                self.telemetry.observe(
+                    record,
+                    route=call.route or (path if path in self.routes.post else "other"),
+                    inference=card is not None,
+                    body=call.body or None,
+                    answer=b"".join(answer) if answer else None,
                 )
 
     async def _dispatch(
@@ -283,6 +308,19 @@ class GatewayMiddleware:
                     else card.enders.cancelled(card.end_code, message)
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _facts(card: Card) -> dict[str, Any]:
+    """What the request's card learnt as it ran: its engine, waits and what it cost."""
+    return {
+        "engine": card.engine,
+        "queue_ms": card.queue_wait_s * 1000 if card.queue_wait_s is not None else None,
+        "load_ms": card.load_s * 1000 if card.load_s is not None else None,
+        "prompt_tokens": card.prompt_tokens,
+        "completion_tokens": card.completion_tokens,
+        "prefill_ms": card.prefill_ms,
+        "decode_ms": card.decode_ms,
+    }
 
 
 def _other_method(call: Call) -> Reply:

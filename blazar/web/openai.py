@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 
 import trio
 from quart import Response
@@ -17,7 +18,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import openai
+from blazar.dialects import engine_usage, openai
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -98,6 +99,14 @@ def register(app: QuartTrio) -> None:
     app.get("/v1/models")(list_models)
     app.get("/v1/models/<path:name>")(get_model)
     app.post("/v1/embeddings")(embeddings)
+
+
+def _usage_reader(call: Call) -> Callable[[bytes], None] | None:
+    """What the end of a relayed stream tells the request's card (its final event's usage)."""
+    card = call.card
+    if card is None:
+        return None
+    return lambda tail: card.note_usage(engine_usage.of_stream_tail(tail))
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
@@ -185,6 +194,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                     content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
                 else:
                     content = openai.merge_error_code(content, err.code)
+            if call.card is not None and upstream.status_code == 200:
+                call.card.note_usage(engine_usage.of_body(content))
             return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:
@@ -197,6 +208,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             on_error,
             background=runtime.start_soon,
             progress=ProgressFilter() if ours else None,
+            on_end=_usage_reader(call),
         )
         set_stream_enders(
             cancelled=openai.encode_stream_error,
