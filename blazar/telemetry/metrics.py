@@ -18,6 +18,7 @@ docs/observability.md lists every series.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -37,7 +38,7 @@ from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from blazar import __version__
 
-__all__ = ["CONTENT_TYPE", "Metrics", "engine_families"]
+__all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
 
 # The `_created` series double the output for a timestamp no dashboard reads.
 disable_created_metrics()
@@ -49,6 +50,19 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1.0)
 _QUEUE_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+LOADED_MS = 100.0
+"""A request that waited longer than this for its engine loaded it (it is "cold")."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelSeries:
+    e2e: Any
+    queue: Any
+    load: Any
+    ttft: Any
+    itl: Any
 
 
 class Metrics:
@@ -105,7 +119,10 @@ class Metrics:
             "blazar_completion_tokens", "Output tokens the engines generated", ["model", "key"], registry=r
         )
         r.register(_RuntimeCollector(runtime))
+        # Label lookups cost more than the observations: each series' child is found once.
         self._request_children: dict[tuple[str, str, str, str, int], Any] = {}
+        self._model_children: dict[str, _ModelSeries] = {}
+        self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def model_label(self, name: str | None) -> str:
         """The bounded label of a requested model name: canonical when known, else ``other``."""
@@ -127,19 +144,35 @@ class Metrics:
         child.inc()
         if not inference:
             return
-        self.e2e.labels(model).observe(record.duration_ms / 1000)
+        series = self._model_children.get(model)
+        if series is None:
+            series = self._model_children[model] = _ModelSeries(
+                self.e2e.labels(model),
+                self.queue.labels(model),
+                self.load.labels(model),
+                self.ttft.labels(model),
+                self.itl.labels(model),
+            )
+        series.e2e.observe(record.duration_ms / 1000)
         if record.queue_ms is not None:
-            self.queue.labels(model).observe(record.queue_ms / 1000)
-        if record.load_ms is not None and record.load_ms >= 100.0:
-            self.load.labels(model).observe(record.load_ms / 1000)
+            series.queue.observe(record.queue_ms / 1000)
+        if record.load_ms is not None and record.load_ms > LOADED_MS:
+            series.load.observe(record.load_ms / 1000)
         if ttft_s is not None:
-            self.ttft.labels(model).observe(ttft_s)
+            series.ttft.observe(ttft_s)
         if record.decode_ms is not None and record.completion_tokens:
-            self.itl.labels(model).observe(record.decode_ms / 1000 / record.completion_tokens)
-        if record.prompt_tokens:
-            self.prompt_tokens.labels(model, key).inc(record.prompt_tokens)
-        if record.completion_tokens:
-            self.completion_tokens.labels(model, key).inc(record.completion_tokens)
+            series.itl.observe(record.decode_ms / 1000 / record.completion_tokens)
+        if record.prompt_tokens or record.completion_tokens:
+            tokens = self._token_children.get((model, key))
+            if tokens is None:
+                tokens = self._token_children[(model, key)] = (
+                    self.prompt_tokens.labels(model, key),
+                    self.completion_tokens.labels(model, key),
+                )
+            if record.prompt_tokens:
+                tokens[0].inc(record.prompt_tokens)
+            if record.completion_tokens:
+                tokens[1].inc(record.completion_tokens)
 
     async def render(self) -> bytes:
         """The whole exposition: ours, then each ready engine's own series."""
@@ -167,9 +200,9 @@ class Metrics:
 
 def engine_families(texts: dict[str, str]) -> list[Metric]:
     """Engines' own expositions merged into one set of families, each sample labelled with
-    its ``model``. A family that fails to parse is left out rather than breaking the scrape.
-    A "counter" whose samples lack the ``_total`` suffix (llama.cpp's ``n_tokens_max``) is
-    exposed as the gauge it really is, so that its name stays as the engine wrote it."""
+    its ``model``. An engine whose text fails to parse is left out rather than breaking the
+    scrape. Names are as ``prometheus_client``'s parser reads them: a counter always ends in
+    ``_total`` (llama.cpp's ``n_tokens_max`` becomes ``n_tokens_max_total``)."""
     merged: dict[str, Metric] = {}
     for model, text in sorted(texts.items()):
         try:
@@ -178,14 +211,11 @@ def engine_families(texts: dict[str, str]) -> list[Metric]:
             continue
         for fam in families:
             kind = fam.type
-            if kind == "counter" and not all(s.name.endswith("_total") for s in fam.samples):
-                kind = "gauge"
             if kind not in ("counter", "gauge", "untyped", "unknown"):
                 continue  # histograms and summaries: llama.cpp exposes none
-            name = fam.name if kind == "counter" or not fam.samples else fam.samples[0].name
-            out = merged.get(name)
+            out = merged.get(fam.name)
             if out is None:
-                out = merged[name] = Metric(name, fam.documentation, kind)
+                out = merged[fam.name] = Metric(fam.name, fam.documentation, kind)
             for s in fam.samples:
                 out.add_sample(s.name, {**s.labels, "model": model}, s.value)
     return list(merged.values())

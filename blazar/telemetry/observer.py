@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from blazar.telemetry.audit import AuditLog
-from blazar.telemetry.metrics import Metrics
+from blazar.telemetry.metrics import LOADED_MS, Metrics
 from blazar.telemetry.quantiles import QuantileWindow, Sample
 
 __all__ = ["COLD_MS", "Telemetry", "dialect_label", "ttft_s"]
 
-COLD_MS = 100.0
+COLD_MS = LOADED_MS
 """A request that waited longer than this for its engine loaded it (``cold``)."""
 
 _NATIVE_API = ("/api/errors", "/api/quantiles", "/api/why", "/api/explain")
