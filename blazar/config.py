@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 import msgspec
@@ -10,7 +11,7 @@ import platformdirs
 
 from actors.config import RuntimeConfig, Tunables
 
-__all__ = ["Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
+__all__ = ["Config", "ConfigError", "Paths", "configured_keys", "load_config", "resolve_paths"]
 
 DEFAULT_PORT = 11435
 
@@ -78,8 +79,25 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
         return RuntimeConfig(
-            home=paths.data_dir, run_dir=paths.run_dir, cache_dir=paths.cache_dir, **tunables
+            home=paths.data_dir,
+            run_dir=paths.run_dir,
+            cache_dir=paths.cache_dir,
+            configured=configured_keys(paths),
+            **tunables,
         )
+
+
+def configured_keys(paths: Paths) -> frozenset[str]:
+    """The runtime keys the config file sets: top-level ones and ``engine.KEY``."""
+    try:
+        doc = tomllib.loads(Path(paths.config_file).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    keys = {k for k in doc if k in Tunables.__struct_fields__ and k not in ("engine", "models")}
+    engine = doc.get("engine")
+    if isinstance(engine, dict):
+        keys |= {f"engine.{k}" for k in engine}
+    return frozenset(keys)
 
 
 def load_config(paths: Paths) -> Config:

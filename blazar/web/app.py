@@ -30,6 +30,7 @@ from blazar.web import batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
+from blazar.web import diagnostics as web_diagnostics
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import message_batches as web_message_batches
@@ -114,6 +115,7 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_ollama,
         web_lifecycle,
         web_capacity,
+        web_diagnostics,
         web_responses,
         web_conversations,
         web_jobs,
