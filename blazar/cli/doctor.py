@@ -3,13 +3,55 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Annotated, Any
 
 import msgspec
+from cyclopts import Parameter
 from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, out, print_json
+
+_MARK = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "error": "[red]error[/]"}
+
+
+@app.command
+def doctor(
+    *,
+    fix: Annotated[bool, Parameter(negative="", help="Repair the safe findings (marked fixable).")] = False,
+    deep: Annotated[bool, Parameter(negative="", help="Hash every model file (sha256); slow.")] = False,
+    json_: Json = False,
+) -> None:
+    """Check this install: the machine, engines, models and their files, config, port, pid files,
+    orphan engines, ledger and disk. Each finding says what to do next.
+
+    --fix repairs only what loses nothing (stale pid files, orphan engines, unfinished downloads)
+    and says what it did; it never deletes a complete model file or the ledger. Exits 1 while an
+    error remains."""
+    from blazar.config import resolve_paths
+    from blazar.diagnose import diagnose
+
+    result = diagnose(resolve_paths(), fix=fix, deep=deep)
+    if json_:
+        print_json(result)
+    else:
+        for done in result.fixed:
+            out.print(
+                f"[bold]fixed[/] {done.code}: {done.done}"
+                if done.ok
+                else f"[bold]not fixed[/] {done.code}: {done.done}"
+            )
+        table = Table("", "CODE", "FINDING", box=None)
+        for f in result.findings:
+            text = f.message + (f"\n[dim]→ {f.hint}[/]" if f.hint and f.severity != "ok" else "")
+            if f.fixable:
+                text += " [dim](fixable: --fix)[/]"
+            table.add_row(_MARK[f.severity], f.code, text)
+        out.print(table)
+        out.print(f"{result.errors} error(s), {result.warnings} warning(s)")
+    if not result.ok:
+        sys.exit(1)
 
 
 def _show(value: Any) -> str:
