@@ -145,3 +145,16 @@ def test_config_findings() -> None:
     assert found["CONFIG_INVALID"].severity == "error" and found["CONFIG_UNKNOWN_MODEL"].severity == "warn"
     assert not report(judge(facts(config_error="bad"))).ok
     assert by_code(facts(models=[], blobs=[]))["NO_MODELS"].severity == "warn"
+
+
+def test_every_finding_code_is_documented() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    source = (root / "blazar" / "diagnose" / "judge.py").read_text()
+    made = set(re.findall(r'code="([A-Z_]+)"', source)) | set(re.findall(r'"([A-Z_]{4,})" if', source))
+    made |= set(re.findall(r'else "([A-Z_]{4,})"', source))
+    ops = (root / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", ops, flags=re.M))
+    assert made == documented
