@@ -40,6 +40,7 @@ from blazar.web import responses as web_responses
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
+from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
 
@@ -57,13 +58,15 @@ def build_gateway(runtime: Runtime, config: Config) -> GatewayMiddleware:
     routes = Routes()
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
+    cors = CorsPolicy(config.cors_origins)
     gateway = GatewayMiddleware(
         create_app(runtime, config, cards=cards),
         runtime.ledger,
         cards,
         routes=routes,
-        guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
+        guard=HostGuard(config.allowed_hosts, cors) if HostGuard.applies_to(config.host) else None,
         max_body=int(config.max_body_mb * 1024 * 1024),
+        cors=cors,
     )
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway)
