@@ -181,6 +181,7 @@ class GatewayMiddleware:
                     else None
                 )
                 if refusal is not None:
+                    grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
                     await _send_reply(exception_reply(call, refusal), tracked_send)
                 elif preflight is not None:  # before any check of keys: a preflight carries none
                     await _send_preflight(preflight, send)
