@@ -27,11 +27,20 @@ def read_daemon_info(paths: Paths) -> dict[str, object] | None:
     return dict(info)
 
 
-def write_daemon_info(paths: Paths, host: str, port: int) -> None:
+def write_daemon_info(paths: Paths, host: str, port: int, *, tls_cert: str | None = None) -> None:
+    """``tls_cert``: the daemon serves HTTPS with this certificate, which the CLI then trusts."""
     path = Path(paths.daemon_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     display_host = f"[{host}]" if ":" in host else host
-    info = {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{display_host}:{port}"}
+    scheme = "http" if tls_cert is None else "https"
+    info: dict[str, object] = {
+        "pid": os.getpid(),
+        "host": host,
+        "port": port,
+        "url": f"{scheme}://{display_host}:{port}",
+    }
+    if tls_cert is not None:
+        info["tls_cert"] = str(Path(tls_cert).expanduser().resolve())
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, path)

@@ -97,6 +97,12 @@ CATALOG: dict[str, CodeInfo] = {
             400,
             "A batch input line names another endpoint than the batch: one endpoint per batch.",
         ),
+        _c("HEADERS_TOO_LARGE", 431, "The request head exceeds max_header_kb: send fewer, shorter headers."),
+        _c(
+            "TOO_MANY_CONNECTIONS",
+            503,
+            "The connection cap (in all, or for this client address) is reached: close idle ones, retry.",
+        ),
         _c(
             "CONTEXT_TOO_LARGE",
             400,

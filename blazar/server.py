@@ -88,33 +88,23 @@ async def _serve(config: Config, paths: Paths) -> None:
         # The HTTP layer takes a tenth of a second or more to import. Imported once the
         # runtime runs (which waits for the first preloaded engine's process to spawn,
         # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
-        from hypercorn.config import Config as HypercornConfig
-        from hypercorn.trio import serve as hypercorn_serve
-
         from blazar.web.app import build_gateway
+        from blazar.web.listen import hypercorn_config, serve
 
         asgi = build_gateway(runtime, config, log_dir=paths.log_dir)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
-        hconfig = HypercornConfig()
-        host = config.host
-        hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
-        hconfig.graceful_timeout = config.drain_grace_s
-        hconfig.accesslog = None
-        hconfig.errorlog = logging.getLogger("hypercorn.error")
-        hconfig.keep_alive_timeout = 75
+        hconfig = hypercorn_config(config)
+        _raise_open_files_limit(config.max_connections)
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:
                 binds = await web.start(
-                    lambda task_status: hypercorn_serve(
-                        asgi,  # type: ignore[arg-type]
-                        hconfig,
-                        shutdown_trigger=shutdown.wait,
-                        task_status=task_status,
+                    lambda task_status: serve(
+                        asgi, config, hconfig, shutdown_trigger=shutdown.wait, task_status=task_status
                     )
                 )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
-                write_daemon_info(paths, host, port)
+                write_daemon_info(paths, config.host, port, tls_cert=config.tls_cert)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
                 try:
                     await shutdown.wait()
@@ -132,6 +122,27 @@ async def _serve(config: Config, paths: Paths) -> None:
         if asgi.telemetry is not None:
             asgi.telemetry.close()  # the audit lines still queued
     log.info("stopped")
+
+
+def _raise_open_files_limit(max_connections: int) -> None:
+    """Room for every connection the caps allow, plus the engines', the ledger's and the
+    refusals' own descriptors: past the soft limit accepts fail and clients wait unanswered."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + 512
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            target = soft
+        if target < wanted:
+            log.warning(
+                "the open-files limit (%d) is below max_connections + 512: lower max_connections or "
+                "raise `ulimit -n`",
+                target,
+            )
 
 
 async def _watch_signals(shutdown: trio.Event) -> None:

@@ -34,6 +34,7 @@ from blazar.web import batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
+from blazar.web import diagnostics as web_diagnostics
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import message_batches as web_message_batches
@@ -44,6 +45,7 @@ from blazar.web import telemetry_routes as web_telemetry
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
+from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
 from blazar.web.telemetry_routes import TELEMETRY_KEY
@@ -79,14 +81,16 @@ def build_gateway(runtime: Runtime, config: Config, *, log_dir: str | None = Non
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
+    cors = CorsPolicy(config.cors_origins)
     gateway = GatewayMiddleware(
         create_app(runtime, config, cards=cards, telemetry=telemetry),
         runtime.ledger,
         cards,
         routes=routes,
-        guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
+        guard=HostGuard(config.allowed_hosts, cors) if HostGuard.applies_to(config.host) else None,
         max_body=int(config.max_body_mb * 1024 * 1024),
         telemetry=telemetry,
+        cors=cors,
     )
     if telemetry.audit is not None:
         telemetry.audit.start()
@@ -147,6 +151,7 @@ def create_app(
         web_ollama,
         web_lifecycle,
         web_capacity,
+        web_diagnostics,
         web_responses,
         web_conversations,
         web_jobs,

@@ -28,38 +28,33 @@ from blazar.telemetry.observer import Telemetry, dialect_label
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
+from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
 
 __all__ = ["GatewayMiddleware", "HostGuard"]
 
 log = logging.getLogger("blazar.web")
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-_LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
 _DEFAULT_MAX_BODY = 50 * 1024 * 1024
 _BODY_TIMEOUT_S = 60.0
 _ANSWER_KEEP = 256 * 1024
 """The most reply bytes kept for an audit log that records answers."""
 
 
-def _host_name(header: str) -> str:
-    if header.startswith("["):
-        return header.split("]")[0] + "]"
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
-
-
 class HostGuard:
     """A daemon bound to loopback answers only local names and local origins: a web
-    page (which sends ``Origin``) or a DNS-rebound name must not drive it."""
+    page (which sends ``Origin``) or a DNS-rebound name must not drive it. Origins that
+    ``cors`` grants (``cors_origins``) may call; their ``Host`` must still be local."""
 
-    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(self, allowed_hosts: Iterable[str] = (), cors: CorsPolicy | None = None) -> None:
         self.allowed = LOOPBACK_NAMES | {h.lower() for h in allowed_hosts}
+        self.cors = cors
 
     @staticmethod
     def applies_to(bind_host: str) -> bool:
         return bind_host in LOOPBACK_NAMES or bind_host.startswith("127.")
 
     def refusal(self, headers: Mapping[str, str]) -> BlazarError | None:
-        host = _host_name(headers.get("host", "").strip().lower())
+        host = host_name(headers.get("host", "").strip().lower())
         if host and host not in self.allowed:
             return BlazarError(
                 "HOST_FORBIDDEN",
@@ -67,19 +62,13 @@ class HostGuard:
                 "localhost, or add the name to `allowed_hosts` in config.toml",
             )
         origin = headers.get("origin")
-        if origin and not self._local_origin(origin):
+        if origin and not local_origin(origin) and not (self.cors is not None and self.cors.grants(origin)):
             return BlazarError(
                 "HOST_FORBIDDEN",
-                f"requests from the web origin {origin} are refused: only local clients may call",
+                f"requests from the web origin {origin} are refused: only local clients may call "
+                "(an operator can list the origin in `cors_origins` in config.toml)",
             )
         return None
-
-    @staticmethod
-    def _local_origin(origin: str) -> bool:
-        if origin == "null" or origin.startswith(_LOCAL_SCHEMES):
-            return origin != "null"
-        host = origin.split("://", 1)[-1].rstrip("/")
-        return _host_name(host).lower() in LOOPBACK_NAMES
 
 
 class _ClientGone(Exception):
@@ -105,6 +94,7 @@ class GatewayMiddleware:
         guard: HostGuard | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
         telemetry: Telemetry | None = None,
+        cors: CorsPolicy | None = None,
     ) -> None:
         self.app = app
         self.telemetry = telemetry
@@ -113,6 +103,7 @@ class GatewayMiddleware:
         self.routes = routes if routes is not None else Routes()
         self.guard = guard
         self.max_body = max_body
+        self.cors = cors if cors is not None else CorsPolicy()
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -144,6 +135,8 @@ class GatewayMiddleware:
         answer: list[bytes] | None = (
             [] if card is not None and self.telemetry and self.telemetry.wants_text else None
         )
+        origin = call.headers.get("origin")
+        grant = self.cors.actual(origin) if origin else None  # None for every non-browser client
 
         async def tracked_receive() -> dict[str, Any]:
             nonlocal body_done, disconnected
@@ -160,6 +153,8 @@ class GatewayMiddleware:
                 status = message["status"]
                 response_started = True
                 headers = [*message.get("headers", ()), trace_header]
+                if grant is not None:
+                    headers += [*grant, expose_header(headers)]
                 if not body_done:
                     # Answered before reading the whole body (an error): the rest of it
                     # would be taken for the next request, so this connection must end.
@@ -192,8 +187,17 @@ class GatewayMiddleware:
             with call:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
                 handler = self.routes.post.get(path)
+                preflight = (
+                    self.cors.preflight(origin, call.headers)
+                    if origin and method == "OPTIONS" and "access-control-request-method" in call.headers
+                    else None
+                )
                 if refusal is not None:
+                    grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
                     await _send_reply(exception_reply(call, refusal), tracked_send)
+                elif preflight is not None:  # before any check of keys: a preflight carries none
+                    await _send_preflight(preflight, send)
+                    status = 204
                 elif handler is not None and method != "POST":
                     await _send_reply(_other_method(call), tracked_send)
                 elif card is None:
@@ -321,6 +325,11 @@ def _facts(card: Card) -> dict[str, Any]:
         "prefill_ms": card.prefill_ms,
         "decode_ms": card.decode_ms,
     }
+
+
+async def _send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _other_method(call: Call) -> Reply:
