@@ -34,6 +34,7 @@ class Window:
             self.total -= events.popleft()[1]
 
     def add(self, now: float, amount: int) -> None:
+        self.prune(now)  # bounded by what a minute holds, with or without a limit to check
         if amount > 0:
             self.events.append((now, amount))
             self.total += amount

@@ -163,6 +163,13 @@ def test_a_window_forgets_what_is_older_than_its_span() -> None:
     assert w.used(90.0) == 0
 
 
+def test_a_window_without_a_limit_still_forgets() -> None:
+    w = limits.Window(60.0)
+    for i in range(1000):
+        w.add(float(i), 1)
+    assert len(w.events) == 60 and w.total == 60
+
+
 def test_wait_is_until_enough_has_aged_out() -> None:
     w = limits.Window(60.0)
     assert w.wait_s(0.0, 2) is None
