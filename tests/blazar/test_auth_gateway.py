@@ -3,6 +3,7 @@ who gets in, which routes and models a key reaches, and its limits."""
 
 from __future__ import annotations
 
+import json
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
@@ -353,3 +354,31 @@ def test_fairness_uses_the_key_name_never_the_secret() -> None:
     assert client_of({"x-blazar-client": "batch:1"}, key="local") == "client:batch:1"
     assert client_of({}, key="local") == "addr:10.0.0.9"
     assert client_of({}) == "addr:10.0.0.9"
+
+
+async def test_a_batch_made_with_a_key_runs_its_items_past_the_auth_step(
+    instant_home: Path, keys: KeyStore
+) -> None:
+    """Batch items run through the gateway itself, with the local token: keys do not stop them."""
+    _, secret = keys.add("batcher", families=("batch",))
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": CHAT}
+    async with gateway() as gw:
+        upload = await gw.client.post(
+            "/v1/files",
+            files={"file": ("in.jsonl", json.dumps(line).encode() + b"\n")},
+            data={"purpose": "batch"},
+            headers=bearer(secret),
+        )
+        assert upload.status_code == 200, upload.text
+        body = {
+            "input_file_id": upload.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        }
+        batch = (await gw.client.post("/v1/batches", json=body, headers=bearer(secret))).json()
+        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
+            await trio.sleep(0.02)
+            batch = (await gw.client.get(f"/v1/batches/{batch['id']}", headers=bearer(secret))).json()
+        assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 1, batch
+        out = await gw.client.get(f"/v1/files/{batch['output_file_id']}/content", headers=bearer(secret))
+        assert json.loads(out.content)["response"]["status_code"] == 200
