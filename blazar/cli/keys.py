@@ -16,7 +16,7 @@ from cyclopts import Parameter
 from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, err, out, print_json, time_ago
+from blazar.cli._common import Json, err, out, print_json
 from blazar.client import CliError, find_daemon
 from blazar.config import resolve_paths
 from blazar.keys import KeyStore, KeyStoreError, keys_path, parse_expiry, parse_scopes
@@ -115,10 +115,6 @@ def _live_usage() -> dict[str, Any]:
     return {k["name"]: k.get("usage") for k in stats.get("data", [])}
 
 
-def _limit(n: int) -> str:
-    return str(n) if n else "-"
-
-
 @keys.command(name="list")
 def list_(*, json_: Json = False) -> None:
     """List the keys (name, hint, scopes, limits, expiry; never a secret) and, when a daemon
@@ -132,9 +128,8 @@ def list_(*, json_: Json = False) -> None:
         out.print("no API keys — the daemon is open to local clients; `blazar keys add NAME` makes one")
         return
     table = Table(
-        "NAME", "HINT", "SCOPES", "RPM", "TPM", "CONCURRENT", "EXPIRES", "CREATED",
-        "REQUESTS", "TOKENS", "IN-FLIGHT", "REFUSED", box=None,
-    )  # fmt: skip
+        "NAME", "HINT", "SCOPES", "LIMITS", "EXPIRES", "REQUESTS", "TOKENS", "NOW", "REFUSED", box=None
+    )
     now = time.time()
     for k in listed:
         u = usage.get(k.name)
@@ -144,10 +139,14 @@ def list_(*, json_: Json = False) -> None:
             expires = "[red]expired[/]"
         else:
             expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(k.expires_at))
+        limits = ", ".join(
+            f"{n} {label}"
+            for n, label in ((k.rpm, "rpm"), (k.tpm, "tpm"), (k.max_concurrent, "at once"))
+            if n
+        )
         refused = "-" if u is None else str(u["refused_rate"] + u["refused_concurrency"] + u["refused_scope"])
         table.add_row(
-            k.name, k.hint + "…", ",".join(k.scopes), _limit(k.rpm), _limit(k.tpm),
-            _limit(k.max_concurrent), expires, time_ago(k.created_at),
+            k.name, k.hint + "…", ",".join(k.scopes), limits or "-", expires,
             "-" if u is None else str(u["requests_total"]), "-" if u is None else str(u["tokens_total"]),
             "-" if u is None else str(u["in_flight"]), refused,
         )  # fmt: skip
