@@ -165,10 +165,14 @@ def test_an_expired_key_is_refused(setup: tuple[DaemonProc, Keys]) -> None:
 def test_the_local_cli_keeps_working_and_shows_key_usage(setup: tuple[DaemonProc, Keys]) -> None:
     d, keys = setup
     assert "daemon" in d.cli("ps").stdout
+    for _ in range(2):
+        oai(d, keys.full).models.list()
+    with pytest.raises(openai.PermissionDeniedError):
+        oai(d, keys.embed).chat.completions.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
     listed = d.cli("keys", "list", "--json").stdout
     assert keys.full not in listed and keys.full[8:] not in listed
     usage = {k["name"]: k["usage"] for k in json.loads(listed)["keys"]}
-    assert usage["full"]["requests_total"] >= 2 and usage["slow"]["refused_rate"] >= 1
+    assert usage["full"]["requests_total"] >= 2 and usage["embed"]["refused_scope"] >= 1
     assert d.cli("run", MODEL, "Say hi", "--max-tokens", "4").returncode == 0
     # a key made while the daemon runs works on the next request
     fresh = add_key(d.home, "fresh")
