@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from blazar.config import Config, Paths
-from blazar.daemon_file import read_daemon_info
+from blazar.daemon_file import read_daemon_info, read_local_token
 
 if TYPE_CHECKING:
     import ssl
@@ -32,13 +32,20 @@ class CliError(Exception):
 
 
 class Daemon:
-    def __init__(self, url: str, pid: int | None, *, tls_cert: str | None = None) -> None:
+    def __init__(
+        self, url: str, pid: int | None, token: str | None = None, *, tls_cert: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.pid = pid
         import httpx  # only once a daemon runs: `blazar list` and `--help` never pay for it
 
         self.http = httpx.Client(
-            base_url=self.url, timeout=httpx.Timeout(30.0, read=None), verify=_trust(tls_cert)
+            base_url=self.url,
+            timeout=httpx.Timeout(30.0, read=None),
+            verify=_trust(tls_cert),
+            # The daemon's per-boot local token (run/local.token, readable by its owner only):
+            # the CLI passes the auth step once API keys exist.
+            headers={"authorization": f"Bearer {token}"} if token else None,
         )
 
     def _check(self, resp: httpx.Response) -> Any:
@@ -117,7 +124,9 @@ def find_daemon(paths: Paths) -> Daemon | None:
     import httpx
 
     cert = info.get("tls_cert")
-    daemon = Daemon(str(info["url"]), int(str(info["pid"])), tls_cert=str(cert) if cert else None)
+    daemon = Daemon(
+        str(info["url"]), int(str(info["pid"])), read_local_token(paths), tls_cert=str(cert) if cert else None
+    )
     try:
         daemon.http.get("/health", timeout=5.0)
     except httpx.HTTPError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import platformdirs
@@ -103,6 +104,10 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Open connections from one client address; past it a new one from there is refused."""
     max_header_kb: int = 64
     """Largest request head (request line and headers) accepted, in KiB: past it, 431."""
+    insecure_open: bool = False
+    """Serve a non-loopback address with no API key (anyone who reaches the port may do anything)."""
+    key_concurrency: Literal["reject", "queue"] = "reject"
+    """A key over its ``max_concurrent``: 429 at once, or wait for one of its requests to end."""
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from blazar.config import Paths
 
-__all__ = ["read_daemon_info", "remove_daemon_info", "write_daemon_info"]
+__all__ = [
+    "read_daemon_info",
+    "read_local_token",
+    "remove_daemon_info",
+    "remove_local_token",
+    "write_daemon_info",
+    "write_local_token",
+]
 
 
 def read_daemon_info(paths: Paths) -> dict[str, object] | None:
@@ -53,4 +60,39 @@ def remove_daemon_info(paths: Paths) -> None:
         if json.loads(path.read_text()).get("pid") == os.getpid():
             path.unlink()
     except (OSError, ValueError):
+        pass
+
+
+LOCAL_TOKEN_FILE = "local.token"
+"""In the run dir: the per-boot token the CLI on this machine authenticates with."""
+
+
+def write_local_token(run_dir: str, token: str) -> Path:
+    """Write the token readable by its owner alone (0600), atomically."""
+    path = Path(run_dir) / LOCAL_TOKEN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, token.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_local_token(paths: Paths) -> str | None:
+    try:
+        return (Path(paths.run_dir) / LOCAL_TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def remove_local_token(run_dir: str, token: str) -> None:
+    """Remove the token file if it still holds ``token`` (a newer daemon's stays)."""
+    path = Path(run_dir) / LOCAL_TOKEN_FILE
+    try:
+        if path.read_text().strip() == token:
+            path.unlink()
+    except OSError:
         pass

@@ -104,6 +104,23 @@ CATALOG: dict[str, CodeInfo] = {
             "The connection cap (in all, or for this client address) is reached: close idle ones, retry.",
         ),
         _c(
+            "KEY_EXPIRED",
+            401,
+            "The API key has expired: ask the operator for a new one (`blazar keys add`).",
+        ),
+        _c(
+            "KEY_SCOPE_FORBIDDEN",
+            403,
+            "The API key's scopes do not include this route family (chat, embeddings, audio, images, "
+            "batch, admin).",
+        ),
+        _c("MODEL_NOT_IN_SCOPE", 403, "The API key's `models:` scopes do not include this model."),
+        _c(
+            "KEY_CONCURRENCY_LIMITED",
+            429,
+            "The API key already runs its `max_concurrent` requests: retry after Retry-After.",
+        ),
+        _c(
             "CONTEXT_TOO_LARGE",
             400,
             "The context asked for exceeds what the model can serve (strict mode): lower it or extend it.",

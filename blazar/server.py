@@ -22,16 +22,42 @@ import trio
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, Paths
-from blazar.daemon_file import remove_daemon_info, write_daemon_info
+from blazar.daemon_file import remove_daemon_info, remove_local_token, write_daemon_info
 from blazar.scrub import ScrubFilter
 
-__all__ = ["BindError", "run_server", "setup_logging"]
+__all__ = ["BindError", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
 
 log = logging.getLogger("blazar.server")
 
 
 class BindError(Exception):
     pass
+
+
+class StartRefused(Exception):
+    """The daemon would start in a state the operator did not ask for (e.g. open to the network)."""
+
+
+def open_bind_refusal(config: Config, paths: Paths) -> str | None:
+    """Why the daemon must not start as configured, or None: a non-loopback bind with no API
+    key lets anyone who reaches the port run, pull and delete models."""
+    from blazar.keys import KeyStore, keys_path
+    from blazar.web.auth import is_loopback
+
+    if is_loopback(config.host) or config.insecure_open:
+        return None
+    store = KeyStore(keys_path(paths.data_dir))
+    try:
+        if store.count() > 0:
+            return None
+    finally:
+        store.close()
+    return (
+        f"refusing to listen on {config.host}: the address is reachable from other machines and no "
+        "API key exists, so anyone who reaches the port could use, pull and delete every model — "
+        "add a key first (`blazar keys add NAME`), or bind 127.0.0.1, or accept an open daemon "
+        "explicitly with `blazar serve --insecure-open` (config: insecure_open = true)"
+    )
 
 
 def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
@@ -58,7 +84,9 @@ def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
 
 
 async def run_server(config: Config, paths: Paths) -> None:
-    """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError``."""
+    """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError`` and ``StartRefused``."""
+    if (refusal := open_bind_refusal(config, paths)) is not None:
+        raise StartRefused(refusal)
     try:
         await _serve(config, paths)
     except BaseExceptionGroup as group:
@@ -110,6 +138,8 @@ async def _serve(config: Config, paths: Paths) -> None:
                     await shutdown.wait()
                 finally:
                     remove_daemon_info(paths)
+                    if asgi.auth is not None:
+                        remove_local_token(paths.run_dir, asgi.auth.local_token)
                 log.info("shutting down: draining %d requests, then stopping engines", asgi.in_flight)
                 with trio.move_on_after(1.0):
                     await runtime.admission.ask(Draining())  # queued and new requests: 503 SHUTTING_DOWN

@@ -1,11 +1,12 @@
 """The gateway layer: the ASGI application the HTTP server runs, around the Quart app.
 
 For every request it makes the ``Call`` (trace id, live card, cleanups), refuses
-foreign hosts and origins, stamps ``x-blazar-trace-id`` on the answer, runs the
-request inside its card's cancel scope, runs its cleanups however it ends, and
-records it in the ledger without waiting. The hot inference routes (``Routes``)
-it serves itself, straight on ASGI: a relayed request there costs a fraction of
-what a trip through the framework's request and response objects does
+foreign hosts and origins, checks the API key and its limits (``blazar.web.auth``),
+stamps ``x-blazar-trace-id`` on the answer, runs the request inside its card's
+cancel scope, runs its cleanups however it ends, and records it in the ledger
+without waiting. The hot inference routes (``Routes``) it serves itself, straight
+on ASGI: a relayed request there costs a fraction of what a trip through the
+framework's request and response objects does
 (BENCHMARK.md). Every other route goes to the Quart app.
 """
 
@@ -25,6 +26,7 @@ from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.scrub import scrub
 from blazar.telemetry.observer import Telemetry, dialect_label
+from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
@@ -92,6 +94,7 @@ class GatewayMiddleware:
         *,
         routes: Routes | None = None,
         guard: HostGuard | None = None,
+        auth: Auth | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
         telemetry: Telemetry | None = None,
         cors: CorsPolicy | None = None,
@@ -102,6 +105,7 @@ class GatewayMiddleware:
         self.cards = cards if cards is not None else Cards()
         self.routes = routes if routes is not None else Routes()
         self.guard = guard
+        self.auth = auth
         self.max_body = max_body
         self.cors = cors if cors is not None else CorsPolicy()
         self.in_flight = 0
@@ -186,6 +190,8 @@ class GatewayMiddleware:
         try:
             with call:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                if refusal is None and self.auth is not None:
+                    refusal = await self.auth.enter(call)
                 handler = self.routes.post.get(path)
                 preflight = (
                     self.cors.preflight(origin, call.headers)
@@ -215,6 +221,8 @@ class GatewayMiddleware:
                 for fn in reversed(call.cleanups):
                     with trio.move_on_after(5.0):
                         await fn()
+            if self.auth is not None:
+                self.auth.leave(call)  # after the cleanups: they may fill in the card's tokens
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()

@@ -30,6 +30,7 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
 from blazar.web import translate
+from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
@@ -74,13 +75,15 @@ class _Encoder:
 async def list_models() -> Response:
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
-    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records if model_visible(r.name)]
     return json_response(openai.encode_model_list(data))
 
 
 async def get_model(name: str) -> Response:
+    require_model(name)
     runtime = app_runtime()
     record = await trio.to_thread.run_sync(runtime.store.get, name)
+    require_model(record.name)
     body = openai.encode_model(record.name, created=int(record.created_at))
     return json_response(body)
 

@@ -92,8 +92,11 @@ async def test_a_foreign_origin_never_gets_a_grant(tmp_path: Path, monkeypatch: 
 async def test_on_an_open_bind_a_foreign_origin_is_served_without_a_grant(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # host 0.0.0.0: the host guard is off (the test client still calls 127.0.0.1)
-    async with gateway(tmp_path, monkeypatch, host="0.0.0.0", cors_origins=[APP]) as client:
+    # host 0.0.0.0: the host guard is off (the test client still calls 127.0.0.1); open
+    # without keys only because the operator says so
+    async with gateway(
+        tmp_path, monkeypatch, host="0.0.0.0", insecure_open=True, cors_origins=[APP]
+    ) as client:
         r = await client.get("/v1/models", headers={"Origin": EVIL})
         assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
         r = await client.options("/v1/models", headers={"Origin": EVIL, **PREFLIGHT})
