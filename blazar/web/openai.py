@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgspec
@@ -19,7 +20,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import openai, params
+from blazar.dialects import engine_usage, openai, params
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -31,6 +32,7 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
 from blazar.web import honesty, translate
+from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
@@ -75,13 +77,15 @@ class _Encoder:
 async def list_models() -> Response:
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
-    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records if model_visible(r.name)]
     return json_response(openai.encode_model_list(data))
 
 
 async def get_model(name: str) -> Response:
+    require_model(name)
     runtime = app_runtime()
     record = await trio.to_thread.run_sync(runtime.store.get, name)
+    require_model(record.name)
     body = openai.encode_model(record.name, created=int(record.created_at))
     return json_response(body)
 
@@ -109,6 +113,14 @@ def register(app: QuartTrio) -> None:
     app.get("/v1/models")(list_models)
     app.get("/v1/models/<path:name>")(get_model)
     app.post("/v1/embeddings")(embeddings)
+
+
+def _usage_reader(call: Call) -> Callable[[bytes], None] | None:
+    """What the end of a relayed stream tells the request's card (its final event's usage)."""
+    card = call.card
+    if card is None:
+        return None
+    return lambda tail: card.note_usage(engine_usage.of_stream_tail(tail))
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
@@ -234,6 +246,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                     content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
                 else:
                     content = openai.merge_error_code(content, err.code)
+            if call.card is not None and upstream.status_code == 200:
+                call.card.note_usage(engine_usage.of_body(content))
             return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:
@@ -246,6 +260,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             on_error,
             background=runtime.start_soon,
             progress=ProgressFilter() if ours else None,
+            on_end=_usage_reader(call),
         )
         set_stream_enders(
             cancelled=openai.encode_stream_error,

@@ -21,6 +21,7 @@ from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
+from blazar.dialects import engine_usage
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
@@ -42,6 +43,7 @@ from blazar.dialects.neutral import (
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.web import honesty
+from blazar.web.call import current_or_none
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
@@ -138,6 +140,8 @@ class EngineCall:
         self.tier = tier
         """The admission tier, when not the request's own (a job's)."""
         self.timings = Timings(started_ns=time.perf_counter_ns())
+        self.card = call.card if (call := current_or_none()) is not None else None
+        """The live card of the HTTP request this serves, which gets the engine's usage."""
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
         self.claim: Claim | None = None
@@ -430,7 +434,10 @@ class TranslatedStream:
         finally:
             await self.aclose()
         head = b"" if started else self._encoder.start(parser.prompt)
-        yield head + self._encoder.finish(final or Delta(finish_reason="stop"), timings)
+        final = final or Delta(finish_reason="stop")
+        if call.card is not None:
+            call.card.note_usage(engine_usage.of_parts(final.usage, parser.timings))
+        yield head + self._encoder.finish(final, timings)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -466,6 +473,8 @@ async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, Eng
     rows = sorted(doc.get("data") or [], key=lambda d: d.get("index", 0))
     vectors = [_fit_dimensions(list(d["embedding"]), req.dimensions) for d in rows]
     usage = doc.get("usage") or {}
+    if call.card is not None:
+        call.card.note_usage(engine_usage.EngineUsage(prompt_tokens=int(usage.get("prompt_tokens") or 0)))
     resp = EmbedResponse(
         model=req.model, embeddings=vectors, prompt_tokens=int(usage.get("prompt_tokens") or 0)
     )
