@@ -88,6 +88,9 @@ class RuntimeConfig(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Pid files of engine children (for reaping after a crash)."""
     cache_dir: str
     """Downloaded wheels and other re-fetchable files."""
+    configured: frozenset[str] = frozenset()
+    """The keys config.toml sets (``slots``, ``engine.threads``), so that ``blazar explain``
+    tells a value written there from a built-in default; empty for an embedder's config."""
 
     @classmethod
     def in_home(cls, home: str, **settings: object) -> RuntimeConfig:

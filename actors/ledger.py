@@ -47,6 +47,20 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     blazar_code: str | None
     bytes_out: int
     client: str | None
+    # What `blazar why` tells a request's story from (None when it did not apply or is
+    # not known: a request that never reached an engine has no queue wait nor tokens).
+    dialect: str | None = None
+    key: str | None = None
+    """The name of the API key it came with, never the secret."""
+    engine: str | None = None
+    queue_ms: float | None = None
+    load_ms: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    error: str | None = None
+    """The error's message, scrubbed of secrets and personal data."""
 
 
 class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -209,6 +223,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # A request's story: its dialect and key, the engine that served it, where its
+        # time went and what it cost. Old rows read these as NULL.
+        "ALTER TABLE requests ADD COLUMN dialect TEXT",
+        "ALTER TABLE requests ADD COLUMN key TEXT",
+        "ALTER TABLE requests ADD COLUMN engine TEXT",
+        "ALTER TABLE requests ADD COLUMN queue_ms REAL",
+        "ALTER TABLE requests ADD COLUMN load_ms REAL",
+        "ALTER TABLE requests ADD COLUMN prompt_tokens INTEGER",
+        "ALTER TABLE requests ADD COLUMN completion_tokens INTEGER",
+        "ALTER TABLE requests ADD COLUMN prefill_ms REAL",
+        "ALTER TABLE requests ADD COLUMN decode_ms REAL",
+        "ALTER TABLE requests ADD COLUMN error TEXT",
+    ),
 )
 
 _COLUMNS = (
@@ -223,6 +251,16 @@ _COLUMNS = (
     "blazar_code",
     "bytes_out",
     "client",
+    "dialect",
+    "key",
+    "engine",
+    "queue_ms",
+    "load_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "prefill_ms",
+    "decode_ms",
+    "error",
 )
 _INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM requests"

@@ -14,9 +14,10 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import trio
 
-__all__ = ["ChildProcess", "TailBuffer", "reap_orphans"]
+__all__ = ["ChildProcess", "PidFile", "TailBuffer", "cmdline", "read_pidfiles", "reap_orphans"]
 
 _PIDFILE_SUFFIX = ".pid"
 
@@ -151,11 +152,37 @@ class ChildProcess:
         return cls(proc, name=name, pidfile=pidfile)
 
 
-def _cmdline(pid: int) -> str:
+class PidFile(msgspec.Struct, frozen=True, kw_only=True):
+    """What an engine's pid file says: the child, the daemon that started it, its command line."""
+
+    path: str
+    pid: int | None
+    """None: the file cannot be read (damaged, half written by a crash)."""
+    parent: int | None = None
+    argv: str = ""
+
+
+def cmdline(pid: int) -> str:
+    """The command line of a running process, words joined by spaces; "" when it is gone."""
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def read_pidfiles(run_dir: Path) -> list[PidFile]:
+    """Every engine pid file under ``run_dir``, parsed (an unreadable one with ``pid`` None)."""
+    engines = run_dir / "engines"
+    if not engines.is_dir():
+        return []
+    found = []
+    for pidfile in sorted(engines.glob(f"*{_PIDFILE_SUFFIX}")):
+        try:
+            pid_s, parent_s, argv = pidfile.read_text().split("\n", 2)
+            found.append(PidFile(path=str(pidfile), pid=int(pid_s), parent=int(parent_s), argv=argv.strip()))
+        except (OSError, ValueError):
+            found.append(PidFile(path=str(pidfile), pid=None))
+    return found
 
 
 def reap_orphans(run_dir: Path) -> list[int]:
@@ -166,17 +193,13 @@ def reap_orphans(run_dir: Path) -> list[int]:
     daemon is gone, so a reused pid is never hit.
     """
     killed: list[int] = []
-    engines = run_dir / "engines"
-    if not engines.is_dir():
-        return killed
-    for pidfile in engines.glob(f"*{_PIDFILE_SUFFIX}"):
-        try:
-            pid_s, parent_s, argv = pidfile.read_text().split("\n", 2)
-            pid, parent = int(pid_s), int(parent_s)
-        except (OSError, ValueError):
+    for entry in read_pidfiles(run_dir):
+        pidfile = Path(entry.path)
+        if entry.pid is None or entry.parent is None:
             pidfile.unlink(missing_ok=True)
             continue
-        if parent != os.getpid() and not _cmdline(parent) and _cmdline(pid).strip() == argv.strip():
+        pid, parent = entry.pid, entry.parent
+        if parent != os.getpid() and not cmdline(parent) and cmdline(pid).strip() == entry.argv:
             try:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

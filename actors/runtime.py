@@ -33,8 +33,8 @@ import trio
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
 from actors.claim import ClaimOptions, ClaimRequest
-from actors.config import ModelOverride, RuntimeConfig
-from actors.context import choose_context, context_limit, describe_clamp, rope_factor
+from actors.config import RuntimeConfig
+from actors.context import describe_clamp
 from actors.engine import (
     EngineActor,
     EngineHandle,
@@ -44,26 +44,33 @@ from actors.engine import (
     StopEngine,
     WaitSpawned,
 )
-from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend, prompt_batch_for
+from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.errors import ActorStopped, EngineCrashed
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
+from actors.settings import Explanation, Resolved, explain_running, resolve_launch
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
 from registry.errors import RegistryError
 from registry.shape import read_shape
 from registry.store import ModelRecord, Store
-from registry.template import allows_system_turns
 
-__all__ = ["LoadPlan", "Runtime", "RuntimeStatistics", "launch_spec_for", "open_runtime", "plan_offline"]
+__all__ = [
+    "LoadPlan",
+    "Runtime",
+    "RuntimeStatistics",
+    "explain_offline",
+    "launch_spec_for",
+    "open_runtime",
+    "plan_offline",
+    "resolve_for",
+]
 
 log = logging.getLogger("blazar.runtime")
-
-_FALLBACK_CTX = 4096
 
 
 class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,56 +115,18 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> LaunchSpec:
     """How ``record``'s engine starts under ``config`` (context, slots, template, defaults)."""
-    override = config.models.get(record.name)
-    info = store.info(record)
-    trained = info.context_length or _FALLBACK_CTX
-    settings = record.settings
-    template = (settings.template if settings else None) or info.chat_template
-    asked = (override.ctx if override and override.ctx else None) or min(trained, config.default_ctx)
-    scaling = override.rope_scaling if override else None
-    factor = rope_factor(info.context_length, scaling, override.rope_scale if override else None, asked)
-    choice = choose_context(
-        asked, context_limit(info.context_length, factor), strict=config.strict, model=record.name, what="ctx"
-    )
-    ctx = choice.ctx
-    slots = (override.slots if override and override.slots else None) or config.slots
-    extra = [*config.engine.extra_args, *((override.extra_args or []) if override else [])]
-    gpu_layers = override.gpu_layers if override and override.gpu_layers is not None else None
-    if gpu_layers is None:
-        gpu_layers = _planned_gpu_layers(config, record.path, ctx, slots)
-    return LaunchSpec(
-        model=record.name,
-        path=record.path,
-        ctx_per_slot=ctx,
-        slots=slots,
-        embeddings=bool(override and override.embeddings),
-        native_tools=bool(template and "tools" in template),
-        system_turns=allows_system_turns(template),
-        llguidance=find_llama_server(config.engine.llama_server) is None,
-        token_bytes_max=info.token_bytes_max,
-        chat_template=settings.template if settings else None,
-        system=settings.system if settings else None,
-        defaults=dict(settings.parameters) if settings else {},
-        threads=config.engine.threads,
-        extra_args=extra,
-        gpu_layers=gpu_layers,
-        projector=record.projector,
-        ctx_train=info.context_length,
-        ctx_asked=choice.asked if choice.clamped else None,
-        rope_scaling=scaling if factor else None,
-        rope_scale=factor,
-        max_output_tokens=_output_cap(config, override),
-        prompt_batch=prompt_batch_for(
-            gpu_layers=gpu_layers, configured=override.prompt_batch if override else None
-        ),
-    )
+    return resolve_for(config, store, record).spec
 
 
-def _output_cap(config: RuntimeConfig, override: ModelOverride | None) -> int | None:
-    cap = override.max_output_tokens if override and override.max_output_tokens is not None else None
-    if cap is None:
-        cap = config.max_output_tokens
-    return cap or None
+def resolve_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
+    """``launch_spec_for`` with where each setting came from (``blazar explain``)."""
+    return resolve_launch(
+        config,
+        record,
+        store.info(record),
+        binary=find_llama_server(config.engine.llama_server),
+        plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
+    )
 
 
 def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) -> int | None:
@@ -240,6 +209,14 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     return make_plan(spec, config, memory, preview, loaded=False)
 
 
+async def explain_offline(config: RuntimeConfig, model: str) -> Explanation:
+    """``blazar explain`` without a running daemon: the settings a load now would use."""
+    store = Store(Path(config.models_dir))
+    record = await trio.to_thread.run_sync(store.get, model)
+    resolved = await trio.to_thread.run_sync(resolve_for, config, store, record)
+    return Explanation(model=record.name, path=record.path, loaded=False, settings=resolved.settings)
+
+
 class Runtime:
     """Handles to the tree's actors. Requests reach engines through ``engine_for``."""
 
@@ -294,6 +271,21 @@ class Runtime:
             else self.lifecycle.preview(spec.model, need)
         )
         return make_plan(spec, self.config, self.memory, preview, loaded=loaded, served=served)
+
+    def engine_named(self, name: str) -> EngineActor | None:
+        """The engine already made for ``name`` (a canonical name or one that resolved to it);
+        None for a name no request has resolved yet. Never reads the store."""
+        return self._engines.get(name)
+
+    async def explain(self, model: str) -> Explanation:
+        """The settings ``model`` runs with (or would, loaded now), and where each came from."""
+        record = await trio.to_thread.run_sync(self.store.get, model)
+        resolved = await trio.to_thread.run_sync(resolve_for, self.config, self.store, record)
+        engine = self._engines.get(record.name)
+        loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
+        running = engine.spec if engine is not None and loaded else None
+        settings = explain_running(resolved, running)
+        return Explanation(model=record.name, path=record.path, loaded=loaded, settings=settings)
 
     async def engine_for(self, model: str) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from blazar.config import Config, Paths
-from blazar.daemon_file import read_daemon_info
+from blazar.daemon_file import read_daemon_info, read_local_token
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx
 
 __all__ = ["CliError", "Daemon", "ensure_daemon", "find_daemon"]
@@ -30,19 +32,20 @@ class CliError(Exception):
 
 
 class Daemon:
-    def __init__(self, url: str, pid: int | None) -> None:
+    def __init__(
+        self, url: str, pid: int | None, token: str | None = None, *, tls_cert: str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.pid = pid
-        import ssl
-
         import httpx  # only once a daemon runs: `blazar list` and `--help` never pay for it
 
         self.http = httpx.Client(
             base_url=self.url,
             timeout=httpx.Timeout(30.0, read=None),
-            # The daemon speaks plain HTTP. httpx's default loads the CA bundle (a tenth of
-            # a second per client); a verifying context without CAs trusts no TLS peer.
-            verify=ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT),
+            verify=_trust(tls_cert),
+            # The daemon's per-boot local token (run/local.token, readable by its owner only):
+            # the CLI passes the auth step once API keys exist.
+            headers={"authorization": f"Bearer {token}"} if token else None,
         )
 
     def _check(self, resp: httpx.Response) -> Any:
@@ -79,6 +82,31 @@ class Daemon:
                         yield text
 
 
+def _trust(tls_cert: str | None) -> ssl.SSLContext:
+    """What the CLI trusts: exactly the daemon's own certificate (from daemon.json), or nothing.
+
+    A plain-HTTP daemon needs no CAs (httpx's default bundle costs a tenth of a second per
+    client; a verifying context without CAs trusts no TLS peer). A TLS daemon's certificate
+    is pinned: the file's first certificate is trusted as an anchor by itself, so a
+    self-signed one works and a CA-issued leaf needs no chain; its names are not checked,
+    since the CLI calls the address the daemon wrote, which a certificate made for a
+    public name rarely carries."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if tls_cert is not None:
+        context.check_hostname = False
+        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        try:
+            # The leaf alone: a chain's intermediates as anchors would trust what else they issued.
+            pem = Path(tls_cert).read_text()
+            end = pem.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
+            context.load_verify_locations(cadata=pem[pem.index("-----BEGIN CERTIFICATE-----") : end])
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            raise CliError(f"cannot read the daemon's certificate {tls_cert}: {exc}") from exc
+    return context
+
+
 def _error_message(resp: httpx.Response) -> str:
     try:
         doc = resp.json()
@@ -95,7 +123,10 @@ def find_daemon(paths: Paths) -> Daemon | None:
         return None
     import httpx
 
-    daemon = Daemon(str(info["url"]), int(str(info["pid"])))
+    cert = info.get("tls_cert")
+    daemon = Daemon(
+        str(info["url"]), int(str(info["pid"])), read_local_token(paths), tls_cert=str(cert) if cert else None
+    )
     try:
         daemon.http.get("/health", timeout=5.0)
     except httpx.HTTPError:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import platformdirs
 
 from actors.config import RuntimeConfig, Tunables
 
-__all__ = ["Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
+__all__ = ["Config", "ConfigError", "Paths", "configured_keys", "load_config", "resolve_paths"]
 
 DEFAULT_PORT = 11435
 
@@ -78,12 +80,61 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """OTLP/HTTP collector base URL (``/v1/traces`` is appended) to export request traces
     to; needs the ``[otel]`` extra. Unset: ``OTEL_EXPORTER_OTLP_ENDPOINT`` if set, else off."""
     otel_service_name: str = "blazar"
+    audit_log: bool = False
+    """Write one JSON line per request to ``logs/audit.jsonl`` (docs/observability.md)."""
+    audit_max_mb: float = 50.0
+    """Size at which the audit log is rotated."""
+    audit_keep: int = 5
+    """Rotated audit files kept (``audit.jsonl.1`` …)."""
+    audit_prompts: bool = False
+    """Also write each request's prompt and answer text to the audit log, scrubbed."""
+    quantiles_window: int = 1000
+    """``/api/quantiles``: the newest this many requests per model (warm and cold apart)…"""
+    quantiles_window_s: float = 300.0
+    """…of those, only the ones that ended in the last this many seconds."""
+    # -- transport (docs/security.md) --
+    tls_cert: str | None = None
+    """PEM certificate (chain) file: with ``tls_key`` the daemon serves HTTPS (and HTTP/2)."""
+    tls_key: str | None = None
+    cors_origins: list[str] = []
+    """Web origins granted cross-origin access (``"*"`` only if written); none: local origins only."""
+    header_timeout_s: float = 10.0
+    """How long a new connection may take to send its first request's headers."""
+    keep_alive_timeout_s: float = 75.0
+    """How long an idle keep-alive connection stays open between requests."""
+    max_connections: int = 1024
+    """Open client connections in all; past it a new connection is refused."""
+    max_connections_per_client: int = 256
+    """Open connections from one client address; past it a new one from there is refused."""
+    max_header_kb: int = 64
+    """Largest request head (request line and headers) accepted, in KiB: past it, 431."""
+    insecure_open: bool = False
+    """Serve a non-loopback address with no API key (anyone who reaches the port may do anything)."""
+    key_concurrency: Literal["reject", "queue"] = "reject"
+    """A key over its ``max_concurrent``: 429 at once, or wait for one of its requests to end."""
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
         return RuntimeConfig(
-            home=paths.data_dir, run_dir=paths.run_dir, cache_dir=paths.cache_dir, **tunables
+            home=paths.data_dir,
+            run_dir=paths.run_dir,
+            cache_dir=paths.cache_dir,
+            configured=configured_keys(paths),
+            **tunables,
         )
+
+
+def configured_keys(paths: Paths) -> frozenset[str]:
+    """The runtime keys the config file sets: top-level ones and ``engine.KEY``."""
+    try:
+        doc = tomllib.loads(Path(paths.config_file).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    keys = {k for k in doc if k in Tunables.__struct_fields__ and k not in ("engine", "models")}
+    engine = doc.get("engine")
+    if isinstance(engine, dict):
+        keys |= {f"engine.{k}" for k in engine}
+    return frozenset(keys)
 
 
 def load_config(paths: Paths) -> Config:
@@ -98,11 +149,40 @@ def load_config(paths: Paths) -> Config:
         raise ConfigError(f"{path}: slots must be at least 1")
     if config.default_ctx < 256:
         raise ConfigError(f"{path}: default_ctx must be at least 256")
+    if config.audit_max_mb <= 0 or config.audit_keep < 0:
+        raise ConfigError(f"{path}: audit_max_mb must be positive and audit_keep 0 or more")
+    if config.quantiles_window < 1 or config.quantiles_window_s <= 0:
+        raise ConfigError(f"{path}: quantiles_window must be at least 1 and quantiles_window_s positive")
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
+    _check_transport(path, config)
     for name, model in config.models.items():
         if model.rope_scale is not None and model.rope_scaling is None:
             raise ConfigError(
                 f'{path}: [models."{name}"] rope_scale needs rope_scaling ("yarn" or "linear") beside it'
             )
     return config
+
+
+def _check_transport(path: Path, config: Config) -> None:
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError(f"{path}: tls_cert and tls_key go together — set both, or neither for plain HTTP")
+    for key in ("tls_cert", "tls_key"):
+        value = getattr(config, key)
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ConfigError(
+                f"{path}: {key} = {value!r} is not a readable file — give the path of a PEM file "
+                "(see docs/security.md for making one)"
+            )
+    for origin in config.cors_origins:
+        if origin != "*" and ("://" not in origin or origin.endswith("/")):
+            raise ConfigError(
+                f"{path}: cors_origins entry {origin!r} is not an origin — write scheme://host[:port] "
+                'with no path, e.g. "https://app.example", or "*" for any origin'
+            )
+    if config.header_timeout_s <= 0 or config.keep_alive_timeout_s <= 0:
+        raise ConfigError(f"{path}: header_timeout_s and keep_alive_timeout_s must be above 0")
+    if config.max_connections < 1 or config.max_connections_per_client < 1:
+        raise ConfigError(f"{path}: max_connections and max_connections_per_client must be at least 1")
+    if config.max_header_kb < 1:
+        raise ConfigError(f"{path}: max_header_kb must be at least 1")

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from blazar.config import Paths
 
-__all__ = ["read_daemon_info", "remove_daemon_info", "write_daemon_info"]
+__all__ = [
+    "read_daemon_info",
+    "read_local_token",
+    "remove_daemon_info",
+    "remove_local_token",
+    "write_daemon_info",
+    "write_local_token",
+]
 
 
 def read_daemon_info(paths: Paths) -> dict[str, object] | None:
@@ -27,11 +34,20 @@ def read_daemon_info(paths: Paths) -> dict[str, object] | None:
     return dict(info)
 
 
-def write_daemon_info(paths: Paths, host: str, port: int) -> None:
+def write_daemon_info(paths: Paths, host: str, port: int, *, tls_cert: str | None = None) -> None:
+    """``tls_cert``: the daemon serves HTTPS with this certificate, which the CLI then trusts."""
     path = Path(paths.daemon_file)
     path.parent.mkdir(parents=True, exist_ok=True)
     display_host = f"[{host}]" if ":" in host else host
-    info = {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{display_host}:{port}"}
+    scheme = "http" if tls_cert is None else "https"
+    info: dict[str, object] = {
+        "pid": os.getpid(),
+        "host": host,
+        "port": port,
+        "url": f"{scheme}://{display_host}:{port}",
+    }
+    if tls_cert is not None:
+        info["tls_cert"] = str(Path(tls_cert).expanduser().resolve())
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(info))
     os.replace(tmp, path)
@@ -44,4 +60,39 @@ def remove_daemon_info(paths: Paths) -> None:
         if json.loads(path.read_text()).get("pid") == os.getpid():
             path.unlink()
     except (OSError, ValueError):
+        pass
+
+
+LOCAL_TOKEN_FILE = "local.token"
+"""In the run dir: the per-boot token the CLI on this machine authenticates with."""
+
+
+def write_local_token(run_dir: str, token: str) -> Path:
+    """Write the token readable by its owner alone (0600), atomically."""
+    path = Path(run_dir) / LOCAL_TOKEN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, token.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_local_token(paths: Paths) -> str | None:
+    try:
+        return (Path(paths.run_dir) / LOCAL_TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def remove_local_token(run_dir: str, token: str) -> None:
+    """Remove the token file if it still holds ``token`` (a newer daemon's stays)."""
+    path = Path(run_dir) / LOCAL_TOKEN_FILE
+    try:
+        if path.read_text().strip() == token:
+            path.unlink()
+    except OSError:
         pass

@@ -97,10 +97,48 @@ CATALOG: dict[str, CodeInfo] = {
             400,
             "A batch input line names another endpoint than the batch: one endpoint per batch.",
         ),
+        _c("HEADERS_TOO_LARGE", 431, "The request head exceeds max_header_kb: send fewer, shorter headers."),
+        _c(
+            "TOO_MANY_CONNECTIONS",
+            503,
+            "The connection cap (in all, or for this client address) is reached: close idle ones, retry.",
+        ),
+        _c(
+            "KEY_EXPIRED",
+            401,
+            "The API key has expired: ask the operator for a new one (`blazar keys add`).",
+        ),
+        _c(
+            "KEY_SCOPE_FORBIDDEN",
+            403,
+            "The API key's scopes do not include this route family (chat, embeddings, audio, images, "
+            "batch, admin).",
+        ),
+        _c("MODEL_NOT_IN_SCOPE", 403, "The API key's `models:` scopes do not include this model."),
+        _c(
+            "KEY_CONCURRENCY_LIMITED",
+            429,
+            "The API key already runs its `max_concurrent` requests: retry after Retry-After.",
+        ),
         _c(
             "CONTEXT_TOO_LARGE",
             400,
             "The context asked for exceeds what the model can serve (strict mode): lower it or extend it.",
+        ),
+        _c(
+            "PARAMETER_IGNORED",
+            400,
+            "Strict mode: a parameter would have no effect here; the message names it: leave it out.",
+        ),
+        _c(
+            "PARAMETER_CHANGED",
+            400,
+            "Strict mode: a parameter would be lowered (an output limit above the context): send less.",
+        ),
+        _c(
+            "NOT_IMPLEMENTED",
+            501,
+            "The route is in the dialect's API but Blazar does not serve it: the message says what to use.",
         ),
     )
 }

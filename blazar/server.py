@@ -23,18 +23,45 @@ import trio
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, ConfigError, Paths
-from blazar.daemon_file import remove_daemon_info, write_daemon_info
+from blazar.daemon_file import remove_daemon_info, remove_local_token, write_daemon_info
+from blazar.scrub import ScrubFilter, scrub
 
 if TYPE_CHECKING:
     from blazar.web.tracing import RequestTracer
 
-__all__ = ["BindError", "run_server", "setup_logging"]
+__all__ = ["BindError", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
 
 log = logging.getLogger("blazar.server")
 
 
 class BindError(Exception):
     pass
+
+
+class StartRefused(Exception):
+    """The daemon would start in a state the operator did not ask for (e.g. open to the network)."""
+
+
+def open_bind_refusal(config: Config, paths: Paths) -> str | None:
+    """Why the daemon must not start as configured, or None: a non-loopback bind with no API
+    key lets anyone who reaches the port run, pull and delete models."""
+    from blazar.keys import KeyStore, keys_path
+    from blazar.web.auth import is_loopback
+
+    if is_loopback(config.host) or config.insecure_open:
+        return None
+    store = KeyStore(keys_path(paths.data_dir))
+    try:
+        if store.count() > 0:
+            return None
+    finally:
+        store.close()
+    return (
+        f"refusing to listen on {config.host}: the address is reachable from other machines and no "
+        "API key exists, so anyone who reaches the port could use, pull and delete every model — "
+        "add a key first (`blazar keys add NAME`), or bind 127.0.0.1, or accept an open daemon "
+        "explicitly with `blazar serve --insecure-open` (config: insecure_open = true)"
+    )
 
 
 def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
@@ -44,11 +71,16 @@ def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
     )
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(fmt)
+    # On the handlers, not the root logger: a logger's filters skip records that other
+    # loggers propagate to it, a handler's see every record it writes.
+    scrubber = ScrubFilter()
+    handler.addFilter(scrubber)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     if to_stderr:
         console = logging.StreamHandler(sys.stderr)
         console.setFormatter(fmt)
+        console.addFilter(scrubber)
         root.addHandler(console)
     root.setLevel(logging.INFO)
     for noisy in ("hypercorn.access", "httpx", "httpcore"):
@@ -56,7 +88,9 @@ def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
 
 
 async def run_server(config: Config, paths: Paths) -> None:
-    """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError``."""
+    """Serve until SIGTERM/SIGINT or an admin shutdown. Raises ``BindError`` and ``StartRefused``."""
+    if (refusal := open_bind_refusal(config, paths)) is not None:
+        raise StartRefused(refusal)
     try:
         await _serve(config, paths)
     except BaseExceptionGroup as group:
@@ -87,38 +121,30 @@ async def _serve(config: Config, paths: Paths) -> None:
         # The HTTP layer takes a tenth of a second or more to import. Imported once the
         # runtime runs (which waits for the first preloaded engine's process to spawn,
         # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
-        from hypercorn.config import Config as HypercornConfig
-        from hypercorn.trio import serve as hypercorn_serve
-
         from blazar.web.app import build_gateway
+        from blazar.web.listen import hypercorn_config, serve
 
-        asgi = build_gateway(runtime, config, tracer=tracer)
+        asgi = build_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
-        hconfig = HypercornConfig()
-        host = config.host
-        hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
-        hconfig.graceful_timeout = config.drain_grace_s
-        hconfig.accesslog = None
-        hconfig.errorlog = logging.getLogger("hypercorn.error")
-        hconfig.keep_alive_timeout = 75
+        hconfig = hypercorn_config(config)
+        _raise_open_files_limit(config.max_connections)
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:
                 binds = await web.start(
-                    lambda task_status: hypercorn_serve(
-                        asgi,  # type: ignore[arg-type]
-                        hconfig,
-                        shutdown_trigger=shutdown.wait,
-                        task_status=task_status,
+                    lambda task_status: serve(
+                        asgi, config, hconfig, shutdown_trigger=shutdown.wait, task_status=task_status
                     )
                 )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
-                write_daemon_info(paths, host, port)
+                write_daemon_info(paths, config.host, port, tls_cert=config.tls_cert)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
                 try:
                     await shutdown.wait()
                 finally:
                     remove_daemon_info(paths)
+                    if asgi.auth is not None:
+                        remove_local_token(paths.run_dir, asgi.auth.local_token)
                 log.info("shutting down: draining %d requests, then stopping engines", asgi.in_flight)
                 with trio.move_on_after(1.0):
                     await runtime.admission.ask(Draining())  # queued and new requests: 503 SHUTTING_DOWN
@@ -128,10 +154,33 @@ async def _serve(config: Config, paths: Paths) -> None:
                     await asgi.wait_idle()
                 web.cancel_scope.cancel()
             outer.cancel_scope.cancel()
+        if asgi.telemetry is not None:
+            asgi.telemetry.close()  # the audit lines still queued
     if tracer is not None:
         with trio.move_on_after(5.0):
             await trio.to_thread.run_sync(tracer.shutdown, abandon_on_cancel=True)
     log.info("stopped")
+
+
+def _raise_open_files_limit(max_connections: int) -> None:
+    """Room for every connection the caps allow, plus the engines', the ledger's and the
+    refusals' own descriptors: past the soft limit accepts fail and clients wait unanswered."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + 512
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            target = soft
+        if target < wanted:
+            log.warning(
+                "the open-files limit (%d) is below max_connections + 512: lower max_connections or "
+                "raise `ulimit -n`",
+                target,
+            )
 
 
 def _open_tracer(config: Config) -> RequestTracer | None:
@@ -141,7 +190,7 @@ def _open_tracer(config: Config) -> RequestTracer | None:
     if endpoint is None:
         return None
     try:
-        tracer = open_tracer(endpoint, service_name=config.otel_service_name, scrub=None)
+        tracer = open_tracer(endpoint, service_name=config.otel_service_name, scrub=scrub)
     except TracingUnavailable as exc:
         raise ConfigError(str(exc)) from None
     log.info("exporting request traces to %s", endpoint)

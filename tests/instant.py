@@ -17,13 +17,12 @@ from typing import Any
 
 import httpx
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 
 from actors.config import EngineConfig
 from actors.runtime import Runtime, open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.web.app import build_gateway
+from blazar.web.listen import hypercorn_config, serve
 from tests.support import MODEL, ROOT, make_home
 
 __all__ = [
@@ -60,13 +59,13 @@ class Gateway:
 async def serve_gateway(config: Config) -> AsyncIterator[Gateway]:
     """The ASGI app the daemon serves, on hypercorn on a free loopback port."""
     async with open_runtime(config.runtime(resolve_paths())) as runtime, trio.open_nursery() as nursery:
-        hconfig = HypercornConfig()
+        hconfig = hypercorn_config(config)
         hconfig.bind = ["127.0.0.1:0"]
-        hconfig.accesslog = None
         stop = trio.Event()
         binds = await nursery.start(
             lambda task_status: serve(
-                build_gateway(runtime, config),  # type: ignore[arg-type]
+                build_gateway(runtime, config),
+                config,
                 hconfig,
                 shutdown_trigger=stop.wait,
                 task_status=task_status,

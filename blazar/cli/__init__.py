@@ -3,7 +3,7 @@
 Every failing command prints one line that says what went wrong and what to
 run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
 
-The commands live by theme in ``serving``, ``models``, ``fit`` and ``disk``; each
+The commands live by theme in ``serving``, ``models``, ``fit``, ``disk`` and ``keys``; each
 registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["app", "main"]
 app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
 
 # Imported for their side effect: each module's @app.command decorators register its commands.
-from blazar.cli import disk, fit, jobs, models, serving  # noqa: E402, F401
+from blazar.cli import disk, doctor, fit, jobs, keys, models, serving  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> None:

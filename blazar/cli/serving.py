@@ -32,11 +32,19 @@ def serve(
             "before the models of the config's preload.",
         ),
     ] = None,
+    insecure_open: Annotated[
+        bool,
+        Parameter(
+            negative="",
+            help="Serve a non-loopback --host even though no API key exists: anyone who reaches "
+            "the port may use every model and admin route.",
+        ),
+    ] = False,
 ) -> None:
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
     import trio
 
-    from blazar.server import BindError, run_server, setup_logging
+    from blazar.server import BindError, StartRefused, run_server, setup_logging
 
     paths, config = load_setup()
     config = msgspec.structs.replace(
@@ -44,6 +52,7 @@ def serve(
         host=host or config.host,
         port=config.port if port is None else port,
         preload=list(dict.fromkeys([*(preload or []), *config.preload])),
+        insecure_open=insecure_open or config.insecure_open,
     )
     running = find_daemon(paths)
     if running is not None:
@@ -54,6 +63,9 @@ def serve(
     except BindError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(3)
+    except StartRefused as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
 
 
 @app.command

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from blazar.dialects import params
 from blazar.dialects._wire import OutOfRange, convert, decode_json
 from blazar.dialects.jsonstream import complete_prefix
 from blazar.dialects.neutral import (
@@ -101,6 +102,13 @@ class _CountBody(msgspec.Struct, kw_only=True):
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     output_config: dict[str, Any] | None = None
+    # Read only to be named when they have no effect (blazar.dialects.params).
+    metadata: Any = None
+    service_tier: Any = None
+    container: Any = None
+    context_management: Any = None
+    mcp_servers: Any = None
+    inference_geo: Any = None
 
 
 class _MessagesBody(_CountBody, kw_only=True):
@@ -176,7 +184,9 @@ def _wording(r: OutOfRange) -> str:
 def decode_messages_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages`` → neutral request (``max_tokens`` is required)."""
     wire: _MessagesBody = decode_json(body, _MessagesBody, _wording)
-    return _request(wire)
+    table = params.ANTHROPIC_MESSAGES
+    ignored = table.screen(wire) + table.unlisted(params.keys_of(body, table.open))
+    return msgspec.structs.replace(_request(wire), ignored=ignored)
 
 
 def decode_count_tokens_request(body: bytes) -> ChatRequest:

@@ -152,6 +152,7 @@ def engine_request(
             body[key] = value
     if req.stop:
         body["stop"] = req.stop
+    body.update(req.sampling)
     if req.raw_prompt is not None:
         body["prompt"] = req.raw_prompt
         return "/v1/completions", body
@@ -341,6 +342,8 @@ class EngineStream:
         self.prompt: Usage | None = None
         self.seen_event = False
         self.events = 0
+        self.timings: Any = None
+        """The engine's ``timings`` object from its final event (prompt and decode times)."""
 
     def feed(self, data: bytes) -> list[Delta]:
         self._buf += data
@@ -365,6 +368,8 @@ class EngineStream:
         if "error" in doc:
             err = doc["error"]
             raise EngineError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
+        if (timings := doc.get("timings")) is not None:
+            self.timings = timings
         progress = doc.get("prompt_progress")
         if self.prompt is None and isinstance(progress, dict):
             self.prompt = Usage(

@@ -109,6 +109,12 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds to stay loaded after this request; 0 unloads, negative keeps forever."""
     raw_prompt: str | None = None
     """A prompt sent as-is, without the chat template (Ollama ``generate`` with ``raw``)."""
+    sampling: dict[str, Any] = {}
+    """Further llama.cpp sampler fields, under llama.cpp's names (``mirostat``, ``n_keep``…)."""
+    ignored: list[str] = []
+    """The request's parameters accepted without effect (``blazar.dialects.params``)."""
+    output_param: str = "max_tokens"
+    """The name of the output limit in the caller's dialect, for reports."""
 
 
 class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,6 +123,8 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool = False
     max_tokens: int | None = None
     include_usage: bool = False
+    ignored: list[str] = []
+    output_param: str = "max_tokens"
 
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,6 +133,7 @@ class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     dimensions: int | None = None
     truncate: bool = True
     keep_alive_s: float | None = None
+    ignored: list[str] = []
 
 
 class EmbedResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from blazar.dialects import params
 from blazar.dialects._wire import decode_json
 from blazar.dialects.jsonstream import complete_prefix
 from blazar.dialects.neutral import (
@@ -77,7 +78,8 @@ _Penalty = Annotated[float, Meta(ge=-2, le=2)]
 
 
 class _Options(msgspec.Struct, kw_only=True):
-    """The ``options`` we map; every other option (``num_gpu``, ``mirostat``…) is ignored.
+    """The ``options`` of Ollama's API: the sampling ones are mapped; the rest (``num_gpu``,
+    ``use_mmap``…) are read only to be named as ignored (``blazar.dialects.params``).
 
     Ranges are what llama.cpp can honour: ``num_predict`` -1 means no limit and -2
     fill the context; a repeat penalty divides the logits, so it must be above 0."""
@@ -93,6 +95,35 @@ class _Options(msgspec.Struct, kw_only=True):
     presence_penalty: _Penalty | None = None
     frequency_penalty: _Penalty | None = None
     num_ctx: Annotated[int, Meta(ge=1)] | None = None
+    typical_p: _Fraction | None = None
+    repeat_last_n: Annotated[int, Meta(ge=-1)] | None = None
+    mirostat: Annotated[int, Meta(ge=0, le=2)] | None = None
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
+    num_keep: int | None = None
+    penalize_newline: Any = None
+    tfs_z: Any = None
+    num_batch: Any = None
+    num_gpu: Any = None
+    main_gpu: Any = None
+    num_thread: Any = None
+    use_mmap: Any = None
+    use_mlock: Any = None
+    numa: Any = None
+    low_vram: Any = None
+    f16_kv: Any = None
+    vocab_only: Any = None
+
+
+_SAMPLING = {
+    # Ollama option -> llama.cpp request field, passed through as is
+    "typical_p": "typical_p",
+    "repeat_last_n": "repeat_last_n",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
+    "num_keep": "n_keep",
+}
 
 
 class _WireFunctionCall(msgspec.Struct, kw_only=True):
@@ -223,7 +254,15 @@ def _options(opts: _Options | None) -> dict[str, Any]:
         "presence_penalty": opts.presence_penalty,
         "frequency_penalty": opts.frequency_penalty,
         "num_ctx": opts.num_ctx,
+        "sampling": {f: getattr(opts, o) for o, f in _SAMPLING.items() if getattr(opts, o) is not None},
+        "output_param": "options.num_predict",
     }
+
+
+def _ignored(table: params.Table, wire: Any, body: bytes) -> list[str]:
+    """What the request sets without effect: the table's ignored parameters, and any key
+    that is not part of Ollama's API (at the top level, or in ``options``)."""
+    return table.screen(wire) + table.unlisted(params.keys_of(body, table.open))
 
 
 # ---------------------------------------------------------------------------
@@ -333,6 +372,7 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         think=_think(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
+        ignored=_ignored(params.OLLAMA_CHAT, wire, body),
         **_options(wire.options),
     )
 
@@ -346,10 +386,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
     """
     wire = decode_json(body, _GenerateBody)
     _check_model(wire.model)
-    if wire.suffix:
-        raise DecodeError(
-            "invalid field `suffix`: fill-in-the-middle is not supported yet; send the prompt alone"
-        )
+    ignored = _ignored(params.OLLAMA_GENERATE, wire, body)  # refuses `suffix`
     prompt = wire.prompt or ""
     images = [_strip_data_url(x) for x in wire.images or []]
     raw_prompt: str | None = None
@@ -375,6 +412,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         raw_prompt=raw_prompt,
+        ignored=ignored,
         **_options(wire.options),
     )
 
@@ -387,7 +425,7 @@ def load_action(req: ChatRequest) -> Literal["load", "unload"] | None:
 
 
 def decode_embed_request(body: bytes) -> EmbedRequest:
-    """``POST /api/embed``. ``options`` are ignored."""
+    """``POST /api/embed``. ``options`` are ignored (and named so)."""
     wire = decode_json(body, _EmbedBody)
     _check_model(wire.model)
     inputs = [wire.input] if isinstance(wire.input, str) else list(wire.input)
@@ -399,6 +437,7 @@ def decode_embed_request(body: bytes) -> EmbedRequest:
         dimensions=wire.dimensions,
         truncate=wire.truncate is not False,
         keep_alive_s=parse_duration_s(wire.keep_alive),
+        ignored=_ignored(params.OLLAMA_EMBED, wire, body),
     )
 
 
@@ -411,6 +450,7 @@ def decode_legacy_embeddings_request(body: bytes) -> EmbedRequest:
         model=wire.model,
         inputs=[wire.prompt] if wire.prompt else [],
         keep_alive_s=parse_duration_s(wire.keep_alive),
+        ignored=_ignored(params.OLLAMA_EMBEDDINGS, wire, body),
     )
 
 

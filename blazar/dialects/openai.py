@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from blazar.dialects import params
 from blazar.dialects._wire import OutOfRange, decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
@@ -94,6 +95,20 @@ class _ChatBody(msgspec.Struct, kw_only=True):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     user: str | None = None
+    # Read only to be named when they have no effect (blazar.dialects.params).
+    modalities: Any = None
+    audio: Any = None
+    web_search_options: Any = None
+    safety_identifier: Any = None
+    store: Any = None
+    metadata: Any = None
+    service_tier: Any = None
+    prediction: Any = None
+    verbosity: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
+    functions: Any = None
+    function_call: Any = None
 
 
 class _CompletionBody(msgspec.Struct, kw_only=True):
@@ -111,6 +126,8 @@ class _CompletionBody(msgspec.Struct, kw_only=True):
     frequency_penalty: _Penalty | None = None
     echo: bool | None = None
     suffix: str | None = None
+    best_of: Any = None
+    user: Any = None
 
 
 def wording(r: OutOfRange) -> str:
@@ -127,6 +144,7 @@ def _check_model(model: str) -> None:
 
 def decode_chat_request(body: bytes) -> ChatRequest:
     wire: _ChatBody = decode_json(body, _ChatBody, wording)
+    ignored = params.OPENAI_CHAT.screen(wire)
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     _check_model(wire.model)
     if not wire.messages:
@@ -151,6 +169,8 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         tool_choice=_tool_choice(wire.tool_choice),
         response_format=_response_format(wire.response_format),
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+        ignored=ignored,
+        output_param="max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens",
     )
 
 
@@ -249,6 +269,7 @@ def decode_completion_request(body: bytes) -> CompletionRequest:
         stream=bool(wire.stream),
         max_tokens=wire.max_tokens,
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
+        ignored=params.OPENAI_COMPLETIONS.screen(wire),
     )
 
 
@@ -305,7 +326,8 @@ def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
     fmt = wire.encoding_format or "float"
     if fmt not in ("float", "base64"):
         raise DecodeError(f"invalid field `encoding_format`: {fmt!r} is not float or base64")
-    return EmbedRequest(model=wire.model, inputs=inputs, dimensions=wire.dimensions), fmt
+    ignored = params.OPENAI_EMBEDDINGS.screen(wire)
+    return EmbedRequest(model=wire.model, inputs=inputs, dimensions=wire.dimensions, ignored=ignored), fmt
 
 
 def encode_embeddings(resp: EmbedResponse, *, encoding_format: str) -> bytes:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from blazar.dialects import params
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import (
     ChatRequest,
@@ -110,6 +111,13 @@ class _Body(msgspec.Struct, kw_only=True):
     top_logprobs: int | None = None
     max_tool_calls: int | None = None
     user: str | None = None
+    # Read only to be named when they have no effect (blazar.dialects.params).
+    safety_identifier: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
+    stream_options: Any = None
+    prompt: Any = None
 
 
 class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,17 +228,8 @@ def _ignored(wire: _Body) -> list[str]:
                 param=f"include[{i}]",
             )
         out.append(f"include:{name}")
-    if wire.reasoning is not None and (wire.reasoning.summary or wire.reasoning.generate_summary):
-        out.append("reasoning.summary")
-    if wire.top_logprobs:
-        out.append("top_logprobs")
-    if wire.max_tool_calls is not None:
-        out.append("max_tool_calls")
-    if wire.parallel_tool_calls is False:
-        out.append("parallel_tool_calls")
-    if wire.truncation == "auto":
-        out.append("truncation")  # an overflow is refused, not cut from the front
-    return out
+    # ``truncation: auto`` is not done: an overflow is refused, not cut from the front.
+    return out + [name for name in params.RESPONSES.screen(wire) if name != "include"]
 
 
 def _think(reasoning: _Reasoning | None) -> bool | None:
@@ -501,6 +500,8 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatRe
         tool_choice=req.tool_choice,
         response_format=req.response_format,
         think=req.think,
+        ignored=req.ignored,
+        output_param="max_output_tokens",
     )
 
 

@@ -10,6 +10,8 @@ and the unexpected — answers in JSON in the caller's dialect with a
 from __future__ import annotations
 
 import os
+import secrets
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -24,60 +26,116 @@ from actors.ledger import read_requests
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.config import Config
+from blazar.daemon_file import write_local_token
+from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
+from blazar.keys import ADMIN, KeyStore, keys_path
+from blazar.telemetry.audit import AuditLog
+from blazar.telemetry.observer import Telemetry
+from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
+from blazar.web import diagnostics as web_diagnostics
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
+from blazar.web import telemetry_routes as web_telemetry
+from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
+from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
+from blazar.web.telemetry_routes import TELEMETRY_KEY
 from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
 
 _CARDS_KEY = "blazar.cards"
+_AUTH_KEY = "blazar.auth"
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
 
 
+def build_telemetry(runtime: Runtime, config: Config, log_dir: str | None = None) -> Telemetry:
+    """Metrics, quantiles and (with ``audit_log`` on and a ``log_dir``) the audit log, not yet started."""
+    audit = None
+    if config.audit_log and log_dir is not None:
+        audit = AuditLog(
+            Path(log_dir) / "audit.jsonl",
+            max_bytes=int(config.audit_max_mb * 1024 * 1024),
+            backups=config.audit_keep,
+            prompts=config.audit_prompts,
+        )
+    window = QuantileWindow(max_requests=config.quantiles_window, max_age_s=config.quantiles_window_s)
+    return Telemetry(runtime, quantiles=window, audit=audit)
+
+
 def build_gateway(
-    runtime: Runtime, config: Config, *, tracer: RequestTracer | None = None
+    runtime: Runtime, config: Config, *, log_dir: str | None = None, tracer: RequestTracer | None = None
 ) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app;
-    ``tracer`` traces each request (``blazar.web.tracing``)."""
+    ``tracer`` traces each request (``blazar.web.tracing``).
+    ``gateway.telemetry.audit``, when there is one, is started here; close it at shutdown
+    (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
     for module in (web_openai, web_ollama, web_anthropic, web_responses):
         module.register_routes(routes, runtime)
+    telemetry = build_telemetry(runtime, config, log_dir)
+    cors = CorsPolicy(config.cors_origins)
+    auth = open_auth(runtime, config)
     gateway = GatewayMiddleware(
-        create_app(runtime, config, cards=cards),
+        create_app(runtime, config, cards=cards, telemetry=telemetry, auth=auth),
         runtime.ledger,
         cards,
         routes=routes,
-        guard=HostGuard(config.allowed_hosts) if HostGuard.applies_to(config.host) else None,
+        guard=HostGuard(config.allowed_hosts, cors) if HostGuard.applies_to(config.host) else None,
+        auth=auth,
         max_body=int(config.max_body_mb * 1024 * 1024),
         tracer=tracer,
+        telemetry=telemetry,
+        cors=cors,
     )
+    if telemetry.audit is not None:
+        telemetry.audit.start()
     # batch items run through the whole gateway, as the same requests over HTTP would
-    batch_runner.register_runner(runtime, gateway)
+    batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
     return gateway
 
 
-def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) -> QuartTrio:
+def open_auth(runtime: Runtime, config: Config) -> Auth:
+    """The auth step over ``keys.db``, with a fresh local token in the run dir for the CLI."""
+    token = "blz-local-" + secrets.token_urlsafe(32)
+    write_local_token(runtime.config.run_dir, token)
+    return Auth(
+        KeyStore(keys_path(runtime.config.home)),
+        local_token=token,
+        closed_when_empty=not is_loopback(config.host) and not config.insecure_open,
+        queue_over_concurrency=config.key_concurrency == "queue",
+    )
+
+
+def create_app(
+    runtime: Runtime,
+    config: Config,
+    *,
+    cards: Cards | None = None,
+    auth: Auth | None = None,
+    telemetry: Telemetry | None = None,
+) -> QuartTrio:
     """The Quart app: every route the gateway layer does not serve itself. Without that
     layer in front (the framework's test client) the app still runs, unguarded."""
     cards = cards if cards is not None else Cards()
+    telemetry = telemetry if telemetry is not None else build_telemetry(runtime, config)
     app = QuartTrio("blazar")
     app.config.update(
         RESPONSE_TIMEOUT=None,  # long generations must not be cut
@@ -91,13 +149,22 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
 
     @app.before_request
     async def _before() -> None:
-        if current_or_none() is None:  # no gateway layer in front: a call for this task
-            Call(request.scope, trace_id="blz-direct", max_body=max_body).__enter__()
+        call = current_or_none()
+        if call is None:  # no gateway layer in front: a call for this task
+            call = Call(request.scope, trace_id="blz-direct", max_body=max_body).__enter__()
+        if request.url_rule is not None:
+            call.route = request.url_rule.rule  # the template: a bounded metrics label
 
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
         status = exc.code or 500
         code = _HTTP_CODES.get(status, "BAD_REQUEST" if status < 500 else "INTERNAL")
+        if status == 404 and (missing := unimplemented.lookup(request.path)) is not None:
+            message = (
+                f"{request.method} {request.path} is part of the {missing.dialect} API but Blazar "
+                f"does not implement it: {missing.reason}"
+            )
+            return error_response("NOT_IMPLEMENTED", message)
         if status == 404:
             message = f"no route {request.method} {request.path} — see docs/api.md for the routes"
         elif status == 405:
@@ -112,6 +179,8 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
 
     app.extensions[RUNTIME_KEY] = runtime
     app.extensions[_CARDS_KEY] = cards
+    app.extensions[TELEMETRY_KEY] = telemetry
+    app.extensions[_AUTH_KEY] = auth
     _register(app)
     for module in (
         web_openai,
@@ -119,11 +188,13 @@ def create_app(runtime: Runtime, config: Config, *, cards: Cards | None = None) 
         web_ollama,
         web_lifecycle,
         web_capacity,
+        web_diagnostics,
         web_responses,
         web_conversations,
         web_jobs,
         web_batches,
         web_message_batches,
+        web_telemetry,
     ):
         module.register(app)
     return app
@@ -137,6 +208,7 @@ def _register(app: QuartTrio) -> None:
     app.get("/admin/engines")(admin_engines)
     app.get("/admin/engines/<path:name>/slots")(admin_slots)
     app.get("/admin/requests")(admin_requests)
+    app.get("/admin/keys")(admin_keys)
     app.get("/v1/requests")(list_requests)
     app.get("/v1/requests/<card_id>")(get_request)
     app.post("/v1/requests/<card_id>/cancel")(cancel_request)
@@ -185,6 +257,13 @@ async def admin_requests() -> Response:
     return Response(msgspec.json.encode({"object": "list", "data": records}), content_type=JSON)
 
 
+async def admin_keys() -> Response:
+    """Every API key (names, scopes, limits; never a secret) and its usage since boot."""
+    auth = cast(Auth | None, current_app.extensions.get(_AUTH_KEY))
+    stats = auth.statistics() if auth is not None else {"object": "list", "auth": False, "data": []}
+    return Response(msgspec.json.encode(stats), content_type=JSON)
+
+
 # -- live requests ----------------------------------------------------
 
 
@@ -199,9 +278,15 @@ def _card_view(card: Card) -> CardView:
     return card.view(position)
 
 
+def _own(card: Card) -> bool:
+    """A key sees and ends only its own requests; an admin key (and the local token) all."""
+    grant = current().grant
+    return grant is None or grant.allows_family(ADMIN) or card.key == grant.name
+
+
 def _find_card(card_id: str) -> Card:
     card = _cards().get(card_id)
-    if card is None:
+    if card is None or not _own(card):
         raise BlazarError("NOT_FOUND", f"no request {card_id} — see GET /v1/requests for the live ones")
     return card
 
@@ -211,7 +296,7 @@ async def list_requests() -> Response:
     views = [
         _card_view(c)
         for c in _cards().all()
-        if (model is None or c.model == model) and (state is None or c.state == state)
+        if _own(c) and (model is None or c.model == model) and (state is None or c.state == state)
     ]
     return Response(msgspec.json.encode({"object": "list", "data": views}), content_type=JSON)
 

@@ -53,10 +53,13 @@ def output_file_ids(batch_id: str) -> tuple[str, str]:
     return f"file-out-{tail}", f"file-err-{tail}"
 
 
-def register_runner(runtime: Runtime, app: Callable[..., Any]) -> None:
-    """Run batch jobs through ``app``, the daemon's ASGI application."""
+def register_runner(
+    runtime: Runtime, app: Callable[..., Any], *, headers: dict[str, str] | None = None
+) -> None:
+    """Run batch jobs through ``app``, the daemon's ASGI application; ``headers`` go with
+    every item (the local token, so that items pass the auth step)."""
     client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None, headers=headers
     )
 
     async def run(ctx: JobContext) -> JobOutcome:

@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blazar.errors import BlazarError
 from blazar.web.cards import Card
+
+if TYPE_CHECKING:
+    from blazar.keys import Key
 
 __all__ = ["Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
 
@@ -49,12 +52,15 @@ class Call:
         "cleanups",
         "client",
         "code",
+        "error",
+        "grant",
         "headers",
         "key",
         "max_body",
         "method",
         "model",
         "path",
+        "route",
         "trace_id",
     )
 
@@ -72,8 +78,14 @@ class Call:
         self.cleanups: list[Cleanup] = []
         self.model: str | None = None
         self.code: str | None = None
+        self.error: str | None = None
+        """The message of the error the request was answered with (for the ledger, scrubbed there)."""
+        self.route: str | None = None
+        """The route's template (``/v1/requests/<card_id>``), once the framework matched one."""
         self.key: str | None = None
         """The name of the API key the request authenticated with (never the secret)."""
+        self.grant: Key | None = None
+        """The key itself (its scopes), set by the gateway's auth step."""
         self.body = b""
         self._token: Any = None
 
@@ -85,10 +97,22 @@ class Call:
         _CURRENT.reset(self._token)
 
     def set_model(self, name: str) -> None:
-        """Name the model in the request's ledger record and live card."""
+        """Name the model in the request's ledger record and live card; refuse it (403
+        ``MODEL_NOT_IN_SCOPE``) when the request's key may not use it."""
+        self.check_model(name)
         self.model = name
         if self.card is not None:
             self.card.model = name
+
+    def check_model(self, name: str) -> None:
+        grant = self.grant
+        if grant is not None and not grant.allows_model(name):
+            raise BlazarError(
+                "MODEL_NOT_IN_SCOPE",
+                f"API key {grant.name!r} may not use model {name!r}; its models are "
+                f"{', '.join(grant.models)} — use a key whose `models:` scope matches",
+                param="model",
+            )
 
     def on_cleanup(self, fn: Cleanup) -> None:
         """Run ``fn`` (shielded) when the server is done with this request, however it ends."""

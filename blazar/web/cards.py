@@ -14,9 +14,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 import trio
+
+from blazar.dialects.engine_usage import EngineUsage
 
 __all__ = ["Card", "CardState", "CardView", "Cards", "StreamEnders"]
 
@@ -105,6 +108,20 @@ class Card:
     prefill_ms: float | None = None
     decode_ms: float | None = None
 
+    def note_claim(self, queued_s: float, load_ns: int) -> None:
+        """A claim on an engine was granted: its wait and load (summed over a request's claims)."""
+        self.queue_wait_s = (self.queue_wait_s or 0.0) + queued_s
+        self.load_s = (self.load_s or 0.0) + load_ns / 1e9
+
+    def note_usage(self, usage: EngineUsage | None) -> None:
+        """What the engine said one of its replies cost (summed over a request's engine calls)."""
+        if usage is None:
+            return
+        self.prompt_tokens = _plus(self.prompt_tokens, usage.prompt_tokens)
+        self.completion_tokens = _plus(self.completion_tokens, usage.completion_tokens)
+        self.prefill_ms = _plus(self.prefill_ms, usage.prefill_ms)
+        self.decode_ms = _plus(self.decode_ms, usage.decode_ms)
+
     def view(self, position: int | None = None) -> CardView:
         end = self.ended_s if self.ended_s is not None else time.perf_counter()
         return CardView(
@@ -145,6 +162,15 @@ class Card:
         self.end_code = "DEADLINE_EXCEEDED"
         self.reason = "its deadline (X-Blazar-Deadline-Ms) passed while it ran"
         return True
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _plus(have: _N | None, more: _N | None) -> _N | None:
+    if more is None:
+        return have
+    return more if have is None else have + more
 
 
 class Cards:

@@ -14,6 +14,8 @@ from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.scheduling import Tier, parse_tier
 from blazar.errors import BlazarError
+from blazar.keys import LOCAL_NAME
+from blazar.web.auth import presented_secret, secret_tag
 from blazar.web.call import Call, current_or_none
 from blazar.web.cards import CardState
 from blazar.web.common import keep_alive_header
@@ -22,12 +24,14 @@ __all__ = ["Claim", "claim_engine"]
 
 
 def _client_key(call: Call) -> str:
+    """Who a request is, for admission's per-client fairness: its key's name; never a secret
+    (a bearer token that is no key counts by a hash of it)."""
     headers = call.headers
-    auth = headers.get("authorization", "")
-    if auth.lower().startswith("bearer ") and len(auth) > 7:
-        return "key:" + auth[7:]
-    if key := headers.get("x-api-key"):
-        return "key:" + key
+    if call.key is not None:
+        if call.key != LOCAL_NAME:  # the local token: the CLI, batch items — told apart below
+            return "key:" + call.key
+    elif (secret := presented_secret(headers)) is not None:
+        return "tok:" + secret_tag(secret)
     if client := headers.get("x-blazar-client"):
         return "client:" + client
     return f"addr:{call.client or '?'}"
@@ -59,6 +63,9 @@ async def claim_engine(
         return await runtime.claim(
             engine.spec.model, tier=tier or Tier.NORMAL, client="job", keep_alive_s=keep_alive_s
         )
+    # The name asked for was checked when the route named it; the model it resolved to must
+    # be in the key's scope too, or an alias would lead out of it.
+    call.check_model(engine.spec.model)
     if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
         keep_alive_s = keep_alive_header(header)
     live = call.card
@@ -73,7 +80,7 @@ async def claim_engine(
             if deadline_s is not None:  # queued, admission refuses it; running, the card ends it
                 live.run_until(deadline_s)
 
-    return await runtime.claim(
+    claim = await runtime.claim(
         engine.spec.model,
         tier=tier if tier is not None else parse_tier(call.headers.get("x-blazar-priority")),
         client=_client_key(call),
@@ -82,3 +89,6 @@ async def claim_engine(
         waiter_id=waiter_id,
         on_granted=granted,
     )
+    if live is not None:
+        live.note_claim(claim.queued_s, claim.load_ns)
+    return claim

@@ -73,7 +73,7 @@ def error_reply(
 
 
 def _reply_of(call: Call, err: ErrorReply) -> Reply:
-    call.code = err.code
+    call.code, call.error = err.code, err.message
     dialect = dialect_for(call.path, call.headers)
     body = msgspec.json.encode(error_body(dialect, err.code, err.message, param=err.param))
     retry_after = err.retry_after

@@ -1,11 +1,12 @@
 """The gateway layer: the ASGI application the HTTP server runs, around the Quart app.
 
 For every request it makes the ``Call`` (trace id, live card, cleanups), refuses
-foreign hosts and origins, stamps ``x-blazar-trace-id`` on the answer, runs the
-request inside its card's cancel scope, runs its cleanups however it ends, and
-records it in the ledger without waiting. The hot inference routes (``Routes``)
-it serves itself, straight on ASGI: a relayed request there costs a fraction of
-what a trip through the framework's request and response objects does
+foreign hosts and origins, checks the API key and its limits (``blazar.web.auth``),
+stamps ``x-blazar-trace-id`` on the answer, runs the request inside its card's
+cancel scope, runs its cleanups however it ends, and records it in the ledger
+without waiting. The hot inference routes (``Routes``) it serves itself, straight
+on ASGI: a relayed request there costs a fraction of what a trip through the
+framework's request and response objects does
 (BENCHMARK.md). Every other route goes to the Quart app.
 """
 
@@ -23,40 +24,40 @@ import trio
 
 from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
+from blazar.scrub import scrub
+from blazar.telemetry.observer import Telemetry, dialect_label
+from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
+from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
 from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "HostGuard"]
 
 log = logging.getLogger("blazar.web")
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
-_LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
 _DEFAULT_MAX_BODY = 50 * 1024 * 1024
 _BODY_TIMEOUT_S = 60.0
-
-
-def _host_name(header: str) -> str:
-    if header.startswith("["):
-        return header.split("]")[0] + "]"
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+_ANSWER_KEEP = 256 * 1024
+"""The most reply bytes kept for an audit log that records answers."""
 
 
 class HostGuard:
     """A daemon bound to loopback answers only local names and local origins: a web
-    page (which sends ``Origin``) or a DNS-rebound name must not drive it."""
+    page (which sends ``Origin``) or a DNS-rebound name must not drive it. Origins that
+    ``cors`` grants (``cors_origins``) may call; their ``Host`` must still be local."""
 
-    def __init__(self, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(self, allowed_hosts: Iterable[str] = (), cors: CorsPolicy | None = None) -> None:
         self.allowed = LOOPBACK_NAMES | {h.lower() for h in allowed_hosts}
+        self.cors = cors
 
     @staticmethod
     def applies_to(bind_host: str) -> bool:
         return bind_host in LOOPBACK_NAMES or bind_host.startswith("127.")
 
     def refusal(self, headers: Mapping[str, str]) -> BlazarError | None:
-        host = _host_name(headers.get("host", "").strip().lower())
+        host = host_name(headers.get("host", "").strip().lower())
         if host and host not in self.allowed:
             return BlazarError(
                 "HOST_FORBIDDEN",
@@ -64,19 +65,13 @@ class HostGuard:
                 "localhost, or add the name to `allowed_hosts` in config.toml",
             )
         origin = headers.get("origin")
-        if origin and not self._local_origin(origin):
+        if origin and not local_origin(origin) and not (self.cors is not None and self.cors.grants(origin)):
             return BlazarError(
                 "HOST_FORBIDDEN",
-                f"requests from the web origin {origin} are refused: only local clients may call",
+                f"requests from the web origin {origin} are refused: only local clients may call "
+                "(an operator can list the origin in `cors_origins` in config.toml)",
             )
         return None
-
-    @staticmethod
-    def _local_origin(origin: str) -> bool:
-        if origin == "null" or origin.startswith(_LOCAL_SCHEMES):
-            return origin != "null"
-        host = origin.split("://", 1)[-1].rstrip("/")
-        return _host_name(host).lower() in LOOPBACK_NAMES
 
 
 class _ClientGone(Exception):
@@ -100,16 +95,22 @@ class GatewayMiddleware:
         *,
         routes: Routes | None = None,
         guard: HostGuard | None = None,
+        auth: Auth | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
         tracer: RequestTracer | None = None,
+        telemetry: Telemetry | None = None,
+        cors: CorsPolicy | None = None,
     ) -> None:
         self.app = app
+        self.telemetry = telemetry
         self.ledger = ledger
         self.cards = cards if cards is not None else Cards()
         self.routes = routes if routes is not None else Routes()
         self.guard = guard
+        self.auth = auth
         self.max_body = max_body
         self.tracer = tracer
+        self.cors = cors if cors is not None else CorsPolicy()
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -141,6 +142,12 @@ class GatewayMiddleware:
         sent = 0
         response_started = response_done = disconnected = False
         body_done = call.headers.get("content-length", "0") == "0" and "transfer-encoding" not in call.headers
+        # The reply's bytes, kept only for an audit log that records answers.
+        answer: list[bytes] | None = (
+            [] if card is not None and self.telemetry and self.telemetry.wants_text else None
+        )
+        origin = call.headers.get("origin")
+        grant = self.cors.actual(origin) if origin else None  # None for every non-browser client
 
         async def tracked_receive() -> dict[str, Any]:
             nonlocal body_done, disconnected
@@ -157,6 +164,8 @@ class GatewayMiddleware:
                 status = message["status"]
                 response_started = True
                 headers = [*message.get("headers", ()), *stamp]
+                if grant is not None:
+                    headers += [*grant, expose_header(headers)]
                 if not body_done:
                     # Answered before reading the whole body (an error): the rest of it
                     # would be taken for the next request, so this connection must end.
@@ -171,6 +180,8 @@ class GatewayMiddleware:
                         card.first_byte_s = card.first_byte_s or time.perf_counter()
                         card.chunks += 1
                         card.bytes_out += len(body)
+                        if answer is not None and card.bytes_out <= _ANSWER_KEEP:
+                            answer.append(body)
                 sent += len(body)
                 response_done = not message.get("more_body", False)
             # Shielded: a cancel from another connection (or the app's own nursery)
@@ -186,9 +197,20 @@ class GatewayMiddleware:
         try:
             with call:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                if refusal is None and self.auth is not None:
+                    refusal = await self.auth.enter(call)
                 handler = self.routes.post.get(path)
+                preflight = (
+                    self.cors.preflight(origin, call.headers)
+                    if origin and method == "OPTIONS" and "access-control-request-method" in call.headers
+                    else None
+                )
                 if refusal is not None:
+                    grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
                     await _send_reply(exception_reply(call, refusal), tracked_send)
+                elif preflight is not None:  # before any check of keys: a preflight carries none
+                    await _send_preflight(preflight, send)
+                    status = 204
                 elif handler is not None and method != "POST":
                     await _send_reply(_other_method(call), tracked_send)
                 elif card is None:
@@ -206,29 +228,44 @@ class GatewayMiddleware:
                 for fn in reversed(call.cleanups):
                     with trio.move_on_after(5.0):
                         await fn()
+            if self.auth is not None:
+                self.auth.leave(call)  # after the cleanups: they may fill in the card's tokens
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
             if card is not None:
                 self.cards.close(card, status=status or 499, disconnected=disconnected)
-            if tracer is not None and span is not None:
-                tracer.end(span, status=status or 499, model=call.model, code=call.code, card=card)
+                card.key = card.key or call.key
+            error = call.error or (card.reason if card is not None and card.ended_by is not None else None)
+            record = RequestRecord(
+                trace_id=trace_id,
+                started_at=started_at,
+                method=method,
+                path=path,
+                model=call.model,
+                status=status or 499,  # nothing sent: the client went away first
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
+                blazar_code=call.code,
+                bytes_out=sent,
+                client=call.client,
+                dialect=dialect_label(path, call.headers),
+                key=call.key,
+                error=scrub(error) if error else None,
+                **(_facts(card) if card is not None else {}),
+            )
             if self.ledger is not None:
-                self.ledger.record_nowait(
-                    RequestRecord(
-                        trace_id=trace_id,
-                        started_at=started_at,
-                        method=method,
-                        path=path,
-                        model=call.model,
-                        status=status or 499,  # nothing sent: the client went away first
-                        duration_ms=(time.perf_counter() - t0) * 1000,
-                        ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
-                        blazar_code=call.code,
-                        bytes_out=sent,
-                        client=call.client,
-                    ),
+                self.ledger.record_nowait(record)
+            if self.telemetry is not None:
+                self.telemetry.observe(
+                    record,
+                    route=call.route or (path if path in self.routes.post else "other"),
+                    inference=card is not None,
+                    body=call.body or None,
+                    answer=b"".join(answer) if answer else None,
                 )
+            if tracer is not None and span is not None:
+                tracer.end(span, status=record.status, model=call.model, code=call.code, card=card)
 
     async def _dispatch(
         self, handler: Handler | None, call: Call, scope: dict[str, Any], receive: Any, send: Any
@@ -292,6 +329,24 @@ class GatewayMiddleware:
                     else card.enders.cancelled(card.end_code, message)
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _facts(card: Card) -> dict[str, Any]:
+    """What the request's card learnt as it ran: its engine, waits and what it cost."""
+    return {
+        "engine": card.engine,
+        "queue_ms": card.queue_wait_s * 1000 if card.queue_wait_s is not None else None,
+        "load_ms": card.load_s * 1000 if card.load_s is not None else None,
+        "prompt_tokens": card.prompt_tokens,
+        "completion_tokens": card.completion_tokens,
+        "prefill_ms": card.prefill_ms,
+        "decode_ms": card.decode_ms,
+    }
+
+
+async def _send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _other_method(call: Call) -> Reply:

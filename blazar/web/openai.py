@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
+from typing import NamedTuple
 
+import msgspec
 import trio
 from quart import Response
 from quart_trio import QuartTrio
@@ -17,7 +20,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import openai
+from blazar.dialects import engine_usage, openai, params
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -28,7 +31,8 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.web import translate
+from blazar.web import honesty, translate
+from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
@@ -73,13 +77,15 @@ class _Encoder:
 async def list_models() -> Response:
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
-    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records]
+    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records if model_visible(r.name)]
     return json_response(openai.encode_model_list(data))
 
 
 async def get_model(name: str) -> Response:
+    require_model(name)
     runtime = app_runtime()
     record = await trio.to_thread.run_sync(runtime.store.get, name)
+    require_model(record.name)
     body = openai.encode_model(record.name, created=int(record.created_at))
     return json_response(body)
 
@@ -88,9 +94,18 @@ async def embeddings() -> Response:
     runtime = app_runtime()
     req, fmt = openai.decode_embeddings_request(await read_body())
     set_model(req.model)
-    resp, timings = await translate.embed(runtime, req)
-    headers = {"X-Blazar-Status": "loading"} if timings.loaded else {}
-    return Response(openai.encode_embeddings(resp, encoding_format=fmt), headers=headers, content_type=JSON)
+    resp, engine_call = await translate.embed(runtime, req)
+    body = openai.encode_embeddings(resp, encoding_format=fmt)
+    return Response(body, headers=engine_call.headers(), content_type=JSON)
+
+
+class _Outcome(NamedTuple):
+    """What a relayed request's parameters come to, for its headers."""
+
+    ignored: list[str]
+    max_tokens: int | None
+    output_param: str
+    strict: bool
 
 
 def register(app: QuartTrio) -> None:
@@ -100,12 +115,22 @@ def register(app: QuartTrio) -> None:
     app.post("/v1/embeddings")(embeddings)
 
 
+def _usage_reader(call: Call) -> Callable[[bytes], None] | None:
+    """What the end of a relayed stream tells the request's card (its final event's usage)."""
+    card = call.card
+    if card is None:
+        return None
+    return lambda tail: card.note_usage(engine_usage.of_stream_tail(tail))
+
+
 def register_routes(routes: Routes, runtime: Runtime) -> None:
     """Chat and completions, served by the gateway layer itself (no framework on this path)."""
 
     async def chat_completions(call: Call) -> Reply:
         req = openai.decode_chat_request(call.body)
         call.set_model(req.model)
+        strict = honesty.is_strict(runtime.config.strict)
+        honesty.refuse_ignored(req.ignored, strict=strict)
         engine = await runtime.engine_for(req.model)
         translate.check_images(req, engine)
         if (
@@ -116,9 +141,21 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             # The model's template knows no tools: the gateway emulates them, so it translates.
             return await translated(call, req)
         size = chat_size(req)
-        return await relay(call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size)
+        return await relay(
+            call,
+            "/v1/chat/completions",
+            stream=req.stream,
+            engine=engine,
+            size=size,
+            outcome=_Outcome(req.ignored, req.max_tokens, req.output_param, strict),
+        )
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
+        # What only llama.cpp would have honoured is dropped by the translation: named too.
+        top = params.keys_of(call.body, ("",))[""]
+        dropped = params.OPENAI_CHAT.dropped_when_translated(top)
+        if dropped:
+            req = msgspec.structs.replace(req, ignored=[*req.ignored, *dropped])
         tr = translate.EngineCall(runtime, req)
         await tr.prepare()
         headers = tr.headers()
@@ -140,11 +177,28 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)
         call.set_model(req.model)
+        strict = honesty.is_strict(runtime.config.strict)
+        honesty.refuse_ignored(req.ignored, strict=strict)
         engine = await runtime.engine_for(req.model)
         size = completion_size(req.prompt)
-        return await relay(call, "/v1/completions", stream=req.stream, engine=engine, size=size)
+        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
+        return await relay(
+            call, "/v1/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
+        )
 
-    async def relay(call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize) -> Reply:
+    async def relay(
+        call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome
+    ) -> Reply:
+        # An output limit above the context is reported (strict: refused), not rewritten:
+        # llama.cpp ends the answer where the context ends all the same.
+        ctx = engine.served_ctx or engine.spec.ctx_per_slot
+        capped_to = honesty.output_limit(
+            outcome.max_tokens,
+            ctx,
+            param=outcome.output_param,
+            model=engine.spec.model,
+            strict=outcome.strict,
+        )
         spec = engine.spec
         body = call.body
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
@@ -156,7 +210,14 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         refuse_if_too_long(engine, size)  # before queueing, loading or templating
         lease = await claim_engine(runtime, engine)
         handle = lease.handle
-        headers = {"X-Blazar-Context": str(engine.served_ctx or engine.spec.ctx_per_slot)}
+        headers: dict[str, str] = {}
+        changed = [f"{outcome.output_param}={capped_to}"] if capped_to is not None else []
+        honesty.report(
+            headers,
+            ignored=outcome.ignored,
+            changed=changed,
+            context=engine.served_ctx or engine.spec.ctx_per_slot,
+        )
         if lease.load_ns > LOADING_NS:
             headers["X-Blazar-Status"] = "loading"
         if capped:
@@ -185,6 +246,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                     content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
                 else:
                     content = openai.merge_error_code(content, err.code)
+            if call.card is not None and upstream.status_code == 200:
+                call.card.note_usage(engine_usage.of_body(content))
             return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:
@@ -197,6 +260,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             on_error,
             background=runtime.start_soon,
             progress=ProgressFilter() if ours else None,
+            on_end=_usage_reader(call),
         )
         set_stream_enders(
             cancelled=openai.encode_stream_error,

@@ -144,6 +144,10 @@ class UpstreamStream:
     engine stops at its next batch. Without them (a client that named
     ``return_progress`` itself) a stream closed before the engine's first token is
     handed to ``background`` to be closed once that token comes (``close_once_started``).
+
+    ``on_end`` gets the stream's last two chunks, once, when it ends or is closed: the
+    engine's usage and timings ride in its final event, read there after the fact so
+    that no relayed chunk is ever parsed.
     """
 
     def __init__(
@@ -154,8 +158,11 @@ class UpstreamStream:
         *,
         background: Background | None = None,
         progress: ProgressFilter | None = None,
+        on_end: Callable[[bytes], None] | None = None,
     ) -> None:
         self._response = response
+        self._on_end = on_end
+        self._prev = self._last = b""
         self._lease = lease
         self._on_error = on_error
         self._background = background if progress is None else None
@@ -176,9 +183,11 @@ class UpstreamStream:
                 return await self._on_error(exc)
             if not chunk:
                 self._finished = True
+                self._ended()
                 if self._progress is not None and (held := self._progress.flush()):
                     return held
                 break
+            self._prev, self._last = self._last, chunk
             if self._output.seen:
                 return chunk
             self._output.feed(chunk)
@@ -194,10 +203,18 @@ class UpstreamStream:
         await self.aclose()
         raise StopAsyncIteration
 
+    def _ended(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(self._prev + self._last)
+
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
+        # A client may close as soon as it has read the final event (the OpenAI SDK does
+        # at `[DONE]`), before the engine's end of body: what it was sent still counts.
+        self._ended()
         if not (self._output.seen or self._finished) and self._background is not None:
             response, lease, watch = self._response, self._lease, self._output
             self._background(lambda: close_once_started(response, lease, watch))

@@ -23,7 +23,7 @@ from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
 from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
-from blazar.web import background, translate
+from blazar.web import background, honesty, translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
     app_runtime,
@@ -43,19 +43,14 @@ __all__ = ["page_args", "register", "register_routes"]
 def _headers(req: ResponsesRequest, tr: translate.EngineCall | None = None) -> dict[str, str]:
     headers = {"x-request-id": current().trace_id}
     if tr is not None:
-        headers.update(tr.headers())
-    if req.ignored:
-        headers["X-Blazar-Ignored"] = ", ".join(req.ignored)
+        headers.update(tr.headers())  # the request's ignored parameters among them
+    else:
+        honesty.report(headers, ignored=req.ignored, changed=[], context=None)
     return headers
 
 
 def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
-    if runtime.config.strict and req.ignored:
-        raise BlazarError(
-            "BAD_REQUEST",
-            f"strict mode: this daemon cannot honour {', '.join(req.ignored)} — leave "
-            f"{'it' if len(req.ignored) == 1 else 'them'} out",
-        )
+    honesty.refuse_ignored(req.ignored, strict=honesty.is_strict(runtime.config.strict))
 
 
 async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
+from blazar.dialects import engine_usage
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
@@ -41,6 +42,8 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
+from blazar.web import honesty
+from blazar.web.call import current_or_none
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
@@ -137,6 +140,8 @@ class EngineCall:
         self.tier = tier
         """The admission tier, when not the request's own (a job's)."""
         self.timings = Timings(started_ns=time.perf_counter_ns())
+        self.card = call.card if (call := current_or_none()) is not None else None
+        """The live card of the HTTP request this serves, which gets the engine's usage."""
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
         self.claim: Claim | None = None
@@ -146,6 +151,12 @@ class EngineCall:
         """The request's ``num_ctx`` when it differs from ``context``."""
         self.output_cap: int | None = None
         """The configured output cap, when it was applied to this request."""
+        self.strict = honesty.is_strict(runtime is not None and runtime.config.strict)
+        self.changed: list[str] = []
+        """The request's parameters run with another value (``NAME=VALUE``)."""
+        self._ctx_clamped = False
+        self._client_ctx = req.num_ctx
+        self._client_max = req.max_tokens
 
     @property
     def native_tools(self) -> bool:
@@ -164,6 +175,7 @@ class EngineCall:
         )
 
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
+        honesty.refuse_ignored(self.req.ignored, strict=self.strict)
         engine = self.engine = await self.runtime.engine_for(self.req.model)
         check_images(self.req, engine)
         spec = engine.spec
@@ -176,8 +188,11 @@ class EngineCall:
         if ctx is not None or (embeddings and not spec.embeddings):
             await engine.ask(Reconfigure(ctx_per_slot=ctx, embeddings=True if embeddings else None))
         size = chat_size(self.req)
+        slot_ctx = max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot)
+        if not embeddings:
+            self._cap_to_context(slot_ctx)
         # Before queueing, loading or templating; against the context the slot will hold.
-        refuse_if_too_long(engine, size, ctx=max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot))
+        refuse_if_too_long(engine, size, ctx=slot_ctx)
         self.claim = await claim_engine(
             self.runtime, engine, keep_alive_s=self.req.keep_alive_s, tier=self.tier
         )
@@ -202,19 +217,34 @@ class EngineCall:
         if asked is None:
             return None
         spec = engine.spec
-        strict = self.runtime.config.strict
+        strict = self.strict
         limit = ctx_ceiling(engine)
-        need = choose_context(asked, limit, strict=strict, model=spec.model, what="num_ctx").ctx
+        choice = choose_context(asked, limit, strict=strict, model=spec.model, what="num_ctx")
+        self._ctx_clamped = choice.clamped and self._client_ctx is not None
+        need = choice.ctx
         serving = engine.served_ctx or spec.ctx_per_slot
         return None if serving >= need else need
+
+    def _cap_to_context(self, ctx: int) -> None:
+        """An output limit the caller set above the context: no answer can be that long."""
+        assert self.engine is not None
+        param = self.req.output_param
+        limit = honesty.output_limit(
+            self._client_max, ctx, param=param, model=self.engine.spec.model, strict=self.strict
+        )
+        if limit is not None:
+            self.req = msgspec.structs.replace(self.req, max_tokens=limit)
+            self.changed.append(f"{param}={limit}")
 
     def headers(self) -> dict[str, str]:
         """What the response says about how the request ran."""
         out: dict[str, str] = {}
         if self.timings.loaded:
             out["X-Blazar-Status"] = "loading"
-        if self.context is not None:
-            out["X-Blazar-Context"] = str(self.context)
+        changed = self.changed
+        if self._ctx_clamped and self.context is not None:
+            changed = [*changed, f"options.num_ctx={self.context}"]
+        honesty.report(out, ignored=self.req.ignored, changed=changed, context=self.context)
         if self.ctx_asked is not None:
             out["X-Blazar-Context-Asked"] = str(self.ctx_asked)
         if self.output_cap is not None:
@@ -404,7 +434,10 @@ class TranslatedStream:
         finally:
             await self.aclose()
         head = b"" if started else self._encoder.start(parser.prompt)
-        yield head + self._encoder.finish(final or Delta(finish_reason="stop"), timings)
+        final = final or Delta(finish_reason="stop")
+        if call.card is not None:
+            call.card.note_usage(engine_usage.of_parts(final.usage, parser.timings))
+        yield head + self._encoder.finish(final, timings)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -425,9 +458,13 @@ def _fit_dimensions(vector: list[float], dimensions: int | None) -> list[float]:
     return [x / norm for x in head]
 
 
-async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, Timings]:
-    """Embeddings from the model's engine, restarting it with a pooling type if needed."""
-    call = EngineCall(runtime, ChatRequest(model=req.model, messages=[], keep_alive_s=req.keep_alive_s))
+async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, EngineCall]:
+    """Embeddings from the model's engine, restarting it with a pooling type if needed; the
+    call says how it ran (``timings``, ``headers()``)."""
+    call = EngineCall(
+        runtime,
+        ChatRequest(model=req.model, messages=[], keep_alive_s=req.keep_alive_s, ignored=req.ignored),
+    )
     await call.prepare(embeddings=True)
     try:
         doc = await call.post("/v1/embeddings", {"input": req.inputs, "encoding_format": "float"})
@@ -436,10 +473,12 @@ async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, Tim
     rows = sorted(doc.get("data") or [], key=lambda d: d.get("index", 0))
     vectors = [_fit_dimensions(list(d["embedding"]), req.dimensions) for d in rows]
     usage = doc.get("usage") or {}
+    if call.card is not None:
+        call.card.note_usage(engine_usage.EngineUsage(prompt_tokens=int(usage.get("prompt_tokens") or 0)))
     resp = EmbedResponse(
         model=req.model, embeddings=vectors, prompt_tokens=int(usage.get("prompt_tokens") or 0)
     )
-    return resp, call.timings
+    return resp, call
 
 
 async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:

@@ -31,7 +31,23 @@ def make_record(i: int, *, trace_id: str | None = None) -> RequestRecord:
         blazar_code=None if i % 3 else "UNAVAILABLE",
         bytes_out=1000 + i,
         client="127.0.0.1" if i % 2 else None,
+        **(_STORY if i % 2 else {}),
     )
+
+
+# A request's story (migration 5): odd records carry it, even ones read back as NULLs.
+_STORY: dict[str, object] = {
+    "dialect": "openai",
+    "key": "ci",
+    "engine": "llamacpp-host",
+    "queue_ms": 1.5,
+    "load_ms": 250.0,
+    "prompt_tokens": 31,
+    "completion_tokens": 8,
+    "prefill_ms": 96.1,
+    "decode_ms": 31.6,
+    "error": "engine for 'x' crashed",
+}
 
 
 async def test_records_round_trip_newest_first(tmp_path: Path) -> None:

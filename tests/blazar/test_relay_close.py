@@ -111,3 +111,52 @@ def test_progress_is_asked_unless_the_client_chose() -> None:
     assert ask_progress(b" {}") == (b' {"return_progress":true}', True)
     theirs = b'{"model":"m","return_progress":false}'
     assert ask_progress(theirs) == (theirs, False)
+
+
+class _Scripted:
+    """An engine stream that sends ``events`` and then ends."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        self._events = list(events)
+
+    async def receive_some(self) -> bytes:
+        return self._events.pop(0) if self._events else b""
+
+    async def aclose(self) -> None:
+        pass
+
+
+FINAL = (
+    b'data: {"choices":[],"timings":{"prompt_n":3,"prompt_ms":4.0,"predicted_n":1,"predicted_ms":2.0}}\n\n'
+)
+DONE = b"data: [DONE]\n\n"
+
+
+async def test_the_stream_tail_is_handed_over_once_at_the_end() -> None:
+    tails: list[bytes] = []
+    stream = UpstreamStream(
+        _Scripted([ROLE, TOKEN, FINAL, DONE]),  # type: ignore[arg-type]
+        _Lease(),
+        _on_error,
+        on_end=tails.append,
+    )
+    assert [chunk async for chunk in stream] == [ROLE, TOKEN, FINAL, DONE]
+    await stream.aclose()
+    assert tails == [FINAL + DONE]
+
+
+async def test_a_client_that_closes_at_done_still_hands_the_tail_over() -> None:
+    # The OpenAI SDK closes the connection as soon as it reads `[DONE]`, before the
+    # engine's end of body arrives: the stream is closed, not exhausted.
+    tails: list[bytes] = []
+    stream = UpstreamStream(
+        _Scripted([ROLE, TOKEN, FINAL, DONE]),  # type: ignore[arg-type]
+        _Lease(),
+        _on_error,
+        on_end=tails.append,
+    )
+    for _ in range(4):
+        await stream.__anext__()
+    await stream.aclose()
+    await stream.aclose()
+    assert tails == [FINAL + DONE]

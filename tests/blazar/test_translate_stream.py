@@ -40,6 +40,7 @@ class _Call:
         self.native_tools = False
         self.timings = Timings(started_ns=time.perf_counter_ns())
         self.engine = self.handle = self.runtime = None
+        self.card = None
         self.released = 0
 
     def release(self) -> None:

@@ -1,0 +1,261 @@
+"""How a model's engine starts, and where each of its settings came from.
+
+``resolve_launch`` is the one place the launch settings are decided: the runtime
+starts engines from its ``spec``, and ``blazar explain`` shows its ``settings``,
+built from the same values in the same pass, so the explanation cannot drift
+from what the engine gets. Pure: the caller passes the model's header facts, the
+``llama-server`` binary found (or None) and how to plan GPU layers.
+
+A setting's ``source`` is one of:
+
+- ``default``: the built-in default (nothing set it);
+- ``config``: a top-level key of config.toml (``default_ctx``, ``engine.threads``…);
+- ``model``: the model itself, its GGUF header (training context, chat template)
+  or its settings (a Modelfile's TEMPLATE, SYSTEM, PARAMETER);
+- ``override``: the model's own table, ``[models."NAME"]`` in config.toml;
+- ``request``: a request changed it on the running engine (Ollama ``num_ctx``, an
+  embeddings request);
+- ``derived``: computed from the others (named in ``note``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import msgspec
+
+from actors.config import ModelOverride, RuntimeConfig, Tunables
+from actors.context import choose_context, context_limit, describe_clamp, rope_factor
+from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
+from registry.gguf import ModelInfo
+from registry.store import ModelRecord
+from registry.template import allows_system_turns
+
+__all__ = [
+    "FALLBACK_CTX",
+    "Explanation",
+    "Resolved",
+    "Setting",
+    "Source",
+    "explain_running",
+    "resolve_launch",
+]
+
+FALLBACK_CTX = 4096
+"""The training context assumed for a model whose header does not say."""
+
+Source = Literal["default", "config", "model", "override", "request", "derived"]
+
+_DEFAULTS = Tunables()
+
+
+class Setting(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    value: Any
+    source: Source
+    key: str | None = None
+    """Where exactly: the config key (``default_ctx``, ``models."x".ctx``), the GGUF key, …"""
+    note: str | None = None
+
+
+class Resolved(msgspec.Struct, frozen=True, kw_only=True):
+    spec: LaunchSpec
+    settings: list[Setting]
+    keep_alive_s: float
+    lane: str
+    binary: str | None
+
+
+class Explanation(msgspec.Struct, frozen=True, kw_only=True):
+    """``GET /api/explain/{model}`` and ``blazar explain``."""
+
+    model: str
+    path: str
+    loaded: bool
+    """An engine for the model runs now; ``settings`` are then the ones it runs with."""
+    settings: list[Setting]
+
+
+def _top(config: RuntimeConfig, name: str, key: str | None = None) -> tuple[Any, Source, str]:
+    """A top-level (or ``engine.``) value and whether the config set it or it is the default."""
+    key = key or name
+    if key.startswith("engine."):
+        field = key.removeprefix("engine.")
+        value, default = getattr(config.engine, field), getattr(_DEFAULTS.engine, field)
+    else:
+        value, default = getattr(config, name), getattr(_DEFAULTS, name)
+    configured = key in config.configured or value != default
+    return value, ("config" if configured else "default"), key
+
+
+def _override(model: str, field: str) -> str:
+    return f'models."{model}".{field}'
+
+
+def resolve_launch(
+    config: RuntimeConfig,
+    record: ModelRecord,
+    info: ModelInfo,
+    *,
+    binary: str | None,
+    plan_gpu_layers: Callable[[int, int], int | None],
+) -> Resolved:
+    """The launch spec of ``record``'s engine under ``config``, with each setting's source.
+
+    ``binary`` is the ``llama-server`` found (None: the xllamacpp host);
+    ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU)."""
+    name = record.name
+    over: ModelOverride = config.models.get(name) or ModelOverride()
+    out: list[Setting] = []
+
+    def add(
+        setting: str, value: Any, source: Source, key: str | None = None, note: str | None = None
+    ) -> None:
+        out.append(Setting(name=setting, value=value, source=source, key=key, note=note))
+
+    # -- context ----------------------------------------------------------
+    trained = info.context_length or FALLBACK_CTX
+    add("ctx_train", info.context_length, "model", "GGUF context_length", None if info.context_length else
+        f"the header does not say; {FALLBACK_CTX} is assumed")  # fmt: skip
+    cap, cap_source, cap_key = _top(config, "default_ctx")
+    ctx_source: Source
+    if over.ctx:
+        asked, ctx_source, ctx_key = over.ctx, "override", _override(name, "ctx")
+    elif trained < cap:
+        asked, ctx_source, ctx_key = trained, "model", "GGUF context_length"
+    else:
+        asked, ctx_source, ctx_key = cap, cap_source, cap_key
+    scaling = over.rope_scaling
+    factor = rope_factor(info.context_length, scaling, over.rope_scale, asked)
+    choice = choose_context(
+        asked, context_limit(info.context_length, factor), strict=config.strict, model=name, what="ctx"
+    )
+    clamp = describe_clamp(choice.asked, choice.ctx, trained=info.context_length, extended=bool(factor))
+    why = None if over.ctx or ctx_source == "model" else f"min(training context {trained}, default_ctx {cap})"
+    add("ctx_per_slot", choice.ctx, ctx_source, ctx_key, clamp or why)
+    slots, slots_source, slots_key = _top(config, "slots")
+    if over.slots:
+        slots, slots_source, slots_key = over.slots, "override", _override(name, "slots")
+    add("slots", slots, slots_source, slots_key)
+    add("ctx_total", choice.ctx * slots, "derived", None, "ctx_per_slot x slots (llama.cpp -c)")
+    if scaling:
+        add("rope_scaling", scaling, "override", _override(name, "rope_scaling"))
+    else:
+        add("rope_scaling", None, "default", None, "no context extension")
+    if over.rope_scale is not None:
+        add("rope_scale", factor, "override", _override(name, "rope_scale"))
+    elif factor is not None:
+        add("rope_scale", factor, "derived", None, f"just enough for ctx {asked}")
+    add("strict", *_top(config, "strict"))
+
+    # -- engine -----------------------------------------------------------
+    lane = "llama-server" if binary else "llamacpp-host"
+    if config.engine.llama_server:
+        add("engine", lane, "config", "engine.llama_server", binary)
+    elif binary:
+        add("engine", lane, "derived", None, f"llama-server found on PATH: {binary}")
+    else:
+        add("engine", lane, "default", None, "no llama-server: llama.cpp's server from the xllamacpp wheel")
+    gpu_layers = over.gpu_layers
+    if gpu_layers is not None:
+        add("gpu_layers", gpu_layers, "override", _override(name, "gpu_layers"))
+    else:
+        gpu_layers = plan_gpu_layers(choice.ctx, slots)
+        if gpu_layers is None:
+            add("gpu_layers", None, "default", None, "CPU lane (or GPUs not measurable: llama.cpp decides)")
+        else:
+            add("gpu_layers", gpu_layers, "derived", None, "fit plan against the GPUs' free memory")
+    batch = prompt_batch_for(gpu_layers=gpu_layers, configured=over.prompt_batch)
+    if over.prompt_batch is not None:
+        add("prompt_batch", batch, "override", _override(name, "prompt_batch"))
+    else:
+        note = f"{CPU_PROMPT_BATCH} on the CPU lane" if batch else "llama.cpp's own (512) on a GPU"
+        add("prompt_batch", batch, "default", None, note)
+    threads, t_source, t_key = _top(config, "threads", "engine.threads")
+    add("threads", threads, t_source, t_key, None if threads else "llama.cpp decides")
+    base_args, a_source, a_key = _top(config, "extra_args", "engine.extra_args")
+    extra = [*base_args, *(over.extra_args or [])]
+    if over.extra_args:
+        then = f"engine.extra_args {base_args} then the model's" if base_args else None
+        add("extra_args", extra, "override", _override(name, "extra_args"), then)
+    else:
+        add("extra_args", extra, a_source, a_key)
+    if over.embeddings is not None:
+        add("embeddings", bool(over.embeddings), "override", _override(name, "embeddings"))
+    else:
+        add("embeddings", False, "default", None, "an embeddings request turns it on")
+
+    # -- template and defaults --------------------------------------------
+    settings = record.settings
+    template = (settings.template if settings else None) or info.chat_template
+    if settings and settings.template:
+        add("chat_template", "model settings", "model", "Modelfile TEMPLATE")
+    elif info.chat_template:
+        add("chat_template", "GGUF", "model", "GGUF tokenizer.chat_template")
+    else:
+        add("chat_template", None, "default", None, "none in the model: llama.cpp's built-in")
+    native_tools = bool(template and "tools" in template)
+    add("native_tools", native_tools, "derived", None, "the chat template handles tools" if native_tools else
+        "tools are emulated by the gateway")  # fmt: skip
+    system_turns = allows_system_turns(template)
+    add("system_turns", system_turns, "derived", None, "from the chat template")
+    system = settings.system if settings else None
+    add("system", system, "model" if system else "default", "Modelfile SYSTEM" if system else None)
+    defaults = dict(settings.parameters) if settings else {}
+    add("defaults", defaults, "model" if defaults else "default", "Modelfile PARAMETER" if defaults else None)
+    out_cap, o_source, o_key = _top(config, "max_output_tokens")
+    if over.max_output_tokens is not None:
+        out_cap, o_source, o_key = over.max_output_tokens, "override", _override(name, "max_output_tokens")
+    out_cap = out_cap or None
+    add("max_output_tokens", out_cap, o_source, o_key, None if out_cap else "no cap")
+    keep_alive, k_source, k_key = _top(config, "keep_alive_s")
+    if over.keep_alive_s is not None:
+        keep_alive, k_source, k_key = over.keep_alive_s, "override", _override(name, "keep_alive_s")
+    add("keep_alive_s", keep_alive, k_source, k_key, "a request's keep_alive replaces it for that request")
+
+    spec = LaunchSpec(
+        model=name,
+        path=record.path,
+        ctx_per_slot=choice.ctx,
+        slots=slots,
+        embeddings=bool(over.embeddings),
+        native_tools=native_tools,
+        system_turns=system_turns,
+        llguidance=binary is None,
+        token_bytes_max=info.token_bytes_max,
+        chat_template=settings.template if settings else None,
+        system=system,
+        defaults=defaults,
+        threads=threads,
+        extra_args=extra,
+        gpu_layers=gpu_layers,
+        projector=record.projector,
+        ctx_train=info.context_length,
+        ctx_asked=choice.asked if choice.clamped else None,
+        rope_scaling=scaling if factor else None,
+        rope_scale=factor,
+        max_output_tokens=out_cap,
+        prompt_batch=batch,
+    )
+    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, lane=lane, binary=binary)
+
+
+def explain_running(resolved: Resolved, running: LaunchSpec | None) -> list[Setting]:
+    """``resolved``'s settings, with those a request changed on the running engine
+    (``running``, its spec now) marked as the request's."""
+    if running is None:
+        return resolved.settings
+    changed = {
+        "ctx_per_slot": running.ctx_per_slot,
+        "ctx_total": running.ctx_total,
+        "embeddings": running.embeddings,
+    }
+    out = []
+    for s in resolved.settings:
+        now = changed.get(s.name, s.value)
+        if now != s.value:
+            was = f"{s.value} from {s.source}" + (f" ({s.key})" if s.key else "")
+            s = Setting(name=s.name, value=now, source="request", note=f"changed by a request; it was {was}")
+        out.append(s)
+    return out

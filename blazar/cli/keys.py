@@ -1,0 +1,153 @@
+"""``blazar keys``: add, list, rotate and remove the API keys the daemon accepts.
+
+The keys live in ``keys.db`` under the data dir; a running daemon sees a change on
+its next request. A secret is printed once, when it is made or rotated, and is
+never stored (only its SHA-256).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Any
+
+import cyclopts
+from cyclopts import Parameter
+from rich.table import Table
+
+from blazar.cli import app
+from blazar.cli._common import Json, err, out, print_json
+from blazar.client import CliError, find_daemon
+from blazar.config import resolve_paths
+from blazar.keys import KeyStore, KeyStoreError, keys_path, parse_expiry, parse_scopes
+
+__all__ = ["keys"]
+
+keys = cyclopts.App(
+    name="keys",
+    help="Manage API keys: once one exists, every route but /health needs a key.",
+)
+app.command(keys)
+
+
+def _store() -> KeyStore:
+    return KeyStore(keys_path(resolve_paths().data_dir))
+
+
+def _print_secret(name: str, secret: str) -> None:
+    err.print(f"[bold]key {name}[/] — its secret is shown this once; store it now:")
+    sys.stdout.write(secret + "\n")
+    sys.stdout.flush()
+
+
+@keys.command
+def add(
+    name: str,
+    *,
+    scope: Annotated[
+        list[str] | None,
+        Parameter(
+            negative="",
+            help="What the key may do, comma-separated or repeated: chat, embeddings, audio, "
+            "images, batch, admin, models:PATTERN (fnmatch). Default: every family but admin, "
+            "on every model.",
+        ),
+    ] = None,
+    rpm: Annotated[int, Parameter(help="Requests per minute (0: no limit).")] = 0,
+    tpm: Annotated[int, Parameter(help="Tokens (prompt + completion) per minute (0: no limit).")] = 0,
+    max_concurrent: Annotated[int, Parameter(help="Requests at once (0: no limit).")] = 0,
+    expires: Annotated[
+        str | None,
+        Parameter(help="When the key stops working: 2026-12-31 (through that day), 2026-12-31T18:00, 30d."),
+    ] = None,
+) -> None:
+    """Make the key NAME and print its secret (once)."""
+    try:
+        families, models = parse_scopes(scope)
+        expires_at = parse_expiry(expires) if expires is not None else None
+        key, secret = _store().add(
+            name,
+            families=families,
+            models=models,
+            rpm=rpm,
+            tpm=tpm,
+            max_concurrent=max_concurrent,
+            expires_at=expires_at,
+        )
+    except KeyStoreError as exc:
+        raise CliError(str(exc)) from None
+    _print_secret(key.name, secret)
+    err.print(f"[dim]scopes {','.join(key.scopes)}; send it as `Authorization: Bearer …` or `x-api-key`[/]")
+
+
+@keys.command
+def rotate(name: str) -> None:
+    """Give NAME a new secret (printed once); the old one stops working at once."""
+    try:
+        key, secret = _store().rotate(name)
+    except KeyStoreError as exc:
+        raise CliError(str(exc)) from None
+    _print_secret(key.name, secret)
+
+
+@keys.command
+def rm(name: str) -> None:
+    """Remove the key NAME; requests with it are refused from the next one on."""
+    store = _store()
+    try:
+        store.remove(name)
+    except KeyStoreError as exc:
+        raise CliError(str(exc)) from None
+    out.print(f"removed key {name}")
+    if store.count() == 0:
+        err.print("[dim]no key is left: a daemon bound to loopback is open again to local clients[/]")
+
+
+def _live_usage() -> dict[str, Any]:
+    """Each key's usage from the running daemon, by name (empty when none runs)."""
+    daemon = find_daemon(resolve_paths())
+    if daemon is None:
+        return {}
+    try:
+        stats = daemon.get("/admin/keys")
+    except CliError:
+        return {}
+    return {k["name"]: k.get("usage") for k in stats.get("data", [])}
+
+
+@keys.command(name="list")
+def list_(*, json_: Json = False) -> None:
+    """List the keys (name, hint, scopes, limits, expiry; never a secret) and, when a daemon
+    runs, each key's usage since it started."""
+    listed = _store().list()
+    usage = _live_usage()
+    if json_:
+        print_json({"keys": [{**k.public(), "usage": usage.get(k.name)} for k in listed]})
+        return
+    if not listed:
+        out.print("no API keys — the daemon is open to local clients; `blazar keys add NAME` makes one")
+        return
+    table = Table(
+        "NAME", "HINT", "SCOPES", "LIMITS", "EXPIRES", "REQUESTS", "TOKENS", "NOW", "REFUSED", box=None
+    )
+    now = time.time()
+    for k in listed:
+        u = usage.get(k.name)
+        if k.expires_at is None:
+            expires = "never"
+        elif k.expires_at <= now:
+            expires = "[red]expired[/]"
+        else:
+            expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(k.expires_at))
+        limits = ", ".join(
+            f"{n} {label}"
+            for n, label in ((k.rpm, "rpm"), (k.tpm, "tpm"), (k.max_concurrent, "at once"))
+            if n
+        )
+        refused = "-" if u is None else str(u["refused_rate"] + u["refused_concurrency"] + u["refused_scope"])
+        table.add_row(
+            k.name, k.hint + "…", ",".join(k.scopes), limits or "-", expires,
+            "-" if u is None else str(u["requests_total"]), "-" if u is None else str(u["tokens_total"]),
+            "-" if u is None else str(u["in_flight"]), refused,
+        )  # fmt: skip
+    out.print(table)

@@ -1,0 +1,312 @@
+"""API keys: what each may do, stored durably as hashes in ``keys.db`` under the data dir.
+
+A key's secret (``blz-`` and 43 URL-safe characters, 256 bits from ``secrets``) is
+shown once, when it is made or rotated; the store keeps only its SHA-256. Looking a
+presented secret up by its digest reveals nothing about stored secrets through
+timing (the attacker does not choose the digest), and the match is confirmed with
+``hmac.compare_digest``.
+
+The CLI writes the file while the daemon runs; the daemon keeps one connection
+open and asks SQLite's ``PRAGMA data_version`` per request (a few microseconds, no
+disk read) whether another connection committed since, and reloads only then.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sqlite3
+import time
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import msgspec
+
+__all__ = [
+    "ADMIN",
+    "DEFAULT_FAMILIES",
+    "FAMILIES",
+    "LOCAL_NAME",
+    "Key",
+    "KeyStore",
+    "KeyStoreError",
+    "digest_of",
+    "keys_path",
+    "matches",
+    "new_secret",
+    "parse_expiry",
+    "parse_scopes",
+]
+
+SECRET_PREFIX = "blz-"
+ADMIN = "admin"
+FAMILIES = ("chat", "embeddings", "audio", "images", "batch", ADMIN)
+DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f != ADMIN)
+"""What a key made without ``--scope`` may do: every route family but admin, on every model."""
+LOCAL_NAME = "local"
+"""The name the daemon's per-boot local token authenticates as; no key may take it."""
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS keys (
+    name TEXT PRIMARY KEY,
+    digest TEXT NOT NULL UNIQUE,
+    hint TEXT NOT NULL,
+    families TEXT NOT NULL,
+    models TEXT NOT NULL,
+    rpm INTEGER NOT NULL DEFAULT 0,
+    tpm INTEGER NOT NULL DEFAULT 0,
+    max_concurrent INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL,
+    created_at REAL NOT NULL,
+    rotated_at REAL
+)
+"""
+
+
+class KeyStoreError(Exception):
+    """A key operation refused: the message says why and what to do."""
+
+
+class Key(msgspec.Struct, frozen=True, kw_only=True):
+    """One API key as stored: never its secret, only the secret's SHA-256."""
+
+    name: str
+    digest: str
+    hint: str
+    """The secret's first characters (``blz-ab12…``), enough to tell keys apart in a list."""
+    families: tuple[str, ...] = DEFAULT_FAMILIES
+    models: tuple[str, ...] = ("*",)
+    """fnmatch patterns of the model names the key may use."""
+    rpm: int = 0
+    """Requests per minute; 0 is no limit (as for ``tpm`` and ``max_concurrent``)."""
+    tpm: int = 0
+    max_concurrent: int = 0
+    expires_at: float | None = None
+    created_at: float
+    rotated_at: float | None = None
+
+    @property
+    def scopes(self) -> list[str]:
+        """The scopes as ``keys add --scope`` takes them."""
+        return [*self.families, *(f"models:{m}" for m in self.models)]
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def allows_family(self, family: str) -> bool:
+        return family in self.families
+
+    def allows_model(self, name: str) -> bool:
+        """``name`` (or, for Ollama's spelling ``NAME:latest``, ``NAME``) matches a pattern."""
+        bare = name.removesuffix(":latest")
+        return any(fnmatchcase(name, p) or fnmatchcase(bare, p) for p in self.models)
+
+    def public(self) -> dict[str, object]:
+        """What ``keys list`` shows: everything but the digest."""
+        out = msgspec.structs.asdict(self)
+        del out["digest"]
+        out["scopes"] = self.scopes
+        return out
+
+
+def keys_path(data_dir: str | os.PathLike[str]) -> Path:
+    return Path(data_dir) / "keys.db"
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def digest_of(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_scopes(raw: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``chat,embeddings,models:qwen*`` (comma-separated, repeatable) → (families, model patterns).
+
+    No family named: the default families (all but admin); no ``models:`` named: every model."""
+    families: list[str] = []
+    models: list[str] = []
+    for part in (p.strip() for item in raw or () for p in item.split(",")):
+        if not part:
+            continue
+        if part.startswith("models:"):
+            pattern = part.removeprefix("models:")
+            if not pattern:
+                raise KeyStoreError("`models:` needs a pattern, e.g. `models:qwen*`")
+            models.append(pattern)
+        elif part in FAMILIES:
+            families.append(part)
+        else:
+            raise KeyStoreError(f"unknown scope {part!r}: use {', '.join(FAMILIES)} or models:PATTERN")
+    return (
+        tuple(dict.fromkeys(families)) or DEFAULT_FAMILIES,
+        tuple(dict.fromkeys(models)) or ("*",),
+    )
+
+
+def parse_expiry(raw: str, *, now: float | None = None) -> float:
+    """``30d``/``12h``/``45m`` from now, an ISO date (the key works through that whole day,
+    local time) or an ISO date and time (local time unless it names a zone)."""
+    now = time.time() if now is None else now
+    if m := re.fullmatch(r"(\d+)\s*([dhm])", raw.strip()):
+        return now + int(m[1]) * {"d": 86400, "h": 3600, "m": 60}[m[2]]
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", raw.strip()):
+            day = dt.date.fromisoformat(raw.strip())
+            at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time()).astimezone()
+        else:
+            at = dt.datetime.fromisoformat(raw.strip())
+            at = at if at.tzinfo is not None else at.astimezone()
+    except ValueError:
+        raise KeyStoreError(
+            f"cannot read the expiry {raw!r}: give a date (2026-12-31), a date and time "
+            "(2026-12-31T18:00) or a duration (30d, 12h, 45m)"
+        ) from None
+    expires = at.timestamp()
+    if expires <= now:
+        raise KeyStoreError(f"the expiry {raw!r} is already past")
+    return expires
+
+
+def _check_limit(name: str, value: int) -> int:
+    if value < 0:
+        raise KeyStoreError(f"--{name} must be 0 (no limit) or more, got {value}")
+    return value
+
+
+class KeyStore:
+    """``keys.db``: one small SQLite file (WAL), owner-only permissions.
+
+    Every change is one transaction, so a reader sees a key whole or not at all."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists()
+        self._conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        if fresh:
+            os.chmod(self.path, 0o600)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute(_SCHEMA)
+        self._version = -1
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def changed(self) -> bool:
+        """True when another connection committed since the last call (and on the first)."""
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._version:
+            return False
+        self._version = version
+        return True
+
+    def list(self) -> list[Key]:
+        rows = self._conn.execute(
+            "SELECT name, digest, hint, families, models, rpm, tpm, max_concurrent, expires_at, "
+            "created_at, rotated_at FROM keys ORDER BY name"
+        ).fetchall()
+        return [
+            Key(
+                name=r[0],
+                digest=r[1],
+                hint=r[2],
+                families=tuple(f for f in r[3].split(",") if f),
+                models=tuple(msgspec.json.decode(r[4])),
+                rpm=r[5],
+                tpm=r[6],
+                max_concurrent=r[7],
+                expires_at=r[8],
+                created_at=r[9],
+                rotated_at=r[10],
+            )
+            for r in rows
+        ]
+
+    def get(self, name: str) -> Key:
+        for key in self.list():
+            if key.name == name:
+                return key
+        raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM keys").fetchone()[0])
+
+    def add(
+        self,
+        name: str,
+        *,
+        families: tuple[str, ...] = DEFAULT_FAMILIES,
+        models: tuple[str, ...] = ("*",),
+        rpm: int = 0,
+        tpm: int = 0,
+        max_concurrent: int = 0,
+        expires_at: float | None = None,
+        now: float | None = None,
+    ) -> tuple[Key, str]:
+        """A new key and its secret (which nothing keeps: show it once)."""
+        if not _NAME.fullmatch(name):
+            raise KeyStoreError(f"a key name is 1 to 64 of A-Z a-z 0-9 . _ - (got {name!r})")
+        if name == LOCAL_NAME:
+            raise KeyStoreError(f"{LOCAL_NAME!r} is the name of the daemon's local token: pick another")
+        secret = new_secret()
+        key = Key(
+            name=name,
+            digest=digest_of(secret),
+            hint=secret[:8],
+            families=families,
+            models=models,
+            rpm=_check_limit("rpm", rpm),
+            tpm=_check_limit("tpm", tpm),
+            max_concurrent=_check_limit("max-concurrent", max_concurrent),
+            expires_at=expires_at,
+            created_at=time.time() if now is None else now,
+        )
+        try:
+            self._conn.execute(
+                "INSERT INTO keys (name, digest, hint, families, models, rpm, tpm, max_concurrent, "
+                "expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key.name,
+                    key.digest,
+                    key.hint,
+                    ",".join(key.families),
+                    msgspec.json.encode(list(key.models)).decode(),
+                    key.rpm,
+                    key.tpm,
+                    key.max_concurrent,
+                    key.expires_at,
+                    key.created_at,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            raise KeyStoreError(
+                f"a key named {name!r} exists — `blazar keys rotate {name}` gives it a new secret"
+            ) from None
+        return key, secret
+
+    def rotate(self, name: str) -> tuple[Key, str]:
+        """A new secret for ``name``; the old one stops working at once. Scopes and limits stay."""
+        secret = new_secret()
+        cur = self._conn.execute(
+            "UPDATE keys SET digest = ?, hint = ?, rotated_at = ? WHERE name = ?",
+            (digest_of(secret), secret[:8], time.time(), name),
+        )
+        if cur.rowcount == 0:
+            raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
+        return self.get(name), secret
+
+    def remove(self, name: str) -> None:
+        cur = self._conn.execute("DELETE FROM keys WHERE name = ?", (name,))
+        if cur.rowcount == 0:
+            raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
+
+
+def matches(key: Key, secret_digest: str) -> bool:
+    """Constant-time confirmation that ``secret_digest`` is ``key``'s."""
+    return hmac.compare_digest(key.digest, secret_digest)

@@ -1,0 +1,1 @@
+"""What the daemon tells about the requests it served: metrics, quantiles, the audit log."""

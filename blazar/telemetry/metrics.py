@@ -1,0 +1,298 @@
+"""``GET /metrics``: the daemon's Prometheus exposition, on a registry of its own.
+
+Three sources, one text:
+
+- per-request series (counters and histograms), observed once when a request ends,
+  in the gateway layer — never per relayed chunk;
+- the runtime's state (slots, queues, engines, loads, evictions), read from its
+  actors' ``statistics()`` at scrape time by a custom collector;
+- each ready llama.cpp engine's own ``/metrics``, fetched at scrape time and merged
+  in with a ``model`` label.
+
+Label values stay bounded: ``route`` is the route's template, never the raw
+path; ``model`` is the canonical name of a model the runtime made an engine for
+(anything else is ``other``); ``key`` is an API key's name (or empty).
+docs/observability.md lists every series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from actors.ledger import RequestRecord
+from actors.runtime import Runtime
+from blazar import __version__
+
+__all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
+
+# The `_created` series double the output for a timestamp no dashboard reads.
+disable_created_metrics()
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ENGINE_SCRAPE_S = 2.0
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1.0)
+_QUEUE_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+LOADED_MS = 100.0
+"""A request that waited longer than this for its engine loaded it (it is "cold")."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelSeries:
+    e2e: Any
+    queue: Any
+    load: Any
+    ttft: Any
+    itl: Any
+
+
+class Metrics:
+    """The per-request series and the collectors, on one registry per app."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        r = self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter(
+            "blazar_requests",
+            "HTTP requests answered, by route template, dialect, model, API key name and status",
+            ["route", "dialect", "model", "key", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "blazar_time_to_first_token_seconds",
+            "From the request's arrival to its first generated token (queue, load and prefill included)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "blazar_inter_token_seconds",
+            "Mean time between output tokens of one request (the engine's decode time / tokens)",
+            ["model"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.queue = Histogram(
+            "blazar_queue_wait_seconds",
+            "Time an inference request waited for an admission slot",
+            ["model"],
+            buckets=_QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.load = Histogram(
+            "blazar_load_seconds",
+            "Time an inference request waited for its engine to become ready (loads only)",
+            ["model"],
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "blazar_request_duration_seconds",
+            "End-to-end time of an inference request, arrival to last byte",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "blazar_prompt_tokens", "Prompt tokens the engines read", ["model", "key"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "blazar_completion_tokens", "Output tokens the engines generated", ["model", "key"], registry=r
+        )
+        r.register(_RuntimeCollector(runtime))
+        # Label lookups cost more than the observations: each series' child is found once.
+        self._request_children: dict[tuple[str, str, str, str, int], Any] = {}
+        self._model_children: dict[str, _ModelSeries] = {}
+        self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def model_label(self, name: str | None) -> str:
+        """The bounded label of a requested model name: canonical when known, else ``other``."""
+        if not name:
+            return ""
+        engine = self.runtime.engine_named(name)
+        return engine.spec.model if engine is not None else "other"
+
+    def observe(self, record: RequestRecord, *, route: str, inference: bool, ttft_s: float | None) -> None:
+        """One finished request: a handful of dictionary lookups and additions."""
+        model = self.model_label(record.model)
+        key = record.key or ""
+        labels = (route, record.dialect or "", model, key, record.status)
+        child = self._request_children.get(labels)
+        if child is None:
+            child = self._request_children[labels] = self.requests.labels(
+                route, record.dialect or "", model, key, str(record.status)
+            )
+        child.inc()
+        if not inference:
+            return
+        series = self._model_children.get(model)
+        if series is None:
+            series = self._model_children[model] = _ModelSeries(
+                self.e2e.labels(model),
+                self.queue.labels(model),
+                self.load.labels(model),
+                self.ttft.labels(model),
+                self.itl.labels(model),
+            )
+        series.e2e.observe(record.duration_ms / 1000)
+        if record.queue_ms is not None:
+            series.queue.observe(record.queue_ms / 1000)
+        if record.load_ms is not None and record.load_ms > LOADED_MS:
+            series.load.observe(record.load_ms / 1000)
+        if ttft_s is not None:
+            series.ttft.observe(ttft_s)
+        if record.decode_ms is not None and record.completion_tokens:
+            series.itl.observe(record.decode_ms / 1000 / record.completion_tokens)
+        if record.prompt_tokens or record.completion_tokens:
+            tokens = self._token_children.get((model, key))
+            if tokens is None:
+                tokens = self._token_children[(model, key)] = (
+                    self.prompt_tokens.labels(model, key),
+                    self.completion_tokens.labels(model, key),
+                )
+            if record.prompt_tokens:
+                tokens[0].inc(record.prompt_tokens)
+            if record.completion_tokens:
+                tokens[1].inc(record.completion_tokens)
+
+    async def render(self) -> bytes:
+        """The whole exposition: ours, then each ready engine's own series."""
+        engines = await self._engine_metrics()
+        return generate_latest(self.registry) + generate_latest(_Families(engine_families(engines)))
+
+    async def _engine_metrics(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+
+        async def scrape(model: str, client: httpx.AsyncClient) -> None:
+            try:
+                resp = await client.get("/metrics", timeout=_ENGINE_SCRAPE_S)
+            except httpx.HTTPError:
+                return
+            if resp.status_code == 200:
+                found[model] = resp.text
+
+        async with trio.open_nursery() as nursery:
+            for engine in self.runtime.loaded():
+                handle = engine.ready_handle()
+                if handle is not None:
+                    nursery.start_soon(scrape, engine.spec.model, handle.client)
+        return found
+
+
+def engine_families(texts: dict[str, str]) -> list[Metric]:
+    """Engines' own expositions merged into one set of families, each sample labelled with
+    its ``model``. An engine whose text fails to parse is left out rather than breaking the
+    scrape. Names are as ``prometheus_client``'s parser reads them: a counter always ends in
+    ``_total`` (llama.cpp's ``n_tokens_max`` becomes ``n_tokens_max_total``)."""
+    merged: dict[str, Metric] = {}
+    for model, text in sorted(texts.items()):
+        try:
+            families = list(text_string_to_metric_families(text))
+        except ValueError:
+            continue
+        for fam in families:
+            kind = fam.type
+            if kind not in ("counter", "gauge", "untyped", "unknown"):
+                continue  # histograms and summaries: llama.cpp exposes none
+            out = merged.get(fam.name)
+            if out is None:
+                out = merged[fam.name] = Metric(fam.name, fam.documentation, kind)
+            for s in fam.samples:
+                out.add_sample(s.name, {**s.labels, "model": model}, s.value)
+    return list(merged.values())
+
+
+class _Families(Collector):
+    """Metric families already made, as a one-shot collector for ``generate_latest``."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+class _RuntimeCollector(Collector):
+    """The runtime's state, read from its actors' statistics at scrape time."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.runtime.statistics()
+        info = GaugeMetricFamily("blazar_build_info", "The daemon's version", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+        slots = GaugeMetricFamily("blazar_slots", "Admission slots per model", labels=["model"])
+        busy = GaugeMetricFamily("blazar_slots_busy", "Admission slots in use per model", labels=["model"])
+        depth = GaugeMetricFamily("blazar_queue_depth", "Requests waiting for a slot", labels=["model"])
+        for q in stats.admission.queues:
+            slots.add_metric([q.model], q.capacity)
+            busy.add_metric([q.model], q.running)
+            depth.add_metric([q.model], q.queued)
+        yield from (slots, busy, depth)
+        loaded = GaugeMetricFamily(
+            "blazar_model_loaded", "1 while a model's engine is starting or ready", labels=["model", "engine"]
+        )
+        memory = GaugeMetricFamily(
+            "blazar_model_memory_bytes",
+            "Estimated memory a loaded model holds (weights, context, compute buffers)",
+            labels=["model"],
+        )
+        starts = CounterMetricFamily(
+            "blazar_engine_starts", "Engine processes launched (loads)", labels=["model"]
+        )
+        restarts = CounterMetricFamily(
+            "blazar_engine_restarts", "Engine processes started again after one ended", labels=["model"]
+        )
+        crashes = CounterMetricFamily(
+            "blazar_engine_crashes", "Engine processes that crashed", labels=["model"]
+        )
+        for e in stats.engines:
+            up = e.state in ("ready", "starting")
+            loaded.add_metric([e.model, e.engine], 1.0 if up else 0.0)
+            footprint = self.runtime.memory.footprint(e.model) if up else None
+            if footprint is not None:
+                memory.add_metric([e.model], footprint)
+            starts.add_metric([e.model], e.starts)
+            restarts.add_metric([e.model], e.restarts)
+            crashes.add_metric([e.model], e.crashes)
+        yield from (loaded, memory, starts, restarts, crashes)
+        life = stats.lifecycle
+        yield CounterMetricFamily(
+            "blazar_evictions", "Models unloaded to make room for another", value=life.evictions
+        )
+        yield CounterMetricFamily(
+            "blazar_idle_unloads", "Models unloaded when their keep-alive ran out", value=life.idle_unloads
+        )
+        adm = stats.admission
+        yield CounterMetricFamily(
+            "blazar_admission_rejected",
+            "Requests admission refused (queue full, draining)",
+            value=adm.rejected,
+        )
+        yield CounterMetricFamily(
+            "blazar_admission_expired", "Requests whose deadline passed in the queue", value=adm.expired
+        )
+        yield CounterMetricFamily(
+            "blazar_ledger_dropped", "Request records the ledger could not keep", value=stats.ledger.dropped
+        )

@@ -1,0 +1,300 @@
+"""The gateway's auth step: API keys, their route-family and model scopes, and their limits.
+
+Auth is on as soon as one key exists (``blazar keys add``); then every route but
+``/health`` and ``/healthz`` (and CORS preflights, which carry no credentials)
+needs a key, as ``Authorization: Bearer …`` or ``x-api-key``. The daemon's
+per-boot local token (``run/local.token``, mode 0600) authenticates the CLI on
+this machine as ``local``, with every scope and no limits. A daemon bound beyond
+loopback without ``insecure_open`` stays closed even when the last key is
+removed: then only the local token gets in.
+
+Per request this costs a ``PRAGMA data_version`` (has the CLI changed the keys?),
+one SHA-256 of the presented secret and a dict lookup: a few microseconds. The
+route family of a path is found by exact match or a few prefix tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from blazar import limits
+from blazar.errors import BlazarError
+from blazar.keys import ADMIN, FAMILIES, LOCAL_NAME, Key, KeyStore, digest_of, matches
+from blazar.web.call import Call, current_or_none
+
+__all__ = [
+    "ANY",
+    "LOCAL_KEY",
+    "OPEN",
+    "Auth",
+    "family_of",
+    "is_loopback",
+    "model_visible",
+    "presented_secret",
+    "require_model",
+    "secret_tag",
+]
+
+OPEN = "open"
+"""Routes no key is needed for."""
+ANY = "any"
+"""Routes any valid key may call (listings, the error catalog, its own live requests)."""
+
+_EXACT = {
+    "/health": OPEN,
+    "/healthz": OPEN,
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "chat",
+    "/v1/messages": "chat",
+    "/v1/messages/count_tokens": "chat",
+    "/api/chat": "chat",
+    "/api/generate": "chat",
+    "/v1/embeddings": "embeddings",
+    "/api/embed": "embeddings",
+    "/api/embeddings": "embeddings",
+    "/api/pull": ADMIN,
+    "/api/delete": ADMIN,
+    "/api/create": ADMIN,
+    "/api/copy": ADMIN,
+    "/api/push": ADMIN,
+    "/api/evict": ADMIN,
+}
+_PREFIXES = (
+    # Longer prefixes first: /v1/messages/batches is batch work, /v1/messages chat.
+    ("/v1/messages/batches", "batch"),
+    ("/v1/batches", "batch"),
+    ("/v1/files", "batch"),
+    ("/v1/jobs", "batch"),
+    ("/v1/responses", "chat"),
+    ("/v1/conversations", "chat"),
+    ("/v1/audio/", "audio"),
+    ("/audio/", "audio"),
+    ("/v1/images/", "images"),
+    ("/admin/", ADMIN),
+    ("/api/blobs/", ADMIN),
+)
+_LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
+
+
+def family_of(path: str) -> str:
+    """The scope a route needs: a family of ``keys.FAMILIES``, ``OPEN`` or ``ANY``."""
+    family = _EXACT.get(path)
+    if family is not None:
+        return family
+    for prefix, family in _PREFIXES:
+        if path.startswith(prefix) and (
+            prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
+        ):
+            return family
+    return ANY
+
+
+def is_loopback(host: str) -> bool:
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+LOCAL_KEY = Key(name=LOCAL_NAME, digest="", hint="", families=FAMILIES, models=("*",), created_at=0.0)
+
+
+def presented_secret(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization")
+    if auth is not None and auth[:7].lower() == "bearer " and len(auth) > 7:
+        return auth[7:].strip()
+    return headers.get("x-api-key") or None
+
+
+def secret_tag(secret: str) -> str:
+    """A stable, non-reversible name for a secret that is no key (admission fairness)."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+class Auth:
+    """Keys (reloaded when ``keys.db`` changes), the local token, and each key's usage."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        *,
+        local_token: str,
+        closed_when_empty: bool = False,
+        queue_over_concurrency: bool = False,
+    ) -> None:
+        self.store = store
+        self.local_token = local_token
+        self.closed_when_empty = closed_when_empty
+        self.queue = queue_over_concurrency
+        self.keys: dict[str, Key] = {}
+        self._by_digest: dict[str, Key] = {}
+        self.usage: dict[str, limits.Usage] = {}
+        self._waiters: dict[str, deque[trio.Event]] = {}
+        self.unauthorized = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        if not self.store.changed():
+            return
+        keys = {k.name: k for k in self.store.list()}
+        self.keys = keys
+        self._by_digest = {k.digest: k for k in keys.values()}
+        # Usage outlives a rotation (same name); a removed key's goes once nothing runs on it.
+        for name in [n for n, u in self.usage.items() if n not in keys and u.in_flight == 0]:
+            del self.usage[name]
+        for name in keys:
+            self.usage.setdefault(name, limits.Usage())
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys) or self.closed_when_empty
+
+    def local_headers(self) -> dict[str, str]:
+        """Headers that authenticate as the local token (in-process callers: batch items)."""
+        return {"authorization": f"Bearer {self.local_token}"}
+
+    async def enter(self, call: Call) -> BlazarError | None:
+        """Authenticate and authorise ``call``; take its place under the key's limits.
+
+        On success ``call.key``/``call.grant`` (and the card's key) name the key, and
+        ``leave`` must follow when the request ends."""
+        self.refresh()
+        family = family_of(call.path)
+        if family == OPEN or call.method == "OPTIONS" or not self.enabled:
+            return None
+        secret = presented_secret(call.headers)
+        if secret is None:
+            self.unauthorized += 1
+            return BlazarError(
+                "UNAUTHORIZED",
+                "this daemon needs an API key: send it as `Authorization: Bearer <key>` or "
+                "`x-api-key: <key>` (the operator makes one with `blazar keys add NAME`)",
+            )
+        if hmac.compare_digest(secret.encode("utf-8", "surrogatepass"), self.local_token.encode()):
+            self._grant(call, LOCAL_KEY)
+            return None
+        digest = digest_of(secret)
+        key = self._by_digest.get(digest)
+        if key is None or not matches(key, digest):
+            self.unauthorized += 1
+            # Never echo what was sent: a mistyped secret is still (nearly) a secret.
+            return BlazarError(
+                "UNAUTHORIZED",
+                "invalid API key (missing or invalid API key; `blazar keys list` shows the keys "
+                "by name and hint, `blazar keys rotate NAME` issues a new secret)",
+            )
+        if key.expired(time.time()):
+            self.unauthorized += 1
+            expired = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.expires_at or 0))
+            return BlazarError(
+                "KEY_EXPIRED",
+                f"API key {key.name!r} expired at {expired} — ask the operator for a new key "
+                "(`blazar keys add NAME --expires …`)",
+            )
+        usage = self.usage[key.name]
+        if family != ANY and not key.allows_family(family):
+            usage.refused_scope += 1
+            return BlazarError(
+                "KEY_SCOPE_FORBIDDEN",
+                f"API key {key.name!r} may not call {family} routes ({call.path}); its scopes are "
+                f"{','.join(key.scopes)} — use a key made with `--scope {family}`",
+            )
+        now = trio.current_time()
+        decision = limits.decide(
+            usage, now, rpm=key.rpm, tpm=key.tpm, max_concurrent=key.max_concurrent, queue=self.queue
+        )
+        if decision.verdict is limits.Verdict.WAIT:
+            await self._wait_turn(key.name, usage)
+        elif decision.verdict is not limits.Verdict.ADMIT:
+            concurrency = decision.verdict is limits.Verdict.CONCURRENCY
+            if concurrency:
+                usage.refused_concurrency += 1
+            else:
+                usage.refused_rate += 1
+            return BlazarError(
+                "KEY_CONCURRENCY_LIMITED" if concurrency else "RATE_LIMITED",
+                f"API key {key.name!r} is over its limit of {decision.reason} — "
+                f"retry after {decision.retry_after_s or 1:.0f} s",
+                retry_after_s=decision.retry_after_s,
+            )
+        else:
+            limits.admit(usage, now, time.time())
+        self._grant(call, key)
+        return None
+
+    async def _wait_turn(self, name: str, usage: limits.Usage) -> None:
+        """Queue behind the key's running requests; ``leave`` hands its place to the first."""
+        turn = trio.Event()
+        waiters = self._waiters.setdefault(name, deque())
+        waiters.append(turn)
+        usage.queued += 1
+        try:
+            await turn.wait()
+        except BaseException:
+            if turn.is_set():  # handed the place as the wait was cancelled: pass it on
+                self._release(name, usage)
+            else:
+                waiters.remove(turn)
+            raise
+        finally:
+            usage.queued -= 1
+        usage.requests.add(trio.current_time(), 1)
+        usage.requests_total += 1
+        usage.last_used_at = time.time()
+
+    @staticmethod
+    def _grant(call: Call, key: Key) -> None:
+        call.key = key.name
+        call.grant = key
+        if call.card is not None:
+            call.card.key = key.name
+
+    def leave(self, call: Call) -> None:
+        """The request of ``call`` has ended: free its place, charge its tokens."""
+        grant = call.grant
+        if grant is None or grant is LOCAL_KEY:
+            return
+        usage = self.usage.get(grant.name)
+        if usage is None:
+            return
+        card = call.card
+        tokens = 0 if card is None else (card.prompt_tokens or 0) + (card.completion_tokens or 0)
+        usage.tokens.add(trio.current_time(), tokens)
+        usage.tokens_total += tokens
+        self._release(grant.name, usage)
+
+    def _release(self, name: str, usage: limits.Usage) -> None:
+        waiters = self._waiters.get(name)
+        if waiters:
+            waiters.popleft().set()  # the place passes straight on: in_flight stays
+        else:
+            usage.in_flight -= 1
+
+    def statistics(self) -> dict[str, Any]:
+        """Every key (never a secret) with its usage since the daemon started."""
+        self.refresh()
+        now = trio.current_time()
+        data = []
+        for key in self.keys.values():
+            usage = self.usage.get(key.name) or limits.Usage()
+            view = limits.UsageView.of(usage, now)
+            data.append({**key.public(), "expired": key.expired(time.time()), "usage": view})
+        return {"object": "list", "auth": self.enabled, "unauthorized": self.unauthorized, "data": data}
+
+
+def require_model(name: str) -> None:
+    """Refuse (403 ``MODEL_NOT_IN_SCOPE``) a model the current request's key may not use."""
+    call = current_or_none()
+    if call is not None:
+        call.check_model(name)
+
+
+def model_visible(name: str) -> bool:
+    """Whether a listing shows ``name`` to the current request's key."""
+    call = current_or_none()
+    grant = call.grant if call is not None else None
+    return grant is None or grant.allows_model(name)

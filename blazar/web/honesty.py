@@ -1,0 +1,86 @@
+"""Never silently ignore: what a response says about the request's parameters, and strict mode.
+
+The dialect tables (``blazar.dialects.params``) say which parameters a request set
+without effect; the route knows what it changed (an output limit above the context,
+a context clamped). Every inference response names both, in
+
+* ``X-Blazar-Ignored: logit_bias,options.mirostat`` — accepted, no effect;
+* ``X-Blazar-Changed: max_tokens=4096,options.num_ctx=8192`` — ``NAME=VALUE`` with the
+  value the request ran with instead of the one it sent;
+* ``X-Blazar-Context: 4096`` — the per-slot context it ran with.
+
+Strict mode (``strict = true`` in config.toml, or the request header
+``X-Blazar-Strict: 1``) refuses such a request with ``400`` instead, before any
+engine is started: ``PARAMETER_IGNORED`` or ``PARAMETER_CHANGED`` (a context above
+what the model serves stays ``CONTEXT_TOO_LARGE``).
+"""
+
+from __future__ import annotations
+
+from blazar.errors import BlazarError, Dialect
+from blazar.web.call import current_or_none
+
+__all__ = ["STRICT_HEADER", "is_strict", "output_limit", "refuse_ignored", "report"]
+
+STRICT_HEADER = "x-blazar-strict"
+_YES = frozenset({"1", "true", "yes", "on"})
+
+
+def is_strict(configured: bool) -> bool:
+    """Strict for this request: configured so, or asked for by the request's header."""
+    if configured:
+        return True
+    call = current_or_none()
+    value = call.headers.get(STRICT_HEADER) if call is not None else None
+    return value is not None and value.strip().lower() in _YES
+
+
+def _them(names: list[str]) -> str:
+    return "it" if len(names) == 1 else "them"
+
+
+def refuse_ignored(ignored: list[str], *, strict: bool) -> None:
+    if strict and ignored:
+        names = ", ".join(ignored)
+        raise BlazarError(
+            "PARAMETER_IGNORED",
+            f"strict mode: {names} would have no effect on this daemon — leave {_them(ignored)} "
+            f"out, or drop strict mode to have {_them(ignored)} ignored and named in X-Blazar-Ignored",
+            param=ignored[0],
+        )
+
+
+def output_limit(asked: int | None, ctx: int, *, param: str, model: str, strict: bool) -> int | None:
+    """The output limit a request runs with instead of ``asked`` when that exceeds the per-slot
+    context ``ctx`` (None: ``asked`` stands). Strict mode refuses, in OpenAI's and Anthropic's
+    own words for an output limit above the model's."""
+    if asked is None or asked <= ctx:
+        return None
+    if strict:
+        raise BlazarError(
+            "PARAMETER_CHANGED",
+            f"strict mode: {param} {asked} exceeds the {ctx}-token context of '{model}' and would be "
+            f"capped to {ctx} — send {param} {ctx} or less",
+            param=param,
+            wordings={
+                Dialect.OPENAI: (
+                    f"{param} is too large: {asked}. This model supports at most {ctx} completion "
+                    f"tokens, whereas you provided {asked}. (strict mode: Blazar would cap it)"
+                ),
+                Dialect.ANTHROPIC: (
+                    f"{param}: {asked} > {ctx}, which is the maximum allowed number of output tokens "
+                    f"for {model} (strict mode: Blazar would cap it)"
+                ),
+            },
+        )
+    return ctx
+
+
+def report(headers: dict[str, str], *, ignored: list[str], changed: list[str], context: int | None) -> None:
+    """Add the headers that say what became of the request's parameters to ``headers``."""
+    if ignored:
+        headers["X-Blazar-Ignored"] = ",".join(ignored)
+    if changed:
+        headers["X-Blazar-Changed"] = ",".join(changed)
+    if context is not None:
+        headers["X-Blazar-Context"] = str(context)

@@ -1,0 +1,239 @@
+"""The daemon's listener: hypercorn's trio worker, with limits on connections it lacks.
+
+hypercorn parses HTTP/1.1 and HTTP/2 (over TLS by ALPN) and runs the ASGI app; what it
+does not do is bound what slow or idle clients hold. Here each accepted connection is
+counted (in all and per client address) before hypercorn sees it: past a cap it gets an
+immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or is closed (TLS,
+where an answer would first cost a handshake). A new connection that has not sent a whole
+request head within ``header_timeout_s`` is closed; an idle keep-alive one after
+``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431`` with a
+message. This is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling,
+with ``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, RawData, Updated
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+
+from blazar.config import Config
+from blazar.errors import Dialect, error_body
+
+__all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
+
+log = logging.getLogger("blazar.listen")
+
+_REFUSAL_DRAIN_S = 1.0
+"""How long a refused plain connection is read (and dropped) so the client sees the 503."""
+
+
+def hypercorn_config(config: Config) -> HypercornConfig:
+    """hypercorn's settings for the daemon's config: bind, TLS, header and keep-alive limits."""
+    hconfig = HypercornConfig()
+    host = config.host
+    hconfig.bind = [f"[{host}]:{config.port}" if ":" in host else f"{host}:{config.port}"]
+    hconfig.graceful_timeout = config.drain_grace_s
+    hconfig.accesslog = None
+    hconfig.errorlog = logging.getLogger("hypercorn.error")
+    hconfig.keep_alive_timeout = config.keep_alive_timeout_s
+    hconfig.h11_max_incomplete_size = config.max_header_kb * 1024
+    hconfig.h2_max_header_list_size = config.max_header_kb * 1024
+    hconfig.ssl_handshake_timeout = config.header_timeout_s
+    hconfig.backlog = max(hconfig.backlog, min(config.max_connections, 4096))
+    if config.tls_cert is not None and config.tls_key is not None:
+        hconfig.certfile = str(Path(config.tls_cert).expanduser())
+        hconfig.keyfile = str(Path(config.tls_key).expanduser())
+    return hconfig
+
+
+class ConnectionLimits:
+    """Open connections, in all and per client address; ``admit`` says why one is refused."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total = total
+        self.per_client = per_client
+        self.open = 0
+        self.by_client: dict[str, int] = {}
+        self.refused = 0
+
+    def admit(self, client: str) -> str | None:
+        held = self.by_client.get(client, 0)
+        if self.open >= self.total:
+            reason = f"the daemon holds its maximum of {self.total} connections (max_connections)"
+        elif held >= self.per_client:
+            reason = (
+                f"{client} holds its maximum of {self.per_client} connections (max_connections_per_client)"
+            )
+        else:
+            self.open += 1
+            self.by_client[client] = held + 1
+            return None
+        self.refused += 1
+        return reason
+
+    def release(self, client: str) -> None:
+        self.open -= 1
+        held = self.by_client[client] - 1
+        if held:
+            self.by_client[client] = held
+        else:
+            del self.by_client[client]
+
+
+def _refusal_bytes(status: int, code: str, message: str) -> bytes:
+    body = msgspec.json.encode(error_body(Dialect.OPENAI, code, message))
+    reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n"
+    extra = b"retry-after: 1\r\n" if status == 503 else b""
+    return head % (status, reason.get(status, b"Error"), len(body)) + extra + b"\r\n" + body
+
+
+class _Connection(TCPServer):
+    """One client connection: counted, with a deadline for its first request head, and a
+    worded answer where hypercorn would send an empty 400 or 431."""
+
+    def __init__(
+        self, limits: ConnectionLimits, config: Config, app: AppWrapper, hconfig: HypercornConfig, *a: Any
+    ) -> None:
+        super().__init__(app, hconfig, *a)
+        self._limits = limits
+        self._blazar = config
+        self._busy = False  # a request is being answered
+        self._served = False  # a request head arrived
+
+    async def run(self) -> None:
+        tls = not isinstance(self.stream, trio.SocketStream)
+        sock = self.stream.transport_stream.socket if tls else self.stream.socket
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            return  # gone before it was seen
+        client = peer[0] if sock.family in (socket.AF_INET, socket.AF_INET6) else "local"
+        reason = self._limits.admit(client)
+        if reason is not None:
+            if self._limits.refused in (1, 10, 100) or self._limits.refused % 1000 == 0:
+                log.warning(
+                    "refused a connection from %s: %s (%d refused so far)",
+                    client,
+                    reason,
+                    self._limits.refused,
+                )
+            await self._refuse(tls, reason)
+            return
+        try:
+            await super().run()
+        finally:
+            self._limits.release(client)
+
+    async def _refuse(self, tls: bool, reason: str) -> None:
+        try:
+            if not tls:
+                message = f"connection refused: {reason}; close idle connections or retry shortly"
+                await self.stream.send_all(_refusal_bytes(503, "TOO_MANY_CONNECTIONS", message))
+                await self.stream.send_eof()
+                with trio.move_on_after(_REFUSAL_DRAIN_S):  # read what it sent, so no reset hides the 503
+                    while await self.stream.receive_some(65536):
+                        pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await trio.aclose_forcefully(self.stream)
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            self._busy = not event.idle
+            self._served = self._served or not event.idle
+        elif isinstance(event, RawData) and not self._busy and event.data.startswith(b"HTTP/1.1 4"):
+            # Only a head hypercorn could not parse is answered outside a request: say why.
+            event = RawData(data=self._head_refusal(event.data[9:12]))
+        await super().protocol_send(event)
+
+    def _head_refusal(self, status: bytes) -> bytes:
+        if status == b"431":
+            message = (
+                f"the request head is larger than {self._blazar.max_header_kb} KiB (max_header_kb): "
+                "send fewer or shorter headers"
+            )
+            return _refusal_bytes(431, "HEADERS_TOO_LARGE", message)
+        return _refusal_bytes(
+            400, "BAD_REQUEST", "the request is not valid HTTP/1.1: check the request line and headers"
+        )
+
+    async def _idle_timeout(self) -> None:
+        timeout = self._blazar.keep_alive_timeout_s if self._served else self._blazar.header_timeout_s
+        with trio.move_on_after(timeout):
+            await self.context.terminated.wait()
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+
+async def serve(
+    app: Any,
+    config: Config,
+    hconfig: HypercornConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` until ``shutdown_trigger`` returns; ``task_status`` gets the bound URLs."""
+    hconfig.set_statsd_logger_class(StatsdLogger)
+    wrapped = wrap_app(app, hconfig.wsgi_max_body_size, "asgi")
+    limits = ConnectionLimits(config.max_connections, config.max_connections_per_client)
+    state: LifespanState = {}
+    lifespan = Lifespan(wrapped, hconfig, state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = hconfig.create_sockets()
+            ssl_context = hconfig.create_ssl_context()
+            listeners: list[trio.abc.Listener[Any]] = []
+            binds = []
+            for sock, secure in [(s, True) for s in sockets.secure_sockets] + [
+                (s, False) for s in sockets.insecure_sockets
+            ]:
+                sock.listen(hconfig.backlog)
+                listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                if secure:
+                    assert ssl_context is not None
+                    listeners.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
+                else:
+                    listeners.append(listener)
+                scheme = "https" if secure else "http"
+                binds.append(f"{scheme}://{repr_socket_addr(sock.family, sock.getsockname())}")
+            task_status.started(binds)
+            handler = partial(
+                _Connection, limits, config, wrapped, hconfig, context, ConnectionState(state.copy())
+            )
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(
+                        partial(trio.serve_listeners, handler, listeners, handler_nursery=server_nursery)
+                    )
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, others = error.split((ShutdownError, KeyboardInterrupt))
+                if others is not None:
+                    raise others from None
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + hconfig.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

@@ -1,0 +1,212 @@
+"""The real daemon's transport: TLS (HTTP/1.1 and HTTP/2) with a certificate made here, and
+slow or idle clients that must not hold it (header timeout, connection caps, head size)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support import MODEL, DaemonProc, make_home, start_daemon
+
+pytestmark = pytest.mark.slow
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, valid for a day, and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate; it is not installed")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def tls_daemon(
+    tmp_path_factory: pytest.TempPathFactory, model_path: Path
+) -> Iterator[tuple[DaemonProc, Path]]:
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = _self_signed(folder)
+    home = make_home(folder / "home", model_path, config=f'tls_cert = "{cert}"\ntls_key = "{key}"\n')
+    daemon = start_daemon(home)
+    try:
+        yield daemon, cert
+    finally:
+        daemon.stop()
+
+
+def test_the_daemon_serves_tls_to_the_openai_client(tls_daemon: tuple[DaemonProc, Path]) -> None:
+    daemon, cert = tls_daemon
+    assert daemon.url.startswith("https://127.0.0.1:")
+    with httpx.Client(verify=ssl.create_default_context(cafile=cert)) as http:
+        client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", http_client=http, max_retries=0)
+        assert [m.id for m in client.models.list()] == [MODEL]
+        r = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0
+        )
+        assert r.choices[0].message.content is not None and r.usage is not None
+
+
+def test_http2_over_tls(tls_daemon: tuple[DaemonProc, Path]) -> None:
+    daemon, cert = tls_daemon
+    with httpx.Client(http2=True, verify=ssl.create_default_context(cafile=cert), timeout=30) as http:
+        r = http.get(f"{daemon.url}/v1/models")
+        assert (r.http_version, r.status_code) == ("HTTP/2", 200)
+        assert r.headers["x-blazar-trace-id"].startswith("blz-")
+        assert [m["id"] for m in r.json()["data"]] == [MODEL]
+
+
+def test_plain_http_is_not_answered_on_a_tls_port(tls_daemon: tuple[DaemonProc, Path]) -> None:
+    daemon, _ = tls_daemon
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(daemon.url.replace("https://", "http://") + "/health", timeout=10)
+
+
+def test_an_unknown_certificate_is_not_trusted(tls_daemon: tuple[DaemonProc, Path]) -> None:
+    daemon, _ = tls_daemon
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{daemon.url}/health", timeout=10)  # the system's CAs never issued it
+
+
+def test_the_cli_works_against_a_tls_daemon(tls_daemon: tuple[DaemonProc, Path]) -> None:
+    daemon, cert = tls_daemon
+    info = json.loads((daemon.home / "run" / "daemon.json").read_text())
+    assert info["url"] == daemon.url and info["tls_cert"] == str(cert.resolve())
+    out = daemon.cli("ps", "--json")
+    assert json.loads(out.stdout)["daemon"]["url"] == daemon.url
+
+
+# -- slow and idle clients --------------------------------------------------------------------
+
+HEADER_TIMEOUT_S = 2.0
+PER_CLIENT = 150
+HELD_PER_ADDRESS = 100
+ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[DaemonProc]:
+    config = (
+        f"header_timeout_s = {HEADER_TIMEOUT_S}\nmax_connections = 600\n"
+        f"max_connections_per_client = {PER_CLIENT}\nmax_header_kb = 16\n"
+    )
+    daemon = start_daemon(make_home(tmp_path_factory.mktemp("conn") / "home", model_path, config=config))
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def _port(daemon: DaemonProc) -> int:
+    return int(daemon.url.rsplit(":", 1)[1])
+
+
+def _connect(daemon: DaemonProc, source: str) -> socket.socket:
+    """A connection from ``source`` (any 127/8 address reaches a loopback listener)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", _port(daemon)))
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has ended the connection (EOF or reset); False while it holds it."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_and_half_header_connections_are_closed_and_others_served(guarded: DaemonProc) -> None:
+    held: list[socket.socket] = []
+    try:
+        for source in ADDRESSES:
+            for i in range(HELD_PER_ADDRESS):
+                sock = _connect(guarded, source)
+                if i % 2:  # half a head: a request line and part of a header, never finished
+                    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                held.append(sock)
+        # Meanwhile a client from another address is served as usual, over new connections.
+        with httpx.Client(base_url=guarded.url, timeout=30) as http:
+            for _ in range(3):
+                assert http.get("/health").status_code == 200
+        client = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="unused", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == [MODEL]
+        # Every held connection is closed by the daemon: polled, with a generous bound.
+        deadline = time.monotonic() + HEADER_TIMEOUT_S + 60
+        open_ = list(held)
+        while open_ and time.monotonic() < deadline:
+            open_ = [s for s in open_ if not _closed_by_server(s)]
+            time.sleep(0.1)
+        assert open_ == [], f"{len(open_)} of {len(held)} slow connections are still open"
+        # And the daemon serves on.
+        assert httpx.get(f"{guarded.url}/health", timeout=30).status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_per_client_cap_refuses_cleanly(guarded: DaemonProc) -> None:
+    held = [_connect(guarded, "127.0.0.5") for _ in range(PER_CLIENT)]
+    try:
+        extra = _connect(guarded, "127.0.0.5")
+        extra.settimeout(30)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while chunk := extra.recv(4096):
+            answer += chunk
+        extra.close()
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close" in head.lower()
+        error = json.loads(body)["error"]
+        assert error["blazar_code"] == "TOO_MANY_CONNECTIONS"
+        assert "max_connections_per_client" in error["message"]
+        # Another address is not affected by this one's cap.
+        assert httpx.get(f"{guarded.url}/health", timeout=30).status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+    # Once they are gone, the address is served again (the count goes down as they close).
+    deadline = time.monotonic() + 60
+    while True:
+        sock = _connect(guarded, "127.0.0.5")
+        sock.settimeout(30)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        first = sock.recv(64)
+        sock.close()
+        if first.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert first.startswith(b"HTTP/1.1 200"), first
+
+
+def test_an_oversized_head_is_refused_with_431(guarded: DaemonProc) -> None:
+    # Larger than max_header_kb (16) and than one read (64 KiB): the parser sees it incomplete.
+    r = httpx.get(f"{guarded.url}/health", headers={"x-big": "a" * 100_000}, timeout=30)
+    assert r.status_code == 431
+    assert r.json()["error"]["blazar_code"] == "HEADERS_TOO_LARGE"
+    assert "max_header_kb" in r.json()["error"]["message"]
+    assert httpx.get(f"{guarded.url}/health", headers={"x-ok": "a" * 8000}, timeout=30).status_code == 200
