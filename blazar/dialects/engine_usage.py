@@ -20,7 +20,7 @@ import msgspec
 
 from blazar.dialects.neutral import Usage
 
-__all__ = ["EngineUsage", "of_body", "of_parts", "of_stream_tail"]
+__all__ = ["EngineUsage", "of_body", "of_parts", "of_stream_tail", "stream_error"]
 
 
 class EngineUsage(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,3 +109,32 @@ def of_parts(usage: Usage | None, timings: Any) -> EngineUsage | None:
             t = None
     u = _Usage(usage.prompt_tokens, usage.completion_tokens) if usage is not None else None
     return _combine(u, t)
+
+
+class _Error(msgspec.Struct):
+    message: str = ""
+
+
+class _ErrorDoc(msgspec.Struct):
+    error: _Error | str | None = None
+
+
+_ERROR_DECODER = msgspec.json.Decoder(_ErrorDoc)
+
+
+def stream_error(tail: bytes) -> str | None:
+    """The message of the error event an engine ended its SSE stream with (llama.cpp
+    writes ``data: {"error": {...}}`` when a request fails after its head); None when
+    the tail holds none."""
+    at = tail.rfind(b'data: {"error":')
+    if at < 0:
+        return None
+    end = tail.find(b"\n", at)
+    try:
+        doc = _ERROR_DECODER.decode(tail[at + 6 : end if end >= 0 else len(tail)])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "an error event"
+    err = doc.error
+    if isinstance(err, _Error):
+        return err.message or "an error event"
+    return err or "an error event"

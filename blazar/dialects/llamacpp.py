@@ -274,10 +274,12 @@ def _usage(doc: dict[str, Any] | None) -> Usage | None:
     if not doc:
         return None
     details = doc.get("prompt_tokens_details") or {}
+    out_details = doc.get("completion_tokens_details") or {}
     return Usage(
         prompt_tokens=int(doc.get("prompt_tokens") or 0),
         completion_tokens=int(doc.get("completion_tokens") or 0),
         cached_tokens=int(details.get("cached_tokens") or 0),
+        reasoning_tokens=int(out_details.get("reasoning_tokens") or 0),
     )
 
 
@@ -344,6 +346,10 @@ class EngineStream:
         self.events = 0
         self.timings: Any = None
         """The engine's ``timings`` object from its final event (prompt and decode times)."""
+        self.thinking_events = 0
+        """Engine events that carried thinking. llama.cpp streams one event per token it
+        generates and counts no reasoning tokens of its own, so this counts them (the
+        tokens of the ``<think>`` tags themselves, which carry no text, excepted)."""
 
     def feed(self, data: bytes) -> list[Delta]:
         self._buf += data
@@ -380,6 +386,8 @@ class EngineStream:
             d = choice.get("delta") or {}
             text, thinking = self._think.feed(d.get("content") or "")
             thinking = (d.get("reasoning_content") or "") + thinking
+            if thinking:
+                self.thinking_events += 1
             calls = [
                 ToolCallDelta(
                     index=int(c.get("index", i)),
@@ -421,13 +429,19 @@ class EngineStream:
             tail += more
             tail_text = "".join(d.text for d in tail)
             calls = [c for d in tail for c in d.tool_calls]
+        usage = usage or Usage()
+        if self.thinking_events and not usage.reasoning_tokens:
+            counted = self.thinking_events
+            if usage.completion_tokens:
+                counted = min(counted, usage.completion_tokens)
+            usage = msgspec.structs.replace(usage, reasoning_tokens=counted)
         return [
             Delta(
                 text=tail_text,
                 thinking=tail_thinking,
                 tool_calls=calls,
                 finish_reason=finish,
-                usage=usage or Usage(),
+                usage=usage,
             )
         ]
 

@@ -147,6 +147,8 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int = 0
     cached_tokens: int = 0
     """Prompt tokens the engine reused from its cache (counted in ``prompt_tokens``)."""
+    reasoning_tokens: int = 0
+    """Output tokens spent thinking (counted in ``completion_tokens``)."""
 
     @property
     def total_tokens(self) -> int:

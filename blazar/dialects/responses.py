@@ -508,12 +508,12 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatRe
 # -- Response objects -----------------------------------------------------------
 
 
-def usage_doc(usage: Usage, *, reasoning_tokens: int = 0) -> dict[str, Any]:
+def usage_doc(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
     }
 

@@ -205,7 +205,7 @@ def _copy(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def finished(final: Delta) -> Finished:
-    # llama.cpp does not count thinking tokens apart from the answer's
+    # llama.cpp counts no thinking tokens apart from the answer's: the engine stream counts them
     usage = usage_doc(final.usage or Usage())
     if final.finish_reason == "length":
         return Finished(status="incomplete", usage=usage, incomplete="max_output_tokens")

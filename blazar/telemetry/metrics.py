@@ -11,7 +11,8 @@ Three sources, one text:
 
 Label values stay bounded: ``route`` is the route's template, never the raw
 path; ``model`` is the canonical name of a model the runtime made an engine for
-(anything else is ``other``); ``key`` is an API key's name (or empty).
+(anything else is ``other``); ``key`` is an API key's name (or empty); ``code`` is a
+``blazar_code`` from the closed catalog (or empty).
 docs/observability.md lists every series.
 """
 
@@ -34,9 +35,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from actors.census import tree_rss
 from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from blazar import __version__
+from blazar.errors import CATALOG
 
 __all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
 
@@ -73,8 +76,9 @@ class Metrics:
         r = self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter(
             "blazar_requests",
-            "HTTP requests answered, by route template, dialect, model, API key name and status",
-            ["route", "dialect", "model", "key", "status"],
+            "HTTP requests answered, by route template, dialect, model, API key name, status and "
+            "blazar_code (empty when it succeeded; a stream that failed after its 200 head has one)",
+            ["route", "dialect", "model", "key", "status", "code"],
             registry=r,
         )
         self.ttft = Histogram(
@@ -120,7 +124,7 @@ class Metrics:
         )
         r.register(_RuntimeCollector(runtime))
         # Label lookups cost more than the observations: each series' child is found once.
-        self._request_children: dict[tuple[str, str, str, str, int], Any] = {}
+        self._request_children: dict[tuple[str, str, str, str, int, str], Any] = {}
         self._model_children: dict[str, _ModelSeries] = {}
         self._token_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
@@ -135,11 +139,13 @@ class Metrics:
         """One finished request: a handful of dictionary lookups and additions."""
         model = self.model_label(record.model)
         key = record.key or ""
-        labels = (route, record.dialect or "", model, key, record.status)
+        code = record.blazar_code or ""
+        labels = (route, record.dialect or "", model, key, record.status, code)
         child = self._request_children.get(labels)
         if child is None:
+            bounded = code if not code or code in CATALOG else "OTHER"  # the catalog is closed
             child = self._request_children[labels] = self.requests.labels(
-                route, record.dialect or "", model, key, str(record.status)
+                route, record.dialect or "", model, key, str(record.status), bounded
             )
         child.inc()
         if not inference:
@@ -258,6 +264,11 @@ class _RuntimeCollector(Collector):
             "Estimated memory a loaded model holds (weights, context, compute buffers)",
             labels=["model"],
         )
+        resident = GaugeMetricFamily(
+            "blazar_engine_resident_bytes",
+            "Resident memory the engine's process tree holds now, measured (/proc), beside the estimate",
+            labels=["model"],
+        )
         starts = CounterMetricFamily(
             "blazar_engine_starts", "Engine processes launched (loads)", labels=["model"]
         )
@@ -273,10 +284,14 @@ class _RuntimeCollector(Collector):
             footprint = self.runtime.memory.footprint(e.model) if up else None
             if footprint is not None:
                 memory.add_metric([e.model], footprint)
+            # a few reads of /proc per engine (no disk): cheap enough for every scrape
+            rss = tree_rss(e.pid) if up and e.pid else None
+            if rss is not None:
+                resident.add_metric([e.model], rss)
             starts.add_metric([e.model], e.starts)
             restarts.add_metric([e.model], e.restarts)
             crashes.add_metric([e.model], e.crashes)
-        yield from (loaded, memory, starts, restarts, crashes)
+        yield from (loaded, memory, resident, starts, restarts, crashes)
         life = stats.lifecycle
         yield CounterMetricFamily(
             "blazar_evictions", "Models unloaded to make room for another", value=life.evictions

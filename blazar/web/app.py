@@ -34,7 +34,7 @@ from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
-from blazar.web import batch_runner
+from blazar.web import background, batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import conversations as web_conversations
@@ -107,6 +107,7 @@ def build_gateway(
     )
     if telemetry.audit is not None:
         telemetry.audit.start()
+    background.register_runner(runtime, record=gateway.record_job)  # background responses
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
     return gateway

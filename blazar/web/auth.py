@@ -267,6 +267,13 @@ class Auth:
         usage.tokens_total += tokens
         self._release(grant.name, usage)
 
+    def charge(self, name: str | None, tokens: int) -> None:
+        """Charge ``tokens`` spent outside a request (a background response's job) to key ``name``."""
+        usage = self.usage.get(name) if name else None
+        if usage is not None and tokens:
+            usage.tokens.add(trio.current_time(), tokens)
+            usage.tokens_total += tokens
+
     def _release(self, name: str, usage: limits.Usage) -> None:
         waiters = self._waiters.get(name)
         if waiters:

@@ -7,41 +7,57 @@ job's log, so the response can be streamed again (``GET …?stream=true``,
 ``starting_after``), live or after the fact. A job cut by a crash runs again
 from the start on the next daemon start: generation has no side effects, and
 the log restarts with it.
+
+The job runs outside any HTTP request: the request that created it may end (or be
+cancelled) at once. The job's own facts (queue wait, load, tokens, engine times)
+go on a card of its own and, when it has run, to the ledger and telemetry as one
+record (``method`` ``JOB``), its tokens charged to the key that created it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
 import trio
 
 from actors.jobs import JobContext, JobOutcome
+from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from blazar.dialects import responses
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, frame
 from blazar.error_reply import describe_error
-from blazar.errors import Dialect
+from blazar.errors import CATALOG, Dialect
 from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
+from blazar.scrub import scrub
 from blazar.web import translate
+from blazar.web.cards import Card
 
-__all__ = ["KIND", "follow", "register_runner", "submit"]
+__all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
 
 KIND = "response"
 
 
-async def submit(runtime: Runtime, req: ResponsesRequest, body: bytes) -> dict[str, Any]:
-    """Store a queued response with its job; the Response object to answer with."""
+Record = Callable[[RequestRecord], None]
+"""Where a job's facts go when it has run (the gateway's ledger and telemetry)."""
+
+
+async def submit(
+    runtime: Runtime, req: ResponsesRequest, body: bytes, *, key: str | None = None
+) -> dict[str, Any]:
+    """Store a queued response with its job; the Response object to answer with. ``key``:
+    the name of the API key that created it, which its job's tokens are charged to."""
     response_id = responses.new_id("resp")
     doc = responses.encode_response(req, response_id=response_id, created_at=time.time(), status="queued")
     row = row_for(req, body, doc)
     await runtime.jobs.submit(
         KIND,
-        response_id.encode(),
+        # the key's name (never a secret) rides with the job, so it survives a restart
+        (response_id if key is None else f"{response_id}\n{key}").encode(),
         model=req.model,
         job_id=response_id,
         statements=(ResponseStore.put_statement(row),),
@@ -49,18 +65,54 @@ async def submit(runtime: Runtime, req: ResponsesRequest, body: bytes) -> dict[s
     return doc
 
 
-def register_runner(runtime: Runtime) -> None:
+def register_runner(runtime: Runtime, record: Record | None = None) -> None:
+    """Run background responses as jobs; ``record`` gets the facts of each run, as a
+    ``RequestRecord`` (``method`` ``JOB``, its trace id the response's id)."""
+
     async def run(ctx: JobContext) -> JobOutcome:
-        return await _run(runtime, ctx)
+        response_id, _, key = ctx.job.request.decode().partition("\n")
+        card = Card(trace_id=response_id, path="/v1/responses")
+        started_at = time.time()
+        try:
+            return await _run(runtime, ctx, response_id, card)
+        except trio.Cancelled:
+            card.note_failure("CLIENT_CLOSED_REQUEST", "the response was cancelled while it ran")
+            raise
+        finally:
+            if record is not None and card.model is not None:
+                record(_record_of(card, key or None, started_at))
 
     runtime.jobs.register(KIND, run)
 
 
-async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
+def _record_of(card: Card, key: str | None, started_at: float) -> RequestRecord:
+    code = card.failed_code
+    first = card.first_byte_s
+    return RequestRecord(
+        trace_id=card.trace_id,
+        started_at=started_at,
+        method="JOB",
+        path=card.path,
+        model=card.model,
+        status=200 if code is None else CATALOG[code].status if code in CATALOG else 500,
+        duration_ms=(time.perf_counter() - card.t0) * 1000,
+        ttft_ms=(first - card.t0) * 1000 if first is not None else None,
+        blazar_code=code,
+        bytes_out=card.bytes_out,
+        client=None,
+        dialect="openai",
+        key=key,
+        error=scrub(card.failed_reason) if card.failed_reason else None,
+        **card.facts(),
+    )
+
+
+async def _run(runtime: Runtime, ctx: JobContext, response_id: str, card: Card) -> JobOutcome:
     store = store_of(runtime)
-    row = await store.get(ctx.job.request.decode())
+    row = await store.get(response_id)
     if row is None:
         return JobOutcome(state="failed", error="the response was deleted before it ran")
+    card.model = row.model
     req = responses.decode_request(row.request)
     await ctx.restart_events()
     pending: list[tuple[dict[str, Any], int]] = []
@@ -73,12 +125,17 @@ async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
     )
     try:
         chat = responses.chat_request(req, await history_of(store, req))
-        call = translate.EngineCall(runtime, msgspec.structs.replace(chat, stream=True), tier=Tier.LOW)
+        call = translate.EngineCall(
+            runtime, msgspec.structs.replace(chat, stream=True), tier=Tier.LOW, card=card
+        )
         await call.prepare()
         stream = await call.stream(encoder)
         try:
             await store.update(row.id, "in_progress", {**row.response, "status": "in_progress"})
-            async for _ in stream:
+            async for chunk in stream:
+                card.first_byte_s = card.first_byte_s or time.perf_counter()
+                card.chunks += 1
+                card.bytes_out += len(chunk)
                 for event, _seq in pending:
                     await ctx.event(event["type"], event)
                 pending.clear()
@@ -92,7 +149,9 @@ async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
     except Exception as exc:
         described = describe_error(exc, Dialect.OPENAI)
         if described is None:
+            card.note_failure("INTERNAL", f"internal error ({type(exc).__name__})")
             raise
+        card.note_failure(described.code, described.message)
         doc = {
             **row.response,
             "status": "failed",

@@ -5,6 +5,14 @@ request inside the card's cancel scope, so ``POST /v1/requests/{id}/cancel``
 (or ``/interrupt``) from another connection ends it exactly like a client
 disconnect would: the upstream connection closes, the slot is released.
 Finished cards stay in a bounded ring for inspection.
+
+Only routes that generate (or embed) have cards: counting tokens
+(``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``) and reading stored
+answers are not inference. A background response (``background: true``) is a job:
+the card of the request that created it covers the creation and any stream that
+follows it, and cancelling that card closes that stream only, never the job
+(``POST /v1/responses/{id}/cancel`` does); the job gets a card of its own, not
+listed among the live requests, whose facts are recorded when it ends.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -29,6 +37,7 @@ INFERENCE_PATHS = frozenset(
         "/v1/completions",
         "/v1/embeddings",
         "/v1/messages",
+        "/v1/responses",
         "/api/chat",
         "/api/generate",
         "/api/embed",
@@ -107,6 +116,27 @@ class Card:
     completion_tokens: int | None = None
     prefill_ms: float | None = None
     decode_ms: float | None = None
+    failed_code: str | None = None
+    """The ``blazar_code`` of a failure after the reply's head was sent (a stream that
+    ended with an error event: an engine crash, a lost upstream); the head said 200."""
+    failed_reason: str | None = None
+
+    def note_failure(self, code: str, message: str) -> None:
+        """The request's stream failed midway; the first failure is the one kept."""
+        if self.failed_code is None:
+            self.failed_code, self.failed_reason = code, message
+
+    def facts(self) -> dict[str, Any]:
+        """What the card learnt as it ran, as ``RequestRecord`` fields: its engine, waits and cost."""
+        return {
+            "engine": self.engine,
+            "queue_ms": self.queue_wait_s * 1000 if self.queue_wait_s is not None else None,
+            "load_ms": self.load_s * 1000 if self.load_s is not None else None,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "prefill_ms": self.prefill_ms,
+            "decode_ms": self.decode_ms,
+        }
 
     def note_claim(self, queued_s: float, load_ns: int) -> None:
         """A claim on an engine was granted: its wait and load (summed over a request's claims)."""

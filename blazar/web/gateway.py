@@ -33,12 +33,14 @@ from blazar.web.common import dialect_for, error_reply, exception_reply
 from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
 from blazar.web.tracing import RequestTracer
 
-__all__ = ["GatewayMiddleware", "HostGuard"]
+__all__ = ["JOB_ROUTE", "GatewayMiddleware", "HostGuard"]
 
 log = logging.getLogger("blazar.web")
 
 _DEFAULT_MAX_BODY = 50 * 1024 * 1024
 _BODY_TIMEOUT_S = 60.0
+JOB_ROUTE = "job:/v1/responses"
+"""The ``route`` label of a background response's own facts (its job, not its HTTP request)."""
 _ANSWER_KEEP = 256 * 1024
 """The most reply bytes kept for an audit log that records answers."""
 
@@ -234,9 +236,15 @@ class GatewayMiddleware:
             if self.in_flight == 0:
                 self._idle.set()
             if card is not None:
-                self.cards.close(card, status=status or 499, disconnected=disconnected)
+                # the server reports a disconnect after a finished reply too: that one is done
+                self.cards.close(card, status=status or 499, disconnected=disconnected and not response_done)
                 card.key = card.key or call.key
-            error = call.error or (card.reason if card is not None and card.ended_by is not None else None)
+            code, error = call.code, call.error
+            if card is not None and code is None:
+                if card.failed_code is not None:  # a stream that failed after its 200 head
+                    code, error = card.failed_code, card.failed_reason
+                elif card.ended_by is not None:
+                    error = card.reason
             record = RequestRecord(
                 trace_id=trace_id,
                 started_at=started_at,
@@ -246,13 +254,13 @@ class GatewayMiddleware:
                 status=status or 499,  # nothing sent: the client went away first
                 duration_ms=(time.perf_counter() - t0) * 1000,
                 ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
-                blazar_code=call.code,
+                blazar_code=code,
                 bytes_out=sent,
                 client=call.client,
                 dialect=dialect_label(path, call.headers),
                 key=call.key,
                 error=scrub(error) if error else None,
-                **(_facts(card) if card is not None else {}),
+                **(card.facts() if card is not None else {}),
             )
             if self.ledger is not None:
                 self.ledger.record_nowait(record)
@@ -265,7 +273,17 @@ class GatewayMiddleware:
                     answer=b"".join(answer) if answer else None,
                 )
             if tracer is not None and span is not None:
-                tracer.end(span, status=record.status, model=call.model, code=call.code, card=card)
+                tracer.end(span, status=record.status, model=call.model, code=code, card=card)
+
+    def record_job(self, record: RequestRecord) -> None:
+        """The facts of work that ran outside any HTTP request (a background response):
+        into the ledger and telemetry like a request's, its tokens charged to its key."""
+        if self.ledger is not None:
+            self.ledger.record_nowait(record)
+        if self.telemetry is not None:
+            self.telemetry.observe(record, route=JOB_ROUTE, inference=True)
+        if self.auth is not None:
+            self.auth.charge(record.key, (record.prompt_tokens or 0) + (record.completion_tokens or 0))
 
     async def _dispatch(
         self, handler: Handler | None, call: Call, scope: dict[str, Any], receive: Any, send: Any
@@ -329,19 +347,6 @@ class GatewayMiddleware:
                     else card.enders.cancelled(card.end_code, message)
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-
-def _facts(card: Card) -> dict[str, Any]:
-    """What the request's card learnt as it ran: its engine, waits and what it cost."""
-    return {
-        "engine": card.engine,
-        "queue_ms": card.queue_wait_s * 1000 if card.queue_wait_s is not None else None,
-        "load_ms": card.load_s * 1000 if card.load_s is not None else None,
-        "prompt_tokens": card.prompt_tokens,
-        "completion_tokens": card.completion_tokens,
-        "prefill_ms": card.prefill_ms,
-        "decode_ms": card.decode_ms,
-    }
 
 
 async def _send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:

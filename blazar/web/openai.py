@@ -120,7 +120,13 @@ def _usage_reader(call: Call) -> Callable[[bytes], None] | None:
     card = call.card
     if card is None:
         return None
-    return lambda tail: card.note_usage(engine_usage.of_stream_tail(tail))
+
+    def read(tail: bytes) -> None:
+        card.note_usage(engine_usage.of_stream_tail(tail))
+        if (failure := engine_usage.stream_error(tail)) is not None:
+            card.note_failure("BAD_GATEWAY", f"the engine failed mid-stream: {failure}")
+
+    return read
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
@@ -252,6 +258,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
         async def on_error(exc: Exception) -> bytes:
             err = await crash_error(engine, handle, exc)
+            if call.card is not None:
+                call.card.note_failure(err.code, err.message)
             return openai.encode_stream_error(err.code, err.message)
 
         relayed = UpstreamStream(

@@ -98,7 +98,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         store = store_of(runtime)
         if req.background:
             await history_of(store, req)  # an unknown previous response is refused now, not later
-            doc = await background.submit(runtime, req, call.body)
+            doc = await background.submit(runtime, req, call.body, key=call.key)
             if not req.stream:
                 return json_reply(doc, headers=_headers(req))
             return stream_reply(
@@ -122,7 +122,6 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         return stream_reply(stream, content_type="text/event-stream", headers=_headers(req, tr))
 
     routes.add("/v1/responses", create)
-    background.register_runner(runtime)
 
 
 # -- stored responses (framework routes) -------------------------------------

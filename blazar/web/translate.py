@@ -44,6 +44,7 @@ from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.web import honesty
 from blazar.web.call import current_or_none
+from blazar.web.cards import Card, CardState
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
@@ -134,14 +135,20 @@ def check_images(req: ChatRequest, engine: EngineActor) -> None:
 class EngineCall:
     """One translated request: ``prepare`` first, then ``complete`` or ``stream``."""
 
-    def __init__(self, runtime: Runtime, req: ChatRequest, *, tier: Tier | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, req: ChatRequest, *, tier: Tier | None = None, card: Card | None = None
+    ) -> None:
         self.runtime = runtime
         self.req = req
         self.tier = tier
         """The admission tier, when not the request's own (a job's)."""
         self.timings = Timings(started_ns=time.perf_counter_ns())
-        self.card = call.card if (call := current_or_none()) is not None else None
-        """The live card of the HTTP request this serves, which gets the engine's usage."""
+        self._own_card = card is not None
+        if card is None and (call := current_or_none()) is not None:
+            card = call.card
+        self.card = card
+        """The card that gets the engine's usage: the live card of the HTTP request this
+        serves, or (``card``) one of work that runs outside any request (a job)."""
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
         self.claim: Claim | None = None
@@ -198,6 +205,9 @@ class EngineCall:
         )
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
+        if self._own_card and self.card is not None:  # a request's card learns it in claim_engine
+            self.card.state, self.card.engine = CardState.RUNNING, engine.engine_kind
+            self.card.note_claim(self.claim.queued_s, self.claim.load_ns)
         self.context = engine.served_ctx or engine.spec.ctx_per_slot
         if self.req.num_ctx is not None and self.req.num_ctx != self.context:
             self.ctx_asked = self.req.num_ctx
@@ -426,10 +436,10 @@ class TranslatedStream:
         except UpstreamError as exc:
             assert call.engine is not None and call.handle is not None
             err = await crash_error(call.engine, call.handle, exc)
-            yield self._encoder.error(err.code, err.message)
+            yield self._failed(err.code, err.message)
             return
         except EngineError as exc:
-            yield self._encoder.error("BAD_GATEWAY", f"the engine failed mid-stream: {exc}")
+            yield self._failed("BAD_GATEWAY", f"the engine failed mid-stream: {exc}")
             return
         finally:
             await self.aclose()
@@ -438,6 +448,12 @@ class TranslatedStream:
         if call.card is not None:
             call.card.note_usage(engine_usage.of_parts(final.usage, parser.timings))
         yield head + self._encoder.finish(final, timings)
+
+    def _failed(self, code: str, message: str) -> bytes:
+        """The dialect's error event for a failure midway, noted on the card for the ledger."""
+        if (card := self._call.card) is not None:
+            card.note_failure(code, message)
+        return self._encoder.error(code, message)
 
     async def aclose(self) -> None:
         if self._closed:
