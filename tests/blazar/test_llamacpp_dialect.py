@@ -147,6 +147,31 @@ def test_stream_parsing_survives_any_split(step: int) -> None:
     assert parser.done
 
 
+def test_stream_counts_reasoning_tokens() -> None:
+    """llama.cpp counts no reasoning tokens: one per event that carried thinking, at most
+    the output tokens; a count the engine gives wins."""
+    usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 6}}
+    thinking = [_chunk(reasoning_content=piece) for piece in ("Let", " me", " see")]
+    final = EngineStream(_req(), native_tools=False).feed(
+        _sse(*thinking, _chunk("Hi"), _chunk(" there"), _chunk(finish="stop"), usage)
+    )[-1]
+    assert final.usage is not None and final.usage.reasoning_tokens == 3
+    tagged = EngineStream(_req(), native_tools=False).feed(
+        _sse(_chunk("<think>"), _chunk("hmm"), _chunk("</think>"), _chunk("Hi"), _chunk(finish="stop"), usage)
+    )[-1]
+    assert tagged.usage is not None and tagged.usage.reasoning_tokens == 1  # the tags carry no text
+    capped = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
+    final = EngineStream(_req(), native_tools=False).feed(_sse(*thinking, _chunk(finish="stop"), capped))[-1]
+    assert final.usage is not None and final.usage.reasoning_tokens == 2
+    told = {"choices": [], "usage": {**usage["usage"], "completion_tokens_details": {"reasoning_tokens": 5}}}
+    final = EngineStream(_req(), native_tools=False).feed(_sse(*thinking, _chunk(finish="stop"), told))[-1]
+    assert final.usage is not None and final.usage.reasoning_tokens == 5
+    plain = EngineStream(_req(), native_tools=False).feed(_sse(_chunk("Hi"), _chunk(finish="stop"), usage))[
+        -1
+    ]
+    assert plain.usage is not None and plain.usage.reasoning_tokens == 0
+
+
 def test_stream_asks_for_and_reads_the_prompt_progress() -> None:
     _, body = engine_request(_req(stream=True), native_tools=False)
     assert body["return_progress"] is True

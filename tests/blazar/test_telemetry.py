@@ -13,7 +13,7 @@ from actors.ledger import RequestRecord
 from blazar.dialects import engine_usage
 from blazar.dialects.neutral import Usage
 from blazar.telemetry.audit import AuditLog, text_of
-from blazar.telemetry.metrics import _Families, engine_families
+from blazar.telemetry.metrics import Metrics, _Families, engine_families
 from blazar.telemetry.observer import dialect_label, ttft_s
 
 # As llama.cpp writes them (trimmed): a whole reply, and a stream's last events.
@@ -166,3 +166,34 @@ def test_a_full_audit_queue_drops_instead_of_waiting(tmp_path: Path) -> None:
     for _ in range(5):
         audit.submit(_record(), "/v1/models")
     assert audit.dropped == 3
+
+
+def test_error_event_at_the_end_of_a_stream() -> None:
+    cut = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+    failed = cut + b'data: {"error":{"code":500,"message":"slot lost","type":"server_error"}}\n\n'
+    assert engine_usage.stream_error(failed) == "slot lost"
+    assert engine_usage.stream_error(cut + b'data: {"error":"plain words"}\n\n') == "plain words"
+    assert engine_usage.stream_error(cut + b'data: {"error":{"mess') == "an error event"
+    assert engine_usage.stream_error(FINAL + DONE) is None
+    # the word in generated text is no error event
+    assert engine_usage.stream_error(b'data: {"choices":[{"delta":{"content":"\\"error\\":"}}]}\n\n') is None
+
+
+class _NoEngines:
+    """A runtime that has made no engine: every model label is ``other``."""
+
+    def engine_named(self, name: str) -> None:
+        return None
+
+
+def test_request_counter_labels_the_code_from_the_closed_catalog() -> None:
+    m = Metrics(_NoEngines())  # type: ignore[arg-type]
+    for code in (None, "ENGINE_CRASHED", "ENGINE_CRASHED", "NOT_A_CODE"):
+        m.observe(_record(blazar_code=code), route="/v1/responses", inference=False, ttft_s=None)
+    counted = {
+        (s.labels["status"], s.labels["code"]): s.value
+        for fam in m.requests.collect()
+        for s in fam.samples
+        if s.name == "blazar_requests_total"
+    }
+    assert counted == {("200", ""): 1.0, ("200", "ENGINE_CRASHED"): 2.0, ("200", "OTHER"): 1.0}
