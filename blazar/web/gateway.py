@@ -236,7 +236,7 @@ class GatewayMiddleware:
             if self.in_flight == 0:
                 self._idle.set()
             if card is not None:
-                # the server reports a disconnect after a finished reply too: that one is done
+                # a client that hangs up after the whole answer has not disconnected early
                 self.cards.close(card, status=status or 499, disconnected=disconnected and not response_done)
                 card.key = card.key or call.key
             code, error = call.code, call.error
