@@ -138,7 +138,8 @@ def digest_of(secret: str) -> str:
 def parse_scopes(raw: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``chat,embeddings,models:qwen*`` (comma-separated, repeatable) → (families, model patterns).
 
-    No family named: the default families (all but admin); no ``models:`` named: every model."""
+    No family named: the default families (all but metrics and admin); no ``models:`` named:
+    every model."""
     families: list[str] = []
     models: list[str] = []
     for part in (p.strip() for item in raw or () for p in item.split(",")):

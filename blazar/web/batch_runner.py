@@ -3,10 +3,12 @@
 Each item is sent in-process to the daemon's own ASGI application, so it gets exactly
 what the same request sent over HTTP would get (validation, translation, the error
 shapes), at the low admission tier: interactive requests are admitted first, and the
-batch leaves one slot of each model to them. An answer is committed to the ledger
-before the next step counts it, so after a crash the batch goes on at its first
-unrecorded item: no item is lost, none is recorded twice, and one whose answer was
-being written when the crash came simply runs again.
+batch leaves one slot of each model to them. Each item runs as the API key the batch
+was made with (``BatchRow.key``; see ``blazar.web.auth``): its scopes, its limits.
+An answer is committed to the ledger before the next step counts it, so after a
+crash the batch goes on at its first unrecorded item: no item is lost, none is
+recorded twice, and one whose answer was being written when the crash came simply
+runs again.
 
 When every item has an answer, the OpenAI output and error files are written and
 named in one transaction; an Anthropic batch's results are read from its items.
