@@ -115,6 +115,8 @@ class Slot:
     model: str
     granted_at_s: float
     queued_s: float
+    ahead: int = 0
+    """Requests already waiting for the model when this one arrived (0: granted at once)."""
     _released: bool = False
 
     def release(self) -> None:
@@ -143,6 +145,11 @@ class AdmissionActor(Actor[AdmissionMessage]):
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    def waiting(self, model: str) -> int:
+        """Requests waiting for a slot of ``model`` now."""
+        queue = self._queues.get(model)
+        return len(queue.waiters) if queue else 0
 
     def position(self, model: str, waiter_id: int) -> int | None:
         queue = self._queues.get(model)
@@ -323,7 +330,9 @@ async def acquire(
         deadline_s=deadline_s,
     )
     granted_at = admission.grant_now(message)
+    ahead = 0
     if granted_at is None:
+        ahead = admission.waiting(model)
         try:
             granted_at = await admission.ask(message)
         except BaseException:
@@ -338,4 +347,5 @@ async def acquire(
         model=model,
         granted_at_s=granted_at,
         queued_s=granted_at - arrived,
+        ahead=ahead,
     )

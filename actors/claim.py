@@ -51,6 +51,10 @@ class Claim:
     queued_s: float
     """Time spent waiting for the admission slot."""
     keep_alive_s: float | None
+    evicted: tuple[str, ...] = ()
+    """Models stopped to make room for this one's engine."""
+    ahead: int = 0
+    """Requests already waiting for a slot when this one arrived."""
     released: bool = False
 
     @property
@@ -130,7 +134,7 @@ async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) 
         if (granted := options.get("on_granted")) is not None:
             granted(engine)
         t0 = time.perf_counter_ns()
-        handle = await runtime.make_ready(engine)
+        handle, evicted = await runtime.ready(engine)
         load_ns = time.perf_counter_ns() - t0
         lease = engine.lease()
     except BaseException:
@@ -145,4 +149,6 @@ async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) 
         load_ns=load_ns,
         queued_s=slot.queued_s,
         keep_alive_s=options.get("keep_alive_s"),
+        evicted=evicted,
+        ahead=slot.ahead,
     )

@@ -230,13 +230,15 @@ class LifecycleActor(Actor[LifecycleMessage]):
         except (ActorStopped, trio.WouldBlock):
             pass
 
-    async def before_load(self, model: str, need_bytes: int | None = None) -> None:
+    async def before_load(self, model: str, need_bytes: int | None = None) -> tuple[str, ...]:
         """Call before starting ``model``'s engine: evicts idle models as ``max_loaded_models``
         and the memory budget require; waits (up to ``load_wait_s``) while every loaded
         model is busy, then raises ``MaxLoadedModels``. With ``need_bytes`` (its estimated
         footprint), raises ``ModelTooLarge`` when it exceeds the budget even alone and
-        ``InsufficientMemory`` when only busy models stand in its way."""
-        await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
+        ``InsufficientMemory`` when only busy models stand in its way. Returns the models
+        evicted to make room."""
+        plan: EvictionPlan = await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
+        return plan.evict
 
     async def unload(self, model: str, *, only_idle: bool = False) -> bool:
         """Stop ``model``'s engine now; True when it was loaded. ``only_idle`` raises

@@ -326,12 +326,18 @@ class Runtime:
 
     async def make_ready(self, engine: EngineActor) -> EngineHandle:
         """``engine``'s ready child, started if need be after making room for it."""
+        handle, _ = await self.ready(engine)
+        return handle
+
+    async def ready(self, engine: EngineActor) -> tuple[EngineHandle, tuple[str, ...]]:
+        """``make_ready``, and the models evicted to make room for ``engine``."""
         handle = engine.ready_handle()
+        evicted: tuple[str, ...] = ()
         if handle is None:
             if engine.state is not EngineState.READY:
-                await self.before_load(engine)  # max_loaded_models and memory: evict idle ones
+                evicted = await self.before_load(engine)  # max_loaded_models and memory
             handle = await engine.ask(EnsureReady())
-        return handle
+        return handle, evicted
 
     def loaded(self) -> list[EngineActor]:
         seen: dict[int, EngineActor] = {}
@@ -378,10 +384,11 @@ class Runtime:
         """Model → requests admission holds for it (granted a slot or queued)."""
         return {q.model: q.running + q.queued for q in self.admission.statistics().queues}
 
-    async def before_load(self, engine: EngineActor) -> None:
-        """Make room for ``engine``'s model (count limit and memory budget), or raise why not."""
+    async def before_load(self, engine: EngineActor) -> tuple[str, ...]:
+        """Make room for ``engine``'s model (count limit and memory budget), or raise why not;
+        returns the models evicted."""
         need = await self.memory.need(engine.spec)
-        await self.lifecycle.before_load(engine.spec.model, need)
+        return await self.lifecycle.before_load(engine.spec.model, need)
 
     async def preload(
         self, models: list[str], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             run_benchmark(ctx, BENCHMARKS[name][1])
         except Exception as exc:
             log(f"{name}: FAILED: {type(exc).__name__}: {exc} (logs in {ctx.work_dir})")
+            traceback.print_exc()
             failed.append(name)
     return 1 if failed else 0
 

@@ -126,7 +126,10 @@ class EngineInfo:
 
 def engine_of(daemon_url: str, model: str = MODEL) -> EngineInfo:
     """The daemon's ready engine child, with its argv read from /proc (the API key included)."""
-    engines = httpx.get(f"{daemon_url}/admin/engines", timeout=30.0).json()["engines"]
+    doc = httpx.get(f"{daemon_url}/admin/engines", timeout=30.0).json()
+    if "engines" not in doc:
+        raise RuntimeError(f"{daemon_url}/admin/engines answered {doc}")
+    engines = doc["engines"]
     for engine in engines:
         if engine["model"] == model and engine["state"] == "ready":
             pid, port = int(str(engine["pid"])), int(str(engine["port"]))

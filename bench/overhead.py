@@ -7,7 +7,10 @@ second instance. A separate load-generator process (raw HTTP/1.1, keep-alive,
 closed loop, a fixed time per measurement) sends OpenAI chat requests: non-stream (a fixed body) and stream
 (32 chunks, one every millisecond, then the finish chunk and ``[DONE]``: like a
 very fast engine, each chunk is its own write). In every run the three targets
-are measured one after the other (direct, Blazar, LiteLLM) at C = 1, 16 and 64.
+are measured one after the other (direct, Blazar, Blazar with its production
+controls on, LiteLLM) at C = 1, 16 and 64. "Controls on" is a second daemon with
+an API key (every request authenticated, counted against the key's limits and
+statistics) and the audit log written; metrics are recorded by both daemons.
 Added latency is a percentile through the gateway minus the same percentile
 direct, in the same run. CPU is the serving process's utime+stime
 (/proc/<pid>/stat) over the measured requests, divided by their number, or by
@@ -37,6 +40,7 @@ from bench._rigs import (
 from bench._stats import percentile, ratio, summarize
 from bench._system import cpu_seconds
 from bench._workloads import chat_request, job
+from tests.support import DaemonProc
 
 __all__ = ["TITLE", "run"]
 
@@ -82,6 +86,17 @@ def _metrics(res: dict[str, Any], cpu_s: float | None, mode: str) -> dict[str, A
     return out
 
 
+CONTROLS = "audit_log = true\n"
+"""The controls' config, before the instant config (whose tables end the file)."""
+
+
+def _add_key(daemon: DaemonProc) -> str:
+    """A key on the running daemon (the CLI prints its secret on stdout); limits high enough
+    never to refuse a benchmark request, so that each request pays for being counted."""
+    done = daemon.cli("keys", "add", "bench", "--rpm", "100000000", "--tpm", "1000000000")
+    return done.stdout.strip().splitlines()[-1]
+
+
 def run(ctx: Context) -> dict[str, Any]:
     duration_s = ctx.pick(4.0, 0.3)
     litellm_bin, skipped = _litellm(ctx)
@@ -89,6 +104,7 @@ def run(ctx: Context) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with (
         running_daemon(instant_config(*UPSTREAM_ARGS), tag="overhead") as daemon,
+        running_daemon(CONTROLS + instant_config(*UPSTREAM_ARGS), tag="overhead-controls") as guarded,
         InstantUpstream(*UPSTREAM_ARGS, log_dir=ctx.work_dir) as upstream,
         LoadGen() as lg,
         contextlib.ExitStack() as stack,
@@ -96,16 +112,22 @@ def run(ctx: Context) -> dict[str, Any]:
         targets: dict[str, tuple[str, list[int]]] = {
             "direct": (upstream.url, [upstream.proc.pid] if upstream.proc else []),
             "blazar": (daemon.url, [daemon.proc.pid]),
+            "blazar+controls": (guarded.url, [guarded.proc.pid]),
         }
+        auth = {"blazar+controls": {"Authorization": f"Bearer {_add_key(guarded)}"}}
         lite = None
         if litellm_bin is not None:
             lite = stack.enter_context(LiteLLMProxy(litellm_bin, upstream.url, log_dir=ctx.work_dir))
             ctx.extra_versions["litellm"] = litellm_version(litellm_bin)
             notes.append(f"LiteLLM proxy started in {lite.start_s:.1f} s")
             targets["litellm"] = (lite.url, lite.pids())
-        requests = {m: chat_request("openai", max_tokens=CHUNKS, stream=m == "stream") for m in MODES}
-        for url, _ in targets.values():  # the daemon starts its engine on the first request
-            lg.run(job(url, [requests["non-stream"]], concurrency=4, count=ctx.pick(200, 20)))
+        requests = {
+            (name, m): chat_request("openai", max_tokens=CHUNKS, stream=m == "stream", headers=auth.get(name))
+            for name in targets
+            for m in MODES
+        }
+        for name, (url, _) in targets.items():  # the daemon starts its engine on the first request
+            lg.run(job(url, [requests[name, "non-stream"]], concurrency=4, count=ctx.pick(200, 20)))
         for r in range(ctx.runs):
             log(f"overhead: run {r + 1}/{ctx.runs}")
             one: dict[str, Any] = {}
@@ -113,12 +135,15 @@ def run(ctx: Context) -> dict[str, Any]:
                 for c in LEVELS:
                     case = one.setdefault(f"{mode} C={c}", {})
                     for name, (url, pids) in targets.items():
-                        lg.run(job(url, [requests[mode]], concurrency=c, count=ctx.pick(c * 4, c)))
+                        request = requests[name, mode]
+                        lg.run(job(url, [request], concurrency=c, count=ctx.pick(c * 4, c)))
                         cpu0 = cpu_seconds(pids)
-                        res = lg.run(job(url, [requests[mode]], concurrency=c, duration_s=duration_s))
+                        res = lg.run(job(url, [request], concurrency=c, duration_s=duration_s))
                         case[name] = _metrics(res, cpu_seconds(pids) - cpu0, mode)
             runs.append(one)
         commands = daemon_commands(instant_config(*UPSTREAM_ARGS)) | {
+            "daemon with controls config.toml": CONTROLS + instant_config(*UPSTREAM_ARGS),
+            "daemon with controls key": "blazar keys add bench --rpm 100000000 --tpm 1000000000",
             "daemon's engine": redact(engine_of(daemon.url).argv),
             "direct upstream": upstream.argv,
             "load generator": " ".join(LoadGen.command),
@@ -136,7 +161,11 @@ def _summarize(
     notes: list[str],
     commands: dict[str, Any],
 ) -> dict[str, Any]:
-    names = [n for n in ("direct", "blazar", "litellm") if runs and n in runs[0][f"{MODES[0]} C=1"]]
+    names = [
+        n
+        for n in ("direct", "blazar", "blazar+controls", "litellm")
+        if runs and n in runs[0][f"{MODES[0]} C=1"]
+    ]
     cases = [f"{m} C={c}" for m in MODES for c in LEVELS]
 
     def get(case: str, who: str, key: str) -> dict[str, Any]:
@@ -155,6 +184,12 @@ def _summarize(
         "cpu_per_request_ms": get("non-stream C=16", "blazar", "cpu_ms_per_request"),
         "cpu_per_chunk_ms": get("stream C=16", "blazar", "cpu_ms_per_chunk"),
     }
+    if "blazar+controls" in names:
+        values |= {
+            "controls_overhead_p50_ms": added("non-stream C=1", "blazar+controls", "p50_ms"),
+            "controls_cpu_per_request_ms": get("non-stream C=16", "blazar+controls", "cpu_ms_per_request"),
+            "controls_cpu_per_chunk_ms": get("stream C=16", "blazar+controls", "cpu_ms_per_chunk"),
+        }
     if has_lite:
         values["litellm_rps_ratio_c16"] = rps_ratio("non-stream C=16")
     rps_rows = [

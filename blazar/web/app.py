@@ -49,7 +49,15 @@ from blazar.web import telemetry_routes as web_telemetry
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
-from blazar.web.common import JSON, RUNTIME_KEY, app_runtime, error_response, exception_reply, response_of
+from blazar.web.common import (
+    CARDS_KEY,
+    JSON,
+    RUNTIME_KEY,
+    app_runtime,
+    error_response,
+    exception_reply,
+    response_of,
+)
 from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
@@ -59,7 +67,6 @@ from blazar.web.tracing import RequestTracer
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
 
-_CARDS_KEY = "blazar.cards"
 _AUTH_KEY = "blazar.auth"
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "BAD_REQUEST"}
@@ -178,7 +185,7 @@ def create_app(
         return response_of(exception_reply(current(), exc))
 
     app.extensions[RUNTIME_KEY] = runtime
-    app.extensions[_CARDS_KEY] = cards
+    app.extensions[CARDS_KEY] = cards
     app.extensions[TELEMETRY_KEY] = telemetry
     app.extensions[_AUTH_KEY] = auth
     _register(app)
@@ -268,7 +275,7 @@ async def admin_keys() -> Response:
 
 
 def _cards() -> Cards:
-    return cast(Cards, current_app.extensions[_CARDS_KEY])
+    return cast(Cards, current_app.extensions[CARDS_KEY])
 
 
 def _card_view(card: Card) -> CardView:

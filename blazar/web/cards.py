@@ -102,16 +102,26 @@ class Card:
     """The name (never the secret) of the API key it came with."""
     queue_wait_s: float | None = None
     load_s: float | None = None
+    queue_ahead: int | None = None
+    """Requests already waiting for a slot when it asked for one."""
+    evicted: tuple[str, ...] = ()
+    """Models stopped to make room for its engine."""
     """Time spent making the engine ready (0 when it was already loaded)."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prefill_ms: float | None = None
     decode_ms: float | None = None
 
-    def note_claim(self, queued_s: float, load_ns: int) -> None:
-        """A claim on an engine was granted: its wait and load (summed over a request's claims)."""
+    def note_claim(
+        self, queued_s: float, load_ns: int, *, ahead: int = 0, evicted: tuple[str, ...] = ()
+    ) -> None:
+        """A claim on an engine was granted: its wait and load (summed over a request's claims),
+        the requests that waited ahead of it, the models evicted for its engine."""
         self.queue_wait_s = (self.queue_wait_s or 0.0) + queued_s
         self.load_s = (self.load_s or 0.0) + load_ns / 1e9
+        self.queue_ahead = max(self.queue_ahead or 0, ahead)
+        if evicted:
+            self.evicted = (*self.evicted, *evicted)
 
     def note_usage(self, usage: EngineUsage | None) -> None:
         """What the engine said one of its replies cost (summed over a request's engine calls)."""

@@ -90,5 +90,5 @@ async def claim_engine(
         on_granted=granted,
     )
     if live is not None:
-        live.note_claim(claim.queued_s, claim.load_ns)
+        live.note_claim(claim.queued_s, claim.load_ns, ahead=claim.ahead, evicted=claim.evicted)
     return claim

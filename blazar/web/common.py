@@ -18,6 +18,7 @@ from blazar.web.call import Call, Cleanup, Reply, current, current_or_none
 from blazar.web.cards import StreamEnders
 
 __all__ = [
+    "CARDS_KEY",
     "JSON",
     "LOADING_NS",
     "NDJSON",
@@ -51,13 +52,19 @@ NDJSON = "application/x-ndjson"
 SSE_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 RUNTIME_KEY = "blazar.runtime"
 """Where ``create_app`` keeps the runtime among the app's extensions."""
+CARDS_KEY = "blazar.cards"
+"""…and the live and recently finished request cards."""
+
+
+_NATIVE_API = ("/api/errors", "/api/why", "/api/explain/", "/api/quantiles")
+"""Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
 
 
 def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
     """Which error shape a request gets (DESIGN §7); ``headers`` has lower-case names."""
     if path.startswith("/v1/messages") or "anthropic-version" in headers:
         return Dialect.ANTHROPIC
-    if path.startswith("/api/") and not path.startswith("/api/errors"):
+    if path.startswith("/api/") and not path.startswith(_NATIVE_API):
         return Dialect.OLLAMA
     return Dialect.OPENAI
 

@@ -249,7 +249,8 @@ class GatewayMiddleware:
             if self.in_flight == 0:
                 self._idle.set()
             if card is not None:
-                self.cards.close(card, status=status or 499, disconnected=disconnected)
+                # a client that hangs up after the whole answer has not disconnected early
+                self.cards.close(card, status=status or 499, disconnected=disconnected and not response_done)
                 card.key = card.key or call.key
             error = call.error or (card.reason if card is not None and card.ended_by is not None else None)
             record = RequestRecord(

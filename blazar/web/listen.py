@@ -115,6 +115,7 @@ class _Connection(TCPServer):
         self._blazar = config
         self._busy = False  # a request is being answered
         self._served = False  # a request head arrived
+        self._gone = False  # the client closed its side (or the read failed)
 
     async def run(self) -> None:
         tls = not isinstance(self.stream, trio.SocketStream)
@@ -174,8 +175,21 @@ class _Connection(TCPServer):
             400, "BAD_REQUEST", "the request is not valid HTTP/1.1: check the request line and headers"
         )
 
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # The client is gone. hypercorn would still wait out the idle timer before closing its
+        # side, leaving the socket in CLOSE-WAIT for keep_alive_timeout_s after every client
+        # that hangs up between requests: end the timer now.
+        self._gone = True
+        await self.idle_task.stop()
+
     async def _idle_timeout(self) -> None:
-        timeout = self._blazar.keep_alive_timeout_s if self._served else self._blazar.header_timeout_s
+        if self._gone:
+            timeout = 0.0
+        elif self._served:
+            timeout = self._blazar.keep_alive_timeout_s
+        else:
+            timeout = self._blazar.header_timeout_s
         with trio.move_on_after(timeout):
             await self.context.terminated.wait()
         with trio.CancelScope(shield=True):

@@ -241,7 +241,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 lease.release()
             if upstream.status_code >= 400:
                 err = classify_error(upstream.status_code, content)
-                call.code = err.code
+                call.code, call.error = err.code, err.message
                 if err.wordings:  # a refusal OpenAI words its own way: say it so
                     content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
                 else:

@@ -289,15 +289,15 @@ async def test_max_loaded_one_evicts_the_idle_model_before_a_load(
     world = World(stop_s=1.0)
     async with trio.open_nursery() as nursery:
         life = await _start(nursery, world, max_loaded_models=1)
-        await life.before_load("a")  # nothing loaded: nothing to evict
+        assert await life.before_load("a") == ()  # nothing loaded: nothing to evict
         world.loaded["a"] = 0
         life.touch_nowait("a", None)
         t0 = trio.current_time()
-        await life.before_load("b")
+        assert await life.before_load("b") == ("a",)  # the answer names what was evicted
         assert world.names() == ["a"]
         assert trio.current_time() - t0 == pytest.approx(1.0)  # returns once the engine has stopped
         world.loaded["b"] = 1
-        await life.before_load("b")  # already resident: nothing to evict
+        assert await life.before_load("b") == ()  # already resident: nothing to evict
         assert world.names() == ["a"]
         assert life.statistics().evictions == 1 and life.statistics().evicting == []
         nursery.cancel_scope.cancel()

@@ -210,3 +210,36 @@ def test_an_oversized_head_is_refused_with_431(guarded: DaemonProc) -> None:
     assert r.json()["error"]["blazar_code"] == "HEADERS_TOO_LARGE"
     assert "max_header_kb" in r.json()["error"]["message"]
     assert httpx.get(f"{guarded.url}/health", headers={"x-ok": "a" * 8000}, timeout=30).status_code == 200
+
+
+def _close_wait(port: int) -> int:
+    """The daemon's sockets on ``port`` whose client has closed but which it has not (CLOSE-WAIT)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "08":
+                count += 1
+    return count
+
+
+def test_a_client_that_hangs_up_between_requests_is_let_go_at_once(guarded: DaemonProc) -> None:
+    """A keep-alive connection whose client closes it after a request is closed by the daemon
+    too, not held half-open until keep_alive_timeout_s (75 s here) ends its idle timer."""
+    port = _port(guarded)
+    socks = []
+    for i in range(40):
+        sock = _connect(guarded, f"127.0.0.{5 + i % 3}")
+        body = b'{"model": "no-such-model", "messages": []}'
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)  # one of the gateway's own routes, answered at once
+        assert sock.recv(4096).startswith(b"HTTP/1.1 4")
+        socks.append(sock)
+    for sock in socks:
+        sock.close()
+    deadline = time.monotonic() + 20
+    while _close_wait(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _close_wait(port) == 0
+    assert httpx.get(f"{guarded.url}/health", timeout=10).status_code == 200

@@ -1,0 +1,193 @@
+"""``blazar why``: the story of one request, told from its ledger record.
+
+Pure: the facts come in (the ledger's ``RequestRecord``, plus what the daemon
+still holds in memory about a recent request: the requests that waited ahead of
+it, the models evicted for it, how it ended), a ``Story`` comes out — the same
+facts as fields for programs and as sentences for people. ``pick`` chooses the
+request to explain when none is named: the last one that failed, else the
+slowest recent one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import msgspec
+
+from actors.ledger import RequestRecord
+from blazar.errors import CATALOG
+
+__all__ = ["Extras", "Story", "pick", "tell"]
+
+
+class Extras(msgspec.Struct, frozen=True, kw_only=True):
+    """What the daemon still knows of a recent request beyond its ledger record."""
+
+    state: str | None = None
+    """How it ended (done, failed, cancelled, interrupted, disconnected) or where it is now."""
+    reason: str | None = None
+    queue_ahead: int | None = None
+    evicted: tuple[str, ...] = ()
+
+
+class Story(msgspec.Struct, frozen=True, kw_only=True):
+    trace_id: str
+    started_at: float
+    route: str
+    dialect: str | None
+    model: str | None
+    key: str | None
+    engine: str | None
+    status: int
+    outcome: str
+    """ok, failed, cancelled, interrupted, disconnected, or (live) queued/running."""
+    duration_ms: float
+    queue_ms: float | None
+    queue_ahead: int | None
+    loaded: bool
+    load_ms: float | None
+    evicted: list[str]
+    ttft_ms: float | None
+    prefill_ms: float | None
+    decode_ms: float | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    code: str | None
+    error: str | None
+    cause: str | None
+    """What the error code means, from the catalog (``GET /api/errors``)."""
+    slowest: str | None
+    """The phase that took most of its time, when one clearly did."""
+    lines: list[str]
+    """The story in sentences, as ``blazar why`` prints it."""
+
+
+_LOADED_MS = 100.0
+"""A wait for the engine longer than this means it was started for the request."""
+
+
+def pick(records: Sequence[RequestRecord]) -> RequestRecord | None:
+    """The request to explain when none is named: among recent requests for a model, the
+    newest that failed, else the slowest. ``records`` are newest first."""
+    served = [r for r in records if r.model is not None]
+    failed = next((r for r in served if _failed(r)), None)
+    if failed is not None:
+        return failed
+    return max(served, key=lambda r: r.duration_ms, default=None)
+
+
+def _failed(r: RequestRecord) -> bool:
+    return r.status >= 400 or r.error is not None
+
+
+def _outcome(r: RequestRecord, extras: Extras | None) -> str:
+    state = extras.state if extras is not None else None
+    if state in ("cancelled", "interrupted", "disconnected", "queued", "running"):
+        return state
+    if r.status == 499:
+        return "disconnected"
+    return "failed" if _failed(r) else "ok"
+
+
+def _s(ms: float) -> str:
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _rate(tokens: int | None, ms: float | None) -> str:
+    if not tokens or not ms:
+        return ""
+    return f" ({tokens / (ms / 1000):.0f} tokens/s)"
+
+
+def _phases(r: RequestRecord) -> dict[str, float]:
+    phases = {"waiting for a slot": r.queue_ms or 0.0, "loading the engine": r.load_ms or 0.0}
+    phases["reading the prompt"] = r.prefill_ms or 0.0
+    phases["generating"] = r.decode_ms or 0.0
+    return phases
+
+
+def _slowest(r: RequestRecord) -> str | None:
+    phases = _phases(r)
+    name, ms = max(phases.items(), key=lambda kv: kv[1])
+    if r.duration_ms <= 0 or ms < 0.5 * r.duration_ms:
+        return None
+    return name
+
+
+def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
+    """The story of request ``r``."""
+    outcome = _outcome(r, extras)
+    loaded = (r.load_ms or 0.0) > _LOADED_MS
+    evicted = list(extras.evicted) if extras is not None else []
+    ahead = extras.queue_ahead if extras is not None else None
+    code = r.blazar_code
+    cause = CATALOG[code].meaning if code in CATALOG else None
+    error = r.error or (extras.reason if extras is not None else None)
+    slowest = _slowest(r)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at))
+    who = f" with key '{r.key}'" if r.key else ""
+    dialect = f" ({r.dialect})" if r.dialect else ""
+    model = f" for {r.model}" if r.model else ""
+    lines = [
+        f"{r.trace_id}: {r.method} {r.path}{dialect}{model}{who}, at {when}: "
+        f"{outcome}, status {r.status}, in {_s(r.duration_ms)}."
+    ]
+    if r.queue_ms is not None:
+        if r.queue_ms < 1 and not ahead:
+            lines.append("It got an engine slot at once.")
+        else:
+            waited = f"{ahead} request{'s' if ahead != 1 else ''} waited ahead of it" if ahead else None
+            lines.append(
+                f"It waited {_s(r.queue_ms)} for an engine slot" + (f"; {waited}." if waited else ".")
+            )
+    if loaded:
+        engine = f" ({r.engine})" if r.engine else ""
+        made_room = f", after evicting {', '.join(evicted)} to make room" if evicted else ""
+        lines.append(f"Its engine{engine} was started for it and took {_s(r.load_ms or 0.0)}{made_room}.")
+    elif r.load_ms is not None:
+        lines.append(f"Its engine{f' ({r.engine})' if r.engine else ''} was already loaded.")
+    if r.prefill_ms is not None:
+        tokens = f"the {r.prompt_tokens}-token prompt" if r.prompt_tokens is not None else "the prompt"
+        lines.append(f"The engine read {tokens} in {_s(r.prefill_ms)}{_rate(r.prompt_tokens, r.prefill_ms)}.")
+    if r.decode_ms is not None or r.completion_tokens is not None:
+        n = r.completion_tokens if r.completion_tokens is not None else "some"
+        took = f" in {_s(r.decode_ms)}" if r.decode_ms is not None else ""
+        lines.append(f"It generated {n} tokens{took}{_rate(r.completion_tokens, r.decode_ms)}.")
+    if r.ttft_ms is not None:
+        lines.append(f"The first byte of the answer left after {_s(r.ttft_ms)}.")
+    if slowest is not None and outcome == "ok":
+        share = _phases(r)[slowest] / r.duration_ms
+        lines.append(f"Most of its time ({share:.0%}) went to {slowest}.")
+    if outcome != "ok" and (code or error):
+        what = f"{code}: " if code else ""
+        lines.append(f"It ended with {what}{error or cause or ''}".rstrip() + ".")
+        if cause and error:
+            lines.append(f"{code} means: {cause}")
+    return Story(
+        trace_id=r.trace_id,
+        started_at=r.started_at,
+        route=f"{r.method} {r.path}",
+        dialect=r.dialect,
+        model=r.model,
+        key=r.key,
+        engine=r.engine,
+        status=r.status,
+        outcome=outcome,
+        duration_ms=r.duration_ms,
+        queue_ms=r.queue_ms,
+        queue_ahead=ahead,
+        loaded=loaded,
+        load_ms=r.load_ms,
+        evicted=evicted,
+        ttft_ms=r.ttft_ms,
+        prefill_ms=r.prefill_ms,
+        decode_ms=r.decode_ms,
+        prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens,
+        code=code,
+        error=error,
+        cause=cause,
+        slowest=slowest,
+        lines=lines,
+    )
