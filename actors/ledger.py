@@ -237,6 +237,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE requests ADD COLUMN decode_ms REAL",
         "ALTER TABLE requests ADD COLUMN error TEXT",
     ),
+    (
+        # The name of the API key a batch was made with (never its secret): its items run
+        # as that key. Batches made before read NULL and run as the daemon's local token.
+        "ALTER TABLE batches ADD COLUMN key TEXT",
+    ),
 )
 
 _COLUMNS = (

@@ -53,6 +53,9 @@ class BatchRow(msgspec.Struct, frozen=True, kw_only=True):
     output_file_id: str | None = None
     error_file_id: str | None = None
     archived_at: float | None = None
+    key: str | None = None
+    """The API key the batch was made with (its name): each item runs as it. None: made
+    while the daemon needed no key (or before keys were recorded); items run as ``local``."""
 
 
 class BatchItem(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,7 +72,7 @@ class BatchItem(msgspec.Struct, frozen=True, kw_only=True):
 _FILE_COLUMNS = "id, filename, purpose, bytes, path, created_at, expires_at"
 _BATCH_COLUMNS = (
     "id, dialect, endpoint, input_file_id, metadata, cancel_requested, created_at, expires_at, "
-    "in_progress_at, finalizing_at, cancelling_at, ended_at, output_file_id, error_file_id, archived_at"
+    "in_progress_at, finalizing_at, cancelling_at, ended_at, output_file_id, error_file_id, archived_at, key"
 )
 _ITEM_COLUMNS = "idx, custom_id, url, body, state, status_code, response, request_id"
 
@@ -195,7 +198,7 @@ class BatchStore:
         """The batch and its items (custom_id, url, body), for the job's own transaction."""
         out: list[Statement] = [
             (
-                f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+                f"INSERT INTO batches ({_BATCH_COLUMNS}) VALUES ({', '.join('?' * 16)})",
                 (
                     row.id,
                     row.dialect,
@@ -212,6 +215,7 @@ class BatchStore:
                     None,
                     None,
                     None,
+                    row.key,
                 ),
             )
         ]

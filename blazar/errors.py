@@ -112,7 +112,7 @@ CATALOG: dict[str, CodeInfo] = {
             "KEY_SCOPE_FORBIDDEN",
             403,
             "The API key's scopes do not include this route family (chat, embeddings, audio, images, "
-            "batch, admin).",
+            "batch, metrics, admin).",
         ),
         _c("MODEL_NOT_IN_SCOPE", 403, "The API key's `models:` scopes do not include this model."),
         _c(

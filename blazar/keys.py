@@ -31,9 +31,11 @@ __all__ = [
     "DEFAULT_FAMILIES",
     "FAMILIES",
     "LOCAL_NAME",
+    "METRICS",
     "Key",
     "KeyStore",
     "KeyStoreError",
+    "LastKeyError",
     "digest_of",
     "keys_path",
     "matches",
@@ -44,9 +46,12 @@ __all__ = [
 
 SECRET_PREFIX = "blz-"
 ADMIN = "admin"
-FAMILIES = ("chat", "embeddings", "audio", "images", "batch", ADMIN)
-DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f != ADMIN)
-"""What a key made without ``--scope`` may do: every route family but admin, on every model."""
+METRICS = "metrics"
+"""``/metrics`` and ``/api/quantiles``: what a Prometheus scraper needs, and nothing else."""
+FAMILIES = ("chat", "embeddings", "audio", "images", "batch", METRICS, ADMIN)
+DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f not in (METRICS, ADMIN))
+"""What a key made without ``--scope`` may do: every route family but metrics and admin, on
+every model (the metrics name every key and model: they are the operator's view)."""
 LOCAL_NAME = "local"
 """The name the daemon's per-boot local token authenticates as; no key may take it."""
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -69,6 +74,10 @@ CREATE TABLE IF NOT EXISTS keys (
 
 class KeyStoreError(Exception):
     """A key operation refused: the message says why and what to do."""
+
+
+class LastKeyError(KeyStoreError):
+    """Removing the last key was refused (it turns auth off): ``remove(..., force=True)`` does it."""
 
 
 class Key(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,7 +107,8 @@ class Key(msgspec.Struct, frozen=True, kw_only=True):
         return self.expires_at is not None and now >= self.expires_at
 
     def allows_family(self, family: str) -> bool:
-        return family in self.families
+        """``admin`` implies ``metrics``; nothing else implies another family."""
+        return family in self.families or (family == METRICS and ADMIN in self.families)
 
     def allows_model(self, name: str) -> bool:
         """``name`` (or, for Ollama's spelling ``NAME:latest``, ``NAME``) matches a pattern."""
@@ -128,7 +138,8 @@ def digest_of(secret: str) -> str:
 def parse_scopes(raw: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``chat,embeddings,models:qwen*`` (comma-separated, repeatable) → (families, model patterns).
 
-    No family named: the default families (all but admin); no ``models:`` named: every model."""
+    No family named: the default families (all but metrics and admin); no ``models:`` named:
+    every model."""
     families: list[str] = []
     models: list[str] = []
     for part in (p.strip() for item in raw or () for p in item.split(",")):
@@ -301,10 +312,21 @@ class KeyStore:
             raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
         return self.get(name), secret
 
-    def remove(self, name: str) -> None:
-        cur = self._conn.execute("DELETE FROM keys WHERE name = ?", (name,))
-        if cur.rowcount == 0:
-            raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
+    def remove(self, name: str, *, force: bool = False) -> None:
+        """Remove ``name``; the last key only with ``force`` (``LastKeyError`` otherwise): with
+        no key left, auth is off. Checked and removed in one transaction."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            names = [r[0] for r in self._conn.execute("SELECT name FROM keys")]
+            if name not in names:
+                raise KeyStoreError(f"no key named {name!r} — see `blazar keys list`")
+            if names == [name] and not force:
+                raise LastKeyError(f"{name!r} is the last API key")
+            self._conn.execute("DELETE FROM keys WHERE name = ?", (name,))
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
 
 def matches(key: Key, secret_digest: str) -> bool:

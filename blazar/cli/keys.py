@@ -18,8 +18,8 @@ from rich.table import Table
 from blazar.cli import app
 from blazar.cli._common import Json, err, out, print_json
 from blazar.client import CliError, find_daemon
-from blazar.config import resolve_paths
-from blazar.keys import KeyStore, KeyStoreError, keys_path, parse_expiry, parse_scopes
+from blazar.config import ConfigError, load_config, resolve_paths
+from blazar.keys import KeyStore, KeyStoreError, LastKeyError, keys_path, parse_expiry, parse_scopes
 
 __all__ = ["keys"]
 
@@ -49,7 +49,8 @@ def add(
         Parameter(
             negative="",
             help="What the key may do, comma-separated or repeated: chat, embeddings, audio, "
-            "images, batch, admin, models:PATTERN (fnmatch). Default: every family but admin, "
+            "images, batch, metrics (/metrics and /api/quantiles, for a scraper), admin (implies "
+            "metrics), models:PATTERN (fnmatch). Default: every family but metrics and admin, "
             "on every model.",
         ),
     ] = None,
@@ -91,16 +92,53 @@ def rotate(name: str) -> None:
 
 
 @keys.command
-def rm(name: str) -> None:
-    """Remove the key NAME; requests with it are refused from the next one on."""
+def rm(
+    name: str,
+    *,
+    force: Annotated[
+        bool,
+        Parameter(negative="", help="Remove it even if it is the last key (which turns API keys off)."),
+    ] = False,
+) -> None:
+    """Remove the key NAME; requests with it are refused from the next one on. The last key
+    goes only with --force: with none left, the daemon needs no key."""
     store = _store()
     try:
-        store.remove(name)
+        store.remove(name, force=force)
+    except LastKeyError:
+        raise CliError(
+            f"refusing to remove {name!r}, the last API key: {_open_after()}. Add another "
+            f"key first, or remove it anyway with `blazar keys rm {name} --force`"
+        ) from None
     except KeyStoreError as exc:
         raise CliError(str(exc)) from None
     out.print(f"removed key {name}")
     if store.count() == 0:
-        err.print("[dim]no key is left: a daemon bound to loopback is open again to local clients[/]")
+        err.print(f"[yellow]no key is left[/]: {_open_after()}")
+
+
+def _open_after() -> str:
+    """What the daemon (as configured) does once no key exists."""
+    from blazar.web.auth import is_loopback  # only here: `blazar keys` stays light
+
+    try:
+        config = load_config(resolve_paths())
+    except ConfigError:
+        return "with no key the daemon needs none"
+    if is_loopback(config.host):
+        return (
+            f"with no key the daemon on {config.host} is open to every program and user on this "
+            "machine, admin routes included"
+        )
+    if config.insecure_open:
+        return (
+            f"with no key the daemon on {config.host} (insecure_open) is open to everyone who can "
+            "reach it, admin routes included"
+        )
+    return (
+        f"with no key the daemon on {config.host} (not loopback) fails closed: it refuses every "
+        "request but /health until a key is added (only the local CLI gets in)"
+    )
 
 
 def _live_usage() -> dict[str, Any]:

@@ -8,6 +8,16 @@ this machine as ``local``, with every scope and no limits. A daemon bound beyond
 loopback without ``insecure_open`` stays closed even when the last key is
 removed: then only the local token gets in.
 
+Batch items run through the gateway with the local token and ``x-blazar-act-as:
+NAME``, the key that made the batch: that header is honoured only beside the local
+token, and then the request gets that key's grant, scopes and limits, never the
+local token's. Acting as a key can only narrow what the caller may do. Such a
+request is *patient*: over its key's rate or concurrency it waits for the window or
+a place instead of being refused (batch work is not interactive).
+
+A request waiting for its key's concurrency place (or, patient, for its rate
+window) leaves the wait as soon as its client disconnects (``gone``).
+
 Per request this costs a ``PRAGMA data_version`` (has the CLI changed the keys?),
 one SHA-256 of the presented secret and a dict lookup: a few microseconds. The
 route family of a path is found by exact match or a few prefix tests.
@@ -19,17 +29,22 @@ import hashlib
 import hmac
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import trio
 
 from blazar import limits
 from blazar.errors import BlazarError
-from blazar.keys import ADMIN, FAMILIES, LOCAL_NAME, Key, KeyStore, digest_of, matches
+from blazar.keys import ADMIN, FAMILIES, LOCAL_NAME, METRICS, Key, KeyStore, digest_of, matches
 from blazar.web.call import Call, current_or_none
 
+Gone = Callable[[], Awaitable[None]]
+"""Returns once the request's client has disconnected."""
+
 __all__ = [
+    "ACT_AS",
     "ANY",
     "LOCAL_KEY",
     "OPEN",
@@ -42,6 +57,8 @@ __all__ = [
     "secret_tag",
 ]
 
+ACT_AS = "x-blazar-act-as"
+"""The key a local-token caller (the batch runner) acts as; ignored from anyone else."""
 OPEN = "open"
 """Routes no key is needed for."""
 ANY = "any"
@@ -65,6 +82,10 @@ _EXACT = {
     "/api/copy": ADMIN,
     "/api/push": ADMIN,
     "/api/evict": ADMIN,
+    # Aggregates a scraper reads: a `metrics` key (or an admin key). Per-request stories
+    # (/api/why) and a model's effective settings (/api/explain) need admin.
+    "/metrics": METRICS,
+    "/api/quantiles": METRICS,
 }
 _PREFIXES = (
     # Longer prefixes first: /v1/messages/batches is batch work, /v1/messages chat.
@@ -79,6 +100,8 @@ _PREFIXES = (
     ("/v1/images/", "images"),
     ("/admin/", ADMIN),
     ("/api/blobs/", ADMIN),
+    ("/api/explain", ADMIN),
+    ("/api/why", ADMIN),
 )
 _LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
 
@@ -157,16 +180,29 @@ class Auth:
         """Headers that authenticate as the local token (in-process callers: batch items)."""
         return {"authorization": f"Bearer {self.local_token}"}
 
-    async def enter(self, call: Call) -> BlazarError | None:
+    async def enter(self, call: Call, gone: Gone | None = None) -> BlazarError | None:
         """Authenticate and authorise ``call``; take its place under the key's limits.
 
         On success ``call.key``/``call.grant`` (and the card's key) name the key, and
-        ``leave`` must follow when the request ends."""
+        ``leave`` must follow when the request ends. ``gone`` (returns once the client
+        has disconnected) ends a wait for the key's place at once."""
         self.refresh()
         family = family_of(call.path)
-        if family == OPEN or call.method == "OPTIONS" or not self.enabled:
+        if family == OPEN or call.method == "OPTIONS":
+            return None
+        act_as = call.headers.get(ACT_AS)
+        if act_as is None and not self.enabled:
             return None
         secret = presented_secret(call.headers)
+        if secret is not None and hmac.compare_digest(
+            secret.encode("utf-8", "surrogatepass"), self.local_token.encode()
+        ):
+            if act_as is None:
+                self._grant(call, LOCAL_KEY)
+                return None
+            return await self._act_as(call, act_as, family, gone)
+        if not self.enabled:
+            return None  # an open daemon; ``x-blazar-act-as`` from anyone else means nothing
         if secret is None:
             self.unauthorized += 1
             return BlazarError(
@@ -174,9 +210,6 @@ class Auth:
                 "this daemon needs an API key: send it as `Authorization: Bearer <key>` or "
                 "`x-api-key: <key>` (the operator makes one with `blazar keys add NAME`)",
             )
-        if hmac.compare_digest(secret.encode("utf-8", "surrogatepass"), self.local_token.encode()):
-            self._grant(call, LOCAL_KEY)
-            return None
         digest = digest_of(secret)
         key = self._by_digest.get(digest)
         if key is None or not matches(key, digest):
@@ -187,14 +220,31 @@ class Auth:
                 "invalid API key (missing or invalid API key; `blazar keys list` shows the keys "
                 "by name and hint, `blazar keys rotate NAME` issues a new secret)",
             )
+        return await self._admit(call, key, family, gone, patient=False)
+
+    async def _act_as(self, call: Call, name: str, family: str, gone: Gone | None) -> BlazarError | None:
+        """A batch item: the local token's caller runs it as the key ``name`` made the batch with."""
+        if client := call.headers.get("x-blazar-client"):
+            call.client = client  # the ledger names the batch, not the loopback address
+        if name == LOCAL_NAME:
+            self._grant(call, LOCAL_KEY)
+            return None
+        key = self.keys.get(name)
+        if key is None:
+            return _removed(name)
+        return await self._admit(call, key, family, gone, patient=True)
+
+    async def _admit(
+        self, call: Call, key: Key, family: str, gone: Gone | None, *, patient: bool
+    ) -> BlazarError | None:
+        """``key`` is authentic: check its expiry and scope, then take a place under its limits.
+
+        A ``patient`` request (a batch item) waits out a rate window and always queues for
+        a concurrency place; the key is looked up again after each wait, so one removed or
+        expired meanwhile refuses what has not started."""
         if key.expired(time.time()):
             self.unauthorized += 1
-            expired = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.expires_at or 0))
-            return BlazarError(
-                "KEY_EXPIRED",
-                f"API key {key.name!r} expired at {expired} — ask the operator for a new key "
-                "(`blazar keys add NAME --expires …`)",
-            )
+            return _expired(key)
         usage = self.usage[key.name]
         if family != ANY and not key.allows_family(family):
             usage.refused_scope += 1
@@ -203,12 +253,31 @@ class Auth:
                 f"API key {key.name!r} may not call {family} routes ({call.path}); its scopes are "
                 f"{','.join(key.scopes)} — use a key made with `--scope {family}`",
             )
-        now = trio.current_time()
-        decision = limits.decide(
-            usage, now, rpm=key.rpm, tpm=key.tpm, max_concurrent=key.max_concurrent, queue=self.queue
-        )
+        while True:
+            now = trio.current_time()
+            decision = limits.decide(
+                usage,
+                now,
+                rpm=key.rpm,
+                tpm=key.tpm,
+                max_concurrent=key.max_concurrent,
+                queue=self.queue or patient,
+            )
+            if decision.verdict is limits.Verdict.RATE and patient:
+                if not await self._wait(usage, partial(trio.sleep, decision.retry_after_s or 1.0), gone):
+                    return _gone()
+                self.refresh()
+                fresh = self.keys.get(key.name)
+                if fresh is None:
+                    return _removed(key.name)
+                if fresh.expired(time.time()):
+                    return _expired(fresh)
+                key, usage = fresh, self.usage[fresh.name]
+                continue
+            break
         if decision.verdict is limits.Verdict.WAIT:
-            await self._wait_turn(key.name, usage)
+            if not await self._wait_turn(key.name, usage, gone):
+                return _gone()
         elif decision.verdict is not limits.Verdict.ADMIT:
             concurrency = decision.verdict is limits.Verdict.CONCURRENCY
             if concurrency:
@@ -226,25 +295,54 @@ class Auth:
         self._grant(call, key)
         return None
 
-    async def _wait_turn(self, name: str, usage: limits.Usage) -> None:
-        """Queue behind the key's running requests; ``leave`` hands its place to the first."""
+    @staticmethod
+    async def _wait(usage: limits.Usage, wait: Gone, gone: Gone | None) -> bool:
+        """Await ``wait()`` (counted as queued); False, at once, if the client goes first."""
+        usage.queued += 1
+        try:
+            if gone is None:
+                await wait()
+                return True
+            done = False
+            async with trio.open_nursery() as nursery:
+
+                async def waiting() -> None:
+                    nonlocal done
+                    await wait()
+                    done = True
+                    nursery.cancel_scope.cancel()
+
+                async def watching() -> None:
+                    await gone()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(waiting)
+                nursery.start_soon(watching)
+            return done
+        finally:
+            usage.queued -= 1
+
+    async def _wait_turn(self, name: str, usage: limits.Usage, gone: Gone | None) -> bool:
+        """Queue behind the key's running requests; ``leave`` hands its place to the first.
+        False when the client went away first (it has left the queue)."""
         turn = trio.Event()
         waiters = self._waiters.setdefault(name, deque())
         waiters.append(turn)
-        usage.queued += 1
+        granted = False
         try:
-            await turn.wait()
-        except BaseException:
-            if turn.is_set():  # handed the place as the wait was cancelled: pass it on
-                self._release(name, usage)
-            else:
-                waiters.remove(turn)
-            raise
+            granted = await self._wait(usage, turn.wait, gone)
         finally:
-            usage.queued -= 1
+            if not granted:
+                if turn.is_set():  # handed the place as the wait ended: pass it on
+                    self._release(name, usage)
+                else:
+                    waiters.remove(turn)
+        if not granted:
+            return False
         usage.requests.add(trio.current_time(), 1)
         usage.requests_total += 1
         usage.last_used_at = time.time()
+        return True
 
     @staticmethod
     def _grant(call: Call, key: Key) -> None:
@@ -291,6 +389,27 @@ class Auth:
             view = limits.UsageView.of(usage, now)
             data.append({**key.public(), "expired": key.expired(time.time()), "usage": view})
         return {"object": "list", "auth": self.enabled, "unauthorized": self.unauthorized, "data": data}
+
+
+def _expired(key: Key) -> BlazarError:
+    expired = time.strftime("%Y-%m-%d %H:%M", time.localtime(key.expires_at or 0))
+    return BlazarError(
+        "KEY_EXPIRED",
+        f"API key {key.name!r} expired at {expired} — ask the operator for a new key "
+        "(`blazar keys add NAME --expires …`)",
+    )
+
+
+def _removed(name: str) -> BlazarError:
+    return BlazarError(
+        "UNAUTHORIZED",
+        f"API key {name!r}, which made this batch, no longer exists (`blazar keys rm`): its "
+        "remaining requests are refused — make the batch again with a current key",
+    )
+
+
+def _gone() -> BlazarError:
+    return BlazarError("CLIENT_CLOSED_REQUEST", "the client disconnected while waiting for its key's turn")
 
 
 def require_model(name: str) -> None:

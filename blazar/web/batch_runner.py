@@ -3,10 +3,12 @@
 Each item is sent in-process to the daemon's own ASGI application, so it gets exactly
 what the same request sent over HTTP would get (validation, translation, the error
 shapes), at the low admission tier: interactive requests are admitted first, and the
-batch leaves one slot of each model to them. An answer is committed to the ledger
-before the next step counts it, so after a crash the batch goes on at its first
-unrecorded item: no item is lost, none is recorded twice, and one whose answer was
-being written when the crash came simply runs again.
+batch leaves one slot of each model to them. Each item runs as the API key the batch
+was made with (``BatchRow.key``; see ``blazar.web.auth``): its scopes, its limits.
+An answer is committed to the ledger before the next step counts it, so after a
+crash the batch goes on at its first unrecorded item: no item is lost, none is
+recorded twice, and one whose answer was being written when the crash came simply
+runs again.
 
 When every item has an answer, the OpenAI output and error files are written and
 named in one transaction; an Anthropic batch's results are read from its items.
@@ -29,6 +31,7 @@ from actors.jobs import JobContext, JobOutcome
 from actors.runtime import Runtime
 from blazar.batch_store import BatchItem, BatchRow, BatchStore, FileRow, Statement, write_blob
 from blazar.dialects import batches
+from blazar.web.auth import ACT_AS
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,8 @@ def register_runner(
     runtime: Runtime, app: Callable[..., Any], *, headers: dict[str, str] | None = None
 ) -> None:
     """Run batch jobs through ``app``, the daemon's ASGI application; ``headers`` go with
-    every item (the local token, so that items pass the auth step)."""
+    every item (the local token, so that items pass the auth step; with it, each item
+    names the key its batch was made with, whose grant and limits it then runs under)."""
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None, headers=headers
     )
@@ -117,6 +121,10 @@ class _Batch:
             }
             if batch.dialect == "anthropic":
                 headers["anthropic-version"] = "2023-06-01"
+            if batch.key is not None:
+                # Beside the local token, this makes the item run as the batch's key: its
+                # scopes and limits, its name in the ledger (blazar.web.auth).
+                headers[ACT_AS] = batch.key
             try:
                 resp = await self.client.post(item.url, content=item.body, headers=headers)
             except Exception as exc:  # a bug on our side: this item fails, the batch goes on

@@ -26,10 +26,12 @@ from blazar.batch_store import BatchRow, BatchStore, FileRow
 from blazar.dialects import batches
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
+from blazar.web.auth import model_visible
 from blazar.web.batch_runner import KIND, finish, store_of
+from blazar.web.call import current
 from blazar.web.common import app_runtime, json_response, query_int, query_order, read_body
 
-__all__ = ["batch_record", "check_models", "register"]
+__all__ = ["batch_record", "check_models", "creator", "register"]
 
 _WINDOW_S = 24 * 3600.0
 
@@ -78,9 +80,18 @@ async def batch_record(store: BatchStore, row: BatchRow) -> batches.BatchRecord:
 
 
 async def check_models(runtime: Runtime, models: set[str]) -> None:
-    """Every model a batch names is installed (``ModelNotFound`` names the first that is not)."""
+    """Every model a batch names is installed (``ModelNotFound`` names the first that is not).
+
+    A model outside the key's ``models:`` scopes is not looked up (its answer would tell
+    whether it exists): its items fail one by one with ``MODEL_NOT_IN_SCOPE``."""
     for model in sorted(models):
-        await trio.to_thread.run_sync(runtime.store.get, model)
+        if model_visible(model):
+            await trio.to_thread.run_sync(runtime.store.get, model)
+
+
+def creator() -> str | None:
+    """The name of the key the batch is made with, which its items run as (None: no key)."""
+    return current().key
 
 
 def _page_args(default: int, high: int) -> tuple[str | None, int]:
@@ -178,6 +189,7 @@ async def create_batch() -> Response:
         cancel_requested=False,
         created_at=now,
         expires_at=now + _WINDOW_S,
+        key=creator(),
     )
     items = [(line.custom_id, line.url, _body(line.body)) for line in lines]
     await runtime.jobs.submit(

@@ -28,7 +28,7 @@ def _client_key(call: Call) -> str:
     (a bearer token that is no key counts by a hash of it)."""
     headers = call.headers
     if call.key is not None:
-        if call.key != LOCAL_NAME:  # the local token: the CLI, batch items — told apart below
+        if call.key != LOCAL_NAME:  # the local token: the CLI, keyless batch items — told apart below
             return "key:" + call.key
     elif (secret := presented_secret(headers)) is not None:
         return "tok:" + secret_tag(secret)

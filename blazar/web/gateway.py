@@ -151,7 +151,12 @@ class GatewayMiddleware:
         origin = call.headers.get("origin")
         grant = self.cors.actual(origin) if origin else None  # None for every non-browser client
 
+        early: list[dict[str, Any]] = []  # read while waiting in the auth step, for the app
+
         async def tracked_receive() -> dict[str, Any]:
+            return early.pop(0) if early else await receive_tracking()
+
+        async def receive_tracking() -> dict[str, Any]:
             nonlocal body_done, disconnected
             message = await receive()
             if message["type"] == "http.request" and not message.get("more_body", False):
@@ -193,6 +198,14 @@ class GatewayMiddleware:
             with trio.CancelScope(shield=True):
                 await send(message)
 
+        async def client_gone() -> None:
+            """Return once the client disconnects; keep what arrives before for the app."""
+            while True:
+                message = await receive_tracking()
+                if message["type"] == "http.disconnect":
+                    return
+                early.append(message)
+
         self.in_flight += 1
         if self._idle.is_set():
             self._idle = trio.Event()
@@ -200,7 +213,7 @@ class GatewayMiddleware:
             with call:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
                 if refusal is None and self.auth is not None:
-                    refusal = await self.auth.enter(call)
+                    refusal = await self.auth.enter(call, client_gone)
                 handler = self.routes.post.get(path)
                 preflight = (
                     self.cors.preflight(origin, call.headers)
@@ -209,7 +222,9 @@ class GatewayMiddleware:
                 )
                 if refusal is not None:
                     grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
-                    await _send_reply(exception_reply(call, refusal), tracked_send)
+                    reply = exception_reply(call, refusal)
+                    if not disconnected:  # gone while waiting for its key's turn: nobody to tell
+                        await _send_reply(reply, tracked_send)
                 elif preflight is not None:  # before any check of keys: a preflight carries none
                     await _send_preflight(preflight, send)
                     status = 204

@@ -21,7 +21,7 @@ from blazar.batch_store import BatchItem, BatchRow, BatchStore
 from blazar.dialects import batches
 from blazar.errors import BlazarError
 from blazar.web.batch_runner import KIND, store_of
-from blazar.web.batches import cancel, check_models
+from blazar.web.batches import cancel, check_models, creator
 from blazar.web.common import app_runtime, json_response, query_int, read_body
 
 __all__ = ["register"]
@@ -66,6 +66,7 @@ async def message_batch_create() -> Response:
         cancel_requested=False,
         created_at=now,
         expires_at=now + _WINDOW_S,
+        key=creator(),
     )
     items = [(r.custom_id, "/v1/messages", msgspec.json.encode(r.params)) for r in requests]
     await runtime.jobs.submit(

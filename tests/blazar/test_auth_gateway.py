@@ -3,7 +3,6 @@ who gets in, which routes and models a key reaches, and its limits."""
 
 from __future__ import annotations
 
-import json
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from blazar.keys import KeyStore, keys_path
+from blazar.keys import KeyStore, keys_path, parse_scopes
 from blazar.web.auth import Auth
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import _client_key
@@ -124,7 +123,7 @@ async def test_keys_added_rotated_and_removed_while_running_count_at_once(
         cli.add("bob")
         cli.remove("alice")
         assert (await gw.client.get("/v1/models", headers=bearer(new))).status_code == 401
-        cli.remove("bob")
+        cli.remove("bob", force=True)
         assert (await gw.client.get("/v1/models")).status_code == 200  # no key left: open again
 
 
@@ -356,29 +355,80 @@ def test_fairness_uses_the_key_name_never_the_secret() -> None:
     assert client_of({}) == "addr:10.0.0.9"
 
 
-async def test_a_batch_made_with_a_key_runs_its_items_past_the_auth_step(
+async def test_a_queued_client_that_disconnects_frees_its_place_at_once(
     instant_home: Path, keys: KeyStore
 ) -> None:
-    """Batch items run through the gateway itself, with the local token: keys do not stop them."""
-    _, secret = keys.add("batcher", families=("batch",))
-    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": CHAT}
+    _, secret = keys.add("one", max_concurrent=1)
+    async with gateway(key_concurrency="queue") as gw:
+
+        async def usage() -> dict[str, Any]:
+            stats = (await gw.client.get("/admin/keys", headers=local_token(instant_home))).json()
+            return dict(stats["data"][0]["usage"])
+
+        async with trio.open_nursery() as holder:
+            started = trio.Event()
+            body = {**CHAT, "stream": True, "max_tokens": 2000, "bench_interval_ms": 50}
+
+            held = trio.Event()
+
+            async def hold() -> None:  # a long stream that keeps the key's one place
+                async with gw.client.stream(
+                    "POST", "/v1/chat/completions", json=body, headers=bearer(secret)
+                ) as r:
+                    async for _ in r.aiter_bytes():
+                        started.set()
+                held.set()
+
+            holder.start_soon(hold)
+            await started.wait()
+            async with trio.open_nursery() as leaver:
+
+                async def queue() -> None:
+                    async with httpx.AsyncClient(base_url=str(gw.client.base_url), timeout=30) as other:
+                        await other.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
+
+                leaver.start_soon(queue)
+                while True:
+                    if (await usage())["queued"] == 1:
+                        break
+                    await trio.sleep(0.01)
+                leaver.cancel_scope.cancel()  # the client hangs up while queued
+            while True:  # it leaves the queue while the stream runs on
+                if (await usage())["queued"] == 0:
+                    break
+                await trio.sleep(0.01)
+            assert (await usage())["in_flight"] == 1 and not held.is_set()  # the stream runs on
+            holder.cancel_scope.cancel()
+        # Its place was not leaked: with the stream gone the next request gets in at once.
+        r = await gw.client.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
+        assert r.status_code == 200, r.text
+        assert (await usage())["in_flight"] == 0
+
+
+@pytest.mark.parametrize(
+    ("scopes", "expect"),
+    [
+        (("metrics",), {"/metrics": 200, "/api/quantiles": 200, "/admin/engines": 403, "chat": 403}),
+        (("admin",), {"/metrics": 200, "/api/quantiles": 200, "/admin/engines": 200, "explain": 200}),
+        ((), {"/metrics": 403, "/api/quantiles": 403, "/admin/engines": 403, "explain": 403, "chat": 200}),
+    ],
+)
+async def test_metrics_need_a_metrics_or_admin_key_and_diagnostics_admin(
+    instant_home: Path, keys: KeyStore, scopes: tuple[str, ...], expect: dict[str, int]
+) -> None:
+    families, _ = parse_scopes(list(scopes))
+    _, secret = keys.add("k", families=families)
     async with gateway() as gw:
-        upload = await gw.client.post(
-            "/v1/files",
-            files={"file": ("in.jsonl", json.dumps(line).encode() + b"\n")},
-            data={"purpose": "batch"},
-            headers=bearer(secret),
-        )
-        assert upload.status_code == 200, upload.text
-        body = {
-            "input_file_id": upload.json()["id"],
-            "endpoint": "/v1/chat/completions",
-            "completion_window": "24h",
-        }
-        batch = (await gw.client.post("/v1/batches", json=body, headers=bearer(secret))).json()
-        while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
-            await trio.sleep(0.02)
-            batch = (await gw.client.get(f"/v1/batches/{batch['id']}", headers=bearer(secret))).json()
-        assert batch["status"] == "completed" and batch["request_counts"]["completed"] == 1, batch
-        out = await gw.client.get(f"/v1/files/{batch['output_file_id']}/content", headers=bearer(secret))
-        assert json.loads(out.content)["response"]["status_code"] == 200
+        for what, status in expect.items():
+            if what == "chat":
+                r = await gw.client.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
+            elif what == "explain":
+                r = await gw.client.get(f"/api/explain/{MODEL}", headers=bearer(secret))
+            else:
+                r = await gw.client.get(what, headers=bearer(secret))
+            assert r.status_code == status, (what, r.text)
+            if status == 403:
+                assert "KEY_SCOPE_FORBIDDEN" in r.text
+        # The local token (the CLI: `blazar doctor`, `explain`, `why`) reaches them all.
+        for path in ("/metrics", "/api/quantiles", f"/api/explain/{MODEL}"):
+            assert (await gw.client.get(path, headers=local_token(instant_home))).status_code == 200

@@ -11,8 +11,10 @@ import pytest
 from blazar import limits
 from blazar.keys import (
     DEFAULT_FAMILIES,
+    Key,
     KeyStore,
     KeyStoreError,
+    LastKeyError,
     digest_of,
     keys_path,
     parse_expiry,
@@ -61,10 +63,34 @@ def test_rotate_keeps_the_key_and_changes_its_secret(tmp_path: Path) -> None:
 def test_remove(tmp_path: Path) -> None:
     store = KeyStore(keys_path(tmp_path))
     store.add("alice")
+    store.add("bob")
     store.remove("alice")
-    assert store.list() == [] and store.count() == 0
+    assert [k.name for k in store.list()] == ["bob"]
     with pytest.raises(KeyStoreError, match="no key named"):
         store.remove("alice")
+
+
+def test_the_last_key_goes_only_when_forced(tmp_path: Path) -> None:
+    store = KeyStore(keys_path(tmp_path))
+    store.add("alice")
+    with pytest.raises(LastKeyError, match="last API key"):
+        store.remove("alice")
+    assert store.count() == 1  # refused whole: the key still works
+    with pytest.raises(KeyStoreError, match="no key named"):
+        store.remove("nobody")  # an unknown name is not "the last key"
+    store.remove("alice", force=True)
+    assert store.list() == [] and store.count() == 0
+
+
+def test_metrics_is_its_own_family_which_admin_implies() -> None:
+    families, _ = parse_scopes(["metrics"])
+    scraper = Key(name="prom", digest="", hint="", families=families, created_at=0.0)
+    assert scraper.allows_family("metrics") and not scraper.allows_family("chat")
+    assert not scraper.allows_family("admin")
+    admin = Key(name="ops", digest="", hint="", families=("admin",), created_at=0.0)
+    assert admin.allows_family("metrics")
+    default = Key(name="app", digest="", hint="", created_at=0.0)
+    assert not default.allows_family("metrics") and not default.allows_family("admin")
 
 
 def test_another_connection_s_commit_is_seen_as_a_change(tmp_path: Path) -> None:
@@ -139,6 +165,12 @@ def test_expiry_forms() -> None:
         ("/api/delete", "admin"),
         ("/api/create", "admin"),
         ("/api/blobs/sha256:00", "admin"),
+        ("/api/explain/qwen3:0.6b", "admin"),
+        ("/api/why", "admin"),
+        ("/api/why/blz-1-2", "admin"),
+        ("/api/whyever", ANY),
+        ("/metrics", "metrics"),
+        ("/api/quantiles", "metrics"),
         ("/v1/models", ANY),
         ("/api/tags", ANY),
         ("/api/ps", ANY),

@@ -204,3 +204,49 @@ def test_a_non_loopback_bind_without_keys_refuses_to_start(tmp_path: Path, model
         assert r.status_code == 401
     finally:
         keyed.stop()
+
+
+def test_a_batch_runs_each_request_as_the_key_that_made_it(setup: tuple[DaemonProc, Keys]) -> None:
+    """The official client's batches API under a key scoped to the test model: the in-scope
+    request is answered, the other fails alone with 403 MODEL_NOT_IN_SCOPE, and the ledger
+    names the key for both."""
+    d, _ = setup
+    _, secret = KeyStore(keys_path(d.home)).add("batcher", families=("batch", "chat"), models=(f"{MODEL}*",))
+    client = oai(d, secret)
+    lines = [
+        {"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": model, "messages": HI, "max_tokens": 4, "temperature": 0}}
+        for cid, model in (("mine", MODEL), ("theirs", "qwen3:0.6b"))
+    ]  # fmt: skip
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    upload = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 120
+    while batch.status not in ("completed", "failed", "cancelled", "expired"):
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.2)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed" and batch.request_counts is not None
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 1)
+    assert batch.output_file_id is not None and batch.error_file_id is not None
+    (out,) = [json.loads(line) for line in client.files.content(batch.output_file_id).content.splitlines()]
+    assert out["custom_id"] == "mine" and out["response"]["status_code"] == 200
+    (err,) = [json.loads(line) for line in client.files.content(batch.error_file_id).content.splitlines()]
+    assert err["custom_id"] == "theirs" and err["error"]["code"] == "MODEL_NOT_IN_SCOPE"
+    assert err["response"]["status_code"] == 403
+    # The items were charged to the key (their tokens), and the ledger names it, not `local`.
+    token = (d.home / "run" / "local.token").read_text()
+    local = {"authorization": f"Bearer {token}"}
+    stats = httpx.get(f"{d.url}/admin/keys", headers=local).json()
+    (usage,) = [k["usage"] for k in stats["data"] if k["name"] == "batcher"]
+    assert usage["tokens_total"] > 0
+    deadline = time.monotonic() + 30
+    while True:
+        records = httpx.get(f"{d.url}/admin/requests", params={"limit": 1000}, headers=local).json()["data"]
+        items = [r for r in records if r["client"] == f"batch:{batch.id}"]
+        if len(items) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert sorted((r["key"], r["status"]) for r in items) == [("batcher", 200), ("batcher", 403)]
