@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import queue
 import threading
 import time
@@ -37,6 +38,20 @@ _TEXT_KEYS = frozenset(
     {"content", "text", "prompt", "system", "input", "response", "thinking", "reasoning_content", "arguments"}
 )
 _STOP = object()
+
+
+class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
+    """Files readable by the daemon's user only (mode 0600): a line names keys and models,
+    and with ``audit_prompts`` holds what users wrote. Rotation renames, keeping the mode."""
+
+    def _open(self) -> Any:
+        return open(
+            self.baseFilename,
+            self.mode,
+            encoding=self.encoding,
+            errors=self.errors,
+            opener=lambda path, flags: os.open(path, flags, 0o600),
+        )
 
 
 class AuditLine(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -138,7 +153,7 @@ class AuditLog:
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
+        handler = _PrivateRotatingHandler(
             self.path, maxBytes=self.max_bytes, backupCount=self.backups, encoding="utf-8"
         )
         self._thread = threading.Thread(target=self._run, args=(handler,), name="blazar-audit", daemon=True)

@@ -156,6 +156,8 @@ def test_audit_log_writes_scrubbed_lines_and_rotates(tmp_path: Path) -> None:
         audit.flush()
         assert (tmp_path / "logs" / "audit.jsonl.1").exists()
         assert not (tmp_path / "logs" / "audit.jsonl.3").exists()
+        for name in ("audit.jsonl", "audit.jsonl.1"):  # private to the daemon's user, rotated too
+            assert (tmp_path / "logs" / name).stat().st_mode & 0o777 == 0o600
     finally:
         audit.close()
     assert audit.written == 11 and audit.dropped == 0
