@@ -102,6 +102,8 @@ _PREFIXES = (
     ("/api/blobs/", ADMIN),
     ("/api/explain", ADMIN),
     ("/api/why", ADMIN),
+    # The console page holds no data; the routes it reads are scoped.
+    ("/ui", OPEN),
 )
 _LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
 
