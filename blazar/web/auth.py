@@ -102,6 +102,7 @@ _PREFIXES = (
     ("/api/blobs/", ADMIN),
     ("/api/explain", ADMIN),
     ("/api/why", ADMIN),
+    ("/api/console/", METRICS),  # the console's read model: the operator's view, like /metrics
 )
 _LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
 
