@@ -18,8 +18,9 @@ from actors.runtime import Runtime
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.metrics import LOADED_MS, Metrics
 from blazar.telemetry.quantiles import QuantileWindow, Sample
+from blazar.telemetry.series import SeriesRing
 
-__all__ = ["COLD_MS", "Telemetry", "dialect_label", "ttft_s"]
+__all__ = ["COLD_MS", "Telemetry", "dialect_label", "failed", "ttft_s"]
 
 COLD_MS = LOADED_MS
 """A request that waited longer than this for its engine loaded it (``cold``)."""
@@ -49,11 +50,21 @@ def ttft_s(record: RequestRecord) -> float | None:
     return max(0.0, (record.duration_ms - record.decode_ms) / 1000)
 
 
+def failed(record: RequestRecord) -> bool:
+    """Whether a request counts as an error: its answer failed (a 4xx/5xx head, or a stream
+    that failed after its 200 head); a client that went away (499) is no error of ours."""
+    if record.status == 499:
+        return False
+    return record.status >= 400 or record.blazar_code is not None
+
+
 class Telemetry:
     def __init__(self, runtime: Runtime, *, quantiles: QuantileWindow, audit: AuditLog | None = None) -> None:
         self.metrics = Metrics(runtime)
         self.quantiles = quantiles
         self.audit = audit
+        self.series = SeriesRing()
+        """Per-second counts of the last minutes, for the console (``/api/console/*``)."""
 
     @property
     def wants_text(self) -> bool:
@@ -71,10 +82,19 @@ class Telemetry:
     ) -> None:
         first = ttft_s(record) if inference else None
         self.metrics.observe(record, route=route, inference=inference, ttft_s=first)
+        tpot = None
+        if inference and record.decode_ms is not None and record.completion_tokens:
+            tpot = record.decode_ms / 1000 / record.completion_tokens
+        if inference:
+            self.series.add(
+                time.time(),
+                error=failed(record),
+                ttft_s=first,
+                tpot_s=tpot,
+                tokens_in=record.prompt_tokens,
+                tokens_out=record.completion_tokens,
+            )
         if inference and record.status < 400 and record.model:
-            tpot = None
-            if record.decode_ms is not None and record.completion_tokens:
-                tpot = record.decode_ms / 1000 / record.completion_tokens
             sample = Sample(
                 at_s=time.monotonic(),
                 ttft_s=first,

@@ -37,6 +37,7 @@ from blazar.web import anthropic as web_anthropic
 from blazar.web import background, batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
+from blazar.web import console_api as web_console
 from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
@@ -204,6 +205,7 @@ def create_app(
         web_batches,
         web_message_batches,
         web_telemetry,
+        web_console,
         web_console_page,
     ):
         module.register(app)
