@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
+.PHONY: install browser models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,15 +21,20 @@ models: $(STAMP)
 demo: install
 	bash scripts/demo.sh
 
+# The browser the web console's tests drive (Debian's chromium via apt): never fails the build,
+# the browser tests skip with the reason where it cannot be installed.
+browser:
+	-sh scripts/setup-browser.sh
+
 # The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).
 # pytest exits non-zero (5) when it collects no test, so an empty run can never pass.
-test: models
+test: models browser
 	$(PYTEST) -q
 
-test-fast: models
+test-fast: models browser
 	$(PYTEST) -q -m "not slow"
 
-test-slow: models
+test-slow: models browser
 	$(PYTEST) -q -m slow
 
 lint: $(STAMP)

@@ -297,7 +297,7 @@ function same(view, ...parts) {
 // -- charts (hand-drawn SVG: a line per series over the last minutes) ----
 
 function lineChart(points, lines, opts = {}) {
-  const W = 480, H = 150, L = 38, R = 8, T = 8, B = 20;
+  const W = 480, H = 150, L = 52, R = 8, T = 8, B = 20;
   const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", preserveAspectRatio: "none",
     role: "img", "aria-label": opts.label || "chart" });
   const xs = points.map((p) => p.time);
@@ -326,13 +326,15 @@ function lineChart(points, lines, opts = {}) {
   for (const ln of lines) {
     let d = "";
     let pen = false;
-    for (const p of points) {
+    const has = (i) => i >= 0 && i < points.length && points[i] && ln.get(points[i]) !== null && ln.get(points[i]) !== undefined;
+    points.forEach((p, i) => {
       const y = ln.get(p);
-      if (y === null || y === undefined) { pen = false; continue; }
+      if (y === null || y === undefined) { pen = false; return; }
       d += `${pen ? "L" : "M"}${sx(p.time).toFixed(1)},${sy(y).toFixed(1)}`;
       pen = true;
       drawn++;
-    }
+      if (!has(i - 1) && !has(i + 1)) box.append(svg("circle", { cx: sx(p.time), cy: sy(y), r: 2.5, fill: ln.color }));
+    });
     if (d) box.append(svg("path", { d, fill: "none", stroke: ln.color, "stroke-width": 2,
       "vector-effect": "non-scaling-stroke", "stroke-linejoin": "round", class: "series" }));
   }
@@ -683,13 +685,13 @@ VIEWS.jobs = {
 
 const DIALECTS = {
   openai: { label: "OpenAI · /v1/chat/completions", path: "/v1/chat/completions",
-    body: (model, messages) => ({ model, messages, stream: true }),
+    body: (model, messages, max) => ({ model, messages, stream: true, max_tokens: max }),
     sse: true, piece: (doc) => doc.choices && doc.choices[0] && doc.choices[0].delta && doc.choices[0].delta.content },
   anthropic: { label: "Anthropic · /v1/messages", path: "/v1/messages",
-    body: (model, messages) => ({ model, messages, stream: true, max_tokens: 512 }),
+    body: (model, messages, max) => ({ model, messages, stream: true, max_tokens: max }),
     sse: true, piece: (doc) => doc.type === "content_block_delta" && doc.delta && doc.delta.text },
   ollama: { label: "Ollama · /api/chat", path: "/api/chat",
-    body: (model, messages) => ({ model, messages, stream: true }),
+    body: (model, messages, max) => ({ model, messages, stream: true, options: { num_predict: max } }),
     sse: false, piece: (doc) => doc.message && doc.message.content },
 };
 
@@ -702,6 +704,7 @@ VIEWS.playground = {
     this.dialect = el("select", { id: "play-dialect" },
       Object.entries(DIALECTS).map(([k, d]) => el("option", { value: k }, d.label)));
     this.log = el("div", { class: "chatlog", id: "play-log" });
+    this.max = el("input", { id: "play-max", type: "number", min: "1", value: "256", style: "width:100%" });
     const input = el("textarea", { id: "play-input", placeholder: "Say something to the model… (Enter sends, Shift+Enter breaks the line)" });
     input.addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } });
     const send = () => { const text = input.value.trim(); if (text && !play.busy) { input.value = ""; chat(this, text); } };
@@ -712,6 +715,7 @@ VIEWS.playground = {
       el("div", { class: "card" }, el("h2", {}, "Settings"),
         el("label", { class: "muted" }, "Model"), el("div", {}, this.model),
         el("label", { class: "muted", style: "display:block;margin-top:10px" }, "Dialect"), el("div", {}, this.dialect),
+        el("label", { class: "muted", style: "display:block;margin-top:10px" }, "Max tokens"), el("div", {}, this.max),
         el("div", { class: "row", style: "margin-top:10px" }, el("button", { onclick: () => { play.messages = []; play.stats = null; this.draw(); } }, "Clear chat")),
         el("h2", { style: "margin-top:18px" }, "Last answer"), this.stats)));
     for (const s of [this.model, this.dialect]) s.style.width = "100%";
@@ -760,7 +764,7 @@ async function chat(view, text) {
   redraw();
   let first = null;
   try {
-    const resp = await call("POST", d.path, d.body(model, history));
+    const resp = await call("POST", d.path, d.body(model, history, Math.max(1, Number(view.max.value) || 256)));
     stats.trace = resp.headers.get("x-blazar-trace-id");
     if (!resp.ok) throw new Error(await failure(resp));
     const reader = resp.body.getReader();
