@@ -394,3 +394,31 @@ def test_sparkline_scales_to_the_largest_value() -> None:
     assert sparkline([0, 1, 2, 4], 4) == " :=@"
     assert sparkline([0, 0], 2) == "  " and sparkline([5], 0) == ""
     assert sparkline([0.01, 100], 2)[0] != " "  # a little is not nothing
+
+
+async def test_subscribers_share_one_snapshot_per_tick(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blazar.web import console_api
+
+    builds: list[float] = []
+
+    async def fake_gather(*_: object) -> Shared:
+        builds.append(trio.current_time())
+        await trio.sleep(0.05)  # the worker thread's reads
+        return Shared(**{**_changed(), "built_s": trio.current_time()})
+
+    monkeypatch.setattr(console_api, "gather", fake_gather)
+    hub = console_api.ConsoleHub(None, None, None)  # type: ignore[arg-type]
+    got: list[Shared] = []
+
+    async def subscriber() -> None:
+        got.append(await hub.shared())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(subscriber)
+    assert len(builds) == 1 and all(s is got[0] for s in got)
+    await trio.sleep(1.0)
+    await hub.shared()
+    assert len(builds) == 2 and hub.builds == 2
