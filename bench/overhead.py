@@ -10,7 +10,9 @@ very fast engine, each chunk is its own write). In every run the three targets
 are measured one after the other (direct, Blazar, Blazar with its production
 controls on, LiteLLM) at C = 1, 16 and 64. "Controls on" is a second daemon with
 an API key (every request authenticated, counted against the key's limits and
-statistics) and the audit log written; metrics are recorded by both daemons.
+statistics), the audit log written, and a web console open on it the whole time
+(a client of its live snapshot stream, as a console tab is); metrics are recorded
+by both daemons.
 Added latency is a percentile through the gateway minus the same percentile
 direct, in the same run. CPU is the serving process's utime+stime
 (/proc/<pid>/stat) over the measured requests, divided by their number, or by
@@ -20,7 +22,11 @@ the upstream's events for streams (34 per stream: 32 tokens, finish, [DONE]).
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
+
+import httpx
 
 from bench import _plots
 from bench._harness import Context
@@ -93,8 +99,38 @@ CONTROLS = "audit_log = true\n"
 def _add_key(daemon: DaemonProc) -> str:
     """A key on the running daemon (the CLI prints its secret on stdout); limits high enough
     never to refuse a benchmark request, so that each request pays for being counted."""
-    done = daemon.cli("keys", "add", "bench", "--rpm", "100000000", "--tpm", "1000000000")
+    done = daemon.cli(
+        "keys", "add", "bench", "--scope", "chat,metrics", "--rpm", "100000000", "--tpm", "1000000000"
+    )
     return done.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def _console_open(daemon: DaemonProc, key: str) -> Iterator[dict[str, int]]:
+    """A console tab's view of ``daemon``: its live snapshot stream, read in a thread for as
+    long as the block runs; yields the count of snapshots received."""
+    seen = {"snapshots": 0}
+    stop = threading.Event()
+
+    def read() -> None:
+        headers = {"Authorization": f"Bearer {key}"}
+        with (
+            httpx.Client(timeout=httpx.Timeout(10.0, read=None)) as client,
+            client.stream("GET", f"{daemon.url}/api/console/events", headers=headers) as stream,
+        ):
+            for line in stream.iter_lines():
+                if line.startswith("event: snapshot"):
+                    seen["snapshots"] += 1
+                if stop.is_set():
+                    return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(5.0)
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -114,7 +150,9 @@ def run(ctx: Context) -> dict[str, Any]:
             "blazar": (daemon.url, [daemon.proc.pid]),
             "blazar+controls": (guarded.url, [guarded.proc.pid]),
         }
-        auth = {"blazar+controls": {"Authorization": f"Bearer {_add_key(guarded)}"}}
+        key = _add_key(guarded)
+        auth = {"blazar+controls": {"Authorization": f"Bearer {key}"}}
+        console = stack.enter_context(_console_open(guarded, key))
         lite = None
         if litellm_bin is not None:
             lite = stack.enter_context(LiteLLMProxy(litellm_bin, upstream.url, log_dir=ctx.work_dir))
@@ -143,7 +181,9 @@ def run(ctx: Context) -> dict[str, Any]:
             runs.append(one)
         commands = daemon_commands(instant_config(*UPSTREAM_ARGS)) | {
             "daemon with controls config.toml": CONTROLS + instant_config(*UPSTREAM_ARGS),
-            "daemon with controls key": "blazar keys add bench --rpm 100000000 --tpm 1000000000",
+            "daemon with controls key": "blazar keys add bench --scope chat,metrics "
+            "--rpm 100000000 --tpm 1000000000",
+            "daemon with controls console": "GET /api/console/events, read for the whole run",
             "daemon's engine": redact(engine_of(daemon.url).argv),
             "direct upstream": upstream.argv,
             "load generator": " ".join(LoadGen.command),
@@ -151,6 +191,7 @@ def run(ctx: Context) -> dict[str, Any]:
         if lite is not None:
             commands["litellm"] = lite.argv
             commands["litellm config"] = lite.config_file.read_text()
+    notes.append(f"the console open on the daemon with controls received {console['snapshots']} snapshots")
     return _summarize(ctx, runs, duration_s, notes, commands)
 
 

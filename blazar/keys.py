@@ -47,7 +47,8 @@ __all__ = [
 SECRET_PREFIX = "blz-"
 ADMIN = "admin"
 METRICS = "metrics"
-"""``/metrics`` and ``/api/quantiles``: what a Prometheus scraper needs, and nothing else."""
+"""``/metrics``, ``/api/quantiles`` and the console's read model (``/api/console/*``): what a
+scraper or a dashboard needs, and nothing else."""
 FAMILIES = ("chat", "embeddings", "audio", "images", "batch", METRICS, ADMIN)
 DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f not in (METRICS, ADMIN))
 """What a key made without ``--scope`` may do: every route family but metrics and admin, on
