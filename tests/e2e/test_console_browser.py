@@ -1,6 +1,6 @@
 """The web console at /ui in a real browser (headless Chromium) against a real daemon with the
 test model: every view shows live data, the playground streams, cancel and pull work from the
-page, and the page never talks to another host. Each view's screenshot lands in docs/console/."""
+page, and the page never talks to another host. Each view's screenshot is saved (tests/browser.py ``SHOTS``)."""
 
 from __future__ import annotations
 
