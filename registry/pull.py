@@ -533,6 +533,21 @@ def _installed(record: ModelRecord | None) -> bool:
     return record is not None and Path(record.path).exists()
 
 
+def _on_trio_thread(report: Report) -> Report:
+    """``report``, called on the Trio thread even from one of the pull's worker threads:
+    a caller's callback may touch Trio objects (a job's event channel)."""
+
+    def forward(progress: PullProgress) -> None:
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:  # a worker thread of trio.to_thread
+            trio.from_thread.run_sync(report, progress)
+        else:
+            report(progress)
+
+    return forward
+
+
 async def pull(
     store: Store,
     name: str,
@@ -549,12 +564,13 @@ async def pull(
     Bytes already in another tool's store (see `registry.reuse`) are hardlinked (copied
     across filesystems; symlinked with `link`) instead of downloaded.
 
-    Progress goes to `on_progress` as `PullProgress` events. Raises `ModelNotFound`,
+    Progress goes to `on_progress` as `PullProgress` events, always on the Trio thread
+    (parts of a pull hash and link files in worker threads). Raises `ModelNotFound`,
     `PullFailed` (`ChecksumMismatch` for bytes that do not verify), `InsufficientStorage`
     or `InvalidModelName`. A model already installed is returned at once, without
     contacting any server. Cancelling leaves a partial download that the next pull resumes.
     """
-    report: Report = on_progress or (lambda _progress: None)
+    report: Report = _on_trio_thread(on_progress) if on_progress else (lambda _progress: None)
     policy = retry or RetryPolicy()
     ollama = parse_ollama_ref(name) if name.strip().lower().startswith("ollama:") else None
     canonical = ollama.canonical if ollama else canonical_name(name)

@@ -1,6 +1,7 @@
 """The web console at /ui in a real browser (headless Chromium) against a real daemon with the
 test model: every view shows live data, the playground streams, cancel and pull work from the
-page, and the page never talks to another host. Each view's screenshot is saved (tests/browser.py ``SHOTS``)."""
+page, and the page never talks to another host. Each view's screenshot is saved
+(tests/browser.py ``SHOTS``)."""
 
 from __future__ import annotations
 
@@ -164,12 +165,6 @@ def test_the_playground_streams_an_answer_token_by_token(
         w.shot("playground")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon bug outside the console: a pull that reuses another tool's blob reports its "
-    "'importing' progress from a worker thread (registry/pull.py _commit -> pull_job progress -> "
-    "JobContext.event_nowait), which raises 'must be called from async context'; the job hangs",
-)
 def test_a_pull_from_the_models_view_shows_progress_and_lists_the_model(
     chromium: Any,  # noqa: F811
     daemon: DaemonProc,

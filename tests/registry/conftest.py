@@ -128,11 +128,15 @@ class Pulls:
         self.events: list[PullProgress] = []
 
     async def __call__(self, name: str, **kwargs: Any) -> ModelRecord:
-        kwargs.setdefault("on_progress", self.events.append)
+        kwargs.setdefault("on_progress", self._record)
         kwargs.setdefault("retry", FAST)
         kwargs.setdefault("catalog", Catalog([], default_model="none"))
         with trio.fail_after(HANG_S):
             return await pull(self.store, name, cache_dir=self.cache, **kwargs)
+
+    def _record(self, event: PullProgress) -> None:
+        trio.lowlevel.current_trio_token()  # raises off the Trio thread: progress must arrive on it
+        self.events.append(event)
 
     def statuses(self) -> list[str]:
         return [e.status for e in self.events]
