@@ -186,6 +186,6 @@ def test_a_pull_from_the_models_view_shows_progress_and_lists_the_model(
         )
         assert done.get_attribute("data-status") == "done", done.inner_text()
         statuses = page.evaluate("window.statuses")
-        assert len(set(statuses)) >= 2 and statuses[-1] == "success", statuses
+        assert len(set(statuses)) >= 2 and statuses[-1].startswith("success"), statuses  # "success — 98 MB…"
         page.wait_for_selector("#models-table tr[data-model='smollm2:135m']")
         w.shot("models-pulled")

@@ -107,6 +107,7 @@ def test_a_running_stream_has_a_live_card_that_goes_when_it_ends(daemon: DaemonP
         "model": MODEL,
         "messages": [{"role": "user", "content": "Count from one to one thousand in words."}],
         "max_tokens": 2000,
+        "ignore_eos": True,  # llama.cpp's own: the answer runs its whole length, the card stays live
         "stream": True,
     }
     with httpx.Client(timeout=120) as client:
@@ -115,7 +116,11 @@ def test_a_running_stream_has_a_live_card_that_goes_when_it_ends(daemon: DaemonP
             trace_id = resp.headers["x-blazar-trace-id"]
             lines = resp.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))
-            doc = snapshot(daemon)
+            # snapshots are shared for a fraction of a second: the first one may predate the card
+            doc = until(
+                lambda: (d := snapshot(daemon)) and any(r["id"] == trace_id for r in d["requests"]) and d,
+                "the live card",
+            )
             (card,) = [r for r in doc["requests"] if r["id"] == trace_id]
             assert card["state"] == "running" and card["model"] == MODEL
             assert card["path"] == "/v1/chat/completions" and card["chunks"] >= 1
