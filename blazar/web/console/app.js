@@ -466,10 +466,10 @@ VIEWS.models = {
         el("td", {}, bytes(m.size_bytes)),
         el("td", {}, m.quant || "—"),
         el("td", {}, m.ctx_train ? m.ctx_train.toLocaleString() : "—"),
-        el("td", {}, (m.capabilities || []).map((c) => el("span", { class: "tag" }, c))),
+        el("td", { class: "wrap" }, (m.capabilities || []).map((c) => el("span", { class: "tag" }, c))),
         el("td", { class: "muted" }, m.source || "—"),
         el("td", {}, m.loaded ? pill(m.state || "loaded") : el("span", { class: "muted" }, "not loaded")),
-        el("td", {}, m.loaded ? `${bytes(m.memory_bytes)} / ${bytes(m.rss_bytes)}` : "—"),
+        el("td", { class: "wrap" }, m.loaded ? `${bytes(m.memory_bytes)} / ${bytes(m.rss_bytes)}` : "—"),
         el("td", {}, m.loaded ? until(m.expires_at) : "—"),
         admin ? el("td", {}, el("div", { class: "actions" },
           m.loaded
