@@ -497,25 +497,13 @@ async function pull(name) {
   try {
     const resp = await call("POST", "/api/pull", { model: name, stream: true });
     if (!resp.ok) { p.error = await failure(resp); p.done = true; redraw(); return; }
-    const reader = resp.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, cut).trim();
-        buf = buf.slice(cut + 1);
-        if (!line) continue;
-        const doc = JSON.parse(line);
-        if (doc.error) { p.error = doc.error; continue; }
-        p.status = doc.status || p.status;
-        if (doc.total) { p.total = doc.total; p.completed = doc.completed || 0; }
-        if (doc.status === "success") { p.done = true; p.completed = p.total; }
-        redraw();
-      }
+    for await (const line of linesOf(resp)) {
+      const doc = JSON.parse(line);
+      if (doc.error) { p.error = doc.error; continue; }
+      p.status = doc.status || p.status;
+      if (doc.total) { p.total = doc.total; p.completed = doc.completed || 0; }
+      if (doc.status === "success") { p.done = true; p.completed = p.total; }
+      redraw();
     }
     p.done = true;
     if (!p.error) flash(`pulled ${name}`, true);
@@ -524,6 +512,24 @@ async function pull(name) {
     p.done = true;
   }
   redraw();
+}
+
+/** The non-empty lines of a streamed answer (NDJSON or SSE), trimmed, as they arrive. */
+async function* linesOf(resp) {
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, cut).trim();
+      buf = buf.slice(cut + 1);
+      if (line) yield line;
+    }
+  }
 }
 
 // -- Requests ----------------------------------------------------------
@@ -767,30 +773,19 @@ async function chat(view, text) {
     const resp = await call("POST", d.path, d.body(model, history, Math.max(1, Number(view.max.value) || 256)));
     stats.trace = resp.headers.get("x-blazar-trace-id");
     if (!resp.ok) throw new Error(await failure(resp));
-    const reader = resp.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf("\n")) >= 0) {
-        let line = buf.slice(0, cut).trim();
-        buf = buf.slice(cut + 1);
-        if (d.sse) { if (!line.startsWith("data:")) continue; line = line.slice(5).trim(); }
-        if (!line || line === "[DONE]") continue;
-        const doc = JSON.parse(line);
-        if (doc.error) throw new Error(doc.error.message || doc.error);
-        const piece = d.piece(doc);
-        if (!piece) continue;
-        const now = performance.now();
-        if (first === null) { first = now; stats.ttft_ms = now - t0; }
-        answer.content += piece;
-        stats.pieces++;
-        if (stats.pieces > 1) stats.tps = (stats.pieces - 1) / ((now - first) / 1000);
-        redraw();
-      }
+    for await (let line of linesOf(resp)) {
+      if (d.sse) { if (!line.startsWith("data:")) continue; line = line.slice(5).trim(); }
+      if (!line || line === "[DONE]") continue;
+      const doc = JSON.parse(line);
+      if (doc.error) throw new Error(doc.error.message || doc.error);
+      const piece = d.piece(doc);
+      if (!piece) continue;
+      const now = performance.now();
+      if (first === null) { first = now; stats.ttft_ms = now - t0; }
+      answer.content += piece;
+      stats.pieces++;
+      if (stats.pieces > 1) stats.tps = (stats.pieces - 1) / ((now - first) / 1000);
+      redraw();
     }
   } catch (err) {
     play.messages.push({ role: "error", content: err.message });
