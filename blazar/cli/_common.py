@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,11 +12,12 @@ import msgspec
 from cyclopts import Parameter
 from rich.console import Console
 
-from blazar.client import find_daemon
+from blazar.client import Daemon, find_daemon
 from blazar.config import Config, Paths, load_config, resolve_paths
 
 __all__ = [
     "Json",
+    "daemon_or_here",
     "err",
     "forget",
     "human_params",
@@ -25,6 +27,7 @@ __all__ = [
     "out",
     "print_json",
     "remove_model",
+    "run_offline",
     "time_ago",
 ]
 
@@ -63,6 +66,25 @@ def remove_model(paths: Paths, name: str) -> Any:
     else:
         store.remove(record.name)
     return record
+
+
+def daemon_or_here(paths: Paths, route: str, here: Callable[[], Any]) -> tuple[Any, Daemon | None]:
+    """A running daemon's answer at ``route`` (it knows what only memory holds), else what
+    ``here`` works out locally, as plain JSON values; and the daemon, if one answered."""
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        return daemon.get(route), daemon
+    return msgspec.to_builtins(here()), None
+
+
+def run_offline(name: str, *args: Any) -> Any:
+    """``actors.runtime``'s offline twin of a daemon route (``plan_offline``, ``explain_offline``)
+    run here; Trio and the runtime are imported only then, not by every command."""
+    import trio
+
+    from actors import runtime
+
+    return trio.run(getattr(runtime, name), *args)
 
 
 def print_json(obj: Any) -> None:

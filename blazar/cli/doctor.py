@@ -69,19 +69,12 @@ def explain(model: str, *, json_: Json = False) -> None:
 
     With a daemon running, the daemon answers (a loaded engine shows what it runs with now);
     without one, the same resolution runs here."""
-    from blazar.cli._common import load_setup
-    from blazar.client import find_daemon
+    from blazar.cli._common import daemon_or_here, load_setup, run_offline
 
     paths, config = load_setup()
-    daemon = find_daemon(paths)
-    if daemon is not None:
-        doc = daemon.get(f"/api/explain/{model}")
-    else:
-        import trio
-
-        from actors.runtime import explain_offline
-
-        doc = msgspec.to_builtins(trio.run(explain_offline, config.runtime(paths), model))
+    doc, daemon = daemon_or_here(
+        paths, f"/api/explain/{model}", lambda: run_offline("explain_offline", config.runtime(paths), model)
+    )
     if json_:
         print_json(doc)
         return

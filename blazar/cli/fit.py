@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import msgspec
 from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, human_params, load_setup, open_store, out, print_json
+from blazar.cli._common import (
+    Json,
+    daemon_or_here,
+    human_params,
+    load_setup,
+    open_store,
+    out,
+    print_json,
+    run_offline,
+)
 from blazar.config import Paths
 
 
@@ -168,17 +176,10 @@ def plan(model: str, *, json_: Json = False) -> None:
 
     With a daemon running, the answer is the daemon's own decision for a load now (the same code
     as a real load); without one, nothing else is loaded."""
-    from actors.runtime import plan_offline
-    from blazar.client import find_daemon
-
     paths, config = load_setup()
-    daemon = find_daemon(paths)
-    if daemon is not None:
-        doc = daemon.get(f"/api/plan/{model}")
-    else:
-        import trio
-
-        doc = msgspec.to_builtins(trio.run(plan_offline, config.runtime(paths), model))
+    doc, daemon = daemon_or_here(
+        paths, f"/api/plan/{model}", lambda: run_offline("plan_offline", config.runtime(paths), model)
+    )
     if json_:
         print_json(doc)
         return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import msgspec
 from cyclopts import Parameter
 
 from blazar.cli import app
@@ -26,15 +25,11 @@ def why(
     running it answers (it also knows what only memory holds); without one, the ledger does."""
     from urllib.parse import quote
 
-    from blazar.cli._common import load_setup
-    from blazar.client import find_daemon
+    from blazar.cli._common import daemon_or_here, load_setup
 
     paths, _ = load_setup()
-    daemon = find_daemon(paths)
-    if daemon is not None:
-        doc = daemon.get(f"/api/why/{quote(trace_id, safe='')}" if trace_id else "/api/why")
-    else:
-        doc = msgspec.to_builtins(_offline(paths.data_dir, trace_id))
+    route = f"/api/why/{quote(trace_id, safe='')}" if trace_id else "/api/why"
+    doc, _ = daemon_or_here(paths, route, lambda: _offline(paths.data_dir, trace_id))
     if json_:
         print_json(doc)
         return
