@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -112,3 +113,18 @@ def test_an_ended_request_span_has_its_phases_as_children() -> None:
         assert spans[name].parent.span_id == root.context.span_id  # type: ignore[attr-defined]
     assert root.attributes["gen_ai.usage.output_tokens"] == 3  # type: ignore[attr-defined]
     assert root.attributes["blazar.key"] == "ci"  # type: ignore[attr-defined]
+
+
+def test_a_daemon_configured_to_trace_without_the_extra_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from blazar.config import Config, ConfigError
+    from blazar.server import _open_tracer
+
+    # as if the [otel] extra were not installed: importing the exporter fails
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(ConfigError, match=r"blazar\[otel\]"):
+        _open_tracer(Config(otel_endpoint="http://127.0.0.1:4318"))
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    assert _open_tracer(Config()) is None  # not configured: nothing imported, nothing traced
