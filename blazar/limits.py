@@ -113,9 +113,11 @@ def decide(usage: Usage, now: float, *, rpm: int, tpm: int, max_concurrent: int,
     return _ADMIT
 
 
-def admit(usage: Usage, now: float, wall_s: float) -> None:
-    """Account for a request that starts (after ``decide`` said ADMIT, or its wait ended)."""
-    usage.in_flight += 1
+def admit(usage: Usage, now: float, wall_s: float, *, holds_place: bool = True) -> None:
+    """Account for a request that starts (after ``decide`` said ADMIT, or its wait ended).
+    One that does not ``holds_place`` (a watch stream) counts towards rpm only."""
+    if holds_place:
+        usage.in_flight += 1
     usage.requests.add(now, 1)
     usage.requests_total += 1
     usage.last_used_at = wall_s

@@ -107,6 +107,9 @@ _PREFIXES = (
     ("/ui", OPEN),
 )
 _LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
+WATCHES = frozenset({"/api/console/events"})
+"""Long-lived read streams (an open console tab): charged one request against the key's rpm,
+never a concurrency place, so a tab left open does not use up ``max_concurrent``."""
 
 
 def family_of(path: str) -> str:
@@ -256,6 +259,7 @@ class Auth:
                 f"API key {key.name!r} may not call {family} routes ({call.path}); its scopes are "
                 f"{','.join(key.scopes)} — use a key made with `--scope {family}`",
             )
+        holds_place = call.path not in WATCHES
         while True:
             now = trio.current_time()
             decision = limits.decide(
@@ -263,7 +267,7 @@ class Auth:
                 now,
                 rpm=key.rpm,
                 tpm=key.tpm,
-                max_concurrent=key.max_concurrent,
+                max_concurrent=key.max_concurrent if holds_place else 0,
                 queue=self.queue or patient,
             )
             if decision.verdict is limits.Verdict.RATE and patient:
@@ -294,7 +298,7 @@ class Auth:
                 retry_after_s=decision.retry_after_s,
             )
         else:
-            limits.admit(usage, now, time.time())
+            limits.admit(usage, now, time.time(), holds_place=holds_place)
         self._grant(call, key)
         return None
 
@@ -360,7 +364,7 @@ class Auth:
         if grant is None or grant is LOCAL_KEY:
             return
         usage = self.usage.get(grant.name)
-        if usage is None:
+        if usage is None or call.path in WATCHES:
             return
         card = call.card
         tokens = 0 if card is None else (card.prompt_tokens or 0) + (card.completion_tokens or 0)

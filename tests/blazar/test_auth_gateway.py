@@ -432,3 +432,25 @@ async def test_metrics_need_a_metrics_or_admin_key_and_diagnostics_admin(
         # The local token (the CLI: `blazar doctor`, `explain`, `why`) reaches them all.
         for path in ("/metrics", "/api/quantiles", f"/api/explain/{MODEL}"):
             assert (await gw.client.get(path, headers=local_token(instant_home))).status_code == 200
+
+
+async def test_an_open_console_stream_holds_no_concurrency_place(instant_home: Path, keys: KeyStore) -> None:
+    """A console tab left open must not use up a key's ``max_concurrent``."""
+    _, secret = keys.add("ops", families=("chat", "metrics"), max_concurrent=1)
+    async with gateway() as gw, trio.open_nursery() as nursery:
+        opened = trio.Event()
+
+        async def watch() -> None:
+            async with gw.client.stream("GET", "/api/console/events", headers=bearer(secret)) as r:
+                assert r.status_code == 200
+                async for _ in r.aiter_bytes():
+                    opened.set()
+
+        nursery.start_soon(watch)
+        await opened.wait()
+        r = await gw.client.post("/v1/chat/completions", json=CHAT, headers=bearer(secret))
+        assert r.status_code == 200, r.text
+        stats = (await gw.client.get("/admin/keys", headers=local_token(instant_home))).json()
+        usage = stats["data"][0]["usage"]
+        assert usage["in_flight"] == 0 and usage["requests_total"] == 2  # the stream counts once for rpm
+        nursery.cancel_scope.cancel()
