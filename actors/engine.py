@@ -33,7 +33,14 @@ import trio
 
 from actors.actor import Actor, ActorStatistics
 from actors.config import EngineConfig
-from actors.engines.llamacpp import LaunchSpec, build_argv, find_llama_server, served_context
+from actors.engines.llamacpp import (
+    LANE,
+    LaunchSpec,
+    build_argv,
+    engine_version,
+    find_llama_server,
+    served_context,
+)
 from actors.errors import (
     ActorStopped,
     EngineCircuitOpen,
@@ -56,6 +63,7 @@ _KEEPALIVE_EXPIRY_S = 4.0
 _HEALTH_POLL_S = 0.02
 _HEALTH_POLL_FAST_FOR_S = 3.0
 _HEALTH_POLL_MAX_S = 0.25
+_STDERR_TAIL_LINES = 20
 
 
 def _plain_http() -> ssl.SSLContext:
@@ -150,6 +158,12 @@ class _Drained(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The last lease was released while a reconfiguration waited for it."""
 
 
+class _Version(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What runs the lane, with its version, found after the first start."""
+
+    version: str | None
+
+
 EngineMessage = (
     EnsureReady
     | WaitSpawned
@@ -161,6 +175,7 @@ EngineMessage = (
     | _LaunchFailed
     | _ChildExited
     | _Drained
+    | _Version
 )
 
 
@@ -209,6 +224,15 @@ class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
     generation: int
     started_at: float | None
     last_error: str | None
+    lane: str
+    version: str | None
+    """What runs the lane, with its version (``xllamacpp 0.2.5``); None until known."""
+    breaker: str
+    """``closed`` while starts are allowed, ``open`` after too many crashes in the window."""
+    breaker_retry_after_s: float | None
+    """While the breaker is open: seconds until it lets a start through again."""
+    stderr_tail: str
+    """The last lines the child (or the last one, once it has exited) wrote to stderr."""
 
 
 class Lease:
@@ -271,6 +295,9 @@ class EngineActor(Actor[EngineMessage]):
         self._started_at: float | None = None
         self._last_exit: tuple[int | None, str] = (None, "")
         self._pending_spec: LaunchSpec | None = None
+        self.version: str | None = None
+        self._last_stderr = ""
+        """The stderr tail of the last child, kept once it is gone."""
 
     def __repr__(self) -> str:
         pid = self._child.pid if self._child else "-"
@@ -317,6 +344,7 @@ class EngineActor(Actor[EngineMessage]):
         return "llama-server" if self.binary else "llamacpp-host"
 
     def statistics(self) -> EngineStatistics:
+        retry_after_s = self._breaker_open()
         return EngineStatistics(
             **self.actor_fields(),
             model=self.spec.model,
@@ -334,7 +362,19 @@ class EngineActor(Actor[EngineMessage]):
             generation=self.generation,
             started_at=self._started_at,
             last_error=self.last_error,
+            lane=LANE,
+            version=self.version,
+            breaker="closed" if retry_after_s is None else "open",
+            breaker_retry_after_s=retry_after_s,
+            stderr_tail=self.stderr_tail(),
         )
+
+    def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the running child's stderr, or of the last child's."""
+        if self._child is None:
+            return self._last_stderr
+        raw = self._child.stderr_tail.last(160 * lines)
+        return "\n".join(raw.decode("utf-8", "replace").splitlines()[-lines:])
 
     async def on_stop(self) -> None:
         await self._stop_child("engine actor stopped")
@@ -354,6 +394,8 @@ class EngineActor(Actor[EngineMessage]):
                 return self._stop_and_answer(env, reason)
             case Reconfigure(ctx_per_slot=ctx, embeddings=emb):
                 return self._reconfigure(env, ctx, emb)
+            case _Version(version=version):
+                self.version = version
             case _Drained():
                 if self._pending_spec is not None and self.in_flight == 0:
                     return self._apply_pending()
@@ -374,6 +416,8 @@ class EngineActor(Actor[EngineMessage]):
                         "%s ready: pid %d on %s (generation %d)", self.name, handle.pid, handle.base_url, gen
                     )
                     self._answer_waiters()
+                    if self.version is None:
+                        self.start_soon(self._find_version)
                 else:
                     self.start_soon(handle.aclose)
             case _LaunchFailed(generation=gen, code=code, message=message):
@@ -590,6 +634,11 @@ class EngineActor(Actor[EngineMessage]):
             " — check `blazar logs` or raise engine.start_timeout_s",
         )
 
+    async def _find_version(self) -> None:
+        """Ask the lane what runs it, once, off the start's path (a binary's ``--version``)."""
+        version = await trio.to_thread.run_sync(engine_version, self.binary)
+        await self._tell_self(_Version(version=version))
+
     async def _watch_child(self, child: ChildProcess, generation: int) -> None:
         rc = await child.serve()
         await self._tell_self(_ChildExited(generation=generation, returncode=rc))
@@ -602,6 +651,8 @@ class EngineActor(Actor[EngineMessage]):
 
     async def _stop_child(self, reason: str, *, state: EngineState = EngineState.STOPPED) -> None:
         child, handle = self._child, self._handle
+        if child is not None:
+            self._last_stderr = self.stderr_tail()
         self._child, self._handle = None, None
         self._answer_spawn_waiters()  # whatever start was in progress is over
         if self.state is EngineState.STARTING:

@@ -40,6 +40,17 @@ class TailBuffer:
         data = b"".join(self._chunks)
         return data[-self._limit :]
 
+    def last(self, size: int) -> bytes:
+        """The last ``size`` bytes (or fewer), joining only the chunks they lie in."""
+        picked: list[bytes] = []
+        have = 0
+        for chunk in reversed(self._chunks):
+            if have >= size:
+                break
+            picked.append(chunk)
+            have += len(chunk)
+        return b"".join(reversed(picked))[-min(size, self._limit) :]
+
     def text(self) -> str:
         return self.getvalue().decode("utf-8", "replace")
 

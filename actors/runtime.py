@@ -35,6 +35,7 @@ from actors.census import take_census
 from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import RuntimeConfig
 from actors.context import describe_clamp
+from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engine import (
     EngineActor,
     EngineHandle,
@@ -63,6 +64,7 @@ __all__ = [
     "LoadPlan",
     "Runtime",
     "RuntimeStatistics",
+    "coreside_offline",
     "explain_offline",
     "launch_spec_for",
     "open_runtime",
@@ -209,6 +211,18 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     return make_plan(spec, config, memory, preview, loaded=False)
 
 
+async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
+    """``blazar coreside`` without a daemon: nothing is loaded, so the budget is a first load's."""
+    store = Store(Path(config.models_dir))
+
+    def specs() -> list[tuple[LaunchSpec, bool]]:
+        return [(launch_spec_for(config, store, store.get(name)), False) for name in models]
+
+    memory = MemoryPlanner(config.memory_budget_mb)
+    rows = await resident_rows(memory, await trio.to_thread.run_sync(specs))
+    return verdict(rows, memory.budget(0), budget_source(config))
+
+
 async def explain_offline(config: RuntimeConfig, model: str) -> Explanation:
     """``blazar explain`` without a running daemon: the settings a load now would use."""
     store = Store(Path(config.models_dir))
@@ -271,6 +285,29 @@ class Runtime:
             else self.lifecycle.preview(spec.model, need)
         )
         return make_plan(spec, self.config, self.memory, preview, loaded=loaded, served=served)
+
+    async def coreside(self, models: list[str]) -> Coresidence:
+        """Would ``models`` fit together, each as it runs now or would start, in the budget a
+        load is checked against now (``blazar coreside``)."""
+
+        def specs() -> list[tuple[LaunchSpec, bool]]:
+            found = []
+            for name in models:
+                record = self.store.get(name)
+                engine = self._engines.get(record.name)
+                if engine is not None and engine.state in (EngineState.READY, EngineState.STARTING):
+                    found.append((engine.spec, True))
+                else:
+                    found.append((self.launch_spec(record), False))
+            return found
+
+        rows = await resident_rows(self.memory, await trio.to_thread.run_sync(specs))
+        held = sum(
+            self.memory.footprint(e.spec.model) or 0
+            for e in self.loaded()
+            if e.state in (EngineState.READY, EngineState.STARTING)
+        )
+        return verdict(rows, self.memory.budget(held), budget_source(self.config))
 
     def engine_named(self, name: str) -> EngineActor | None:
         """The engine already made for ``name`` (a canonical name or one that resolved to it);

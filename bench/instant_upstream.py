@@ -464,6 +464,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause before each stream chunk")
     p.add_argument("--reply", default=None, help="the text of every answer (default: fixed bench answers)")
     p.add_argument("--list-devices", action="store_true", help="list no GPU devices and exit")
+    p.add_argument(
+        "--version", action="store_true", help="print a version line as llama-server does, and exit"
+    )
     ns, _ = p.parse_known_args(list(argv))  # llama-server's other flags are accepted and ignored
     return ns
 
@@ -482,6 +485,9 @@ async def serve(ns: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
+    if ns.version:  # llama-server writes its version on stderr
+        print("version: 0 (instant)", file=sys.stderr, flush=True)
+        return 0
     if ns.list_devices:
         # What a CPU-only llama-server prints: the daemon asks before each load for a GPU backend.
         print("Available devices:", flush=True)

@@ -45,9 +45,14 @@ class Watched:
     errors: list[str] = field(default_factory=list)
 
     def foreign(self) -> list[str]:
-        """Requests to any host but the daemon (data: URLs never leave the page)."""
+        """Requests to any host but the daemon (data: URLs, and blob: URLs the page made
+        itself, never leave the page)."""
         ours = urlsplit(self.origin).netloc
-        return [u for u in self.requests if not u.startswith("data:") and urlsplit(u).netloc != ours]
+        return [
+            u
+            for u in self.requests
+            if not u.startswith(("data:", f"blob:{self.origin}/")) and urlsplit(u).netloc != ours
+        ]
 
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)

@@ -54,6 +54,9 @@ def main() -> None:
     if sys.argv[1:] == ["--list-devices"]:
         print("Available devices:")
         return
+    if sys.argv[1:] == ["--version"]:
+        print("version: 1 (fake)", file=sys.stderr)
+        return
     p = argparse.ArgumentParser()
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
     p.add_argument("-np", "--parallel", type=int, default=1)

@@ -8,6 +8,7 @@ watchdog, which ties its life to the daemon's.
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,10 @@ from actors.context import context_limit
 
 __all__ = [
     "CPU_PROMPT_BATCH",
+    "LANE",
     "LaunchSpec",
     "build_argv",
+    "engine_version",
     "find_llama_server",
     "prompt_batch_for",
     "served_context",
@@ -93,6 +96,38 @@ def prompt_batch_for(*, gpu_layers: int | None, configured: int | None) -> int |
     if configured is not None:
         return configured
     return CPU_PROMPT_BATCH if not gpu_layers else None
+
+
+LANE = "llama.cpp"
+
+_version_cache: dict[str | None, str | None] = {}
+
+
+def engine_version(binary: str | None) -> str | None:
+    """What runs the lane, with its version: ``llama-server b4743 (d07c6213)`` from the
+    binary's ``--version``, or ``xllamacpp 0.2.5`` for the wheel's host; None when it will
+    not say. Cached per binary (a binary's ``--version`` takes a moment: call it off the loop)."""
+    if binary not in _version_cache:
+        _version_cache[binary] = _binary_version(binary) if binary else _wheel_version("xllamacpp")
+    return _version_cache[binary]
+
+
+def _wheel_version(dist: str) -> str | None:
+    try:
+        return f"{dist} {importlib.metadata.version(dist)}"
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _binary_version(binary: str) -> str | None:
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in (done.stdout + done.stderr).splitlines():  # llama.cpp prints it on stderr
+        if line.startswith("version:"):
+            return f"llama-server b{line.removeprefix('version:').strip()}"
+    return None
 
 
 def find_llama_server(configured: str | None) -> str | None:

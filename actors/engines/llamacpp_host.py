@@ -147,14 +147,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.isatty(0):
         on_parent_exit(lambda: os._exit(0))
 
+    def note(line: str) -> None:  # the daemon keeps the tail of stderr (the console, `blazar logs`)
+        print(f"llamacpp_host: {line}", file=sys.stderr, flush=True)
+
+    note(f"loading {ns.model} with xllamacpp {getattr(xlc, '__version__', '?')}")
     try:
         server = xlc.Server(build_params(ns))
     except RuntimeError as exc:
         print(f"error: llama.cpp could not start with model {ns.model}: {exc}", file=sys.stderr, flush=True)
         return 1
     print(f"READY {server.listening_address}", flush=True)
+    note(f"llama.cpp server listening on {server.listening_address}")
     while not stop.wait(0.5):
         pass
+    note("stopping")
     # Dropping the last reference runs the server's graceful shutdown.
     del server
     return 0

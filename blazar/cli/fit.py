@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from rich.table import Table
 
@@ -229,40 +230,32 @@ def plan(model: str, *, json_: Json = False) -> None:
 
 @app.command
 def coreside(models: list[str], *, json_: Json = False) -> None:
-    """Check whether MODELS fit in memory together, each at the context and slots it would run with."""
-    from actors.census import take_census
-    from actors.runtime import launch_spec_for
-    from registry import fit as fitting
-    from registry.shape import read_shape
-
+    """Check whether MODELS fit in memory together, each at the context and slots it runs or would
+    start with, against the budget a load is checked against now."""
     paths, config = load_setup()
-    runtime = config.runtime(paths)
-    store = open_store(paths)
-    rows = []
-    for name in models:
-        record = store.get(name)
-        spec = launch_spec_for(runtime, store, record)
-        settings = fitting.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots)
-        est = fitting.estimate(read_shape(record.path), settings)
-        rows.append(
-            {"model": record.name, "ctx_per_slot": spec.ctx_per_slot, "slots": spec.slots, "bytes": est.total}
-        )
-    total = sum(r["bytes"] for r in rows)
-    census = take_census()
-    if config.memory_budget_mb:
-        budget, where = int(config.memory_budget_mb * 2**20), "memory_budget_mb"
-    else:
-        budget, where = census.ram_available, "available RAM"
-    fits = total <= budget
+    query = "&".join(f"model={quote(m, safe='')}" for m in models)
+    doc, daemon = daemon_or_here(
+        paths,
+        f"/api/coreside?{query}",
+        lambda: run_offline("coreside_offline", config.runtime(paths), models),
+    )
     if json_:
-        print_json({"models": rows, "total": total, "budget": budget, "budget_from": where, "fits": fits})
+        print_json(doc)
         return
-    table = Table("MODEL", "CONTEXT", "MEMORY", box=None)
-    for r in rows:
-        table.add_row(r["model"], f"{r['ctx_per_slot']} x {r['slots']}", _bin(r["bytes"]))
-    table.add_row("[bold]together[/]", "", f"[bold]{_bin(total)}[/]")
+    table = Table("MODEL", "CONTEXT", "MEMORY", "", box=None)
+    for r in doc["models"]:
+        size = _bin(r["bytes"]) if r["bytes"] is not None else "unknown"
+        table.add_row(
+            r["model"], f"{r['ctx_per_slot']} x {r['slots']}", size, "loaded" if r["loaded"] else ""
+        )
+    table.add_row("[bold]together[/]", "", f"[bold]{_bin(doc['total'])}[/]", "")
     out.print(table)
+    fits, budget, where = doc["fits"], doc["budget"], doc["budget_from"]
+    if budget is None:
+        out.print(f"[bold]no memory check[/] ({where})")
+        return
     verdict = "fit together" if fits else "do not fit together"
-    out.print(f"[bold]{verdict}[/] in {_bin(budget)} ({where}; headroom {_bin(budget - total)})")
+    suffix = "" if daemon else "; no daemon running"
+    out.print(f"[bold]{verdict}[/] in {_bin(budget)} ({where}{suffix}; headroom {_bin(doc['headroom'])})")
     if not fits:
         out.print("[dim]levers: lower ctx or slots per model in config.toml, or see `blazar fit NAME`[/]")

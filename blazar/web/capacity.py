@@ -1,23 +1,25 @@
-"""What the machine holds and what a load would do: ``GET /api/capacity``, ``GET /api/plan/{model}``.
+"""What the machine holds and what a load would do: ``GET /api/capacity``, ``GET /api/plan/{model}``,
+``GET /api/coreside?model=A&model=B``.
 
 Capacity is the hardware census (GPUs through NVML when present, else CPU and
 system RAM, with a note) plus every loaded model with its estimated footprint
 and the resident memory its engine process tree measures now. The plan is the
 run decision a load would make now (lane, context, slots, memory estimate, the
 idle models it would evict or why it would be refused), made by the same code
-as a real load, without loading.
+as a real load, without loading. Coresidence says whether a set of models fits in
+memory together, each at the settings it runs or would start with.
 """
 
 from __future__ import annotations
 
 import msgspec
 import trio
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.census import Census, take_census, tree_rss
 from actors.engine import EngineState
-from blazar.web.common import JSON, app_runtime
+from blazar.web.common import JSON, app_runtime, error_response
 
 __all__ = ["register"]
 
@@ -73,7 +75,15 @@ async def plan(name: str) -> Response:
     return Response(msgspec.json.encode(await runtime.plan(name)), content_type=JSON)
 
 
+async def coreside() -> Response:
+    models = request.args.getlist("model")
+    if not models:
+        return error_response("BAD_REQUEST", "name the models to check: /api/coreside?model=A&model=B")
+    return Response(msgspec.json.encode(await app_runtime().coreside(models)), content_type=JSON)
+
+
 def register(app: QuartTrio) -> None:
-    """``GET /api/capacity`` and ``GET /api/plan/{model}``."""
+    """``GET /api/capacity``, ``GET /api/plan/{model}`` and ``GET /api/coreside``."""
     app.get("/api/capacity")(capacity)
     app.get("/api/plan/<path:name>")(plan)
+    app.get("/api/coreside")(coreside)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from blazar import __version__
 from blazar.dialects.ollama_models import model_capabilities
 from blazar.keys import ADMIN, FAMILIES, Key
 from blazar.telemetry.observer import Telemetry
+from blazar.web import background, batch_runner
 from blazar.web.cards import Card, Cards, CardState
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
@@ -43,6 +44,7 @@ __all__ = [
     "RECENT",
     "Shared",
     "gather",
+    "job_results",
     "job_row",
     "memory_of",
     "model_rows",
@@ -147,11 +149,43 @@ def _model_row(
         "expires_at": None,
         "restarts": stats.restarts if stats is not None else 0,
         "last_error": stats.last_error if stats is not None else None,
+        "lane": stats.lane if stats is not None else None,
+        "engine_version": stats.version if stats is not None else None,
+        "breaker": stats.breaker if stats is not None else None,
+        "breaker_retry_after_s": stats.breaker_retry_after_s if stats is not None else None,
+        "stderr_tail": stats.stderr_tail if stats is not None else None,
     }
 
 
-def job_row(job: JobRecord, last_progress: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One job; ``last_progress``: a pull's latest progress event (completed/total bytes)."""
+_ENDED = ("completed", "failed", "cancelled")
+
+
+def job_results(job: JobRecord, files: Collection[str] = ()) -> list[dict[str, str]]:
+    """Where an ended job's results are read, on its own dialect's routes: a background
+    response's object, an Anthropic batch's results, an OpenAI batch's output and error
+    files (those of ``files``, the file ids that exist). None for a pull or a running job."""
+    if job.state not in _ENDED:
+        return []
+    if job.kind == background.KIND:
+        return [{"label": "response", "url": f"/v1/responses/{job.id}", "filename": f"{job.id}.json"}]
+    if job.kind != batch_runner.KIND:
+        return []
+    if job.id.startswith("msgbatch_"):
+        url = f"/v1/messages/batches/{job.id}/results"
+        return [{"label": "results", "url": url, "filename": f"{job.id}.jsonl"}]
+    out_id, err_id = batch_runner.output_file_ids(job.id)
+    return [
+        {"label": label, "url": f"/v1/files/{file_id}/content", "filename": f"{job.id}_{label}.jsonl"}
+        for label, file_id in (("output", out_id), ("errors", err_id))
+        if file_id in files
+    ]
+
+
+def job_row(
+    job: JobRecord, last_progress: Mapping[str, Any] | None = None, files: Collection[str] = ()
+) -> dict[str, Any]:
+    """One job; ``last_progress``: a pull's latest progress event (completed/total bytes);
+    ``files``: the batch files that exist (``job_results``)."""
     progress: float | None = None
     detail: str | None = job.error
     if job.state == "completed":
@@ -176,6 +210,7 @@ def job_row(job: JobRecord, last_progress: Mapping[str, Any] | None = None) -> d
         "progress": progress,
         "created_at": job.created_at,
         "detail": detail,
+        "results": job_results(job, files),
     }
 
 
@@ -218,7 +253,17 @@ def _read_jobs(jobs_path: Any) -> list[dict[str, Any]]:
     recent = [j for j in read_jobs(jobs_path, limit=_JOBS_RECENT + len(active)) if j.id not in seen]
     jobs = sorted([*active, *recent[:_JOBS_RECENT]], key=lambda j: j.created_at, reverse=True)
     pulls = _pull_progress(jobs_path, [j.id for j in jobs if j.kind == "pull" and j.state == "running"])
-    return [job_row(j, pulls.get(j.id)) for j in jobs]
+    files = _batch_files(jobs_path, [j.id for j in jobs if j.kind == batch_runner.KIND and j.state in _ENDED])
+    return [job_row(j, pulls.get(j.id), files) for j in jobs]
+
+
+def _batch_files(ledger_path: Any, batch_ids: Sequence[str]) -> set[str]:
+    """Which output and error files of these (OpenAI) batches exist."""
+    wanted = [f for b in batch_ids if b.startswith("batch_") for f in batch_runner.output_file_ids(b)]
+    if not wanted:
+        return set()
+    marks = ",".join("?" * len(wanted))
+    return {row[0] for row in read_rows(ledger_path, f"SELECT id FROM files WHERE id IN ({marks})", wanted)}
 
 
 async def gather(
@@ -303,7 +348,9 @@ def view_for(shared: Shared, *, key: str | None, grant: Key | None) -> dict[str,
         "time": shared.time,
         "version": __version__,
         "viewer": viewer_of(key, grant),
-        "models": [m for m in shared.models if visible_model(m["name"])],
+        "models": [
+            m if admin else {**m, "stderr_tail": None} for m in shared.models if visible_model(m["name"])
+        ],
         "requests": [r.view for r in shared.requests if visible(r)],
         "recent": [r.view for r in shared.recent if visible(r)],
         "rates": shared.rates,

@@ -41,6 +41,10 @@ async def test_start_use_crash_restart_stop(model_path: Path, tmp_path: Path) ->
             async with httpx.AsyncClient(base_url=handle.base_url) as anon:
                 assert (await anon.get("/v1/models")).status_code == 401
 
+            ready = engine.statistics()
+            assert ready.lane == "llama.cpp" and (ready.version or "").startswith("xllamacpp ")
+            assert ready.breaker == "closed" and ready.breaker_retry_after_s is None
+
             first_pid = handle.pid
             os.kill(first_pid, signal.SIGKILL)
             while engine.state is not EngineState.FAILED:  # noqa: ASYNC110 - polls another actor's state
@@ -92,6 +96,9 @@ async def test_bad_model_file_fails_with_stderr_then_opens_breaker(tmp_path: Pat
             assert engine.state is EngineState.FAILED
             with pytest.raises(EngineCircuitOpen):
                 await engine.ask(EnsureReady())
+            stats = engine.statistics()
+            assert stats.breaker == "open" and 0 < (stats.breaker_retry_after_s or 0) <= 60
+            assert "could not start with model" in stats.stderr_tail  # the last child's, kept
         nursery.cancel_scope.cancel()
 
 

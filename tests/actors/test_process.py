@@ -20,6 +20,7 @@ def test_tail_buffer_keeps_the_last_bytes() -> None:
     assert tail.getvalue().endswith(b"98\n99\n")
     assert len(tail.getvalue()) <= 10
     assert tail.summary(lines=2) == "98 | 99"
+    assert tail.last(3) == b"99\n" and tail.last(5) == b"8\n99\n" and tail.last(100) == tail.getvalue()
 
 
 def test_tail_summary_leads_with_the_error_line() -> None:

@@ -19,7 +19,16 @@ from blazar.cli.watch import render, sparkline
 from blazar.keys import FAMILIES, Key
 from blazar.telemetry.series import SeriesRing
 from blazar.web.console_api import PING, sse_event, stream
-from blazar.web.console_model import CardRow, Shared, job_row, memory_of, model_rows, view_for, viewer_of
+from blazar.web.console_model import (
+    CardRow,
+    Shared,
+    job_results,
+    job_row,
+    memory_of,
+    model_rows,
+    view_for,
+    viewer_of,
+)
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 
@@ -113,6 +122,11 @@ def _engine(model: str, **over: Any) -> EngineStatistics:
         generation=1,
         started_at=1.0,
         last_error=None,
+        lane="llama.cpp",
+        version="xllamacpp 0.2.5",
+        breaker="closed",
+        breaker_retry_after_s=None,
+        stderr_tail="",
     )
     return EngineStatistics(**{**fields, **over})
 
@@ -160,6 +174,11 @@ def test_model_rows_join_the_store_the_engines_and_admission() -> None:
         "expires_at": 301.0,
         "restarts": 0,
         "last_error": None,
+        "lane": "llama.cpp",
+        "engine_version": "xllamacpp 0.2.5",
+        "breaker": "closed",
+        "breaker_retry_after_s": None,
+        "stderr_tail": "",
     }
     # installed, never loaded: every engine field is null, none is absent
     assert set(b) == set(a) and b["loaded"] is False and b["quant"] is None
@@ -185,11 +204,28 @@ def test_job_rows_say_how_far_a_job_is() -> None:
         "progress": 0.25,
         "created_at": 5.0,
         "detail": "downloading",
+        "results": [],
     }
     assert job_row(_job(state="completed"))["progress"] == 1.0
     failed = job_row(_job(kind="batch", state="failed", error="bad input", model="m"))
     assert failed["progress"] is None and failed["detail"] == "bad input"
     assert job_row(_job(kind="response", state="queued", model="m"))["detail"] == "m"
+
+
+def test_an_ended_job_says_where_its_results_are_read() -> None:
+    assert job_results(_job(state="completed")) == []  # a pull has none
+    assert job_results(_job(id="resp_1", kind="response", state="running")) == []  # not yet
+    assert job_results(_job(id="resp_1", kind="response", state="completed")) == [
+        {"label": "response", "url": "/v1/responses/resp_1", "filename": "resp_1.json"}
+    ]
+    assert job_results(_job(id="msgbatch_9", kind="batch", state="cancelled"))[0]["url"] == (
+        "/v1/messages/batches/msgbatch_9/results"
+    )
+    # an OpenAI batch: only the files it wrote
+    only_errors = job_results(_job(id="batch_7", kind="batch", state="completed"), {"file-err-7"})
+    assert only_errors == [
+        {"label": "errors", "url": "/v1/files/file-err-7/content", "filename": "batch_7_errors.jsonl"}
+    ]
 
 
 def test_memory_has_the_ram_the_budget_and_each_gpu() -> None:
@@ -217,7 +253,7 @@ def _shared() -> Shared:
 
     return Shared(
         time=T0,
-        models=[{"name": "qwen-small"}, {"name": "llama-big"}],
+        models=[{"name": "qwen-small", "stderr_tail": "load"}, {"name": "llama-big", "stderr_tail": "x"}],
         requests=[card("r1", "ci", "qwen-small"), card("r2", "other", "llama-big")],
         recent=[card("r3", None, "qwen-small")],
         rates={},
@@ -256,7 +292,7 @@ def test_a_metrics_key_sees_its_own_requests_and_its_models() -> None:
     doc = view_for(_shared(), key="ci", grant=grant)
     assert doc["viewer"] == {"key": "ci", "admin": False, "scopes": ["metrics"]}
     assert [r["id"] for r in doc["requests"]] == ["r1"] and doc["recent"] == []
-    assert [m["name"] for m in doc["models"]] == ["qwen-small"]
+    assert doc["models"] == [{"name": "qwen-small", "stderr_tail": None}]  # an engine's stderr: admin only
     assert list(doc["quantiles"]) == ["qwen-small"]
 
 
@@ -264,6 +300,7 @@ def test_an_admin_key_sees_every_request() -> None:
     doc = view_for(_shared(), key="boss", grant=_key("boss", ("admin",)))
     assert doc["viewer"]["admin"] is True
     assert [r["id"] for r in doc["requests"]] == ["r1", "r2"] and len(doc["recent"]) == 1
+    assert [m["stderr_tail"] for m in doc["models"]] == ["load", "x"]
     assert viewer_of("local", _key("local", FAMILIES))["admin"] is True
 
 

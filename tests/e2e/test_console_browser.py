@@ -5,7 +5,9 @@ page, and the page never talks to another host. Each view's screenshot is saved
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,14 +77,24 @@ def test_each_view_renders_live_data(chromium: Any, daemon: DaemonProc) -> None:
         w.shot("models")
 
         page.click("nav a[data-view=engines]")
-        row = page.wait_for_selector(f"#engines-table tr[data-model='{MODEL}']")
+        card = page.wait_for_selector(f"#engines [data-model='{MODEL}']")
         pid = next(m for m in daemon.engines() if m["model"] == MODEL)["pid"]
-        assert str(pid) in row.inner_text()
+        text = card.inner_text()
+        assert str(pid) in text and "llama.cpp" in text and "xllamacpp " in text, text
+        assert card.query_selector(".breaker").inner_text() == "closed"
+        page.click(f"#engines [data-model='{MODEL}'] details.stderr summary")  # its own log lines
+        tail = page.wait_for_selector(f"#engines [data-model='{MODEL}'] details.stderr pre")
+        assert "llama" in tail.inner_text().lower(), tail.inner_text()
         w.shot("engines")
 
         page.click("nav a[data-view=compute]")
         page.wait_for_selector(f"#view tr[data-model='{MODEL}']")
         assert "System memory" in page.inner_text("#view")
+        page.wait_for_selector(f"#fit-table [data-fit='{MODEL}']:has-text('loaded')")
+        assert page.is_checked(f"#fit-table input[data-pick='{MODEL}']")  # the loaded set, by default
+        page.click("#coreside-check")
+        verdict = page.wait_for_selector("#coreside-result")
+        assert verdict.get_attribute("data-fits") == "true" and "fit together" in verdict.inner_text()
         w.shot("compute")
 
         page.click("nav a[data-view=jobs]")
@@ -189,3 +201,33 @@ def test_a_pull_from_the_models_view_shows_progress_and_lists_the_model(
         assert len(set(statuses)) >= 2 and statuses[-1].startswith("success"), statuses  # "success — 98 MB…"
         page.wait_for_selector("#models-table tr[data-model='smollm2:135m']")
         w.shot("models-pulled")
+
+
+def test_a_finished_batch_is_downloaded_from_the_jobs_view(
+    chromium: Any,  # noqa: F811
+    daemon: DaemonProc,
+) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{daemon.url}/v1", api_key="unused")
+    line = {"custom_id": "greet-1", "method": "POST", "url": "/v1/chat/completions", "body": SHORT}
+    upload = client.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 120
+    while batch.status not in ("completed", "failed", "cancelled") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    with watched_page(chromium, daemon.url) as w:
+        page = w.page
+        page.goto(f"{daemon.url}/ui#jobs")
+        button = page.wait_for_selector(f"tr[data-job='{batch.id}'] button[data-result=output]")
+        with page.expect_download() as got:
+            button.click()
+        saved = got.value
+        assert saved.suggested_filename == f"{batch.id}_output.jsonl"
+        (record,) = [json.loads(x) for x in Path(saved.path()).read_text().splitlines()]
+        assert record["custom_id"] == "greet-1" and record["response"]["status_code"] == 200
+        w.shot("jobs")

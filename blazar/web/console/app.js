@@ -45,6 +45,7 @@ function svg(tag, attrs) {
 
 function bytes(n) {
   if (n === null || n === undefined) return "—";
+  if (n < 0) return `−${bytes(-n)}`;
   const units = ["B", "KB", "MB", "GB", "TB"];
   let i = 0;
   while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
@@ -140,6 +141,22 @@ async function act(label, method, path, body) {
   } catch (err) {
     flash(`${label}: ${err.message}`);
     return null;
+  }
+}
+
+// A result read with the tab's key (a plain link could not send it), saved as a file.
+async function download(result) {
+  try {
+    const resp = await call("GET", result.url);
+    if (!resp.ok) { flash(`download ${result.label}: ${await failure(resp)}`); return; }
+    const url = URL.createObjectURL(await resp.blob());
+    const a = el("a", { href: url, download: result.filename });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  } catch (err) {
+    flash(`download ${result.label}: ${err.message}`);
   }
 }
 
@@ -245,7 +262,9 @@ async function legacy() {
             engine: e && e.engine, pid: e && e.pid, port: e && e.port, slots: e ? e.slots : null,
             busy: e ? e.in_flight : null, queued: null, ctx_per_slot: e && e.ctx_per_slot,
             memory_bytes: null, rss_bytes: null, expires_at: null, restarts: e ? e.restarts : 0,
-            last_error: e && e.last_error };
+            last_error: e && e.last_error, lane: e && e.lane, engine_version: e && e.version,
+            breaker: e && e.breaker, breaker_retry_after_s: e && e.breaker_retry_after_s,
+            stderr_tail: e && e.stderr_tail };
         }),
         requests: live, recent: [], rates: null, series: series.slice(), quantiles: q && q.models,
         jobs: [], memory: null,
@@ -602,23 +621,38 @@ async function why(traceId) {
 
 VIEWS.engines = {
   title: "Engines",
-  mount(root) { this.root = el("div"); root.append(this.root); },
+  mount(root) { this.root = el("div"); root.append(this.root); this.open = new Set(); },
   update(snap) {
-    const loaded = (snap.models || []).filter((m) => m.loaded || m.pid);
-    if (same(this, loaded.map((m) => [m.name, m.engine, m.state, m.pid, m.port, m.busy, m.slots, m.ctx_per_slot, m.restarts, m.last_error]))) return;
+    const loaded = (snap.models || []).filter((m) => m.loaded || m.pid || m.last_error);
+    if (same(this, loaded.map((m) => [m.name, m.engine, m.lane, m.engine_version, m.state, m.pid, m.port, m.busy,
+      m.slots, m.ctx_per_slot, m.restarts, m.breaker, m.last_error, m.stderr_tail]))) return;
     if (!loaded.length) {
       this.root.replaceChildren(el("div", { class: "card" }, empty("No engine is running",
         "Each loaded model runs in its own engine process; one starts with the model's first request.")));
       return;
     }
-    this.root.replaceChildren(el("div", { class: "card table-card" }, el("table", { id: "engines-table" },
-      el("thead", {}, el("tr", {}, ["Model", "Engine", "State", "PID", "Port", "Slots", "Context / slot", "Restarts", "Last error"].map((t) => el("th", {}, t)))),
-      el("tbody", {}, loaded.map((m) => el("tr", { "data-model": m.name },
-        el("td", {}, el("strong", {}, m.name)), el("td", {}, m.engine || "—"), el("td", {}, pill(m.state)),
-        el("td", {}, el("code", {}, m.pid ?? "—")), el("td", {}, el("code", {}, m.port ?? "—")),
-        el("td", {}, `${m.busy ?? 0} / ${m.slots ?? "—"}`), el("td", {}, m.ctx_per_slot ? m.ctx_per_slot.toLocaleString() : "—"),
-        el("td", {}, String(m.restarts ?? 0)),
-        el("td", { class: m.last_error ? "error-text" : "muted" }, m.last_error || "none")))))));
+    const breaker = (m) => m.breaker === "open"
+      ? el("span", { class: "pill bad" }, `open · retry in ${Math.ceil(m.breaker_retry_after_s || 0)} s`)
+      : el("span", { class: "pill ok" }, m.breaker || "closed");
+    this.root.replaceChildren(el("div", { class: "reqs", id: "engines" }, loaded.map((m) => {
+      const tail = m.stderr_tail
+        ? el("details", { class: "stderr", open: this.open.has(m.name),
+          ontoggle: (ev) => { if (ev.target.open) this.open.add(m.name); else this.open.delete(m.name); } },
+          el("summary", {}, "stderr tail"), el("pre", {}, m.stderr_tail))
+        : null;
+      return el("div", { class: "card req engine", "data-model": m.name },
+        el("div", { class: "top" }, el("strong", {}, m.name), pill(m.state)),
+        el("dl", {},
+          el("dt", {}, "Lane"), el("dd", {}, m.lane || "—", m.engine ? el("span", { class: "muted" }, ` · ${m.engine}`) : null),
+          el("dt", {}, "Version"), el("dd", {}, el("code", {}, m.engine_version || "—")),
+          el("dt", {}, "PID · port"), el("dd", {}, el("code", {}, `${m.pid ?? "—"} · ${m.port ?? "—"}`)),
+          el("dt", {}, "Slots busy"), el("dd", {}, `${m.busy ?? 0} / ${m.slots ?? "—"}`),
+          el("dt", {}, "Context / slot"), el("dd", {}, m.ctx_per_slot ? m.ctx_per_slot.toLocaleString() : "—"),
+          el("dt", {}, "Restarts"), el("dd", {}, String(m.restarts ?? 0)),
+          el("dt", {}, "Breaker"), el("dd", { class: "breaker" }, breaker(m)),
+          el("dt", {}, "Last error"), el("dd", { class: m.last_error ? "error-text" : "muted" }, m.last_error || "none")),
+        tail);
+    })));
   },
 };
 
@@ -626,8 +660,17 @@ VIEWS.engines = {
 
 VIEWS.compute = {
   title: "Compute",
-  mount(root) { this.root = el("div"); root.append(this.root); },
+  mount(root) {
+    this.root = el("div");
+    this.planner = el("div", { class: "section", id: "planner" });
+    root.append(this.root, this.planner);
+    this.chosen = null; // models ticked for the together check (null: the loaded ones)
+    this.plans = {};
+    this.planKey = null;
+    this.together = null;
+  },
   update(snap) {
+    this.updatePlanner(snap);
     const mem = snap.memory;
     const loaded = (snap.models || []).filter((m) => m.loaded);
     const parts = [];
@@ -658,7 +701,75 @@ VIEWS.compute = {
     this.root.replaceChildren(el("div", { class: "grid wide" }, parts),
       el("div", { class: "section" }, el("h2", {}, "What each loaded model takes"), takes));
   },
+  // What each installed model would do if loaded now (GET /api/plan/NAME), and whether a chosen
+  // set fits together (GET /api/coreside). Fetched when the installed or loaded set changes.
+  updatePlanner(snap) {
+    const models = snap.models || [];
+    const key = JSON.stringify(models.map((m) => [m.name, m.loaded]));
+    if (this.chosen === null) this.chosen = new Set(models.filter((m) => m.loaded).map((m) => m.name));
+    if (key === this.planKey) return;
+    this.planKey = key;
+    this.models = models;
+    Promise.all(models.map(async (m) => {
+      try {
+        const resp = await call("GET", `/api/plan/${encodeURIComponent(m.name)}`);
+        this.plans[m.name] = resp.ok ? await resp.json() : { error: await failure(resp) };
+      } catch (err) { this.plans[m.name] = { error: err.message }; }
+    })).then(() => { if (this.planKey === key) this.drawPlanner(); });
+    this.drawPlanner();
+  },
+  drawPlanner() {
+    const models = this.models || [];
+    const decision = (m) => {
+      const plan = this.plans[m.name];
+      if (m.loaded) return el("span", { class: "pill ok" }, "loaded");
+      if (!plan) return el("span", { class: "muted" }, "…");
+      if (plan.error) return el("span", { class: "error-text" }, plan.error);
+      const p = plan.preview || {};
+      if (p.refused) return el("span", { class: "pill bad", title: p.refused }, `won't fit · ${p.code}`);
+      if ((p.evict || []).length) return el("span", { class: "pill warn" }, `fits after unloading ${p.evict.join(", ")}`);
+      return el("span", { class: "pill ok" }, "fits now");
+    };
+    const need = (m) => { const p = this.plans[m.name]; return p && p.estimate ? bytes(p.estimate.total) : "—"; };
+    const rows = models.map((m) => el("tr", { "data-model": m.name },
+      el("td", {}, el("input", { type: "checkbox", "data-pick": m.name, checked: this.chosen.has(m.name),
+        onchange: (ev) => { if (ev.target.checked) this.chosen.add(m.name); else this.chosen.delete(m.name); } })),
+      el("td", {}, el("strong", {}, m.name)),
+      el("td", { class: "muted" }, (() => { const p = this.plans[m.name]; return p && p.ctx_per_slot ? `${p.ctx_per_slot.toLocaleString()} × ${p.slots}` : "—"; })()),
+      el("td", {}, need(m)), el("td", { "data-fit": m.name }, decision(m))));
+    const result = this.drawTogether();
+    this.planner.replaceChildren(el("h2", {}, "What would fit"),
+      models.length ? el("div", { class: "card table-card" }, el("table", { id: "fit-table" },
+        el("thead", {}, el("tr", {}, ["", "Model", "Context × slots", "Needs", "If loaded now"].map((t) => el("th", {}, t)))),
+        el("tbody", {}, rows)))
+        : el("div", { class: "card" }, empty("No model installed", "Pull one from the Models view.")),
+      models.length ? el("div", { class: "card together" },
+        el("div", { class: "chart-head" }, el("h2", {}, "Together"),
+          el("button", { id: "coreside-check", onclick: () => this.checkTogether() }, "Check the ticked models together")),
+        result) : null);
+  },
+  async checkTogether() {
+    const names = [...this.chosen];
+    if (!names.length) { this.together = { error: "tick at least one model" }; this.drawPlanner(); return; }
+    const q = names.map((n) => `model=${encodeURIComponent(n)}`).join("&");
+    try {
+      const resp = await call("GET", `/api/coreside?${q}`);
+      this.together = resp.ok ? await resp.json() : { error: await failure(resp) };
+    } catch (err) { this.together = { error: err.message }; }
+    this.drawPlanner();
+  },
+  drawTogether() {
+    const t = this.together;
+    if (!t) return el("p", { class: "muted" }, "Tick models above to see whether they fit in memory at once, each at the context and slots it runs with.");
+    if (t.error) return el("p", { class: "error-text" }, t.error);
+    const verdict = t.budget === null ? el("span", { class: "pill" }, "no memory check")
+      : el("span", { class: `pill ${t.fits ? "ok" : "bad"}` }, t.fits ? "fit together" : "do not fit together");
+    return el("div", { id: "coreside-result", "data-fits": String(t.fits) },
+      el("p", {}, verdict, " ", `${bytes(t.total)} for ${t.models.map((m) => m.model).join(" + ")}`,
+        t.budget !== null ? ` · budget ${bytes(t.budget)} (${t.budget_from}) · headroom ${bytes(t.headroom)}` : ""));
+  },
 };
+
 
 // -- Jobs --------------------------------------------------------------
 
@@ -682,8 +793,11 @@ VIEWS.jobs = {
         el("td", { style: "width:20%" }, j.progress === null || j.progress === undefined ? el("span", { class: "muted" }, "—")
           : el("div", { class: "bar blue" }, el("div", { style: `width:${100 * j.progress}%` }))),
         el("td", { class: "muted" }, ago(j.created_at)), el("td", { class: "muted" }, j.detail || ""),
-        el("td", {}, admin && !ended.has(j.state) ? el("button", { class: "danger", "data-action": "cancel-job",
-          onclick: () => act("cancel job", "POST", `/v1/jobs/${encodeURIComponent(j.id)}/cancel`) }, "Cancel") : null)))))));
+        el("td", {}, el("div", { class: "actions" },
+          (j.results || []).map((r) => el("button", { "data-action": "download", "data-result": r.label,
+            onclick: () => download(r) }, `Download ${r.label}`)),
+          admin && !ended.has(j.state) ? el("button", { class: "danger", "data-action": "cancel-job",
+            onclick: () => act("cancel job", "POST", `/v1/jobs/${encodeURIComponent(j.id)}/cancel`) }, "Cancel") : null))))))));
   },
 };
 
