@@ -92,6 +92,18 @@ TARGETS = [
     Target(
         "cli_slowest_s", "startup", "slowest of `blazar --help`, `list`, `ps` (no daemon)", "<=", 0.25, "s"
     ),
+    Target("console_load_rps", "console", "requests/s served while the console is open", ">=", 200.0),
+    Target(
+        "console_click_p99_ms",
+        "console",
+        "console: click → next frame p99, under that load",
+        "<=",
+        100.0,
+        "ms",
+    ),
+    Target(
+        "console_lag_p99_ms", "console", "console: main-thread lag p99, under that load", "<=", 50.0, "ms"
+    ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
 ]
 

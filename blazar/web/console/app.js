@@ -37,6 +37,14 @@ function el(tag, attrs, ...kids) {
   return node;
 }
 
+// Set a node's content to a string or a node, touching the DOM only when it changed.
+function set(node, content) {
+  const key = content instanceof Node ? content.outerHTML : String(content);
+  if (node.__shown === key) return;
+  node.__shown = key;
+  node.replaceChildren(content);
+}
+
 function svg(tag, attrs) {
   const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
@@ -559,41 +567,84 @@ VIEWS.requests = {
     this.live = el("div", { id: "live-requests" });
     this.recent = el("div", { id: "recent-requests" });
     this.story = el("div", { id: "why" });
+    this.grid = this.body = null;
     root.append(el("h2", {}, "Live"), this.live, el("div", { class: "section" }, this.story),
       el("div", { class: "section" }, el("h2", {}, "Recently finished"), this.recent));
     this.drawWhy();
   },
+  // Cards and rows are kept by request id and trace id and only their changing fields are
+  // rewritten, so a snapshot with many requests in flight costs the page little.
   update(snap) {
     const admin = isAdmin();
+    if (this.admin !== admin) { this.cards = new Map(); this.rows = new Map(); this.admin = admin; }
     const live = snap.requests || [];
     if (!live.length) {
+      this.cards.clear();
       this.live.replaceChildren(el("div", { class: "card" }, empty("Nothing running right now",
         "Requests appear here as they arrive — try the Playground.")));
     } else {
-      this.live.replaceChildren(el("div", { class: "reqs" }, live.map((r) => el("div", { class: "card req", "data-request": r.id, "data-state": r.state },
-        el("div", { class: "top" }, el("strong", {}, r.model || "—"), pill(r.state)),
-        el("dl", {},
-          el("dt", {}, "Route"), el("dd", {}, el("code", {}, r.path)),
-          el("dt", {}, "Queue position"), el("dd", {}, r.queue_position === null || r.queue_position === undefined ? "—" : String(r.queue_position)),
-          el("dt", {}, "Chunks so far"), el("dd", {}, String(r.chunks)),
-          el("dt", {}, "Time to first token"), el("dd", {}, ms(r.ttft_ms)),
-          el("dt", {}, "Elapsed"), el("dd", {}, ms(r.elapsed_ms)),
-          el("dt", {}, "Trace"), el("dd", {}, el("code", {}, r.trace_id))),
-        admin ? el("div", { class: "actions" },
-          el("button", { "data-action": "interrupt", onclick: () => act("interrupt", "POST", `/v1/requests/${r.id}/interrupt`) }, "Interrupt"),
-          el("button", { class: "danger", "data-action": "cancel", onclick: () => act("cancel", "POST", `/v1/requests/${r.id}/cancel`) }, "Cancel")) : null))));
+      const seen = new Set();
+      const nodes = live.map((r) => {
+        seen.add(r.id);
+        let card = this.cards.get(r.id);
+        if (!card) { card = this.card(r, admin); this.cards.set(r.id, card); }
+        card.node.dataset.state = r.state;
+        set(card.state, pill(r.state));
+        set(card.queue, r.queue_position === null || r.queue_position === undefined ? "—" : String(r.queue_position));
+        set(card.chunks, String(r.chunks));
+        set(card.ttft, ms(r.ttft_ms));
+        set(card.elapsed, ms(r.elapsed_ms));
+        return card.node;
+      });
+      for (const id of [...this.cards.keys()]) if (!seen.has(id)) this.cards.delete(id);
+      if (!this.grid || !this.grid.isConnected) this.live.replaceChildren(this.grid = el("div", { class: "reqs" }));
+      this.grid.replaceChildren(...nodes);
     }
     const recent = snap.recent || [];
     if (!recent.length) {
+      this.rows.clear();
       this.recent.replaceChildren(el("div", { class: "card" }, empty("No finished request yet", "Finished requests are listed here, newest first.")));
       return;
     }
-    this.recent.replaceChildren(el("div", { class: "card table-card" }, el("table", {},
-      el("thead", {}, el("tr", {}, ["When", "Model", "Route", "Outcome", "Status", "TTFT", "Duration", ""].map((t) => el("th", {}, t)))),
-      el("tbody", {}, recent.map((r) => el("tr", { "data-trace": r.trace_id },
-        el("td", { class: "muted" }, ago(r.created_at)), el("td", {}, r.model || "—"), el("td", {}, el("code", {}, r.path)),
-        el("td", {}, pill(r.state)), el("td", {}, r.status ?? "—"), el("td", {}, ms(r.ttft_ms)), el("td", {}, ms(r.elapsed_ms)),
-        el("td", {}, admin ? el("button", { "data-action": "why", onclick: () => why(r.trace_id) }, "Why?") : null)))))));
+    const keep = new Map();
+    const trs = recent.map((r) => {
+      let row = this.rows.get(r.trace_id);
+      if (!row) {
+        const when = el("td", { class: "muted" });
+        row = { when, node: el("tr", { "data-trace": r.trace_id },
+          when, el("td", {}, r.model || "—"), el("td", {}, el("code", {}, r.path)),
+          el("td", {}, pill(r.state)), el("td", {}, r.status ?? "—"), el("td", {}, ms(r.ttft_ms)), el("td", {}, ms(r.elapsed_ms)),
+          el("td", {}, admin ? el("button", { "data-action": "why", onclick: () => why(r.trace_id) }, "Why?") : null)) };
+      }
+      set(row.when, ago(r.created_at));
+      keep.set(r.trace_id, row);
+      return row.node;
+    });
+    this.rows = keep;
+    if (!this.body || !this.body.isConnected) {
+      this.body = el("tbody");
+      this.recent.replaceChildren(el("div", { class: "card table-card" }, el("table", {},
+        el("thead", {}, el("tr", {}, ["When", "Model", "Route", "Outcome", "Status", "TTFT", "Duration", ""].map((t) => el("th", {}, t)))),
+        this.body)));
+    }
+    this.body.replaceChildren(...trs);
+  },
+  card(r, admin) {
+    const dd = () => el("dd");
+    const c = { state: el("span"), queue: dd(), chunks: dd(), ttft: dd(), elapsed: dd() };
+    c.node = el("div", { class: "card req", "data-request": r.id, "data-state": r.state },
+      el("div", { class: "top" }, el("strong", {}, r.model || "—"), c.state),
+      el("dl", {},
+        el("dt", {}, "Route"), el("dd", {}, el("code", {}, r.path)),
+        el("dt", {}, "Queue position"), c.queue,
+        el("dt", {}, "Chunks so far"), c.chunks,
+        el("dt", {}, "Time to first token"), c.ttft,
+        el("dt", {}, "Elapsed"), c.elapsed,
+        el("dt", {}, "Trace"), el("dd", {}, el("code", {}, r.trace_id))),
+      admin ? el("div", { class: "actions" },
+        el("button", { "data-action": "interrupt", onclick: () => act("interrupt", "POST", `/v1/requests/${r.id}/interrupt`) }, "Interrupt"),
+        el("button", { class: "danger", "data-action": "cancel", onclick: () => act("cancel", "POST", `/v1/requests/${r.id}/cancel`) }, "Cancel")) : null);
+    return c;
   },
   drawWhy() {
     if (!this.story) return;
