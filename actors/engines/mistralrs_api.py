@@ -163,7 +163,7 @@ def decode_completion(body: bytes) -> CompletionBody:
 def _sampling(req: _Sampling, max_tokens: int | None) -> dict[str, Any]:
     if req.n is not None and req.n != 1:
         raise _unsupported("n", "this engine generates one choice per request")
-    if req.seed is not None and req.temperature not in (None, 0, 0.0):
+    if req.seed is not None and req.temperature != 0:
         raise _unsupported(
             "seed", "the mistral.rs engine seeds once per process; use temperature 0 for repeatable output"
         )

@@ -332,6 +332,8 @@ class Handler(BaseHTTPRequestHandler):
         usage = None
         try:
             for chunk in chunks:
+                if _client_gone(self.connection):
+                    raise _Gone
                 choice = chunk.choices[0]
                 if choice.delta.content:
                     delta = {"content": choice.delta.content}

@@ -199,6 +199,7 @@ def test_json_output_becomes_a_grammar() -> None:
     [
         ({"n": 2}, "n"),
         ({"seed": 1, "temperature": 0.7}, "seed"),
+        ({"seed": 1}, "seed"),  # no temperature: the engine samples
         ({"logprobs": True}, "logprobs"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
