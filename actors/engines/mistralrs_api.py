@@ -36,6 +36,7 @@ __all__ = [
     "decode_chat",
     "decode_completion",
     "error_json",
+    "timings_json",
     "usage_json",
 ]
 
@@ -313,6 +314,24 @@ def usage_json(usage: Any) -> dict[str, int]:
     }
 
 
+def timings_json(usage: Any) -> dict[str, float | int]:
+    """llama-server's ``timings`` from the wheel's usage: the gateway reads prefill and
+    decode time from it, whatever the lane."""
+    prompt_ms = float(usage.total_prompt_time_sec) * 1000.0
+    predicted_ms = float(usage.total_completion_time_sec) * 1000.0
+    out: dict[str, float | int] = {
+        "prompt_n": int(usage.prompt_tokens),
+        "prompt_ms": round(prompt_ms, 3),
+        "predicted_n": int(usage.completion_tokens),
+        "predicted_ms": round(predicted_ms, 3),
+    }
+    if prompt_ms > 0:
+        out["prompt_per_second"] = round(usage.prompt_tokens * 1000.0 / prompt_ms, 3)
+    if predicted_ms > 0:
+        out["predicted_per_second"] = round(usage.completion_tokens * 1000.0 / predicted_ms, 3)
+    return out
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -334,6 +353,7 @@ def chat_response_json(
             }
         ],
         "usage": usage_json(usage) if usage is not None else None,
+        "timings": timings_json(usage) if usage is not None else None,
     }
 
 
@@ -360,6 +380,7 @@ def chat_chunk_json(
         ]
     if usage is not None:
         chunk["usage"] = usage_json(usage)
+        chunk["timings"] = timings_json(usage)
     return chunk
 
 
@@ -375,6 +396,7 @@ def completion_response_json(
     }
     if usage is not None:
         out["usage"] = usage_json(usage)
+        out["timings"] = timings_json(usage)
     return out
 
 

@@ -340,11 +340,12 @@ class Handler(BaseHTTPRequestHandler):
                     self._event(api.chat_chunk_json(rid=rid, model=model, created=created, delta=delta))
                 if choice.finish_reason is not None:
                     usage = chunk.usage
-                    self._event(
-                        api.chat_chunk_json(
-                            rid=rid, model=model, created=created, delta={}, finish=choice.finish_reason
-                        )
+                    last = api.chat_chunk_json(
+                        rid=rid, model=model, created=created, delta={}, finish=choice.finish_reason
                     )
+                    if usage is not None and not usage_wanted:
+                        last["timings"] = api.timings_json(usage)  # the usage chunk has them otherwise
+                    self._event(last)
         except ValueError as exc:
             self._event(_engine_error(exc)[1])
             self._end_stream(done=False)
@@ -392,12 +393,14 @@ class Handler(BaseHTTPRequestHandler):
             return
         # The wheel's completion call does not stream: the whole text goes in one event.
         self._start_stream()
-        self._event(
-            api.completion_response_json(
-                rid=rid, model=model, text=choice.text, finish=choice.finish_reason, usage=None
-            )
+        usage_wanted = req.stream_options is not None and req.stream_options.include_usage
+        event = api.completion_response_json(
+            rid=rid, model=model, text=choice.text, finish=choice.finish_reason, usage=None
         )
-        if req.stream_options is not None and req.stream_options.include_usage:
+        if not usage_wanted:
+            event["timings"] = api.timings_json(res.usage)
+        self._event(event)
+        if usage_wanted:
             usage_chunk = api.completion_response_json(
                 rid=rid, model=model, text="", finish=None, usage=res.usage
             )

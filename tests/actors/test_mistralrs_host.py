@@ -144,6 +144,8 @@ def test_a_stream_ends_with_done(host: Host) -> None:
         events = [line for line in resp.iter_lines() if line]
     assert all(e.startswith("data: ") for e in events)
     assert events[-1] == "data: [DONE]" and "[DONE]" not in "".join(events[:-1])
+    last = json.loads(events[-2][6:])
+    assert last["choices"][0]["finish_reason"] and last["timings"]["predicted_n"] > 0
 
 
 def test_chat_and_completions_not_streamed(client: openai.OpenAI) -> None:
@@ -158,6 +160,8 @@ def test_chat_and_completions_not_streamed(client: openai.OpenAI) -> None:
         reply.usage is not None and reply.usage.prompt_tokens > 0 and 0 < reply.usage.completion_tokens <= 8
     )
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    timings = (reply.model_extra or {})["timings"]  # llama-server's, which the gateway reads
+    assert timings["predicted_n"] == reply.usage.completion_tokens and timings["predicted_ms"] > 0
     text = client.completions.create(
         model="smollm2-135m", prompt="The capital of France is", max_tokens=6, temperature=0, stop=["\n\n"]
     )

@@ -255,6 +255,7 @@ def test_completion_mapping() -> None:
 def test_response_shapes() -> None:
     class Usage:
         prompt_tokens, completion_tokens, total_tokens = 3, 2, 5
+        total_prompt_time_sec, total_completion_time_sec = 0.0, 0.0
 
     whole = api.chat_response_json(rid="c1", model="m", content="hey", finish="canceled", usage=Usage())
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": "hey"}
@@ -300,3 +301,18 @@ def test_one_constraint_at_a_time() -> None:
         chat(grammar="start: /a/", response_format={"type": "json_object"})
     with pytest.raises(api.RequestError):
         completion(grammar="start: /a/", json_schema={"type": "object"})
+
+
+def test_timings_in_llama_server_shape() -> None:
+    class Usage:
+        prompt_tokens, completion_tokens, total_tokens = 30, 8, 38
+        total_prompt_time_sec, total_completion_time_sec = 1.5, 0.4
+
+    assert api.timings_json(Usage()) == {
+        "prompt_n": 30,
+        "prompt_ms": 1500.0,
+        "predicted_n": 8,
+        "predicted_ms": 400.0,
+        "prompt_per_second": 20.0,
+        "predicted_per_second": 20.0,
+    }
