@@ -9,7 +9,7 @@ PYTEST := $(BIN)/python -m pytest
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,mistralrs]'
 	touch $(STAMP)
 
 install: $(STAMP)
