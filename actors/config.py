@@ -12,6 +12,9 @@ __all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig", "Tunables"]
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     llama_server: str | None = None
     """Path to a ``llama-server`` binary. Unset: look on PATH, else use the xllamacpp host."""
+    mistralrs: str | None = None
+    """Path to a mistral.rs binary (``mistralrs`` or ``mistralrs-server``). Unset: look on PATH,
+    else use the host on the ``mistralrs`` wheel."""
     start_timeout_s: float = 120.0
     stop_grace_s: float = 5.0
     threads: int | None = None
@@ -25,6 +28,8 @@ OutputCap = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    engine: Literal["llamacpp", "mistralrs"] | None = None
+    """The lane that runs this model (a pin). Unset: routed by its format."""
     ctx: int | None = None
     """Per-slot context. Above the training length it is clamped to it unless
     ``rope_scaling`` extends the model (``strict`` refuses instead)."""

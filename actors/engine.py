@@ -33,14 +33,9 @@ import trio
 
 from actors.actor import Actor, ActorStatistics
 from actors.config import EngineConfig
-from actors.engines.llamacpp import (
-    LANE,
-    LaunchSpec,
-    build_argv,
-    engine_version,
-    find_llama_server,
-    served_context,
-)
+from actors.engines.lane import Lane
+from actors.engines.routing import lane_for
+from actors.engines.spec import LaunchSpec
 from actors.errors import (
     ActorStopped,
     EngineCircuitOpen,
@@ -274,12 +269,15 @@ def _free_port() -> int:
 
 
 class EngineActor(Actor[EngineMessage]):
-    def __init__(self, spec: LaunchSpec, config: EngineConfig, *, run_dir: Path) -> None:
+    def __init__(
+        self, spec: LaunchSpec, config: EngineConfig, *, run_dir: Path, lane: Lane | None = None
+    ) -> None:
         super().__init__(f"engine[{spec.model}]")
         self.spec = spec
         self.config = config
         self.run_dir = run_dir
-        self.binary = find_llama_server(config.llama_server)
+        self.lane = lane or lane_for(spec, config)
+        """How this engine's child is started and read (the same actor for every lane)."""
         self.state = EngineState.STOPPED
         self.generation = 0
         self.restarts = 0
@@ -341,7 +339,7 @@ class EngineActor(Actor[EngineMessage]):
 
     @property
     def engine_kind(self) -> str:
-        return "llama-server" if self.binary else "llamacpp-host"
+        return self.lane.kind
 
     def statistics(self) -> EngineStatistics:
         retry_after_s = self._breaker_open()
@@ -362,7 +360,7 @@ class EngineActor(Actor[EngineMessage]):
             generation=self.generation,
             started_at=self._started_at,
             last_error=self.last_error,
-            lane=LANE,
+            lane=self.lane.name,
             version=self.version,
             breaker="closed" if retry_after_s is None else "open",
             breaker_retry_after_s=retry_after_s,
@@ -550,10 +548,11 @@ class EngineActor(Actor[EngineMessage]):
         is harmless."""
         port = _free_port()
         api_key = secrets.token_hex(24)  # hex: a leading "-" would read as a flag
-        argv = build_argv(self.spec, port=port, api_key=api_key, binary=self.binary)
+        argv = self.lane.argv(self.spec, port, api_key)
         pidfile = self.run_dir / "engines" / f"{self.spec.model.replace('/', '_')}.pid"
         try:
-            child = await ChildProcess.spawn(argv, name=self.name, env=dict(os.environ), pidfile=pidfile)
+            env = {**os.environ, **self.lane.env(self.spec)}
+            child = await ChildProcess.spawn(argv, name=self.name, env=env, pidfile=pidfile)
         except OSError as exc:
             await self._tell_self(
                 _LaunchFailed(generation=generation, code="ENGINE_CRASHED", message=str(exc))
@@ -567,7 +566,7 @@ class EngineActor(Actor[EngineMessage]):
             auth = {"Authorization": f"Bearer {api_key}"}
             async with httpx.AsyncClient(base_url=base_url, headers=auth, verify=_plain_http()) as probe:
                 error = await self._wait_healthy(child, probe)
-                served = await served_context(probe) if error is None else None
+                served = await self.lane.served_context(probe) if error is None else None
         except BaseException:
             await child.stop(self.config.stop_grace_s)
             raise
@@ -636,7 +635,7 @@ class EngineActor(Actor[EngineMessage]):
 
     async def _find_version(self) -> None:
         """Ask the lane what runs it, once, off the start's path (a binary's ``--version``)."""
-        version = await trio.to_thread.run_sync(engine_version, self.binary)
+        version = await trio.to_thread.run_sync(self.lane.version)
         await self._tell_self(_Version(version=version))
 
     async def _watch_child(self, child: ChildProcess, generation: int) -> None:

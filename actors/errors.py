@@ -25,6 +25,7 @@ __all__ = [
     "ModelBusy",
     "ModelTooLarge",
     "SupervisorEscalation",
+    "UnsupportedEngine",
 ]
 
 
@@ -82,6 +83,12 @@ class EngineUnavailable(BlazarRuntimeError):
     """The engine cannot be started (no binary, bad model file, breaker open)."""
 
     code = "UNAVAILABLE"
+
+
+class UnsupportedEngine(BlazarRuntimeError):
+    """No lane here can run the model: its pinned lane is not installed, or none takes its format."""
+
+    code = "MODEL_UNSUPPORTED_ENGINE"
 
 
 class ContextTooLarge(BlazarRuntimeError):

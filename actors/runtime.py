@@ -46,6 +46,7 @@ from actors.engine import (
     WaitSpawned,
 )
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
+from actors.engines.routing import Considered, Route, installed, lane_for
 from actors.errors import ActorStopped, EngineCrashed
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
@@ -89,8 +90,11 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     model: str
     lane: str
-    """``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel) or ``llama-server``."""
+    """What runs it: ``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel),
+    ``llama-server``, ``mistralrs-host`` (the mistralrs wheel), ``mistralrs-serve``, …"""
     binary: str | None
+    lanes: list[Considered] = []
+    """Every lane, whether it was taken, and why (not installed, format, capability, pin)."""
     ctx_per_slot: int
     """The per-slot context the engine is started with (after any clamp)."""
     slots: int
@@ -126,7 +130,7 @@ def resolve_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> Res
         config,
         record,
         store.info(record),
-        binary=find_llama_server(config.engine.llama_server),
+        lanes=installed(config.engine),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
     )
 
@@ -171,12 +175,14 @@ def make_plan(
     *,
     loaded: bool,
     served: int | None = None,
+    route: Route | None = None,
 ) -> LoadPlan:
-    binary = find_llama_server(config.engine.llama_server)
+    lane = lane_for(spec, config.engine)
     return LoadPlan(
         model=spec.model,
-        lane="llama-server" if binary else "llamacpp-host",
-        binary=binary,
+        lane=lane.kind,
+        binary=lane.binary,
+        lanes=route.considered if route is not None else [],
         ctx_per_slot=spec.ctx_per_slot,
         slots=spec.slots,
         ctx_total=spec.ctx_total,
@@ -199,7 +205,8 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     """The plan without a running daemon: nothing else is loaded."""
     store = Store(Path(config.models_dir))
     record = await trio.to_thread.run_sync(store.get, model)
-    spec = await trio.to_thread.run_sync(launch_spec_for, config, store, record)
+    resolved = await trio.to_thread.run_sync(resolve_for, config, store, record)
+    spec = resolved.spec
     memory = MemoryPlanner(config.memory_budget_mb)
     need = await memory.need(spec)
     budget = memory.budget(0) if need is not None else None
@@ -208,7 +215,7 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
         code = "MODEL_TOO_LARGE"
         refused = f"needs about {need / 2**20:,.0f} MiB; the budget is {budget / 2**20:,.0f} MiB"
     preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
-    return make_plan(spec, config, memory, preview, loaded=False)
+    return make_plan(spec, config, memory, preview, loaded=False, route=resolved.route)
 
 
 async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
@@ -272,7 +279,8 @@ class Runtime:
     async def plan(self, model: str) -> LoadPlan:
         """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
         record = await trio.to_thread.run_sync(self.store.get, model)
-        spec = await trio.to_thread.run_sync(self.launch_spec, record)
+        resolved = await trio.to_thread.run_sync(resolve_for, self.config, self.store, record)
+        spec = resolved.spec
         engine = self._engines.get(spec.model)
         loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
         served = None
@@ -284,7 +292,9 @@ class Runtime:
             if loaded
             else self.lifecycle.preview(spec.model, need)
         )
-        return make_plan(spec, self.config, self.memory, preview, loaded=loaded, served=served)
+        return make_plan(
+            spec, self.config, self.memory, preview, loaded=loaded, served=served, route=resolved.route
+        )
 
     async def coreside(self, models: list[str]) -> Coresidence:
         """Would ``models`` fit together, each as it runs now or would start, in the budget a

@@ -20,14 +20,17 @@ A setting's ``source`` is one of:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
 
 from actors.config import ModelOverride, RuntimeConfig, Tunables
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
+from actors.engines.lane import Lane
 from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
+from actors.engines.routing import Route, route
+from actors.errors import UnsupportedEngine
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 from registry.template import allows_system_turns
@@ -63,8 +66,8 @@ class Resolved(msgspec.Struct, frozen=True, kw_only=True):
     spec: LaunchSpec
     settings: list[Setting]
     keep_alive_s: float
-    lane: str
-    binary: str | None
+    route: Route
+    """Which lane runs it, and why each other lane was not taken."""
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,13 +101,14 @@ def resolve_launch(
     record: ModelRecord,
     info: ModelInfo,
     *,
-    binary: str | None,
+    lanes: Mapping[str, Lane | None],
     plan_gpu_layers: Callable[[int, int], int | None],
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
 
-    ``binary`` is the ``llama-server`` found (None: the xllamacpp host);
-    ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU)."""
+    ``lanes`` are the lanes installed here (``actors.engines.routing.installed``);
+    ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU).
+    Raises ``UnsupportedEngine`` when no lane here can run the model."""
     name = record.name
     over: ModelOverride = config.models.get(name) or ModelOverride()
     out: list[Setting] = []
@@ -150,13 +154,34 @@ def resolve_launch(
     add("strict", *_top(config, "strict"))
 
     # -- engine -----------------------------------------------------------
-    lane = "llama-server" if binary else "llamacpp-host"
-    if config.engine.llama_server:
-        add("engine", lane, "config", "engine.llama_server", binary)
+    needs = frozenset({"vision"} if record.projector else ()) | frozenset(
+        {"embeddings"} if over.embeddings else ()
+    )
+    chosen = route("gguf", needs=needs, pin=over.engine, lanes=lanes)
+    lane = lanes.get(chosen.lane) if chosen.lane else None
+    if lane is None:
+        reasons = "; ".join(f"{c.lane}: {c.why}" for c in chosen.considered)
+        pinned = f" (pinned: {_override(name, 'engine')} = {over.engine!r})" if over.engine else ""
+        raise UnsupportedEngine(
+            f"no engine here can run model '{name}'{pinned} — {reasons}; install the lane or change the pin"
+        )
+    binary = lane.binary
+    if over.engine:
+        add("engine", lane.kind, "override", _override(name, "engine"), binary)
+    elif chosen.lane == "llamacpp" and config.engine.llama_server:
+        add("engine", lane.kind, "config", "engine.llama_server", binary)
     elif binary:
-        add("engine", lane, "derived", None, f"llama-server found on PATH: {binary}")
+        add("engine", lane.kind, "derived", None, f"{lane.kind} found on PATH: {binary}")
+    elif chosen.lane == "llamacpp":
+        add(
+            "engine",
+            lane.kind,
+            "default",
+            None,
+            "no llama-server: llama.cpp's server from the xllamacpp wheel",
+        )
     else:
-        add("engine", lane, "default", None, "no llama-server: llama.cpp's server from the xllamacpp wheel")
+        add("engine", lane.kind, "default", None, f"no {lane.name} binary: its wheel, run by our host module")
     gpu_layers = over.gpu_layers
     if gpu_layers is not None:
         add("gpu_layers", gpu_layers, "override", _override(name, "gpu_layers"))
@@ -222,7 +247,7 @@ def resolve_launch(
         embeddings=bool(over.embeddings),
         native_tools=native_tools,
         system_turns=system_turns,
-        llguidance=binary is None,
+        llguidance=lane.llguidance,
         token_bytes_max=info.token_bytes_max,
         chat_template=settings.template if settings else None,
         system=system,
@@ -237,8 +262,9 @@ def resolve_launch(
         rope_scale=factor,
         max_output_tokens=out_cap,
         prompt_batch=batch,
+        lane=chosen.lane or "llamacpp",
     )
-    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, lane=lane, binary=binary)
+    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen)
 
 
 def explain_running(resolved: Resolved, running: LaunchSpec | None) -> list[Setting]:

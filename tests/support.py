@@ -113,8 +113,9 @@ def make_home(root: Path, model_path: Path, *, config: str = "") -> Path:
     return root
 
 
-def engine_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "actors.engines.llamacpp_host"], capture_output=True, text=True)
+def engine_pids(host: str = "llamacpp_host") -> list[int]:
+    """Pids of our engine host processes (``llamacpp_host``, ``mistralrs_host``)."""
+    out = subprocess.run(["pgrep", "-f", f"actors.engines.{host}"], capture_output=True, text=True)
     return [int(p) for p in out.stdout.split()]
 
 

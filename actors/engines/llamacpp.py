@@ -12,12 +12,12 @@ import importlib.metadata
 import shutil
 import subprocess
 import sys
-from typing import Any
 
 import httpx
-import msgspec
 
-from actors.context import context_limit
+from actors.config import EngineConfig
+from actors.engines.lane import Lane
+from actors.engines.spec import LaunchSpec
 
 __all__ = [
     "CPU_PROMPT_BATCH",
@@ -26,61 +26,10 @@ __all__ = [
     "build_argv",
     "engine_version",
     "find_llama_server",
+    "lane",
     "prompt_batch_for",
     "served_context",
 ]
-
-
-class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
-    model: str
-    """Canonical model name, passed as ``--alias`` so relayed bytes carry it."""
-    path: str
-    ctx_per_slot: int
-    slots: int
-    embeddings: bool = False
-    native_tools: bool = False
-    """The chat template handles tools itself; otherwise the gateway emulates them."""
-    system_turns: bool = True
-    """The chat template keeps a system turn after the first user turn; otherwise the
-    gateway writes such turns into the user's text."""
-    llguidance: bool = False
-    """The engine reads llguidance grammars (the xllamacpp wheel's build does)."""
-    token_bytes_max: int | None = None
-    """The most bytes of text one token of the model's vocabulary stands for."""
-    chat_template: str | None = None
-    """A Jinja chat template replacing the GGUF's own (from the model's settings)."""
-    system: str | None = None
-    """Default system prompt from the model's settings (applied by the gateway)."""
-    defaults: dict[str, Any] = {}
-    """Default sampling options from the model's settings (Ollama option names)."""
-    threads: int | None = None
-    extra_args: list[str] = []
-    gpu_layers: int | None = None
-    """Layers to offload (``-ngl``) on a GPU build of ``llama-server``; None: CPU only."""
-    projector: str | None = None
-    """The vision projector (mmproj) file: the engine then reads images."""
-    ctx_train: int | None = None
-    """The model's training context (GGUF header); None when the file does not say."""
-    ctx_asked: int | None = None
-    """The configured per-slot context when it was clamped to ``ctx_limit``."""
-    rope_scaling: str | None = None
-    """Context extension (``yarn``, ``linear``) passed to the engine; None: none."""
-    rope_scale: float | None = None
-    """The extension factor that goes with ``rope_scaling``."""
-    max_output_tokens: int | None = None
-    """Output cap the gateway sets on requests that give none; None: no cap."""
-    prompt_batch: int | None = None
-    """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
-
-    @property
-    def ctx_total(self) -> int:
-        # llama.cpp divides -c among the -np slots.
-        return self.ctx_per_slot * self.slots
-
-    @property
-    def ctx_limit(self) -> int | None:
-        """The most one slot can hold: the training length, extended by ``rope_scale``."""
-        return context_limit(self.ctx_train, self.rope_scale if self.rope_scaling else None)
 
 
 CPU_PROMPT_BATCH = 256
@@ -210,3 +159,23 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
     if binary is None:
         return [sys.executable, "-m", "actors.engines.llamacpp_host", *flags]
     return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]
+
+
+CAPABILITIES = frozenset({"chat", "completions", "embeddings", "tools", "json_schema", "vision"})
+
+
+def lane(config: EngineConfig) -> Lane:
+    """The llama.cpp lane under ``config``: a ``llama-server`` binary when one is configured or
+    on PATH, else llama.cpp's server from the xllamacpp wheel, run by our host module."""
+    binary = find_llama_server(config.llama_server)
+    return Lane(
+        name=LANE,
+        kind="llama-server" if binary else "llamacpp-host",
+        binary=binary,
+        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, binary=binary),
+        version=lambda: engine_version(binary),
+        capabilities=CAPABILITIES,
+        formats=frozenset({"gguf"}),
+        served_context=served_context,
+        llguidance=binary is None,  # the wheel's build reads them; a binary may not
+    )

@@ -16,15 +16,20 @@ map with it; the host serves the model's whole training length), ``threads``,
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from typing import Literal
 
 import msgspec
 
-from actors.engines.llamacpp import LaunchSpec, served_context
+from actors.config import EngineConfig
+from actors.engines.lane import Lane, unknown_context
+from actors.engines.llamacpp import served_context
+from actors.engines.spec import LaunchSpec
 
 __all__ = [
     "CPU_MAX_SEQS",
@@ -35,6 +40,7 @@ __all__ = [
     "build_argv",
     "find_mistralrs",
     "host_available",
+    "lane",
     "lane_info",
     "launch_env",
     "max_seqs_for",
@@ -182,3 +188,42 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: Binary | No
             "-f", model_file,
         ]  # fmt: skip
     return [sys.executable, "-m", "actors.engines.watchdog", binary.path, *flags]
+
+
+LANE = "mistral.rs"
+
+
+def _version(binary: Binary | None) -> str | None:
+    if binary is None:
+        try:
+            return f"mistralrs {importlib.metadata.version('mistralrs')}"
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    try:
+        done = subprocess.run(
+            [binary.path, "--version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line = (done.stdout or done.stderr).strip().splitlines()
+    return line[0].strip() if line else None
+
+
+def lane(config: EngineConfig) -> Lane | None:
+    """The mistral.rs lane under ``config``, or None when neither a binary nor the wheel is here."""
+    binary = find_mistralrs(config.mistralrs)
+    if binary is None and not host_available():
+        return None
+    info = lane_info(binary)
+    return Lane(
+        name=LANE,
+        kind=info.lane,
+        binary=binary.path if binary else None,
+        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, binary=binary),
+        version=lambda: _version(binary),
+        capabilities=info.capabilities,
+        formats=frozenset(info.formats),
+        env=launch_env,
+        served_context=served_context if info.props else unknown_context,
+        llguidance=binary is None,  # the host's grammars are tested; a binary's are not here
+    )

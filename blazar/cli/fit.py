@@ -191,8 +191,13 @@ def plan(model: str, *, json_: Json = False) -> None:
         context += f"; the engine serves {doc['ctx_served']} per slot"
     if doc.get("context_note"):
         context += f" — {doc['context_note']}"
+    considered = [
+        f"{c['lane']} ({c['kind'] or 'not installed'}): {'taken, ' if c['taken'] else ''}{c['why']}"
+        for c in doc.get("lanes") or []
+    ]
     rows = [
         ("engine", lane),
+        *[("lanes" if i == 0 else "", line) for i, line in enumerate(considered)],
         ("context", context),
         ("KV cache", doc["cache_type"]),
         ("GPU layers", str(doc["gpu_layers"])),

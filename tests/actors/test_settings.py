@@ -7,6 +7,8 @@ from typing import Any
 import msgspec
 
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
+from actors.engines import llamacpp
+from actors.engines.lane import Lane
 from actors.engines.llamacpp import build_argv
 from actors.settings import Resolved, Setting, explain_running, resolve_launch
 from registry.gguf import ModelInfo
@@ -27,12 +29,17 @@ def _info(ctx: int | None = 8192, template: str | None = "{{ messages }}") -> Mo
                      tensor_count=0, data_offset=0)  # fmt: skip
 
 
+def _lanes(binary: str | None) -> dict[str, Lane | None]:
+    """llama.cpp as a binary or the wheel's host; mistral.rs's host where its wheel is installed."""
+    return {"llamacpp": llamacpp.lane(EngineConfig(llama_server=binary)), "mistralrs": None}
+
+
 def _resolve(config: RuntimeConfig, **kw: Any) -> Resolved:
     return resolve_launch(
         config,
         kw.pop("record", _record()),
         kw.pop("info", _info()),
-        binary=kw.pop("binary", None),
+        lanes=kw.pop("lanes", None) or _lanes(kw.pop("binary", None)),
         plan_gpu_layers=kw.pop("plan", lambda ctx, slots: None),
     )
 

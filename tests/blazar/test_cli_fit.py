@@ -121,8 +121,12 @@ def test_plan_without_a_daemon(
     )
     assert doc["preview"]["budget_bytes"] == 4096 << 20 and doc["preview"]["refused"] is None
     assert doc["estimate"]["kv"] >= 2048 * KV_PER_CELL and not doc["loaded"]
+    lanes = {c["lane"]: c for c in doc["lanes"]}
+    assert lanes["llamacpp"]["taken"] and lanes["llamacpp"]["why"] == "the first lane that runs gguf models"
+    assert not lanes["mistralrs"]["taken"]
     text = run_cli(monkeypatch, capsys, home, "plan", MODEL)
     assert "1024 per slot x 2 slot(s)" in text and "loads, nothing to evict" in text
+    assert "llamacpp (llamacpp-host): taken, the first lane that runs gguf models" in " ".join(text.split())
 
 
 def test_coreside_adds_models_at_their_launch_settings(

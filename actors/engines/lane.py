@@ -1,0 +1,53 @@
+"""A lane: everything the engine actor needs to know about one family of engines.
+
+The engine actor is the same for every lane; what differs is data: the command
+line that starts the engine for a model, what the child's environment adds, the
+version of what runs it, how to read back the context it serves, what it can do
+and which model formats it takes. Each lane module (``actors.engines.llamacpp``,
+``actors.engines.mistralrs``) makes its ``Lane`` from the engine config;
+``actors.engines.routing`` picks one for a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+
+from actors.engines.spec import LaunchSpec
+
+__all__ = ["Lane", "unknown_context"]
+
+
+async def unknown_context(client: httpx.AsyncClient) -> int | None:
+    return None
+
+
+def _no_env(spec: LaunchSpec) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    name: str
+    """The engine family: ``llama.cpp``, ``mistral.rs``."""
+    kind: str
+    """What runs it here: ``llamacpp-host``, ``llama-server``, ``mistralrs-host``, …"""
+    binary: str | None
+    """The engine's own executable; None when our host module runs it from a wheel."""
+    argv: Callable[[LaunchSpec, int, str], list[str]]
+    """``(spec, port, api_key)`` → the child's argv. The child serves OpenAI HTTP on ``port``
+    on loopback and answers ``GET /health`` with 200 once it is ready."""
+    version: Callable[[], str | None]
+    """What runs the lane, with its version; blocking (call it off the event loop)."""
+    capabilities: frozenset[str]
+    """What it serves: ``chat``, ``completions``, ``embeddings``, ``tools``, ``json_schema``, ``vision``."""
+    formats: frozenset[str]
+    """Model formats it loads: ``gguf``, ``safetensors``, …"""
+    env: Callable[[LaunchSpec], dict[str, str]] = _no_env
+    """What the child's environment adds to the daemon's."""
+    served_context: Callable[[httpx.AsyncClient], Awaitable[int | None]] = unknown_context
+    """Reads back the per-slot context a healthy child serves; None when it will not say."""
+    llguidance: bool = True
+    """The child reads llguidance grammars (the gateway's tool-call emulation uses them)."""

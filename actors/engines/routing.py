@@ -1,0 +1,89 @@
+"""Which lane runs a model: by its format, what it needs, and a per-model pin.
+
+``route`` is the pure decision, with the reason each lane was or was not taken
+(``blazar plan`` and ``blazar explain`` show them); ``installed`` makes the lanes
+this machine has from the engine config; ``lane_for`` gives the engine actor the
+lane a launch spec names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from actors.config import EngineConfig
+from actors.engines import llamacpp, mistralrs
+from actors.engines.lane import Lane
+from actors.engines.spec import LaunchSpec
+from actors.errors import UnsupportedEngine
+
+__all__ = ["LANES", "Considered", "Route", "installed", "lane_for", "route"]
+
+LANES = ("llamacpp", "mistralrs")
+"""The lanes a model can be pinned to (``[models."NAME"] engine = …``), in default order."""
+_INSTALL = {"mistralrs": "pip install 'blazar[mistralrs]', or put a mistralrs binary on PATH"}
+
+
+class Considered(msgspec.Struct, frozen=True, kw_only=True):
+    lane: str
+    kind: str | None
+    """What would run it here (``llamacpp-host``, ``mistralrs-host``, …); None: not installed."""
+    taken: bool
+    why: str
+
+
+class Route(msgspec.Struct, frozen=True, kw_only=True):
+    lane: str | None
+    """The lane chosen; None when none can run the model (``considered`` says why)."""
+    considered: list[Considered]
+
+
+def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[str, Lane | None]) -> Route:
+    """The lane for a model of format ``fmt`` that needs the capabilities ``needs``: the pinned
+    lane when it can run it, else the first of ``LANES`` that can; each with its reason."""
+    usable: dict[str, str | None] = {}  # lane → why it cannot run the model (None: it can)
+    for name in LANES:
+        lane = lanes.get(name)
+        if lane is None:
+            usable[name] = f"not installed ({_INSTALL.get(name, 'install it')})"
+        elif fmt not in lane.formats:
+            usable[name] = f"does not load {fmt} models"
+        elif missing := sorted(needs - lane.capabilities):
+            usable[name] = f"cannot serve {', '.join(missing)}"
+        else:
+            usable[name] = None
+    if pin is not None:
+        chosen = pin if usable.get(pin) is None else None
+    else:
+        chosen = next((name for name in LANES if usable[name] is None), None)
+    considered = []
+    for name in LANES:
+        lane = lanes.get(name)
+        kind = lane.kind if lane is not None else None
+        if name == chosen:
+            why = "pinned in the model's settings" if pin else f"the first lane that runs {fmt} models"
+        elif usable[name] is not None:
+            why = usable[name] or ""
+        elif pin is not None:
+            why = f"the model is pinned to {pin}"
+        else:
+            why = f"{chosen} comes first for {fmt} models"
+        considered.append(Considered(lane=name, kind=kind, taken=name == chosen, why=why))
+    return Route(lane=chosen, considered=considered)
+
+
+def installed(config: EngineConfig) -> dict[str, Lane | None]:
+    """Every lane this machine can run under ``config`` (None: not installed)."""
+    return {"llamacpp": llamacpp.lane(config), "mistralrs": mistralrs.lane(config)}
+
+
+def lane_for(spec: LaunchSpec, config: EngineConfig) -> Lane:
+    """The lane ``spec`` names, as this machine runs it."""
+    lane = installed(config).get(spec.lane) if spec.lane != "llamacpp" else llamacpp.lane(config)
+    if lane is None:
+        raise UnsupportedEngine(
+            f"model '{spec.model}' runs on the {spec.lane} lane, which is not installed here — "
+            f"{_INSTALL.get(spec.lane, 'install it')}, or remove its `engine` pin"
+        )
+    return lane
