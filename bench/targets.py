@@ -92,6 +92,21 @@ TARGETS = [
     Target(
         "cli_slowest_s", "startup", "slowest of `blazar --help`, `list`, `ps` (no daemon)", "<=", 0.25, "s"
     ),
+    Target(
+        "mistralrs_decode_ratio_c1",
+        "mistralrs",
+        "mistral.rs lane: decode tok/s, gateway ÷ direct, C=1",
+        ">=",
+        0.98,
+    ),
+    Target(
+        "mistralrs_ttft_added_p50_ms",
+        "mistralrs",
+        "mistral.rs lane: TTFT p50 added by the gateway",
+        "<=",
+        5.0,
+        "ms",
+    ),
     Target("console_load_rps", "console", "requests/s served while the console is open", ">=", 200.0),
     Target(
         "console_click_p99_ms",
