@@ -30,6 +30,8 @@ OutputCap = Annotated[int, msgspec.Meta(ge=0)]
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     engine: Literal["llamacpp", "mistralrs"] | None = None
     """The lane that runs this model (a pin). Unset: routed by its format."""
+    engine_version: str | None = None
+    """The installed version of its lane that runs it (``blazar engine list``). Unset: the active one."""
     ctx: int | None = None
     """Per-slot context. Above the training length it is clamped to it unless
     ``rope_scaling`` extends the model (``strict`` refuses instead)."""

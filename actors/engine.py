@@ -107,12 +107,13 @@ class WaitSpawned(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Restart the child with another per-slot context and/or embeddings enabled,
-    once the requests running on it have finished. Replies when the change is
-    scheduled (or at once when nothing changes)."""
+    """Restart the child with another per-slot context, embeddings enabled, or another
+    version of its lane (``blazar engine use``), once the requests running on it have
+    finished. Replies when the change is scheduled (or at once when nothing changes)."""
 
     ctx_per_slot: int | None = None
     embeddings: bool | None = None
+    lane: Lane | None = None
 
 
 class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -293,6 +294,7 @@ class EngineActor(Actor[EngineMessage]):
         self._started_at: float | None = None
         self._last_exit: tuple[int | None, str] = (None, "")
         self._pending_spec: LaunchSpec | None = None
+        self._pending_lane: Lane | None = None
         self.version: str | None = None
         self._last_stderr = ""
         """The stderr tail of the last child, kept once it is gone."""
@@ -390,8 +392,8 @@ class EngineActor(Actor[EngineMessage]):
                     env.answer(None)
             case StopEngine(reason=reason):
                 return self._stop_and_answer(env, reason)
-            case Reconfigure(ctx_per_slot=ctx, embeddings=emb):
-                return self._reconfigure(env, ctx, emb)
+            case Reconfigure(ctx_per_slot=ctx, embeddings=emb, lane=lane):
+                return self._reconfigure(env, ctx, emb, lane)
             case _Version(version=version):
                 self.version = version
             case _Drained():
@@ -433,13 +435,16 @@ class EngineActor(Actor[EngineMessage]):
         env.answer(None)
 
     async def _reconfigure(
-        self, env: Envelope[EngineMessage], ctx: int | None, embeddings: bool | None
+        self, env: Envelope[EngineMessage], ctx: int | None, embeddings: bool | None, lane: Lane | None
     ) -> None:
         base = self._pending_spec or self.spec
+        if lane is not None:
+            self._pending_lane = lane
         spec = msgspec.structs.replace(
             base,
             ctx_per_slot=ctx if ctx is not None else base.ctx_per_slot,
             embeddings=embeddings if embeddings is not None else base.embeddings,
+            engine_version=lane.release if lane is not None else base.engine_version,
         )
         if spec != self.spec:
             self._pending_spec = spec
@@ -475,6 +480,8 @@ class EngineActor(Actor[EngineMessage]):
         """Swap in the pending spec: the child restarts with it on the next request."""
         spec, self._pending_spec = self._pending_spec, None
         assert spec is not None
+        if self._pending_lane is not None:
+            self.lane, self._pending_lane, self.version = self._pending_lane, None, None
         waiters, self._waiters = self._waiters, []
         await self._stop_child("reconfigured")
         self.spec = spec

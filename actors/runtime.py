@@ -42,11 +42,13 @@ from actors.engine import (
     EngineState,
     EngineStatistics,
     EnsureReady,
+    Reconfigure,
     StopEngine,
     WaitSpawned,
 )
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.engines.routing import Considered, Route, installed, lane_for
+from actors.engines.versions import BUNDLED, Versions
 from actors.errors import ActorStopped, EngineCrashed
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
@@ -130,7 +132,7 @@ def resolve_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> Res
         config,
         record,
         store.info(record),
-        lanes=installed(config.engine),
+        lanes=installed(config.engine, config.home),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
     )
 
@@ -177,7 +179,7 @@ def make_plan(
     served: int | None = None,
     route: Route | None = None,
 ) -> LoadPlan:
-    lane = lane_for(spec, config.engine)
+    lane = lane_for(spec, config.engine, config.home)
     return LoadPlan(
         model=spec.model,
         lane=lane.kind,
@@ -319,6 +321,25 @@ class Runtime:
         )
         return verdict(rows, self.memory.budget(held), budget_source(self.config))
 
+    async def switch_engines(self) -> list[str]:
+        """Move every engine to its lane's active version (``blazar engine use`` and ``rollback``
+        changed it): each finishes the requests it runs on the old one, then restarts on the new.
+        A model that pins a version keeps it. Returns the models that move."""
+        moved = []
+        versions = Versions(self.config.home)
+        for engine in self.loaded():
+            over = self.config.models.get(engine.spec.model)
+            if over is not None and over.engine_version:
+                continue
+            name = versions.active_name(engine.spec.lane)
+            wanted = None if name == BUNDLED else name
+            if wanted == engine.spec.engine_version and engine.lane.release == wanted:
+                continue
+            spec = msgspec.structs.replace(engine.spec, engine_version=wanted)
+            await engine.ask(Reconfigure(lane=lane_for(spec, self.config.engine, self.config.home)))
+            moved.append(engine.spec.model)
+        return moved
+
     def engine_named(self, name: str) -> EngineActor | None:
         """The engine already made for ``name`` (a canonical name or one that resolved to it);
         None for a name no request has resolved yet. Never reads the store."""
@@ -350,7 +371,12 @@ class Runtime:
                 if note := context_note(spec):
                     level = logging.WARNING if spec.ctx_asked is not None else logging.INFO
                     log.log(level, "'%s': context %s", spec.model, note)
-                engine = EngineActor(spec, self.config.engine, run_dir=Path(self.config.run_dir))
+                engine = EngineActor(
+                    spec,
+                    self.config.engine,
+                    run_dir=Path(self.config.run_dir),
+                    lane=lane_for(spec, self.config.engine, self.config.home),
+                )
                 await self.engines.start_child(
                     ChildSpec(name=record.name, start=engine.run, restart=Restart.TRANSIENT)
                 )

@@ -166,6 +166,13 @@ def resolve_launch(
             f"no engine here can run model '{name}'{pinned} — {reasons}; install the lane or change the pin"
         )
     binary = lane.binary
+    release = over.engine_version or lane.release
+    if over.engine_version:
+        add("engine_version", release, "override", _override(name, "engine_version"))
+    elif release:
+        add("engine_version", release, "derived", None, "the lane's active version (`blazar engine use`)")
+    else:
+        add("engine_version", None, "default", None, "what the daemon was installed with")
     if over.engine:
         add("engine", lane.kind, "override", _override(name, "engine"), binary)
     elif chosen.lane == "llamacpp" and config.engine.llama_server:
@@ -263,6 +270,7 @@ def resolve_launch(
         max_output_tokens=out_cap,
         prompt_batch=batch,
         lane=chosen.lane or "llamacpp",
+        engine_version=release,
     )
     return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen)
 

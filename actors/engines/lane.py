@@ -51,3 +51,5 @@ class Lane:
     """Reads back the per-slot context a healthy child serves; None when it will not say."""
     llguidance: bool = True
     """The child reads llguidance grammars (the gateway's tool-call emulation uses them)."""
+    release: str | None = None
+    """The installed version it runs (``blazar engine``); None: what the daemon was installed with."""

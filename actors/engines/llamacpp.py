@@ -18,6 +18,7 @@ import httpx
 from actors.config import EngineConfig
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
+from actors.engines.versions import EngineVersion
 
 __all__ = [
     "CPU_PROMPT_BATCH",
@@ -128,7 +129,9 @@ async def served_context(client: httpx.AsyncClient) -> int | None:
     return None
 
 
-def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None) -> list[str]:
+def build_argv(
+    spec: LaunchSpec, *, port: int, api_key: str, binary: str | None, python: str = sys.executable
+) -> list[str]:
     flags = [
         "-m", spec.path,
         "-c", str(spec.ctx_total),
@@ -157,23 +160,34 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: str | None)
             flags += ["--rope-scale", f"{spec.rope_scale:g}"]
     flags += spec.extra_args
     if binary is None:
-        return [sys.executable, "-m", "actors.engines.llamacpp_host", *flags]
+        return [python, "-m", "actors.engines.llamacpp_host", *flags]
     return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]
 
 
 CAPABILITIES = frozenset({"chat", "completions", "embeddings", "tools", "json_schema", "vision"})
 
 
-def lane(config: EngineConfig) -> Lane:
+def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:
     """The llama.cpp lane under ``config``: a ``llama-server`` binary when one is configured or
-    on PATH, else llama.cpp's server from the xllamacpp wheel, run by our host module."""
+    on PATH, else llama.cpp's server from the xllamacpp wheel, run by our host module. An
+    installed ``release`` (``blazar engine``) replaces either: its venv's wheel or its binary."""
+    python = sys.executable
     binary = find_llama_server(config.llama_server)
+    found = lambda: engine_version(binary)  # noqa: E731
+    if release is not None and release.form == "wheel":
+        python, binary = release.path, None
+        found = lambda: f"xllamacpp {release.version}"  # noqa: E731
+    elif release is not None:
+        binary = release.path
     return Lane(
         name=LANE,
         kind="llama-server" if binary else "llamacpp-host",
         binary=binary,
-        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, binary=binary),
-        version=lambda: engine_version(binary),
+        argv=lambda spec, port, api_key: build_argv(
+            spec, port=port, api_key=api_key, binary=binary, python=python
+        ),
+        version=found,
+        release=release.version if release is not None else None,
         capabilities=CAPABILITIES,
         formats=frozenset({"gguf"}),
         served_context=served_context,

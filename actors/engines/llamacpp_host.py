@@ -72,7 +72,10 @@ def build_params(ns: argparse.Namespace) -> Any:
     p.model.path = ns.model
     p.n_ctx = ns.ctx_size
     p.n_parallel = ns.parallel
-    p.hostnames = [ns.host]
+    if hasattr(p, "hostnames"):  # xllamacpp 2026.10 and later
+        p.hostnames = [ns.host]
+    else:  # earlier releases: one address
+        p.hostname = ns.host
     p.port = ns.port
     if ns.api_key:
         p.api_keys = [ns.api_key]

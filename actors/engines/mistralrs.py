@@ -30,6 +30,7 @@ from actors.config import EngineConfig
 from actors.engines.lane import Lane, unknown_context
 from actors.engines.llamacpp import served_context
 from actors.engines.spec import LaunchSpec
+from actors.engines.versions import EngineVersion
 
 __all__ = [
     "CPU_MAX_SEQS",
@@ -139,7 +140,9 @@ def launch_env(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: Binary | None) -> list[str]:
+def build_argv(
+    spec: LaunchSpec, *, port: int, api_key: str, binary: Binary | None, python: str = sys.executable
+) -> list[str]:
     max_seqs = str(max_seqs_for(spec))
     if binary is None:
         flags = [
@@ -154,7 +157,7 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, binary: Binary | No
             flags += ["-t", str(spec.threads)]
         if spec.chat_template:
             flags += ["--chat-template", spec.chat_template]
-        return [sys.executable, "-m", "actors.engines.mistralrs_host", *flags]
+        return [python, "-m", "actors.engines.mistralrs_host", *flags]
     model_dir, model_file = os.path.split(os.path.abspath(spec.path))
     template = ["-j", spec.chat_template] if spec.chat_template else []
     if binary.style == "serve":
@@ -209,18 +212,29 @@ def _version(binary: Binary | None) -> str | None:
     return line[0].strip() if line else None
 
 
-def lane(config: EngineConfig) -> Lane | None:
-    """The mistral.rs lane under ``config``, or None when neither a binary nor the wheel is here."""
+def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane | None:
+    """The mistral.rs lane under ``config``, or None when neither a binary nor the wheel is here.
+    An installed ``release`` (``blazar engine``) replaces either: its venv's wheel or its binary."""
+    python = sys.executable
     binary = find_mistralrs(config.mistralrs)
-    if binary is None and not host_available():
+    found = lambda: _version(binary)  # noqa: E731
+    if release is not None and release.form == "wheel":
+        python, binary = release.path, None
+        found = lambda: f"mistralrs {release.version}"  # noqa: E731
+    elif release is not None:
+        binary = find_mistralrs(release.path)
+    elif binary is None and not host_available():
         return None
     info = lane_info(binary)
     return Lane(
         name=LANE,
         kind=info.lane,
         binary=binary.path if binary else None,
-        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, binary=binary),
-        version=lambda: _version(binary),
+        argv=lambda spec, port, api_key: build_argv(
+            spec, port=port, api_key=api_key, binary=binary, python=python
+        ),
+        version=found,
+        release=release.version if release is not None else None,
         capabilities=info.capabilities,
         formats=frozenset(info.formats),
         env=launch_env,

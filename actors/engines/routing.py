@@ -16,6 +16,7 @@ from actors.config import EngineConfig
 from actors.engines import llamacpp, mistralrs
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
+from actors.engines.versions import BUNDLED, Versions
 from actors.errors import UnsupportedEngine
 
 __all__ = ["LANES", "Considered", "Route", "installed", "lane_for", "route"]
@@ -73,14 +74,28 @@ def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[st
     return Route(lane=chosen, considered=considered)
 
 
-def installed(config: EngineConfig) -> dict[str, Lane | None]:
-    """Every lane this machine can run under ``config`` (None: not installed)."""
-    return {"llamacpp": llamacpp.lane(config), "mistralrs": mistralrs.lane(config)}
+_MAKERS = {"llamacpp": llamacpp.lane, "mistralrs": mistralrs.lane}
 
 
-def lane_for(spec: LaunchSpec, config: EngineConfig) -> Lane:
-    """The lane ``spec`` names, as this machine runs it."""
-    lane = installed(config).get(spec.lane) if spec.lane != "llamacpp" else llamacpp.lane(config)
+def installed(config: EngineConfig, home: str | None = None) -> dict[str, Lane | None]:
+    """Every lane this machine can run under ``config`` (None: not installed), each at its
+    active version when ``home`` has one (``blazar engine use``)."""
+    versions = Versions(home) if home else None
+    return {name: make(config, versions.active(name) if versions else None) for name, make in _MAKERS.items()}
+
+
+def lane_for(spec: LaunchSpec, config: EngineConfig, home: str | None = None) -> Lane:
+    """The lane ``spec`` names at the version it names, as this machine runs it."""
+    release = None
+    if spec.engine_version is not None and spec.engine_version != BUNDLED:
+        release = Versions(home).get(spec.lane, spec.engine_version) if home else None
+        if release is None:
+            raise UnsupportedEngine(
+                f"model '{spec.model}' runs on {spec.lane}@{spec.engine_version}, which is not installed "
+                f"here — `blazar engine install {spec.lane}@{spec.engine_version}`, or change its pin"
+            )
+    make = _MAKERS.get(spec.lane)
+    lane = make(config, release) if make is not None else None
     if lane is None:
         raise UnsupportedEngine(
             f"model '{spec.model}' runs on the {spec.lane} lane, which is not installed here — "

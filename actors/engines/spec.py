@@ -55,6 +55,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """Output cap the gateway sets on requests that give none; None: no cap."""
     lane: str = "llamacpp"
     """Which lane runs it (``actors.engines.routing.LANES``): ``llamacpp`` or ``mistralrs``."""
+    engine_version: str | None = None
+    """The installed version of the lane that runs it (``blazar engine``); None: the bundled one."""
     prompt_batch: int | None = None
     """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
 

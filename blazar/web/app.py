@@ -228,6 +228,7 @@ def _register(app: QuartTrio) -> None:
     app.post("/admin/models/<path:name>/unload")(admin_unload)
     app.post("/admin/models/<path:name>/forget")(admin_forget)
     app.post("/admin/shutdown")(admin_shutdown)
+    app.post("/admin/engines/switch")(admin_switch_engines)
 
 
 # -- native -----------------------------------------------------------
@@ -245,6 +246,12 @@ async def errors() -> Response:
 
 async def admin_engines() -> Response:
     return Response(msgspec.json.encode(app_runtime().statistics()), content_type=JSON)
+
+
+async def admin_switch_engines() -> Response:
+    """Move every engine to its lane's active version (``blazar engine use``): each drains first."""
+    moved = await app_runtime().switch_engines()
+    return Response(msgspec.json.encode({"moved": moved}), content_type=JSON)
 
 
 async def admin_slots(name: str) -> Response:
