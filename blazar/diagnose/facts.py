@@ -73,6 +73,11 @@ class EngineFact(msgspec.Struct, frozen=True, kw_only=True):
     gpu_backend: str | None = None
     xllamacpp: str | None = None
     """The xllamacpp wheel's version; None: not installed."""
+    active: dict[str, str] = {}
+    """Lane → its active version (``bundled``: what Blazar was installed with)."""
+    stale_receipts: dict[str, str] = {}
+    """Model → the version its newest speed receipt was measured on, where that is not the
+    lane's active version (``blazar engine use`` measured it before a later switch)."""
 
 
 class BlobFact(msgspec.Struct, frozen=True, kw_only=True):

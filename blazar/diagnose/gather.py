@@ -22,6 +22,7 @@ import msgspec
 
 from actors.census import take_census
 from actors.engines.llamacpp import find_llama_server, gpu_backend
+from actors.engines.versions import DISTS, Receipt, Versions
 from actors.process import cmdline, read_pidfiles
 from blazar.config import Config, ConfigError, Paths, load_config
 from blazar.diagnose.facts import (
@@ -62,7 +63,7 @@ def gather(paths: Paths, *, deep: bool = False) -> Facts:
         config_file=paths.config_file,
         config_error=config_error,
         unknown_models=sorted({n for n in named if _canonical(n) not in names}),
-        engine=_engine(config),
+        engine=_engine(config, Path(paths.data_dir)),
         models=sorted(names),
         bad_manifests=bad,
         blobs=_blobs(store, records, deep=deep),
@@ -87,7 +88,7 @@ def _canonical(name: str) -> str:
         return name
 
 
-def _engine(config: Config) -> EngineFact:
+def _engine(config: Config, data_dir: Path) -> EngineFact:
     configured = config.engine.llama_server
     binary = find_llama_server(configured)
     runnable = bool(binary and os.path.isfile(binary) and os.access(binary, os.X_OK))
@@ -104,6 +105,17 @@ def _engine(config: Config) -> EngineFact:
         wheel: str | None = importlib.metadata.version("xllamacpp")
     except importlib.metadata.PackageNotFoundError:
         wheel = None
+    versions = Versions(data_dir)
+    active = {lane: versions.active_name(lane) for lane in DISTS}
+    newest: dict[tuple[str, str], Receipt] = {}
+    current: set[tuple[str, str]] = set()  # (lane, model) with a receipt of the active version
+    for receipt in versions.receipts():  # oldest first: the last one per model and lane wins
+        newest[(receipt.lane, receipt.model)] = receipt
+        if receipt.version == active.get(receipt.lane):
+            current.add((receipt.lane, receipt.model))
+    stale = {
+        model: f"{lane}@{r.version}" for (lane, model), r in newest.items() if (lane, model) not in current
+    }
     return EngineFact(
         configured=configured,
         binary=binary,
@@ -111,6 +123,8 @@ def _engine(config: Config) -> EngineFact:
         version=version,
         gpu_backend=backend,
         xllamacpp=wheel,
+        active=active,
+        stale_receipts=stale,
     )
 
 

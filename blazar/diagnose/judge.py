@@ -119,7 +119,18 @@ def _engines(facts: Facts) -> Iterator[Finding]:
     if e.xllamacpp:
         used = "standby: llama-server is used" if e.binary and e.runnable else "in use"
         yield Finding(severity="ok", code="ENGINE_HOST", message=f"xllamacpp {e.xllamacpp} ({used})")
-    elif not e.binary:
+    for lane, version in sorted(e.active.items()):
+        if version != "bundled":
+            yield Finding(severity="ok", code="ENGINE_VERSION", message=f"{lane}@{version} is active")
+    if e.stale_receipts:
+        shown = ", ".join(f"{m} ({v})" for m, v in sorted(e.stale_receipts.items()))
+        yield Finding(
+            severity="warn",
+            code="RECEIPTS_PREDATE_ENGINE",
+            message=f"speed receipts measured on another engine version than the active one: {shown}",
+            hint="`blazar engine use` measures the active version again; until then their figures are older",
+        )
+    if not e.xllamacpp and not e.binary:
         yield Finding(
             severity="error",
             code="NO_ENGINE",

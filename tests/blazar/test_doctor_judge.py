@@ -76,6 +76,17 @@ def test_engines() -> None:
     )
     found = by_code(facts(engine=lane))
     assert "b5000" in found["ENGINE_LLAMA_SERVER"].message and "CUDA" in found["ENGINE_LLAMA_SERVER"].message
+    switched = EngineFact(
+        configured=None,
+        binary=None,
+        xllamacpp="1.0",
+        active={"llamacpp": "2026.9.1", "mistralrs": "bundled"},
+        stale_receipts={"tiny": "llamacpp@bundled"},
+    )
+    found = by_code(facts(engine=switched))
+    assert found["ENGINE_VERSION"].message == "llamacpp@2026.9.1 is active"
+    stale = found["RECEIPTS_PREDATE_ENGINE"]
+    assert stale.severity == "warn" and "tiny (llamacpp@bundled)" in stale.message
 
 
 def test_blob_verdicts_in_order_of_gravity() -> None:
