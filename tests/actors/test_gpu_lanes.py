@@ -320,6 +320,24 @@ async def test_served_context_from_models() -> None:
         assert await served_context_from_models(client) is None
 
 
+def test_gpu_check_degrades_without_a_gpu(tmp_path: Path) -> None:
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("a GPU is here: scripts/gpu_check.py runs the lanes for real instead")
+    out = tmp_path / "check.json"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--out", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "gpu-check" and "schema" not in doc  # the benchmark report skips it
+    assert [r["lane"] for r in doc["results"]] == ["llama.cpp", "vllm", "sglang", "stable-diffusion.cpp"]
+    for r in doc["results"]:
+        assert r["status"] == "skipped" and r["reason"].startswith("no NVIDIA GPU; ")
+    if vllm.lane(EngineConfig()) is None:
+        assert doc["results"][1]["reason"] == "no NVIDIA GPU; not installed"
+
+
 # -- the engines for real (where installed) ---------------------------------------------------
 
 
