@@ -97,6 +97,10 @@ class ModelFormat(msgspec.Struct, frozen=True, kw_only=True):
     """For ``diffusion``: the file's own format (``safetensors``, ``ckpt``, ``gguf``)."""
     context_length: int | None = None
     """Training context (config.json ``max_position_embeddings``, or the GGUF's)."""
+    kv_bytes_per_token: int | None = None
+    """KV cache bytes one token takes in a 16-bit cache, from config.json (layers * KV
+    heads * head size * K and V * 2 bytes): with ``size_bytes``, what a fit plan needs
+    for a GPU engine's memory fraction. None when config.json does not say."""
 
     @property
     def lane_format(self) -> str:
@@ -321,6 +325,21 @@ def _context_length(config: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _kv_bytes_per_token(config: Mapping[str, Any]) -> int | None:
+    text = config.get("text_config")
+    source = text if isinstance(text, dict) and "num_hidden_layers" in text else config
+    layers, heads, hidden = (
+        source.get(k) for k in ("num_hidden_layers", "num_attention_heads", "hidden_size")
+    )
+    if not (isinstance(layers, int) and isinstance(heads, int) and layers > 0 and heads > 0):
+        return None
+    kv_heads = source.get("num_key_value_heads") or heads
+    head_dim = source.get("head_dim") or (hidden // heads if isinstance(hidden, int) else None)
+    if not isinstance(kv_heads, int) or not isinstance(head_dim, int):
+        return None
+    return layers * kv_heads * head_dim * 2 * 2
+
+
 def _detect_dir(folder: Path) -> ModelFormat:
     config = _config(folder)
     shards = sorted(p for p in folder.glob("*.safetensors") if p.is_file())
@@ -367,6 +386,7 @@ def _detect_dir(folder: Path) -> ModelFormat:
         files=files,
         dtype=_dominant(by_dtype),
         context_length=_context_length(config),
+        kv_bytes_per_token=_kv_bytes_per_token(config),
     )
 
 

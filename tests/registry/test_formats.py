@@ -71,6 +71,8 @@ def hf_config(**extra: Any) -> dict[str, Any]:
         "model_type": "llama",
         "hidden_size": 64,
         "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
         "max_position_embeddings": 8192,
         "torch_dtype": "bfloat16",
         **extra,
@@ -142,6 +144,7 @@ def test_plain_hf_directory(tmp_path: Path) -> None:
     assert found.quantization is None and found.dtype == "BF16"
     assert found.parameters == llama_params()
     assert found.context_length == 8192
+    assert found.kv_bytes_per_token == 2 * 2 * (64 // 4) * 2 * 2  # layers, KV heads, head size, K+V, bf16
     assert found.files == [
         "config.json",
         "model-00001-of-00002.safetensors",
@@ -218,6 +221,11 @@ def test_legacy_mlx_npz(tmp_path: Path) -> None:
     found = detect(folder)
     assert found.format == "mlx" and found.files == ["config.json", "weights.npz"]
     assert found.parameters is None
+    explicit = hf_config(head_dim=32, num_key_value_heads=None)
+    (folder / "config.json").write_text(json.dumps(explicit))
+    assert detect(folder).kv_bytes_per_token == 2 * 4 * 32 * 2 * 2  # KV heads default to the heads
+    (folder / "config.json").write_text(json.dumps({"architectures": ["X"]}))
+    assert detect(folder).kv_bytes_per_token is None
 
 
 def test_directory_problems(tmp_path: Path) -> None:
