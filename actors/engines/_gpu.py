@@ -1,0 +1,182 @@
+"""What the GPU lanes (vLLM, SGLang, MLX, stable-diffusion.cpp) share: finding the
+program, reading back the context, and the size of the memory fraction.
+
+Each of these engines is a program we do not ship: a configured path, else one on
+``PATH``, else a Python module importable by the daemon's own interpreter. None of
+them watches its stdin, so each runs under our watchdog, which ties its life to the
+daemon's (``python -m actors.engines.watchdog PROGRAM …``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import httpx
+import msgspec
+
+__all__ = [
+    "ApiMap",
+    "Program",
+    "find_program",
+    "memory_fraction",
+    "module_available",
+    "offline_env",
+    "program_version",
+    "served_context_from_models",
+    "watched",
+]
+
+
+class Program(msgspec.Struct, frozen=True, kw_only=True):
+    argv: list[str]
+    """What starts the engine before its own flags: ``["/usr/bin/vllm", "serve"]``,
+    ``[python, "-m", "sglang.launch_server"]``."""
+    found: str
+    """How it was found: ``configured``, ``path`` or ``module``."""
+    dist: str
+    """The Python distribution that provides it (``vllm``, ``sglang``, ``mlx-lm``), for its
+    version; empty for a program that is not one (``sd-server``)."""
+
+
+class ApiMap(msgspec.Struct, frozen=True, kw_only=True):
+    """How a lane's HTTP API maps onto the gateway's."""
+
+    health: str
+    """The path that answers 200 once the engine serves (the engine actor polls it)."""
+    relay: tuple[str, ...]
+    """Routes the gateway relays as they are (the engine speaks OpenAI there)."""
+    translate: tuple[str, ...] = ()
+    """What the gateway must change on the way, in words (one item each)."""
+    checks_api_key: bool
+    """The engine refuses requests without ``--api-key``; otherwise only loopback guards it."""
+    names_model: bool
+    """Replies carry the canonical model name (``--served-model-name``)."""
+    request_model: str | None = None
+    """What a relayed request's ``model`` must be rewritten to; None: the engine takes any
+    (or the canonical name)."""
+    health_means_loaded: bool = True
+    """200 on ``health`` means the weights are loaded; False: the first request waits."""
+
+
+def module_available(module: str) -> bool:
+    """The daemon's interpreter can import ``module`` (looked up, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def find_program(
+    configured: str | None,
+    *,
+    names: tuple[str, ...],
+    dist: str,
+    subcommand: tuple[str, ...] = (),
+    module: tuple[str, ...] | None = None,
+) -> Program | None:
+    """The configured program, else the first of ``names`` on ``PATH`` (or beside the
+    daemon's interpreter, as a venv installs it), else ``python -m MODULE…`` when the
+    daemon's interpreter has it; None: not installed.
+
+    A configured path that is a Python interpreter (its name starts with ``python``)
+    runs ``module`` with it: the engine may live in a venv of its own."""
+    if configured:
+        if module is not None and os.path.basename(configured).startswith("python"):
+            return Program(argv=[configured, "-m", *module], found="configured", dist=dist)
+        return Program(argv=[configured, *subcommand], found="configured", dist=dist)
+    here = os.path.dirname(sys.executable)
+    for name in names:
+        found = shutil.which(name) or shutil.which(name, path=here)
+        if found:
+            return Program(argv=[found, *subcommand], found="path", dist=dist)
+    if module is not None and module_available(module[0].split(".")[0]):
+        return Program(argv=[sys.executable, "-m", *module], found="module", dist=dist)
+    return None
+
+
+def watched(program: Program, flags: list[str]) -> list[str]:
+    """The child's argv: the program and its flags under our watchdog."""
+    return [sys.executable, "-m", "actors.engines.watchdog", *program.argv, *flags]
+
+
+_version_cache: dict[tuple[str, ...], str | None] = {}
+_DIST_VERSION = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+
+
+def program_version(program: Program, *, label: str) -> str | None:
+    """``label VERSION``: the distribution's version, read in the interpreter that runs it
+    (ours without a process), else the last line of ``PROGRAM --version``; None when it
+    will not say. Blocking and cached (call it off the event loop)."""
+    key = (*program.argv, label)
+    if key not in _version_cache:
+        _version_cache[key] = _version(program, label)
+    return _version_cache[key]
+
+
+def _version(program: Program, label: str) -> str | None:
+    python_module = program.argv[1:2] == ["-m"]
+    ours = program.argv[0] == sys.executable or (
+        program.found == "path" and os.path.dirname(program.argv[0]) == os.path.dirname(sys.executable)
+    )
+    if ours and program.dist:
+        try:
+            return f"{label} {importlib.metadata.version(program.dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    if python_module:
+        if not program.dist:
+            return None
+        cmd = [program.argv[0], "-c", _DIST_VERSION, program.dist]
+    else:
+        cmd = [program.argv[0], "--version"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return None
+    text = lines[-1].strip()
+    return text if text.lower().startswith(label.lower()) else f"{label} {text}"
+
+
+def offline_env() -> dict[str, str]:
+    """No hub downloads from a child: the model is a local directory."""
+    return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+async def served_context_from_models(client: httpx.AsyncClient) -> int | None:
+    """The per-request context an OpenAI server reports in ``GET /v1/models``
+    (``max_model_len``, as vLLM and SGLang say it); None when it does not say."""
+    try:
+        resp = await client.get("/v1/models", timeout=5.0)
+        if resp.status_code == 200:
+            data = resp.json().get("data") or []
+            n = data[0].get("max_model_len") if data and isinstance(data[0], dict) else None
+            if isinstance(n, int) and n > 0:
+                return n
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None
+
+
+MIN_FRACTION = 0.10
+MAX_FRACTION = 0.95
+
+
+def memory_fraction(need_bytes: int, gpu_total_bytes: int, *, headroom: float = 1.10) -> float:
+    """The share of one GPU's memory an engine is given (vLLM ``--gpu-memory-utilization``,
+    SGLang ``--mem-fraction-static``): what the fit plan says the model needs (weights and
+    the KV cache for ``ctx_per_slot * slots``) with ``headroom``, over the GPU's total,
+    rounded up to a hundredth and kept within [0.10, 0.95]. Such engines take all of their
+    fraction at start, so a fraction sized to the model leaves the rest to other engines."""
+    if gpu_total_bytes <= 0:
+        raise ValueError("gpu_total_bytes must be positive")
+    share = math.ceil(need_bytes * headroom / gpu_total_bytes * 100 - 1e-9) / 100
+    return min(MAX_FRACTION, max(MIN_FRACTION, share))

@@ -1,0 +1,151 @@
+"""The stable-diffusion.cpp lane: ``sd-server`` for a diffusion checkpoint.
+
+The program is a configured path, else ``sd-server`` on ``PATH``. (The
+``stable-diffusion-cpp-python`` bindings build the C++ library from source at
+install, so no host on them ships here.) It runs under our watchdog.
+
+Of the ``LaunchSpec`` it reads the checkpoint path, ``threads`` and ``extra_args``.
+A full checkpoint (UNet or DiT with its text encoders and VAE in one file) is given
+with ``-m``; a standalone diffusion model (a Flux or SD3 transformer alone) with
+``--diffusion-model``, beside its ``components`` (``vae``, ``clip_l``, ``clip_g``,
+``t5xxl``, ``llm``). Offloading to the CPU, flash attention, VAE tiling, a weight
+type and an upscaler are keyword arguments of ``build_argv`` until the spec carries
+them.
+
+API mapping. ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits``
+(multipart: image, optional mask) are OpenAI's and are relayed; replies are always
+``b64_json`` (a request for ``url`` must be answered by the gateway, which stores the
+image, or refused). OpenAI's variations verb has no route: the gateway translates it
+to ``POST /sdapi/v1/img2img`` (the image as ``init_images``, an empty prompt). Upscale
+is sd.cpp's hires pass (``hires`` of ``POST /sdcpp/v1/img_gen``, with upscaler models
+from ``--hires-upscalers-dir``), and video is ``POST /sdcpp/v1/vid_gen`` for video
+models (Wan), both asynchronous jobs polled at ``GET /sdcpp/v1/jobs/{id}``.
+The server checks no API key and generates one image request at a time (the others
+wait inside it). It loads the model before it listens, so its first answer on
+``GET /v1/models`` means it is ready: it has no ``/health``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from typing import Literal
+
+from actors.config import EngineConfig
+from actors.engines._gpu import ApiMap, Program, program_version, watched
+from actors.engines.lane import Lane
+from actors.engines.spec import LaunchSpec
+
+__all__ = [
+    "API",
+    "CAPABILITIES",
+    "COMPONENTS",
+    "FORMATS",
+    "LANE",
+    "build_argv",
+    "find_sd_server",
+    "lane",
+    "role_for",
+]
+
+LANE = "stable-diffusion.cpp"
+
+FORMATS = frozenset({"diffusion"})
+"""A diffusion checkpoint: ``.safetensors``, ``.ckpt`` or a GGUF of one (``registry.formats``)."""
+
+CAPABILITIES = frozenset({"images"})
+"""Image generation, edits (inpainting with a mask), variations (translated), upscale
+(hires pass) and video (video models); no text."""
+
+COMPONENTS = ("vae", "clip_l", "clip_g", "t5xxl", "llm")
+"""Companion files a standalone diffusion model needs, by sd-server's flag names."""
+
+API = ApiMap(
+    health="/v1/models",
+    relay=("/v1/images/generations", "/v1/images/edits"),
+    translate=(
+        "response_format url: the gateway stores the b64_json image and answers with its URL",
+        "POST /v1/images/variations -> POST /sdapi/v1/img2img (init_images, empty prompt)",
+        "upscale -> POST /sdcpp/v1/img_gen with hires (async job, GET /sdcpp/v1/jobs/{id})",
+        "video -> POST /sdcpp/v1/vid_gen (async job, GET /sdcpp/v1/jobs/{id})",
+    ),
+    checks_api_key=False,
+    names_model=False,
+)
+
+_STANDALONE = frozenset({"flux", "sd3", "dit"})
+
+
+def role_for(architecture: str | None, *, has_components: bool) -> Literal["model", "diffusion-model"]:
+    """``-m`` for a full checkpoint; ``--diffusion-model`` for a transformer given alone
+    with its components (a Flux or SD3 file beside a VAE and text encoders)."""
+    if has_components and (architecture or "") in _STANDALONE:
+        return "diffusion-model"
+    return "model"
+
+
+def find_sd_server(configured: str | None) -> Program | None:
+    if configured:
+        return Program(argv=[configured], found="configured", dist="")
+    found = shutil.which("sd-server")
+    return Program(argv=[found], found="path", dist="") if found else None
+
+
+def build_argv(
+    spec: LaunchSpec,
+    *,
+    port: int,
+    api_key: str,
+    program: Program,
+    role: Literal["model", "diffusion-model"] = "model",
+    components: Mapping[str, str] | None = None,
+    offload_to_cpu: bool = False,
+    flash_attention: bool = False,
+    vae_tiling: bool = False,
+    weight_type: str | None = None,
+    upscalers_dir: str | None = None,
+) -> list[str]:
+    """``api_key`` is not passed: sd-server has no such option. ``weight_type`` converts the
+    weights at load (``q8_0``, ``f16``…); ``offload_to_cpu`` keeps them in RAM and moves
+    each part to the GPU when it runs (for a model larger than the GPU's free memory)."""
+    flags = [
+        "--listen-ip", "127.0.0.1",
+        "--listen-port", str(port),
+        "-m" if role == "model" else "--diffusion-model", spec.path,
+    ]  # fmt: skip
+    for name, path in (components or {}).items():
+        if name not in COMPONENTS:
+            raise ValueError(f"unknown sd-server component {name!r} (one of {', '.join(COMPONENTS)})")
+        flags += [f"--{name}", path]
+    if spec.threads:
+        flags += ["-t", str(spec.threads)]
+    if weight_type:
+        flags += ["--type", weight_type]
+    if offload_to_cpu:
+        flags.append("--offload-to-cpu")
+    if flash_attention:
+        flags.append("--diffusion-fa")
+    if vae_tiling:
+        flags.append("--vae-tiling")
+    if upscalers_dir:
+        flags += ["--hires-upscalers-dir", upscalers_dir]
+    flags += spec.extra_args
+    return watched(program, flags)
+
+
+def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
+    """The stable-diffusion.cpp lane, with ``sd-server`` at ``path`` (``[engine] sd_server``)
+    or on ``PATH``; None when there is none."""
+    program = find_sd_server(path)
+    if program is None:
+        return None
+    return Lane(
+        name=LANE,
+        kind="sd-server",
+        binary=program.argv[0],
+        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, program=program),
+        version=lambda: program_version(program, label="stable-diffusion.cpp"),
+        capabilities=CAPABILITIES,
+        formats=FORMATS,
+        llguidance=False,
+    )
