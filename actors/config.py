@@ -15,6 +15,14 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     mistralrs: str | None = None
     """Path to a mistral.rs binary (``mistralrs`` or ``mistralrs-server``). Unset: look on PATH,
     else use the host on the ``mistralrs`` wheel."""
+    vllm: str | None = None
+    """The ``vllm`` program (or a venv's ``python`` that has vLLM). Unset: found on PATH."""
+    sglang: str | None = None
+    """A ``python`` that has SGLang. Unset: found on PATH or importable."""
+    mlx: str | None = None
+    """The ``mlx_lm.server`` program (or a ``python`` that has mlx-lm). Unset: found."""
+    sd_server: str | None = None
+    """stable-diffusion.cpp's ``sd-server``. Unset: found on PATH."""
     start_timeout_s: float = 120.0
     stop_grace_s: float = 5.0
     threads: int | None = None
@@ -28,7 +36,7 @@ OutputCap = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    engine: Literal["llamacpp", "mistralrs"] | None = None
+    engine: Literal["llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp"] | None = None
     """The lane that runs this model (a pin). Unset: routed by its format."""
     engine_version: str | None = None
     """The installed version of its lane that runs it (``blazar engine list``). Unset: the active one."""

@@ -31,6 +31,8 @@ from actors.engines.lane import Lane
 from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
 from actors.engines.routing import Route, route
 from actors.errors import UnsupportedEngine
+from registry.errors import RegistryError
+from registry.formats import detect
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 from registry.template import allows_system_turns
@@ -90,6 +92,14 @@ def _top(config: RuntimeConfig, name: str, key: str | None = None) -> tuple[Any,
         value, default = getattr(config, name), getattr(_DEFAULTS, name)
     configured = key in config.configured or value != default
     return value, ("config" if configured else "default"), key
+
+
+def _format_of(path: str) -> str:
+    """What routing matches a lane's formats against, from the model's own headers."""
+    try:
+        return detect(path).lane_format
+    except (OSError, ValueError, RegistryError):
+        return "gguf"  # the store's files are GGUF; one that cannot be read fails at load, not here
 
 
 def _override(model: str, field: str) -> str:
@@ -157,7 +167,7 @@ def resolve_launch(
     needs = frozenset({"vision"} if record.projector else ()) | frozenset(
         {"embeddings"} if over.embeddings else ()
     )
-    chosen = route("gguf", needs=needs, pin=over.engine, lanes=lanes)
+    chosen = route(_format_of(record.path), needs=needs, pin=over.engine, lanes=lanes)
     lane = lanes.get(chosen.lane) if chosen.lane else None
     if lane is None:
         reasons = "; ".join(f"{c.lane}: {c.why}" for c in chosen.considered)

@@ -8,22 +8,28 @@ lane a launch spec names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 
 from actors.config import EngineConfig
-from actors.engines import llamacpp, mistralrs
+from actors.engines import llamacpp, mistralrs, mlx, sdcpp, sglang, vllm
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
-from actors.engines.versions import BUNDLED, Versions
+from actors.engines.versions import BUNDLED, EngineVersion, Versions
 from actors.errors import UnsupportedEngine
 
 __all__ = ["LANES", "Considered", "Route", "installed", "lane_for", "route"]
 
-LANES = ("llamacpp", "mistralrs")
+LANES = ("llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp")
 """The lanes a model can be pinned to (``[models."NAME"] engine = …``), in default order."""
-_INSTALL = {"mistralrs": "pip install 'blazar[mistralrs]', or put a mistralrs binary on PATH"}
+_INSTALL = {
+    "mistralrs": "pip install 'blazar[mistralrs]', or put a mistralrs binary on PATH",
+    "vllm": "install vLLM on a machine with a GPU and set [engine] vllm (docs/engines.md)",
+    "sglang": "install SGLang on a machine with a GPU and set [engine] sglang (docs/engines.md)",
+    "mlx": "pip install mlx-lm on Apple silicon and set [engine] mlx (docs/engines.md)",
+    "sdcpp": "build stable-diffusion.cpp's sd-server and set [engine] sd_server (docs/engines.md)",
+}
 
 
 class Considered(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,7 +80,24 @@ def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[st
     return Route(lane=chosen, considered=considered)
 
 
-_MAKERS = {"llamacpp": llamacpp.lane, "mistralrs": mistralrs.lane}
+def _gpu(make: Callable[[EngineConfig, str | None], Lane | None], path: str) -> _Maker:
+    """A GPU lane: the program configured at ``[engine] <path>`` (no installed versions yet)."""
+
+    def lane(config: EngineConfig, release: EngineVersion | None) -> Lane | None:
+        return None if release is not None else make(config, getattr(config, path))
+
+    return lane
+
+
+_Maker = Callable[[EngineConfig, EngineVersion | None], Lane | None]
+_MAKERS: dict[str, _Maker] = {
+    "llamacpp": llamacpp.lane,
+    "mistralrs": mistralrs.lane,
+    "vllm": _gpu(vllm.lane, "vllm"),
+    "sglang": _gpu(sglang.lane, "sglang"),
+    "mlx": _gpu(mlx.lane, "mlx"),
+    "sdcpp": _gpu(sdcpp.lane, "sd_server"),
+}
 
 
 def installed(config: EngineConfig, home: str | None = None) -> dict[str, Lane | None]:
