@@ -33,7 +33,7 @@ import trio
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
 from actors.claim import ClaimOptions, ClaimRequest
-from actors.config import RuntimeConfig
+from actors.config import ModelOverride, RuntimeConfig
 from actors.context import describe_clamp
 from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engine import (
@@ -49,7 +49,7 @@ from actors.engine import (
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.engines.routing import Considered, Route, installed, lane_for
 from actors.engines.versions import BUNDLED, Versions
-from actors.errors import ActorStopped, EngineCrashed
+from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
@@ -355,12 +355,16 @@ class Runtime:
         settings = explain_running(resolved, running)
         return Explanation(model=record.name, path=record.path, loaded=loaded, settings=settings)
 
-    async def engine_for(self, model: str) -> EngineActor:
+    async def engine_for(self, model: str, lane: str | None = None) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.
 
-        Raises ``registry.errors.ModelNotFound`` for a model that is not installed.
+        ``lane`` asks for another lane than the model's own, one its ``lanes`` setting allows:
+        that engine runs beside the other, as ``NAME@LANE`` (its own slots and queue).
+        Raises ``registry.errors.ModelNotFound`` for a model that is not installed, and
+        ``UnsupportedEngine`` for a lane the model may not run on.
         """
-        engine = self._engines.get(model)
+        key = model if lane is None else f"{model}@{lane}"
+        engine = self._engines.get(key)
         if engine is not None:
             return engine
         record = await trio.to_thread.run_sync(self.store.get, model)
@@ -368,21 +372,43 @@ class Runtime:
             engine = self._engines.get(record.name)
             if engine is None:
                 spec = await trio.to_thread.run_sync(self.launch_spec, record)
-                if note := context_note(spec):
-                    level = logging.WARNING if spec.ctx_asked is not None else logging.INFO
-                    log.log(level, "'%s': context %s", spec.model, note)
-                engine = EngineActor(
-                    spec,
-                    self.config.engine,
-                    run_dir=Path(self.config.run_dir),
-                    lane=lane_for(spec, self.config.engine, self.config.home),
-                )
-                await self.engines.start_child(
-                    ChildSpec(name=record.name, start=engine.run, restart=Restart.TRANSIENT)
-                )
-                self._engines[record.name] = engine
+                engine = await self._make_engine(record.name, spec)
             if model != record.name:
                 self._engines[model] = engine
+            if lane is not None and lane != engine.spec.lane:
+                side = f"{record.name}@{lane}"
+                engine = self._engines.get(side) or await self._make_engine(
+                    side, await trio.to_thread.run_sync(self._side_spec, record, lane)
+                )
+                self._engines[key] = engine
+        return engine
+
+    def _side_spec(self, record: ModelRecord, lane: str) -> LaunchSpec:
+        """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
+        over = self.config.models.get(record.name) or ModelOverride()
+        if lane not in (over.lanes or []):
+            allowed = ", ".join(over.lanes or []) or "none besides its own"
+            raise UnsupportedEngine(
+                f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
+                f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
+            )
+        models = {**self.config.models, record.name: msgspec.structs.replace(over, engine=lane)}
+        config = msgspec.structs.replace(self.config, models=models)
+        spec = resolve_for(config, self.store, record).spec
+        return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
+
+    async def _make_engine(self, key: str, spec: LaunchSpec) -> EngineActor:
+        if note := context_note(spec):
+            level = logging.WARNING if spec.ctx_asked is not None else logging.INFO
+            log.log(level, "'%s': context %s", spec.model, note)
+        engine = EngineActor(
+            spec,
+            self.config.engine,
+            run_dir=Path(self.config.run_dir),
+            lane=lane_for(spec, self.config.engine, self.config.home),
+        )
+        await self.engines.start_child(ChildSpec(name=key, start=engine.run, restart=Restart.TRANSIENT))
+        self._engines[key] = engine
         return engine
 
     def claim(self, model: str, **options: Unpack[ClaimOptions]) -> ClaimRequest:

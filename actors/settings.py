@@ -237,7 +237,7 @@ def resolve_launch(
         add("chat_template", "GGUF", "model", "GGUF tokenizer.chat_template")
     else:
         add("chat_template", None, "default", None, "none in the model: llama.cpp's built-in")
-    native_tools = bool(template and "tools" in template)
+    native_tools = bool(template and "tools" in template) and "tools" in lane.capabilities
     add("native_tools", native_tools, "derived", None, "the chat template handles tools" if native_tools else
         "tools are emulated by the gateway")  # fmt: skip
     system_turns = allows_system_turns(template)

@@ -139,7 +139,7 @@ def build_argv(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--api-key", api_key,
-        "--alias", spec.model,
+        "--alias", spec.alias or spec.model,
         "--metrics",
     ]  # fmt: skip
     if spec.embeddings:

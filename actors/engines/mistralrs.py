@@ -150,7 +150,7 @@ def build_argv(
             "--host", "127.0.0.1",
             "--port", str(port),
             "--api-key", api_key,
-            "--alias", spec.model,
+            "--alias", spec.alias or spec.model,
             "--max-seqs", max_seqs,
         ]  # fmt: skip
         if spec.threads:

@@ -17,7 +17,10 @@ __all__ = ["LaunchSpec"]
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     model: str
-    """Canonical model name, passed as ``--alias`` so relayed bytes carry it."""
+    """The engine's name: the canonical model name, or ``NAME@LANE`` for an engine that runs
+    the model on another lane beside its own."""
+    alias: str | None = None
+    """The name replies carry (``--alias``) when not ``model``: the model asked for."""
     path: str
     ctx_per_slot: int
     slots: int

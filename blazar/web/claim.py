@@ -65,7 +65,7 @@ async def claim_engine(
         )
     # The name asked for was checked when the route named it; the model it resolved to must
     # be in the key's scope too, or an alias would lead out of it.
-    call.check_model(engine.spec.model)
+    call.check_model(engine.spec.alias or engine.spec.model)
     if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
         keep_alive_s = keep_alive_header(header)
     live = call.card

@@ -165,6 +165,11 @@ def set_model(name: str) -> None:
     current().set_model(name)
 
 
+def requested_lane(headers: Mapping[str, str]) -> str | None:
+    """The lane a request asks for (``x-blazar-engine``), which the model's ``lanes`` must allow."""
+    return headers.get("x-blazar-engine") or None
+
+
 def keep_alive_header(value: str) -> float | None:
     """``X-Blazar-Keep-Alive``: seconds or a duration like ``5m``; negative keeps loaded."""
     try:

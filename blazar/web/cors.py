@@ -32,6 +32,7 @@ _BASE_HEADERS = (
     "x-blazar-keep-alive",
     "x-blazar-client",
     "x-blazar-strict",
+    "x-blazar-engine",
 )
 _EXPOSED = ("x-blazar-trace-id", "traceparent", "request-id", "x-request-id", "retry-after")
 _MAX_AGE_S = b"600"

@@ -41,6 +41,7 @@ from blazar.web.common import (
     app_runtime,
     json_response,
     read_body,
+    requested_lane,
     set_model,
     set_stream_enders,
     stream_reply,
@@ -137,7 +138,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         strict = honesty.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
-        engine = await runtime.engine_for(req.model)
+        engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         translate.check_images(req, engine)
         if (
             req.tools
@@ -185,7 +186,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         strict = honesty.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
-        engine = await runtime.engine_for(req.model)
+        engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         size = completion_size(req.prompt)
         outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
         return await relay(

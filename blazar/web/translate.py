@@ -46,7 +46,7 @@ from blazar.web import honesty
 from blazar.web.call import current_or_none
 from blazar.web.cards import Card, CardState
 from blazar.web.claim import Claim, claim_engine
-from blazar.web.common import LOADING_NS, set_stream_enders
+from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
 
@@ -183,7 +183,9 @@ class EngineCall:
 
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
         honesty.refuse_ignored(self.req.ignored, strict=self.strict)
-        engine = self.engine = await self.runtime.engine_for(self.req.model)
+        call = current_or_none()
+        lane = requested_lane(call.headers) if call is not None else None
+        engine = self.engine = await self.runtime.engine_for(self.req.model, lane)
         check_images(self.req, engine)
         spec = engine.spec
         if spec.system or spec.defaults:

@@ -32,7 +32,10 @@ pytestmark = [
 ]
 
 MISTRAL = "smollm2-mistral"
-CONFIG = f'[models."{MISTRAL}"]\nengine = "mistralrs"\nctx = 2048\n'
+CONFIG = (
+    f'[models."{MISTRAL}"]\nengine = "mistralrs"\nctx = 2048\n'
+    f'[models."{MODEL}"]\nlanes = ["mistralrs"]\n'  # llama.cpp's, and mistral.rs's on request
+)
 HI = [{"role": "user", "content": "Say hello."}]
 
 
@@ -124,6 +127,23 @@ def test_two_models_on_two_lanes_side_by_side(daemon: DaemonProc, client: openai
     assert "mistralrs-host" in ps.stdout and "llamacpp-host" in ps.stdout, ps.stdout
     kinds = {e["model"]: e["engine"] for e in json.loads(daemon.cli("ps", "--json").stdout)["engines"]}
     assert kinds == {MODEL: "llamacpp-host", MISTRAL: "mistralrs-host"}
+
+
+def test_a_request_asks_for_a_lane_the_model_allows(daemon: DaemonProc) -> None:
+    side = {"x-blazar-engine": "mistralrs"}
+    body = {"model": MODEL, "messages": HI, "max_tokens": 4}
+    r = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, headers=side, timeout=180)
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == MODEL  # the name asked for, whichever lane answered
+    both = {e["model"]: e["lane"] for e in daemon.engines()}
+    assert both[MODEL] == "llama.cpp" and both[f"{MODEL}@mistralrs"] == "mistral.rs"
+    m = httpx.post(f"{daemon.url}/v1/messages", headers=side, timeout=180,
+                   json={"model": MODEL, "max_tokens": 4, "messages": HI})  # fmt: skip
+    assert m.status_code == 200 and m.json()["content"][0]["text"], m.text
+    refused = httpx.post(f"{daemon.url}/v1/chat/completions", headers={"x-blazar-engine": "llamacpp"},
+                         json={"model": MISTRAL, "messages": HI, "max_tokens": 4}, timeout=60)  # fmt: skip
+    assert refused.status_code == 400 and refused.json()["error"]["blazar_code"] == "MODEL_UNSUPPORTED_ENGINE"
+    assert "lanes" in refused.json()["error"]["message"]
 
 
 def test_kill_9_of_its_host_is_engine_crashed_then_it_restarts(
