@@ -126,3 +126,6 @@ def test_a_broken_version_is_refused_and_the_active_one_keeps_serving(
     assert blazar(home, "engine", "rm", "llamacpp@bundled").returncode == 1  # not an installed version
     assert blazar(home, "engine", "rm", "llamacpp@broken").returncode == 0
     assert "llamacpp@broken" not in _listed(home)
+    check = blazar(home, "engine", "update", "llamacpp", "--check")  # asks the package index, changes nothing
+    assert check.returncode == 0 and ("is the newest" in check.stdout or "is available" in check.stdout)
+    assert _listed(home)["llamacpp@bundled"]["active"]
