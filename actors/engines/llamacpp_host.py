@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-from actors.engines.lifeline import on_parent_exit
+from actors.engines.lifeline import host_lifetime
 
 __all__ = ["build_params", "main", "parse_args"]
 
@@ -140,15 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import xllamacpp as xlc
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if not os.isatty(0):
-        on_parent_exit(lambda: os._exit(0))
+    stop = host_lifetime()
 
     def note(line: str) -> None:  # the daemon keeps the tail of stderr (the console, `blazar logs`)
         print(f"llamacpp_host: {line}", file=sys.stderr, flush=True)

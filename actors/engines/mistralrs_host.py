@@ -23,7 +23,6 @@ import argparse
 import hmac
 import os
 import select
-import signal
 import socket
 import sys
 import threading
@@ -35,7 +34,7 @@ from typing import Any
 import msgspec
 
 from actors.engines import mistralrs_api as api
-from actors.engines.lifeline import on_parent_exit
+from actors.engines.lifeline import host_lifetime
 
 __all__ = ["main", "parse_args", "prepare_env", "runner_kwargs"]
 
@@ -433,16 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The wheel logs to stdout; keep its lines with ours in the stderr tail the daemon keeps.
     os.dup2(2, 1)
 
-    stop = threading.Event()
+    stop = host_lifetime()
     result = {"rc": 0}
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    if not os.isatty(0):
-        on_parent_exit(lambda: os._exit(0))
 
     host = Host(ns)
     try:

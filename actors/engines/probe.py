@@ -85,9 +85,11 @@ def gate(new_tps: float | None, current_tps: float | None, margin: float) -> tup
 
 
 async def _chat(client: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    resp = await client.post(
-        "/v1/chat/completions", json={"messages": _HI, "temperature": 0, **body}, timeout=120
-    )
+    payload = {"messages": _HI, "temperature": 0, **body}
+    try:
+        resp = await client.post("/v1/chat/completions", json=payload, timeout=120)
+    except httpx.RemoteProtocolError:  # a kept-alive connection the engine closed meanwhile: once more
+        resp = await client.post("/v1/chat/completions", json=payload, timeout=120)
     if resp.status_code != 200:
         raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
     return dict(resp.json())
@@ -119,6 +121,12 @@ async def _run_checks(
         return repr(text[:60])
 
     async def stream() -> str:
+        try:
+            return await stream_once()
+        except httpx.RemoteProtocolError:  # as in ``_chat``: once more on a fresh connection
+            return await stream_once()
+
+    async def stream_once() -> str:
         pieces, done = 0, False
         body = {"messages": _HI, "max_tokens": 8, "temperature": 0, "stream": True}
         async with client.stream("POST", "/v1/chat/completions", json=body, timeout=120) as resp:

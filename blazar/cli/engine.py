@@ -224,6 +224,9 @@ def use(
         print_json({"switched": ok, "gate": why, "probe": new, "current": old})
     else:
         _report(new)
+        if not old.passed:  # then the gate has no speed to compare with: say why
+            out.print("the active version's own probe, for the gate:")
+            _report(old)
         out.print(f"  {'[green]PASS[/]' if passed else '[red]FAIL[/]'}  regression gate: {why}")
     if not ok:
         raise CliError(f"{lane_name}@{version} was refused: {'the probe failed' if not new.passed else why}; "
