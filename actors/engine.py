@@ -616,10 +616,11 @@ class EngineActor(Actor[EngineMessage]):
     async def _wait_healthy(self, child: ChildProcess, client: httpx.AsyncClient) -> tuple[str, str] | None:
         delay_s = _HEALTH_POLL_S
         slow_after = trio.current_time() + _HEALTH_POLL_FAST_FOR_S
-        with trio.move_on_after(self.config.start_timeout_s):
+        timeout_s = self.lane.start_timeout_s or self.config.start_timeout_s
+        with trio.move_on_after(timeout_s):
             while not child.exited.is_set():
                 try:
-                    resp = await client.get("/health", timeout=2.0)
+                    resp = await client.get(self.lane.health, timeout=2.0)
                     if resp.status_code == 200:
                         return None
                 except httpx.TransportError:
@@ -636,7 +637,7 @@ class EngineActor(Actor[EngineMessage]):
             )
         return (
             "MODEL_LOAD_TIMEOUT",
-            f"engine for '{self.spec.model}' was not healthy within {self.config.start_timeout_s:.0f} s"
+            f"engine for '{self.spec.model}' was not healthy within {timeout_s:.0f} s"
             " — check `blazar logs` or raise engine.start_timeout_s",
         )
 

@@ -51,5 +51,10 @@ class Lane:
     """Reads back the per-slot context a healthy child serves; None when it will not say."""
     llguidance: bool = True
     """The child reads llguidance grammars (the gateway's tool-call emulation uses them)."""
+    health: str = "/health"
+    """The path that answers 200 once the child is ready."""
+    start_timeout_s: float | None = None
+    """How long a start may take before it counts as failed; None: ``engine.start_timeout_s``
+    (a GPU engine that compiles kernels at start takes minutes)."""
     release: str | None = None
     """The installed version it runs (``blazar engine``); None: what the daemon was installed with."""

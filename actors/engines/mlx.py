@@ -114,4 +114,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         formats=FORMATS,
         env=launch_env,
         llguidance=False,
+        health=API.health,
     )

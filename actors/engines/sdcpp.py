@@ -148,4 +148,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         capabilities=CAPABILITIES,
         formats=FORMATS,
         llguidance=False,
+        health=API.health,
     )

@@ -168,4 +168,6 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         env=launch_env,
         served_context=served_context_from_models,
         llguidance=False,
+        health=API.health,
+        start_timeout_s=900.0,  # it compiles and captures kernels before it listens
     )

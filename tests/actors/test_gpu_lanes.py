@@ -450,3 +450,17 @@ def test_sd_lane_runs() -> None:
     finally:
         child.terminate()
         child.wait(60)
+
+
+def test_each_gpu_lane_says_where_it_is_healthy_and_how_long_a_start_may_take() -> None:
+    from actors.engines import sdcpp, vllm
+    from actors.engines.lane import Lane
+
+    def made(module: object, path: str) -> Lane | None:
+        return module.lane(EngineConfig(), path)  # type: ignore[attr-defined,no-any-return]
+
+    assert sdcpp.API.health == "/v1/models" and vllm.API.health == "/health"
+    served = made(vllm, "/usr/bin/true")  # a configured program is taken as given
+    assert served is not None and (served.health, served.start_timeout_s) == ("/health", 900.0)
+    images = made(sdcpp, "/usr/bin/true")
+    assert images is not None and (images.health, images.start_timeout_s) == ("/v1/models", None)
