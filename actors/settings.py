@@ -208,6 +208,17 @@ def resolve_launch(
             add("gpu_layers", None, "default", None, "CPU lane (or GPUs not measurable: llama.cpp decides)")
         else:
             add("gpu_layers", gpu_layers, "derived", None, "fit plan against the GPUs' free memory")
+    if lane.cpu_sequences is not None and not gpu_layers and slots > lane.cpu_sequences:
+        slots = lane.cpu_sequences
+        note = f"{lane.name} runs {slots} sequence(s) at a time on the CPU; more wait in the gateway's queue"
+        out[:] = [
+            Setting(name="slots", value=slots, source="derived", key=None, note=note)
+            if s.name == "slots"
+            else Setting(name="ctx_total", value=choice.ctx * slots, source="derived", key=None, note=s.note)
+            if s.name == "ctx_total"
+            else s
+            for s in out
+        ]
     batch = prompt_batch_for(gpu_layers=gpu_layers, configured=over.prompt_batch)
     if over.prompt_batch is not None:
         add("prompt_batch", batch, "override", _override(name, "prompt_batch"))

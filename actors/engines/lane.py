@@ -51,6 +51,10 @@ class Lane:
     """Reads back the per-slot context a healthy child serves; None when it will not say."""
     llguidance: bool = True
     """The child reads llguidance grammars (the gateway's tool-call emulation uses them)."""
+    cpu_sequences: int | None = None
+    """Sequences the engine can run at once on the CPU, when fewer than any slot count (the
+    mistral.rs wheel: one): admission then gives it that many slots, so its queue, priorities
+    and deadlines stay the gateway's rather than the engine's."""
     health: str = "/health"
     """The path that answers 200 once the child is ready."""
     start_timeout_s: float | None = None

@@ -240,4 +240,5 @@ def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane | N
         env=launch_env,
         served_context=served_context if info.props else unknown_context,
         llguidance=binary is None,  # the host's grammars are tested; a binary's are not here
+        cpu_sequences=CPU_MAX_SEQS,
     )

@@ -21,6 +21,7 @@ MISTRAL = Lane(
     version=lambda: "mistralrs 0.9.5",
     capabilities=frozenset({"chat", "completions", "json_schema"}),
     formats=frozenset({"gguf"}),
+    cpu_sequences=1,
 )
 BOTH: dict[str, Lane | None] = {"llamacpp": LLAMA, "mistralrs": MISTRAL}
 
@@ -57,6 +58,7 @@ def test_a_pin_reaches_the_launch_spec_and_its_explanation() -> None:
     config = RuntimeConfig.in_home("/h", models={"tiny": ModelOverride(engine="mistralrs")})
     resolved = _resolve(config, lanes=BOTH)
     assert resolved.spec.lane == "mistralrs" and resolved.spec.llguidance is True
+    assert resolved.spec.slots == 1  # one sequence at a time on the CPU: the rest queue in admission
     (engine,) = [s for s in resolved.settings if s.name == "engine"]
     assert (engine.value, engine.source, engine.key) == ("mistralrs-host", "override", 'models."tiny".engine')
     assert _resolve(RuntimeConfig.in_home("/h"), lanes=BOTH).spec.lane == "llamacpp"
