@@ -348,7 +348,7 @@ class McpServerActor(Actor[McpMessage]):
         for env in waiters:
             self._answer_ready(env)
 
-    def _ended(self, reason: str) -> None:
+    def _ended(self, reason: str, *, deliberate: bool = False) -> None:
         was = self.state
         self._session, self.tools, self._stale = None, [], False
         self.last_error = reason
@@ -361,7 +361,7 @@ class McpServerActor(Actor[McpMessage]):
             down = McpDown(self._failed_text(f"it is tried again on a use after {delay:.1f} s"), delay)
         else:
             self.state = McpState.STOPPED
-            if was is McpState.READY:
+            if was is McpState.READY and not deliberate:
                 log.warning("%s stopped: %s; it starts again on its next use", self.name, reason)
             down = McpDown(f"MCP server '{self.config.name}' stopped: {reason}")
         waiters, self._waiters = self._waiters, []
@@ -395,17 +395,17 @@ class McpServerActor(Actor[McpMessage]):
         else:
             env.answer(down)
 
-    def _end_session(self, reason: str) -> None:
+    def _end_session(self, reason: str, *, deliberate: bool = False) -> None:
         """Leave the current session (its task stops it, shielded) and forget it."""
         task = self._tasks.get(self.generation)
         if task is not None:
             task[0].cancel()
         self.generation += 1  # whatever the old session's task still reports is stale
-        self._ended(reason)
+        self._ended(reason, deliberate=deliberate)
 
     async def _stop_and_answer(self, env: Envelope[McpMessage], reason: str) -> None:
         if self.state in (McpState.READY, McpState.STARTING):
-            self._end_session(f"stopped ({reason})")
+            self._end_session(f"stopped ({reason})", deliberate=True)
             self.last_error = None
         await self._wait_tasks()
         env.answer(None)
@@ -418,7 +418,7 @@ class McpServerActor(Actor[McpMessage]):
 
     async def on_stop(self) -> None:
         if self.state in (McpState.READY, McpState.STARTING):
-            self._end_session("the runtime is stopping")
+            self._end_session("the runtime is stopping", deliberate=True)
         await self._wait_tasks()
 
     # -- the session task -----------------------------------------------------------
