@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["EngineConfig", "ModelOverride", "RuntimeConfig", "Tunables"]
+__all__ = ["EngineConfig", "McpServer", "ModelOverride", "RuntimeConfig", "Tunables"]
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -65,6 +65,57 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     the CPU, llama.cpp's own on a GPU. A cancelled prompt keeps its slot for up to one step."""
 
 
+McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]
+
+
+class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[mcp]]`` entry: an MCP server whose tools the gateway may offer (docs/mcp.md)."""
+
+    name: McpName
+    """Lowercase letters, digits, ``-`` and ``_`` (never ``__``): tools are named ``mcp__NAME__TOOL``."""
+    command: list[str] | None = None
+    """stdio: the program and its arguments, started on first use."""
+    env: dict[str, str] = {}
+    """stdio: variables set for the program (over a small safe set: PATH, HOME, …)."""
+    cwd: str | None = None
+    """stdio: the program's working directory."""
+    url: str | None = None
+    """Streamable HTTP: the server's endpoint (``http://host:port/mcp``)."""
+    headers: dict[str, str] = {}
+    """Streamable HTTP: headers sent with every request (``Authorization = "Bearer …"``)."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """Longest one tool call may take; past it the call is cancelled and is an error result."""
+    start_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    """Longest a start (spawn or connect, initialize, list the tools) may take."""
+    max_rounds: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
+    """Tool rounds a request may run with this server's tools before the answer is final."""
+    max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024
+    """A tool result longer than this (UTF-8) is cut, with a note saying how much was cut."""
+
+    def __post_init__(self) -> None:
+        if "__" in self.name:
+            raise ValueError(f"mcp server name {self.name!r} must not contain '__' (it separates tool names)")
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"mcp server {self.name!r} needs exactly one of command = [...] (stdio) or url")
+        if self.command is not None and not self.command:
+            raise ValueError(f"mcp server {self.name!r}: command must name a program")
+        if self.url is not None:
+            if self.env or self.cwd is not None:
+                raise ValueError(f"mcp server {self.name!r}: env and cwd are for command (stdio) servers")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"mcp server {self.name!r}: url must start with http:// or https://")
+        elif self.headers:
+            raise ValueError(f"mcp server {self.name!r}: headers are for url (Streamable HTTP) servers")
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+
+McpSelection = str | list[str]
+"""``"none"``, ``"all"``, one server's name, or a list of names."""
+
+
 class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The runtime's settings a user writes in ``config.toml`` (top-level keys)."""
 
@@ -97,6 +148,26 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """How long finished jobs (and their result files) are kept; 0: forever."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
+    mcp: list[McpServer] = []
+    """MCP servers (``[[mcp]]`` entries), each started on first use (docs/mcp.md)."""
+    mcp_default: McpSelection = "none"
+    """The servers whose tools a request gets when it names none: ``"none"``, ``"all"``,
+    a name or a list of names."""
+
+    def __post_init__(self) -> None:
+        names = [server.name for server in self.mcp]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"mcp server names must be unique; given more than once: {', '.join(twice)}")
+        chosen = [self.mcp_default] if isinstance(self.mcp_default, str) else self.mcp_default
+        if isinstance(self.mcp_default, str) and self.mcp_default in ("none", "all"):
+            chosen = []
+        unknown = [n for n in chosen if n not in names]
+        if unknown:
+            raise ValueError(
+                f"mcp_default names {', '.join(map(repr, unknown))}, which no [[mcp]] entry defines "
+                '(write "none", "all", or names of [[mcp]] entries)'
+            )
 
 
 class RuntimeConfig(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -6,6 +6,8 @@
     ├ admission         queues, slots and leases of every model
     ├ engines (supervisor)
     │   └ engine[model] → child process (llama.cpp)
+    ├ mcp (supervisor)
+    │   └ mcp[server]   → MCP server (stdio child or HTTP session), started on first use
     └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
 
 
@@ -53,6 +55,7 @@ from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
+from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.process import reap_orphans
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
@@ -267,6 +270,8 @@ class Runtime:
         """Long work (background responses, batches); runners are registered by the embedder."""
         self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
+        self.mcp = McpServers(config.mcp, config.mcp_default)
+        """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -598,6 +603,8 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             jobs=jobs,
         )
         await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
+        # Last started, first stopped: MCP servers end before the engines do.
+        await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
         if config.preload:

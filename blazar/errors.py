@@ -140,6 +140,11 @@ CATALOG: dict[str, CodeInfo] = {
             501,
             "The route is in the dialect's API but Blazar does not serve it: the message says what to use.",
         ),
+        _c(
+            "MCP_SERVER_NOT_FOUND",
+            404,
+            "No [[mcp]] server of that name in config.toml: see `blazar mcp list` (docs/mcp.md).",
+        ),
     )
 }
 

@@ -43,6 +43,7 @@ from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
+from blazar.web import mcp_routes as web_mcp
 from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
@@ -197,6 +198,7 @@ def create_app(
         web_anthropic,
         web_ollama,
         web_lifecycle,
+        web_mcp,
         web_capacity,
         web_diagnostics,
         web_responses,
