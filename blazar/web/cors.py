@@ -33,8 +33,9 @@ _BASE_HEADERS = (
     "x-blazar-client",
     "x-blazar-strict",
     "x-blazar-engine",
+    "x-blazar-mcp",
 )
-_EXPOSED = ("x-blazar-trace-id", "traceparent", "request-id", "x-request-id", "retry-after")
+_EXPOSED = ("x-blazar-trace-id", "traceparent", "request-id", "x-request-id", "retry-after", "x-blazar-mcp")
 _MAX_AGE_S = b"600"
 
 

@@ -31,7 +31,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.web import honesty, translate
+from blazar.web import honesty, mcp_loop, translate
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -140,6 +140,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         honesty.refuse_ignored(req.ignored, strict=strict)
         engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         translate.check_images(req, engine)
+        if servers := mcp_loop.selected_servers(runtime, call):
+            tr, resp, run = await mcp_loop.answer(runtime, req, servers)
+            headers = {**tr.headers(), "X-Blazar-Mcp": run.header()}
+            return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
         if (
             req.tools
             and not engine.spec.native_tools
