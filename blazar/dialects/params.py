@@ -197,6 +197,7 @@ OPENAI_CHAT = Table(
     "/v1/chat/completions",
     [
         _p("model", H),
+        _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
         _p("messages", H),
         _p("stream", H),
         _p("stream_options", H, "`include_usage`"),
@@ -341,6 +342,7 @@ OLLAMA_CHAT = Table(
     "/api/chat",
     [
         _p("model", H),
+        _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
         _p("messages", H, "none: load (or unload) only"),
         _p("stream", H),
         _p("format", H, '`"json"` or a JSON schema (a grammar)'),
@@ -411,6 +413,7 @@ ANTHROPIC_MESSAGES = Table(
     "/v1/messages",
     [
         _p("model", H),
+        _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
         _p("messages", H),
         _p("max_tokens", C, _CONTEXT_CAP),
         _p("system", H),
@@ -445,6 +448,7 @@ RESPONSES = Table(
     "/v1/responses",
     [
         _p("model", H),
+        _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
         _p("input", H),
         _p("instructions", H),
         _p("tools", H, "function and namespace tools"),

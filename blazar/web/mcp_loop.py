@@ -1,6 +1,7 @@
 """The MCP tool loop, run by the gateway for a client that knows nothing of MCP.
 
-A request that selects MCP servers (the ``x-blazar-mcp`` header, else ``mcp_default``) is
+A request that selects MCP servers (its ``"mcp"`` field, the ``x-blazar-mcp`` header, else
+``mcp_default``) is
 offered their tools as ``mcp__<server>__<tool>`` beside its own. Each round the model's
 calls to those tools are run (side by side), their results fed back as tool messages, and
 the model asked again, up to the servers' ``max_rounds``; the last allowed round may not
@@ -41,11 +42,24 @@ class McpRun:
         return f"rounds={self.rounds}, calls={self.calls}"
 
 
+class _Selection(msgspec.Struct):
+    mcp: str | list[str] | None = None
+
+
 def selected_servers(runtime: Runtime, call: Call | None) -> list[str]:
-    """The servers a request asks for: ``x-blazar-mcp: a,b`` (or ``all``, ``none``), else the
-    config's ``mcp_default``."""
-    raw = call.headers.get(HEADER) if call is not None else None
+    """The servers a request asks for: its body's ``"mcp": "a" | ["a", "b"] | "all" | "none"``,
+    else ``x-blazar-mcp: a,b``, else the config's ``mcp_default``."""
     selection: Any = None
+    if call is not None and b'"mcp"' in call.body:  # a look before a second parse of the body
+        try:
+            selection = msgspec.json.decode(call.body, type=_Selection).mcp
+        except msgspec.ValidationError as exc:
+            raise BlazarError(
+                "BAD_REQUEST", f'invalid field `mcp`: {exc} — a server name, a list, "all" or "none"'
+            ) from None
+        except msgspec.DecodeError:
+            selection = None  # the dialect's decoder has refused the body already
+    raw = call.headers.get(HEADER) if call is not None and selection is None else None
     if raw is not None:
         names = [n.strip() for n in raw.split(",") if n.strip()]
         selection = names[0] if len(names) == 1 else names

@@ -130,6 +130,14 @@ def _usage_reader(call: Call) -> Callable[[bytes], None] | None:
     return read
 
 
+def _as_translated(call: Call, req: ChatRequest) -> ChatRequest:
+    """``req`` as a translation will run it: what only llama.cpp would have honoured when
+    relayed is dropped, and named as ignored."""
+    top = params.keys_of(call.body, ("",))[""]
+    dropped = params.OPENAI_CHAT.dropped_when_translated(top)
+    return msgspec.structs.replace(req, ignored=[*req.ignored, *dropped]) if dropped else req
+
+
 def register_routes(routes: Routes, runtime: Runtime) -> None:
     """Chat and completions, served by the gateway layer itself (no framework on this path)."""
 
@@ -141,7 +149,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         translate.check_images(req, engine)
         if servers := mcp_loop.selected_servers(runtime, call):
-            tr, resp, run = await mcp_loop.answer(runtime, req, servers)
+            tr, resp, run = await mcp_loop.answer(runtime, _as_translated(call, req), servers)
             headers = {**tr.headers(), "X-Blazar-Mcp": run.header()}
             return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
         if (
@@ -162,12 +170,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
-        # What only llama.cpp would have honoured is dropped by the translation: named too.
-        top = params.keys_of(call.body, ("",))[""]
-        dropped = params.OPENAI_CHAT.dropped_when_translated(top)
-        if dropped:
-            req = msgspec.structs.replace(req, ignored=[*req.ignored, *dropped])
-        tr = translate.EngineCall(runtime, req)
+        tr = translate.EngineCall(runtime, _as_translated(call, req))
         await tr.prepare()
         headers = tr.headers()
         if not req.stream:

@@ -23,7 +23,7 @@ from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
 from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
-from blazar.web import background, honesty, translate
+from blazar.web import background, honesty, mcp_loop, translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
     app_runtime,
@@ -96,6 +96,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         _check_strict(runtime, req)
         store = store_of(runtime)
+        if req.background and mcp_loop.selected_servers(runtime, call):
+            raise BlazarError(
+                "BAD_REQUEST",
+                "MCP tools do not run in background responses yet: send it without `background`, "
+                "or without MCP servers",
+            )
         if req.background:
             await history_of(store, req)  # an unknown previous response is refused now, not later
             doc = await background.submit(runtime, req, call.body, key=call.key)
@@ -105,9 +111,16 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 background.follow(runtime, doc["id"]), content_type="text/event-stream", headers=_headers(req)
             )
         chat = responses.chat_request(req, await history_of(store, req))
+        response_id, created_at = responses.new_id("resp"), time.time()
+        if servers := mcp_loop.selected_servers(runtime, call):
+            tr, answer, run = await mcp_loop.answer(runtime, chat, servers)
+            doc = whole_response(
+                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+            )
+            await _keep(store, req, call.body, doc)
+            return json_reply(doc, headers={**_headers(req, tr), "X-Blazar-Mcp": run.header()})
         tr = translate.EngineCall(runtime, chat)
         await tr.prepare()
-        response_id, created_at = responses.new_id("resp"), time.time()
         if not req.stream:
             answer = await tr.complete()
             doc = whole_response(

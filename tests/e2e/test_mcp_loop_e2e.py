@@ -140,6 +140,26 @@ def test_anthropic_and_ollama_run_the_same_loop(daemon: DaemonProc) -> None:
     assert r.status_code == 200 and rounds <= 2
 
 
+def test_the_body_names_the_servers_too(daemon: DaemonProc) -> None:
+    body = {
+        "model": MODEL,
+        "messages": ASK,
+        "max_tokens": 40,
+        "mcp": "tools",
+        "tool_choice": _forced("mcp__tools__echo"),
+    }
+    r = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=180)
+    assert r.status_code == 200, r.text
+    _looped(r.headers["x-blazar-mcp"])
+    assert "x-blazar-ignored" not in r.headers  # `mcp` is a parameter, honoured
+    # the body wins over the header; a wrong shape is named
+    off = httpx.post(f"{daemon.url}/v1/chat/completions", json={**body, "mcp": "none", "tool_choice": "auto"},
+                     headers=USE, timeout=180)  # fmt: skip
+    assert off.status_code == 200 and "x-blazar-mcp" not in off.headers
+    bad = httpx.post(f"{daemon.url}/v1/chat/completions", json={**body, "mcp": 3}, timeout=60)
+    assert bad.status_code == 400 and "`mcp`" in bad.json()["error"]["message"]
+
+
 def test_what_the_loop_cannot_do_is_refused_clearly(daemon: DaemonProc) -> None:
     body = {"model": MODEL, "messages": ASK, "stream": True, "max_tokens": 8}
     streamed = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, headers=USE, timeout=60)
@@ -151,3 +171,18 @@ def test_what_the_loop_cannot_do_is_refused_clearly(daemon: DaemonProc) -> None:
         timeout=60,
     )
     assert unknown.status_code == 404 and unknown.json()["error"]["blazar_code"] == "MCP_SERVER_NOT_FOUND"
+
+
+def test_the_responses_api_runs_the_loop_and_refuses_it_in_background(client: openai.OpenAI) -> None:
+    raw = client.responses.with_raw_response.create(
+        model=MODEL,
+        input="Repeat the word banana with the echo tool.",
+        tool_choice="required",
+        max_output_tokens=40,
+        extra_headers=USE,
+    )
+    _looped(raw.headers["x-blazar-mcp"])
+    done = raw.parse()
+    assert done.status == "completed" and done.output_text
+    with pytest.raises(openai.BadRequestError, match="background"):
+        client.responses.create(model=MODEL, input="hi", background=True, extra_headers=USE)
