@@ -48,8 +48,9 @@ from actors.engine import (
     StopEngine,
     WaitSpawned,
 )
+from actors.engines.lane import Lane
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
-from actors.engines.routing import Considered, Route, installed, lane_for
+from actors.engines.routing import LANES, Considered, Route, installed, lane_for
 from actors.engines.versions import BUNDLED, Versions
 from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
 from actors.jobs import JobsActor, JobsStatistics
@@ -181,8 +182,10 @@ def make_plan(
     loaded: bool,
     served: int | None = None,
     route: Route | None = None,
+    lane: Lane | None = None,
 ) -> LoadPlan:
-    lane = lane_for(spec, config.engine, config.home)
+    """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH)."""
+    lane = lane or lane_for(spec, config.engine, config.home)
     return LoadPlan(
         model=spec.model,
         lane=lane.kind,
@@ -299,8 +302,18 @@ class Runtime:
             if loaded
             else self.lifecycle.preview(spec.model, need)
         )
+        lane = engine.lane if engine is not None else None
+        if lane is None:
+            lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
         return make_plan(
-            spec, self.config, self.memory, preview, loaded=loaded, served=served, route=resolved.route
+            spec,
+            self.config,
+            self.memory,
+            preview,
+            loaded=loaded,
+            served=served,
+            route=resolved.route,
+            lane=lane,
         )
 
     async def coreside(self, models: list[str]) -> Coresidence:
@@ -332,16 +345,18 @@ class Runtime:
         A model that pins a version keeps it. Returns the models that move."""
         moved = []
         versions = Versions(self.config.home)
+        active = await trio.to_thread.run_sync(lambda: {lane: versions.active_name(lane) for lane in LANES})
         for engine in self.loaded():
-            over = self.config.models.get(engine.spec.model)
+            over = self.config.models.get(engine.spec.alias or engine.spec.model)
             if over is not None and over.engine_version:
                 continue
-            name = versions.active_name(engine.spec.lane)
+            name = active.get(engine.spec.lane, BUNDLED)
             wanted = None if name == BUNDLED else name
             if wanted == engine.spec.engine_version and engine.lane.release == wanted:
                 continue
             spec = msgspec.structs.replace(engine.spec, engine_version=wanted)
-            await engine.ask(Reconfigure(lane=lane_for(spec, self.config.engine, self.config.home)))
+            lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
+            await engine.ask(Reconfigure(lane=lane))
             moved.append(engine.spec.model)
         return moved
 
@@ -406,12 +421,9 @@ class Runtime:
         if note := context_note(spec):
             level = logging.WARNING if spec.ctx_asked is not None else logging.INFO
             log.log(level, "'%s': context %s", spec.model, note)
-        engine = EngineActor(
-            spec,
-            self.config.engine,
-            run_dir=Path(self.config.run_dir),
-            lane=lane_for(spec, self.config.engine, self.config.home),
-        )
+        # Finding the lane's program looks at PATH and the data dir: off the event loop.
+        lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
+        engine = EngineActor(spec, self.config.engine, run_dir=Path(self.config.run_dir), lane=lane)
         await self.engines.start_child(ChildSpec(name=key, start=engine.run, restart=Restart.TRANSIENT))
         self._engines[key] = engine
         return engine
