@@ -16,14 +16,20 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import msgspec
+
+from actors.engines.lane import Lane
+from actors.engines.spec import LaunchSpec
 
 __all__ = [
     "ApiMap",
     "Program",
     "find_program",
+    "gpu_lane",
     "memory_fraction",
     "module_available",
     "offline_env",
@@ -180,3 +186,42 @@ def memory_fraction(need_bytes: int, gpu_total_bytes: int, *, headroom: float = 
         raise ValueError("gpu_total_bytes must be positive")
     share = math.ceil(need_bytes * headroom / gpu_total_bytes * 100 - 1e-9) / 100
     return min(MAX_FRACTION, max(MIN_FRACTION, share))
+
+
+def gpu_lane(
+    program: Program | None,
+    *,
+    name: str,
+    kind: str,
+    label: str,
+    build: Callable[..., list[str]],
+    api: ApiMap,
+    capabilities: frozenset[str],
+    formats: frozenset[str],
+    env: Callable[[LaunchSpec], dict[str, str]] | None = None,
+    served_context: Callable[[httpx.AsyncClient], Awaitable[int | None]] | None = None,
+    start_timeout_s: float | None = None,
+) -> Lane | None:
+    """The ``Lane`` of a GPU engine found as ``program`` (None: not installed). ``build`` is the
+    lane's ``build_argv(spec, *, port, api_key, program)``. No grammar for the gateway's tool
+    emulation: these engines parse tool calls themselves."""
+    if program is None:
+        return None
+    extra: dict[str, Any] = {}
+    if env is not None:
+        extra["env"] = env
+    if served_context is not None:
+        extra["served_context"] = served_context
+    return Lane(
+        name=name,
+        kind=kind,
+        binary=program.argv[0],
+        argv=lambda spec, port, api_key: build(spec, port=port, api_key=api_key, program=program),
+        version=lambda: program_version(program, label=label),
+        capabilities=capabilities,
+        formats=formats,
+        llguidance=False,
+        health=api.health,
+        start_timeout_s=start_timeout_s,
+        **extra,
+    )

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.config import EngineConfig
-from actors.engines._gpu import ApiMap, Program, find_program, offline_env, program_version, watched
+from actors.engines._gpu import ApiMap, Program, find_program, gpu_lane, offline_env, watched
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 
@@ -101,18 +101,14 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, program: Program) -
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The MLX lane, with the program at ``path`` (``[engine] mlx``) or found; None when
     mlx-lm is not installed."""
-    program = find_mlx(path)
-    if program is None:
-        return None
-    return Lane(
+    return gpu_lane(
+        find_mlx(path),
         name=LANE,
         kind="mlx-lm",
-        binary=program.argv[0],
-        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, program=program),
-        version=lambda: program_version(program, label="mlx-lm"),
+        label="mlx-lm",
+        build=build_argv,
+        api=API,
         capabilities=CAPABILITIES,
         formats=FORMATS,
         env=launch_env,
-        llguidance=False,
-        health=API.health,
     )

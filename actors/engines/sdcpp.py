@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from actors.config import EngineConfig
-from actors.engines._gpu import ApiMap, Program, program_version, watched
+from actors.engines._gpu import ApiMap, Program, gpu_lane, watched
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 
@@ -136,17 +136,13 @@ def build_argv(
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The stable-diffusion.cpp lane, with ``sd-server`` at ``path`` (``[engine] sd_server``)
     or on ``PATH``; None when there is none."""
-    program = find_sd_server(path)
-    if program is None:
-        return None
-    return Lane(
+    return gpu_lane(
+        find_sd_server(path),
         name=LANE,
         kind="sd-server",
-        binary=program.argv[0],
-        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, program=program),
-        version=lambda: program_version(program, label="stable-diffusion.cpp"),
+        label="stable-diffusion.cpp",
+        build=build_argv,
+        api=API,
         capabilities=CAPABILITIES,
         formats=FORMATS,
-        llguidance=False,
-        health=API.health,
     )

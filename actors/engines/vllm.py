@@ -24,8 +24,8 @@ from actors.engines._gpu import (
     ApiMap,
     Program,
     find_program,
+    gpu_lane,
     offline_env,
-    program_version,
     served_context_from_models,
     watched,
 )
@@ -154,20 +154,16 @@ def build_argv(
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The vLLM lane, with the program at ``path`` (``[engine] vllm``) or found; None when
     vLLM is not installed."""
-    program = find_vllm(path)
-    if program is None:
-        return None
-    return Lane(
+    return gpu_lane(
+        find_vllm(path),
         name=LANE,
         kind="vllm",
-        binary=program.argv[0],
-        argv=lambda spec, port, api_key: build_argv(spec, port=port, api_key=api_key, program=program),
-        version=lambda: program_version(program, label="vllm"),
+        label="vllm",
+        build=build_argv,
+        api=API,
         capabilities=CAPABILITIES,
         formats=FORMATS,
         env=launch_env,
         served_context=served_context_from_models,
-        llguidance=False,
-        health=API.health,
         start_timeout_s=900.0,  # it compiles and captures kernels before it listens
     )
