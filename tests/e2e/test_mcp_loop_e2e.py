@@ -74,7 +74,8 @@ def test_openai_chat_gets_the_answer_after_the_tool_ran(daemon: DaemonProc, clie
     )
     _looped(raw.headers["x-blazar-mcp"])
     answer = raw.parse().choices[0]
-    assert not answer.message.tool_calls and answer.message.content  # the loop ended in text
+    # the loop ended in text (how much the tiny model says is up to it): no MCP call leaks out
+    assert not answer.message.tool_calls and answer.finish_reason in ("stop", "length")
     servers = {s["name"]: s for s in httpx.get(f"{daemon.url}/api/mcp", timeout=30).json()["servers"]}
     assert servers["tools"]["started"] is True
 
@@ -125,11 +126,11 @@ def test_anthropic_and_ollama_run_the_same_loop(daemon: DaemonProc) -> None:
         extra_headers=USE,
     )
     _looped(raw.headers["x-blazar-mcp"])
-    assert [b.type for b in raw.parse().content] == ["text"]
+    assert all(b.type == "text" for b in raw.parse().content)  # no tool_use leaks out
     chat = ollama.Client(host=daemon.url, timeout=180, headers=USE).chat(
         model=MODEL, messages=ASK, options={"num_predict": 24}
     )
-    assert chat.message.content  # Ollama has no tool_choice: the model decides whether to call
+    assert chat.done and not chat.message.tool_calls  # no tool_choice here: the model decides
     r = httpx.post(
         f"{daemon.url}/api/chat",
         json={"model": MODEL, "messages": ASK, "stream": False, "options": {"num_predict": 8}},
@@ -183,6 +184,6 @@ def test_the_responses_api_runs_the_loop_and_refuses_it_in_background(client: op
     )
     _looped(raw.headers["x-blazar-mcp"])
     done = raw.parse()
-    assert done.status == "completed" and done.output_text
+    assert done.status == "completed" and [item.type for item in done.output] == ["message"]
     with pytest.raises(openai.BadRequestError, match="background"):
         client.responses.create(model=MODEL, input="hi", background=True, extra_headers=USE)
