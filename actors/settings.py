@@ -228,6 +228,9 @@ def resolve_launch(
     threads, t_source, t_key = _top(config, "threads", "engine.threads")
     add("threads", threads, t_source, t_key, None if threads else "llama.cpp decides")
     base_args, a_source, a_key = _top(config, "extra_args", "engine.extra_args")
+    if chosen.lane != "llamacpp" and base_args:
+        # engine.extra_args are llama.cpp's flags: another lane gets only the model's own.
+        base_args, a_source, a_key = [], "default", None
     extra = [*base_args, *(over.extra_args or [])]
     if over.extra_args:
         then = f"engine.extra_args {base_args} then the model's" if base_args else None

@@ -133,7 +133,7 @@ def build_argv(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--api-key", api_key,
-        "--served-model-name", spec.model,
+        "--served-model-name", spec.alias or spec.model,
         "--context-length", str(spec.ctx_per_slot),
         "--max-running-requests", str(spec.slots),
         "--mem-fraction-static", f"{mem_fraction:.2f}",

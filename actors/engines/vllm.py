@@ -128,7 +128,7 @@ def build_argv(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--api-key", api_key,
-        "--served-model-name", spec.model,
+        "--served-model-name", spec.alias or spec.model,
         "--max-model-len", str(spec.ctx_per_slot),
         "--max-num-seqs", str(spec.slots),
         "--gpu-memory-utilization", f"{gpu_memory_fraction:.2f}",

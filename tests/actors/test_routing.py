@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
@@ -62,6 +63,15 @@ def test_a_pin_reaches_the_launch_spec_and_its_explanation() -> None:
     (engine,) = [s for s in resolved.settings if s.name == "engine"]
     assert (engine.value, engine.source, engine.key) == ("mistralrs-host", "override", 'models."tiny".engine')
     assert _resolve(RuntimeConfig.in_home("/h"), lanes=BOTH).spec.lane == "llamacpp"
+    # engine.extra_args are llama.cpp's flags: another lane gets only the model's own
+    flags = RuntimeConfig.in_home(
+        "/h",
+        engine=EngineConfig(extra_args=["--mlock"]),
+        models={"tiny": ModelOverride(engine="mistralrs", extra_args=["--x"])},
+    )
+    assert _resolve(flags, lanes=BOTH).spec.extra_args == ["--x"]
+    flags = msgspec.structs.replace(flags, models={"tiny": ModelOverride(extra_args=["--x"])})
+    assert _resolve(flags, lanes=BOTH).spec.extra_args == ["--mlock", "--x"]
 
 
 def test_a_pin_to_a_lane_not_installed_is_refused_with_the_fix() -> None:
