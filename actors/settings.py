@@ -230,7 +230,7 @@ def resolve_launch(
     base_args, a_source, a_key = _top(config, "extra_args", "engine.extra_args")
     if chosen.lane != "llamacpp" and base_args:
         # engine.extra_args are llama.cpp's flags: another lane gets only the model's own.
-        base_args, a_source, a_key = [], "default", None
+        base_args, a_source = [], "default"
     extra = [*base_args, *(over.extra_args or [])]
     if over.extra_args:
         then = f"engine.extra_args {base_args} then the model's" if base_args else None
