@@ -91,6 +91,9 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Tool rounds a request may run with this server's tools before the answer is final."""
     max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024
     """A tool result longer than this (UTF-8) is cut, with a note saying how much was cut."""
+    approve: list[str] = []
+    """Tools (their names on this server, fnmatch; ``"*"``: all) that run only when the request
+    carries ``x-blazar-mcp-approve`` naming them; otherwise the call is refused to the model."""
 
     def __post_init__(self) -> None:
         if "__" in self.name:

@@ -61,6 +61,9 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     decode_ms: float | None = None
     error: str | None = None
     """The error's message, scrubbed of secrets and personal data."""
+    tools: str | None = None
+    """The MCP tool calls the gateway ran for it, as a JSON list of ``{"tool", "ok", "why",
+    "ms", "truncated_bytes"}``."""
 
 
 class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -242,6 +245,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # as that key. Batches made before read NULL and run as the daemon's local token.
         "ALTER TABLE batches ADD COLUMN key TEXT",
     ),
+    (
+        # The MCP tool calls the gateway ran for a request (JSON). Old rows read NULL.
+        "ALTER TABLE requests ADD COLUMN tools TEXT",
+    ),
 )
 
 _COLUMNS = (
@@ -266,6 +273,7 @@ _COLUMNS = (
     "prefill_ms",
     "decode_ms",
     "error",
+    "tools",
 )
 _INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM requests"

@@ -29,6 +29,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, assert_never
 
 import anyio
@@ -569,6 +570,11 @@ class McpServers:
                 'add an [[mcp]] entry to config.toml, or ask for "all" or "none"'
             )
         return names
+
+    def needs_approval(self, server: str, tool: str) -> bool:
+        """Does ``tool`` of ``server`` run only when the request approves it (``approve``)?"""
+        c = self.configs.get(server)
+        return c is not None and any(fnmatchcase(tool, p) for p in c.approve)
 
     def max_rounds(self, names: list[str]) -> int:
         """The tool rounds a request with ``names``' tools may run: the smallest of theirs."""

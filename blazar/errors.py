@@ -145,6 +145,11 @@ CATALOG: dict[str, CodeInfo] = {
             404,
             "No [[mcp]] server of that name in config.toml: see `blazar mcp list` (docs/mcp.md).",
         ),
+        _c(
+            "MCP_SERVER_DENIED",
+            403,
+            "The API key's `mcp:` scopes do not allow the MCP server the request named (docs/mcp.md).",
+        ),
     )
 }
 

@@ -23,6 +23,7 @@ import sqlite3
 import time
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -36,6 +37,7 @@ __all__ = [
     "KeyStore",
     "KeyStoreError",
     "LastKeyError",
+    "Scopes",
     "digest_of",
     "keys_path",
     "matches",
@@ -63,6 +65,7 @@ CREATE TABLE IF NOT EXISTS keys (
     hint TEXT NOT NULL,
     families TEXT NOT NULL,
     models TEXT NOT NULL,
+    mcp TEXT NOT NULL DEFAULT '[]',
     rpm INTEGER NOT NULL DEFAULT 0,
     tpm INTEGER NOT NULL DEFAULT 0,
     max_concurrent INTEGER NOT NULL DEFAULT 0,
@@ -91,6 +94,9 @@ class Key(msgspec.Struct, frozen=True, kw_only=True):
     families: tuple[str, ...] = DEFAULT_FAMILIES
     models: tuple[str, ...] = ("*",)
     """fnmatch patterns of the model names the key may use."""
+    mcp: tuple[str, ...] = ()
+    """MCP rules: ``PATTERN`` allows, ``!PATTERN`` denies a server (``files``) or one of its
+    tools (``files/read``), fnmatch. None: every configured server and tool."""
     rpm: int = 0
     """Requests per minute; 0 is no limit (as for ``tpm`` and ``max_concurrent``)."""
     tpm: int = 0
@@ -102,7 +108,7 @@ class Key(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def scopes(self) -> list[str]:
         """The scopes as ``keys add --scope`` takes them."""
-        return [*self.families, *(f"models:{m}" for m in self.models)]
+        return [*self.families, *(f"models:{m}" for m in self.models), *(f"mcp:{r}" for r in self.mcp)]
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -115,6 +121,24 @@ class Key(msgspec.Struct, frozen=True, kw_only=True):
         """``name`` (or, for Ollama's spelling ``NAME:latest``, ``NAME``) matches a pattern."""
         bare = name.removesuffix(":latest")
         return any(fnmatchcase(name, p) or fnmatchcase(bare, p) for p in self.models)
+
+    def allows_mcp(self, server: str, tool: str | None = None) -> bool:
+        """May the key use MCP server ``server`` (any of its tools), or its tool ``tool``?
+        A deny wins; with allow rules, something must allow it (a server is usable when one
+        of its tools is allowed)."""
+        if not self.mcp:
+            return True
+        allows = [r for r in self.mcp if not r.startswith("!")]
+        denies = [r[1:] for r in self.mcp if r.startswith("!")]
+        whole = [p for p in denies if "/" not in p]
+        if any(fnmatchcase(server, p) for p in whole):
+            return False
+        if tool is None:
+            return not allows or any(fnmatchcase(server, p.partition("/")[0]) for p in allows)
+        name = f"{server}/{tool}"
+        if any(fnmatchcase(name, p) for p in denies if "/" in p):
+            return False
+        return not allows or any(fnmatchcase(name if "/" in p else server, p) for p in allows)
 
     def public(self) -> dict[str, object]:
         """What ``keys list`` shows: everything but the digest."""
@@ -136,17 +160,34 @@ def digest_of(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def parse_scopes(raw: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``chat,embeddings,models:qwen*`` (comma-separated, repeatable) → (families, model patterns).
+class Scopes(NamedTuple):
+    families: tuple[str, ...]
+    models: tuple[str, ...]
+    mcp: tuple[str, ...] = ()
+
+
+def parse_scopes(raw: list[str] | None) -> Scopes:
+    """``chat,embeddings,models:qwen*,mcp:files`` (comma-separated, repeatable) → the families,
+    the model patterns and the MCP rules.
 
     No family named: the default families (all but metrics and admin); no ``models:`` named:
-    every model."""
+    every model; no ``mcp:`` named: every configured MCP server."""
     families: list[str] = []
     models: list[str] = []
+    mcp: list[str] = []
     for part in (p.strip() for item in raw or () for p in item.split(",")):
         if not part:
             continue
-        if part.startswith("models:"):
+        if part.startswith("mcp:"):
+            rule = part.removeprefix("mcp:")
+            pattern = rule.removeprefix("!")
+            if not pattern or pattern.count("/") > 1 or pattern.startswith("/") or pattern.endswith("/"):
+                raise KeyStoreError(
+                    f"`{part}`: an mcp scope is mcp:SERVER, mcp:SERVER/TOOL, or with ! to deny "
+                    "(mcp:!files/delete); fnmatch patterns"
+                )
+            mcp.append(rule)
+        elif part.startswith("models:"):
             pattern = part.removeprefix("models:")
             if not pattern:
                 raise KeyStoreError("`models:` needs a pattern, e.g. `models:qwen*`")
@@ -154,10 +195,13 @@ def parse_scopes(raw: list[str] | None) -> tuple[tuple[str, ...], tuple[str, ...
         elif part in FAMILIES:
             families.append(part)
         else:
-            raise KeyStoreError(f"unknown scope {part!r}: use {', '.join(FAMILIES)} or models:PATTERN")
-    return (
+            raise KeyStoreError(
+                f"unknown scope {part!r}: use {', '.join(FAMILIES)}, models:PATTERN or mcp:PATTERN"
+            )
+    return Scopes(
         tuple(dict.fromkeys(families)) or DEFAULT_FAMILIES,
         tuple(dict.fromkeys(models)) or ("*",),
+        tuple(dict.fromkeys(mcp)),
     )
 
 
@@ -205,6 +249,9 @@ class KeyStore:
             os.chmod(self.path, 0o600)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(_SCHEMA)
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(keys)")}
+        if "mcp" not in columns:  # a keys.db made before MCP scopes: every key reads as all servers
+            self._conn.execute("ALTER TABLE keys ADD COLUMN mcp TEXT NOT NULL DEFAULT '[]'")
         self._version = -1
 
     def close(self) -> None:
@@ -221,7 +268,7 @@ class KeyStore:
     def list(self) -> list[Key]:
         rows = self._conn.execute(
             "SELECT name, digest, hint, families, models, rpm, tpm, max_concurrent, expires_at, "
-            "created_at, rotated_at FROM keys ORDER BY name"
+            "created_at, rotated_at, mcp FROM keys ORDER BY name"
         ).fetchall()
         return [
             Key(
@@ -236,6 +283,7 @@ class KeyStore:
                 expires_at=r[8],
                 created_at=r[9],
                 rotated_at=r[10],
+                mcp=tuple(msgspec.json.decode(r[11])),
             )
             for r in rows
         ]
@@ -255,6 +303,7 @@ class KeyStore:
         *,
         families: tuple[str, ...] = DEFAULT_FAMILIES,
         models: tuple[str, ...] = ("*",),
+        mcp: tuple[str, ...] = (),
         rpm: int = 0,
         tpm: int = 0,
         max_concurrent: int = 0,
@@ -273,6 +322,7 @@ class KeyStore:
             hint=secret[:8],
             families=families,
             models=models,
+            mcp=mcp,
             rpm=_check_limit("rpm", rpm),
             tpm=_check_limit("tpm", tpm),
             max_concurrent=_check_limit("max-concurrent", max_concurrent),
@@ -282,7 +332,7 @@ class KeyStore:
         try:
             self._conn.execute(
                 "INSERT INTO keys (name, digest, hint, families, models, rpm, tpm, max_concurrent, "
-                "expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "expires_at, created_at, mcp) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key.name,
                     key.digest,
@@ -294,6 +344,7 @@ class KeyStore:
                     key.max_concurrent,
                     key.expires_at,
                     key.created_at,
+                    msgspec.json.encode(list(key.mcp)).decode(),
                 ),
             )
         except sqlite3.IntegrityError:

@@ -50,8 +50,8 @@ def add(
             negative="",
             help="What the key may do, comma-separated or repeated: chat, embeddings, audio, "
             "images, batch, metrics (/metrics and /api/quantiles, for a scraper), admin (implies "
-            "metrics), models:PATTERN (fnmatch). Default: every family but metrics and admin, "
-            "on every model.",
+            "metrics), models:PATTERN (fnmatch), mcp:SERVER or mcp:SERVER/TOOL (allow; mcp:!… "
+            "denies). Default: every family but metrics and admin, on every model and MCP server.",
         ),
     ] = None,
     rpm: Annotated[int, Parameter(help="Requests per minute (0: no limit).")] = 0,
@@ -64,12 +64,13 @@ def add(
 ) -> None:
     """Make the key NAME and print its secret (once)."""
     try:
-        families, models = parse_scopes(scope)
+        families, models, mcp = parse_scopes(scope)
         expires_at = parse_expiry(expires) if expires is not None else None
         key, secret = _store().add(
             name,
             families=families,
             models=models,
+            mcp=mcp,
             rpm=rpm,
             tpm=tpm,
             max_concurrent=max_concurrent,

@@ -396,6 +396,20 @@ def _item(i: int, item: dict[str, Any]) -> dict[str, Any]:
             "output": output,
             "status": "completed",
         }
+    if kind == "mcp_call":  # a tool call the gateway ran in an earlier turn
+        for key in ("server_label", "name"):
+            if not isinstance(item.get(key), str):
+                raise DecodeError(f"missing required field `{where}.{key}`", param=f"{where}.{key}")
+        return {
+            "id": item.get("id") or new_id("mcp"),
+            "type": "mcp_call",
+            "server_label": item["server_label"],
+            "name": item["name"],
+            "arguments": item.get("arguments") if isinstance(item.get("arguments"), str) else "{}",
+            "output": item.get("output") if isinstance(item.get("output"), str) else None,
+            "error": item.get("error"),
+            "status": item.get("status") or "completed",
+        }
     if kind == "reasoning":
         return {
             "id": item.get("id") or new_id("rs"),
@@ -405,7 +419,7 @@ def _item(i: int, item: dict[str, Any]) -> dict[str, Any]:
         }
     raise DecodeError(
         f"invalid field `{where}.type`: item type {kind!r} is not supported — send message, "
-        "function_call, function_call_output or reasoning items",
+        "function_call, function_call_output, mcp_call or reasoning items",
         param=f"{where}.type",
     )
 
@@ -471,6 +485,23 @@ def messages_of(items: list[dict[str, Any]], *, instructions: str | None) -> lis
                 out[-1] = msgspec.structs.replace(last, tool_calls=[*last.tool_calls, call])
             else:
                 out.append(Message(role="assistant", tool_calls=[call], thinking=take_thinking()))
+        elif kind == "mcp_call":
+            call = ToolCall(
+                id=item["id"],
+                name=f"mcp__{item['server_label']}__{item['name']}",
+                arguments=item["arguments"],
+            )
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                out[-1] = msgspec.structs.replace(last, tool_calls=[*last.tool_calls, call])
+            else:
+                out.append(Message(role="assistant", tool_calls=[call], thinking=take_thinking()))
+            error = item.get("error")
+            result = item.get("output") or ""
+            if error is not None:
+                said = error.get("message") or error.get("content") if isinstance(error, dict) else error
+                result = f"error: {said if isinstance(said, str) else msgspec.json.encode(said).decode()}"
+            out.append(Message(role="tool", content=result, tool_call_id=call.id, tool_name=call.name))
         elif kind == "function_call_output":
             out.append(
                 Message(

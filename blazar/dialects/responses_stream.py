@@ -127,6 +127,45 @@ class OutputBuilder:
             )
         return events
 
+    def mcp_started(self, call_id: str, server: str, tool: str, arguments: str) -> list[Event]:
+        """A call the gateway runs on an MCP server: its ``mcp_call`` item, in progress."""
+        events = self._close("completed")
+        item: dict[str, Any] = {
+            "id": f"mcp_{call_id}",
+            "type": "mcp_call",
+            "status": "in_progress",
+            "server_label": server,
+            "name": tool,
+            "arguments": arguments,
+            "output": None,
+            "error": None,
+        }
+        self.items.append(item)
+        index = len(self.items) - 1
+        return [
+            *events,
+            self._added(item),
+            {
+                "type": "response.mcp_call_arguments.done",
+                "item_id": item["id"],
+                "output_index": index,
+                "arguments": arguments,
+            },
+            {"type": "response.mcp_call.in_progress", "item_id": item["id"], "output_index": index},
+        ]
+
+    def mcp_ended(self, call_id: str, output: str, error: dict[str, Any] | None) -> list[Event]:
+        """The call's result: ``output`` and status completed, or the ``error`` and failed."""
+        item = next(i for i in self.items if i["id"] == f"mcp_{call_id}")
+        index = self.items.index(item)
+        item["status"] = "failed" if error is not None else "completed"
+        item["output"], item["error"] = (None, error) if error is not None else (output, None)
+        kind = "response.mcp_call.failed" if error is not None else "response.mcp_call.completed"
+        return [
+            {"type": kind, "item_id": item["id"], "output_index": index},
+            {"type": "response.output_item.done", "output_index": index, "item": _copy(item)},
+        ]
+
     def _add(self, kind: str) -> dict[str, Any]:
         if kind == "message":
             item: dict[str, Any] = {
@@ -318,3 +357,9 @@ class StreamEncoder:
 
     def keepalive(self) -> bytes:
         return b": keep-alive\n\n"
+
+    def mcp_started(self, call_id: str, server: str, tool: str, arguments: str) -> bytes:
+        return self._frames(self._builder.mcp_started(call_id, server, tool, arguments))
+
+    def mcp_ended(self, call_id: str, output: str, error: dict[str, Any] | None) -> bytes:
+        return self._frames(self._builder.mcp_ended(call_id, output, error))

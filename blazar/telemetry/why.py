@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -59,6 +60,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     """What the error code means, from the catalog (``GET /api/errors``)."""
     slowest: str | None
     """The phase that took most of its time, when one clearly did."""
+    tools: list[dict[str, Any]]
+    """The MCP tool calls the gateway ran for it (``tool``, ``ok``, ``why``, ``ms``)."""
     lines: list[str]
     """The story in sentences, as ``blazar why`` prints it."""
 
@@ -115,6 +118,29 @@ def _slowest(r: RequestRecord) -> str | None:
     return name
 
 
+_TOOL_WHY = {
+    "timeout": "timed out",
+    "unavailable": "its server could not start",
+    "disconnected": "its server went away",
+    "protocol": "the server refused the call",
+    "unknown_server": "no such server",
+    "unknown_tool": "no such tool",
+    "denied": "the key may not use it",
+    "not_approved": "it needs approval (x-blazar-mcp-approve)",
+    "bad_arguments": "the model's arguments were not a JSON object",
+    "tool_error": "the tool reported an error",
+}
+
+
+def _tool_calls(tools: list[dict[str, Any]]) -> str:
+    def one(t: dict[str, Any]) -> str:
+        how = "ok" if t.get("ok") else _TOOL_WHY.get(str(t.get("why")), str(t.get("why") or "failed"))
+        cut = f", {t['truncated_bytes']} bytes cut" if t.get("truncated_bytes") else ""
+        return f"{t.get('tool')} ({how}, {_s(float(t.get('ms') or 0.0))}{cut})"
+
+    return "; ".join(one(t) for t in tools)
+
+
 def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
     """The story of request ``r``."""
     outcome = _outcome(r, extras)
@@ -156,6 +182,11 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         lines.append(f"It generated {n} tokens{took}{_rate(r.completion_tokens, r.decode_ms)}.")
     if r.ttft_ms is not None:
         lines.append(f"The first byte of the answer left after {_s(r.ttft_ms)}.")
+    tools: list[dict[str, Any]] = msgspec.json.decode(r.tools) if r.tools else []
+    if tools:
+        lines.append(
+            f"It ran {len(tools)} MCP tool call{'s' if len(tools) != 1 else ''}: {_tool_calls(tools)}."
+        )
     if slowest is not None and outcome == "ok":
         share = _phases(r)[slowest] / r.duration_ms
         lines.append(f"Most of its time ({share:.0%}) went to {slowest}.")
@@ -189,5 +220,6 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         error=error,
         cause=cause,
         slowest=slowest,
+        tools=tools,
         lines=lines,
     )

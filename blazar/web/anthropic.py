@@ -59,9 +59,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         req = anthropic.decode_messages_request(call.body)
         call.set_model(req.model)
         if servers := mcp_loop.selected_servers(runtime, call):
-            tr, resp, run = await mcp_loop.answer(runtime, req, servers)
-            headers = {**_headers(tr), "X-Blazar-Mcp": run.header()}
-            return json_reply(anthropic.encode_response(resp, request=req), headers=headers)
+            if not req.stream:
+                loop, resp = await mcp_loop.answer(runtime, req, servers)
+                headers = {**_headers(), **loop.headers(), "X-Blazar-Mcp": loop.run.header()}
+                return json_reply(anthropic.encode_response(resp, request=req), headers=headers)
+            encoder = _Encoder(req, anthropic.message_id_for(call.trace_id))
+            looped = await mcp_loop.McpStream.open(runtime, req, servers, encoder, mcp_loop.SSE_COMMENTS)
+            call.on_cleanup(looped.aclose)
+            headers = {**_headers(), **looped.headers()}
+            return stream_reply(looped, content_type="text/event-stream", headers=headers)
         tr = translate.EngineCall(runtime, req)
         await tr.prepare()
         if not req.stream:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
 import trio
 
+from actors.mcp_results import McpCallResult
 from blazar.dialects.engine_usage import EngineUsage
 
 __all__ = ["Card", "CardState", "CardView", "Cards", "StreamEnders"]
@@ -124,6 +125,8 @@ class Card:
     """The ``blazar_code`` of a failure after the reply's head was sent (a stream that
     ended with an error event: an engine crash, a lost upstream); the head said 200."""
     failed_reason: str | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """The MCP tool calls the gateway ran for it: name, outcome, time."""
 
     def note_failure(self, code: str, message: str) -> None:
         """The request's stream failed midway; the first failure is the one kept."""
@@ -140,7 +143,21 @@ class Card:
             "completion_tokens": self.completion_tokens,
             "prefill_ms": self.prefill_ms,
             "decode_ms": self.decode_ms,
+            "tools": msgspec.json.encode(self.tools).decode() if self.tools else None,
         }
+
+    def note_tools(self, results: Sequence[McpCallResult]) -> None:
+        """MCP tool calls ran for the request (``blazar why`` tells them)."""
+        self.tools.extend(
+            {
+                "tool": r.qualified,
+                "ok": not r.is_error,
+                "why": r.why or ("tool_error" if r.is_error else None),
+                "ms": round(r.elapsed_s * 1000, 1),
+                "truncated_bytes": r.truncated_bytes,
+            }
+            for r in results
+        )
 
     def note_claim(
         self, queued_s: float, load_ns: int, *, ahead: int = 0, evicted: tuple[str, ...] = ()

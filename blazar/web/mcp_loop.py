@@ -1,45 +1,105 @@
 """The MCP tool loop, run by the gateway for a client that knows nothing of MCP.
 
 A request that selects MCP servers (its ``"mcp"`` field, the ``x-blazar-mcp`` header, else
-``mcp_default``) is
-offered their tools as ``mcp__<server>__<tool>`` beside its own. Each round the model's
-calls to those tools are run (side by side), their results fed back as tool messages, and
-the model asked again, up to the servers' ``max_rounds``; the last allowed round may not
-call tools, so the answer ends in text. A call to one of the client's own tools ends the
-loop and goes back to the client as usual. The loop works on the neutral request and
-answer, so every dialect that translates (OpenAI chat, Anthropic messages, Ollama chat,
-the Responses API) runs the same one; only whole answers for now (a stream is refused).
+``mcp_default``) is offered their tools as ``mcp__<server>__<tool>`` beside its own. Each
+round the model's calls to those tools are run (side by side), their results fed back as
+tool messages, and the model asked again, up to the servers' ``max_rounds``; the last
+allowed round may not call tools, so the answer ends in text. A call to one of the client's
+own tools ends the loop and goes back to the client as usual.
+
+One loop serves streams and whole answers: ``McpStream`` runs each round as an engine
+stream through the dialect's encoder, passing the model's words on as they come and holding
+back its calls to MCP tools; between rounds a ``Report`` tells the client what runs, in a
+way its dialect allows (SSE comments, the Responses API's ``mcp_call`` items, nothing on
+Ollama's NDJSON). A whole answer is the same stream gathered. The loop works on the neutral
+request, so every dialect that translates runs the same one.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import msgspec
 import trio
 
-from actors.mcp_results import split_qualified
+from actors.mcp_results import McpCallResult, error_result, split_qualified
 from actors.runtime import Runtime
-from blazar.dialects.neutral import ChatRequest, ChatResponse, Message, ToolCall, ToolChoice, ToolSpec
+from blazar.dialects.neutral import (
+    ChatRequest,
+    ChatResponse,
+    Delta,
+    Message,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolSpec,
+    Usage,
+)
 from blazar.errors import BlazarError
+from blazar.keys import Key
 from blazar.web import translate
-from blazar.web.call import Call
+from blazar.web.call import Call, current_or_none
+from blazar.web.common import set_stream_enders
+from blazar.web.translate import StreamEncoder, Timings
 
-__all__ = ["McpRun", "answer", "selected_servers"]
+__all__ = ["SILENT", "SSE_COMMENTS", "McpRun", "McpStream", "Report", "answer", "drain", "selected_servers"]
 
 HEADER = "x-blazar-mcp"
+APPROVE = "x-blazar-mcp-approve"
 
 
 @dataclass(slots=True)
 class McpRun:
+    """What the loop did: the rounds that ran tools, the calls, and each call's outcome."""
+
     servers: list[str]
     rounds: int = 0
     calls: int = 0
+    results: list[McpCallResult] = field(default_factory=list)
 
     def header(self) -> str:
         return f"rounds={self.rounds}, calls={self.calls}"
+
+
+class Report(Protocol):
+    """How a dialect tells its client about the tool calls the gateway runs."""
+
+    def calling(self, call: ToolCall) -> bytes: ...
+    def called(self, call: ToolCall, result: McpCallResult) -> bytes: ...
+    def ended(self, run: McpRun) -> bytes: ...
+
+
+class _Silent:
+    def calling(self, call: ToolCall) -> bytes:
+        return b""
+
+    def called(self, call: ToolCall, result: McpCallResult) -> bytes:
+        return b""
+
+    def ended(self, run: McpRun) -> bytes:
+        return b""
+
+
+class _SseComments:
+    """SSE comment lines, which every SSE reader skips: a person or a proxy log sees them."""
+
+    def calling(self, call: ToolCall) -> bytes:
+        return f": mcp calling {call.name}\n\n".encode()
+
+    def called(self, call: ToolCall, result: McpCallResult) -> bytes:
+        how = f"error ({result.why or 'tool'})" if result.is_error else "ok"
+        return f": mcp called {call.name}: {how} in {result.elapsed_s * 1000:.0f} ms\n\n".encode()
+
+    def ended(self, run: McpRun) -> bytes:
+        return f": {HEADER} {run.header()}\n\n".encode()
+
+
+SILENT: Report = _Silent()
+SSE_COMMENTS: Report = _SseComments()
 
 
 class _Selection(msgspec.Struct):
@@ -48,7 +108,8 @@ class _Selection(msgspec.Struct):
 
 def selected_servers(runtime: Runtime, call: Call | None) -> list[str]:
     """The servers a request asks for: its body's ``"mcp": "a" | ["a", "b"] | "all" | "none"``,
-    else ``x-blazar-mcp: a,b``, else the config's ``mcp_default``."""
+    else ``x-blazar-mcp: a,b``, else the config's ``mcp_default``; narrowed to those its key
+    may use (a server named outright that the key may not use is refused)."""
     selection: Any = None
     if call is not None and b'"mcp"' in call.body:  # a look before a second parse of the body
         try:
@@ -63,63 +124,290 @@ def selected_servers(runtime: Runtime, call: Call | None) -> list[str]:
     if raw is not None:
         names = [n.strip() for n in raw.split(",") if n.strip()]
         selection = names[0] if len(names) == 1 else names
-    return runtime.mcp.select(selection)  # an unknown name: MCP_SERVER_NOT_FOUND (404)
-
-
-async def answer(
-    runtime: Runtime, req: ChatRequest, servers: list[str]
-) -> tuple[translate.EngineCall, ChatResponse, McpRun]:
-    """The whole answer to ``req`` with ``servers``' tools, the loop run here; the last
-    round's engine call (for its headers) and what the loop did."""
-    run = McpRun(servers=servers)
-    if req.stream:
+    servers = runtime.mcp.select(selection)  # an unknown name: MCP_SERVER_NOT_FOUND (404)
+    grant = call.grant if call is not None else None
+    if not servers or grant is None or not grant.mcp:
+        return servers
+    named = selection not in (None, "all")  # "all" and the default mean: those this key may use
+    allowed = [s for s in servers if grant.allows_mcp(s)]
+    if named and len(allowed) < len(servers):
+        denied = ", ".join(repr(s) for s in servers if s not in allowed)
         raise BlazarError(
-            "BAD_REQUEST",
-            "MCP tools run only on whole answers for now: send the request without `stream`, "
-            "or without x-blazar-mcp",
+            "MCP_SERVER_DENIED",
+            f"the API key '{grant.name}' may not use the MCP server {denied} — ask for another "
+            "server, or have an admin widen the key's mcp: scopes",
         )
-    offered = [
-        ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
-        for listed in await runtime.mcp.tools(servers)
-        for t in listed.tools
-    ]
-    req = msgspec.structs.replace(req, tools=[*req.tools, *offered])
-    max_rounds = runtime.mcp.max_rounds(servers)
-    while True:
-        if run.rounds >= max_rounds and offered:
+    return allowed
+
+
+class _Round:
+    """The dialect's encoder for one round: the model's words pass through, its calls to MCP
+    tools are kept back (the client never sees them), the client's own calls pass through
+    numbered from 0; the stream's head is sent once, the end only when the loop ends."""
+
+    def __init__(self, inner: StreamEncoder) -> None:
+        self.inner = inner
+        self.started = False
+        self.reset()
+
+    def reset(self) -> None:
+        self.ours: dict[int, list[ToolCallDelta]] = {}
+        self.theirs: dict[int, int] = {}
+        self.final: Delta | None = None
+        self.failed: BlazarError | None = None
+
+    def start(self, prompt: Usage | None) -> bytes:
+        if self.started:
+            return b""
+        self.started = True
+        return self.inner.start(prompt)
+
+    def feed(self, delta: Delta) -> bytes:
+        if not delta.tool_calls:
+            return self.inner.feed(delta) if delta.text or delta.thinking else b""
+        passed: list[ToolCallDelta] = []
+        for c in delta.tool_calls:
+            if c.index in self.ours:
+                self.ours[c.index].append(c)
+            elif c.index in self.theirs:
+                passed.append(msgspec.structs.replace(c, index=self.theirs[c.index]))
+            elif split_qualified(c.name or "") is not None:
+                self.ours[c.index] = [c]
+            else:
+                self.theirs[c.index] = len(self.theirs)
+                passed.append(msgspec.structs.replace(c, index=self.theirs[c.index]))
+        if not (passed or delta.text or delta.thinking):
+            return b""
+        return self.inner.feed(msgspec.structs.replace(delta, tool_calls=passed))
+
+    def finish(self, final: Delta, timings: Timings) -> bytes:
+        self.final = final
+        return self.feed(msgspec.structs.replace(final, finish_reason=None, usage=None))
+
+    def error(self, code: str, message: str) -> bytes:
+        self.failed = BlazarError(code, message)
+        return self.inner.error(code, message)
+
+    def keepalive(self) -> bytes:
+        return self.inner.keepalive()
+
+    def calls(self) -> list[ToolCall]:
+        """This round's calls to MCP tools, whole."""
+        return [
+            ToolCall(
+                id=next((f.id for f in fragments if f.id), f"call_{index}"),
+                name=next((f.name for f in fragments if f.name), ""),
+                arguments="".join(f.arguments for f in fragments),
+            )
+            for index, fragments in sorted(self.ours.items())
+        ]
+
+
+def _plus(a: Usage, b: Usage | None) -> Usage:
+    if b is None:
+        return a
+    return Usage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
+        cached_tokens=a.cached_tokens + b.cached_tokens,
+        reasoning_tokens=a.reasoning_tokens + b.reasoning_tokens,
+    )
+
+
+class McpStream:
+    """The rounds of one request as the dialect's bytes; ``open`` runs up to the first round's
+    engine stream, so what fails before any byte is an HTTP error, not an error event."""
+
+    def __init__(
+        self, runtime: Runtime, req: ChatRequest, servers: list[str], encoder: StreamEncoder, report: Report
+    ) -> None:
+        self.runtime = runtime
+        self.req = req
+        self.run = McpRun(servers=servers)
+        self.report = report
+        self._round = _Round(encoder)
+        self._offered = False
+        self._max_rounds = runtime.mcp.max_rounds(servers)
+        self._usage = Usage()
+        self._first: translate.EngineCall | None = None
+        self._ended_ns: int | None = None
+        self.failure: BlazarError | None = None
+        """What ended the loop midway (an engine that failed in a later round)."""
+        self._stream: translate.TranslatedStream | None = None
+        self._iter: AsyncIterator[bytes] = self._generate()
+        call = current_or_none()
+        grant, headers = (call.grant, call.headers) if call is not None else (None, {})
+        self._grant: Key | None = grant
+        self._approved = frozenset(a.strip() for a in headers.get(APPROVE, "").split(",") if a.strip())
+
+    @classmethod
+    async def open(
+        cls, runtime: Runtime, req: ChatRequest, servers: list[str], encoder: StreamEncoder, report: Report
+    ) -> McpStream:
+        self = cls(runtime, req, servers, encoder, report)
+        grant = self._grant
+        offered = [
+            ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
+            for listed in await runtime.mcp.tools(servers)
+            for t in listed.tools
+            if grant is None or grant.allows_mcp(t.server, t.name)
+        ]
+        self._offered = bool(offered)
+        self.req = msgspec.structs.replace(req, tools=[*req.tools, *offered], stream=True)
+        self._first = await self._start_round()
+        return self
+
+    def timings(self) -> Timings:
+        """The whole loop's: from the first round's start to the last round's end."""
+        assert self._first is not None
+        first = self._first.timings
+        return Timings(
+            started_ns=first.started_ns,
+            load_ns=first.load_ns,
+            first_token_ns=first.first_token_ns,
+            ended_ns=self._ended_ns,
+        )
+
+    def headers(self) -> dict[str, str]:
+        """The first round's facts (loading, what was changed or ignored), and the servers."""
+        assert self._first is not None
+        return {**self._first.headers(), "X-Blazar-Mcp": f"servers={','.join(self.run.servers)}"}
+
+    async def _start_round(self) -> translate.EngineCall:
+        req = self.req
+        if self.run.rounds >= self._max_rounds and self._offered:
             req = msgspec.structs.replace(req, tool_choice=ToolChoice(mode="none"))
-        tr = translate.EngineCall(runtime, req)
+        tr = translate.EngineCall(self.runtime, req)
         await tr.prepare()
-        resp = await tr.complete()
-        ours = [c for c in resp.tool_calls if split_qualified(c.name) is not None]
-        if not ours or len(ours) < len(resp.tool_calls) or run.rounds >= max_rounds:
-            return tr, resp, run
-        results = await _call_all(runtime, ours)
-        run.rounds += 1
-        run.calls += len(ours)
-        turn = Message(role="assistant", content=resp.text, tool_calls=resp.tool_calls)
-        fed = [Message(role="tool", content=text, tool_call_id=c.id, tool_name=c.name) for c, text in results]
+        self._round.reset()
+        self._stream = await tr.stream(self._round)
+        inner = self._round.inner
+        set_stream_enders(  # ended from outside: the dialect's own end, not a round's
+            cancelled=inner.error,
+            interrupted=lambda: inner.finish(Delta(finish_reason="stop"), tr.timings),
+        )
+        return tr
+
+    def __aiter__(self) -> McpStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._iter.__anext__()
+
+    async def _generate(self) -> AsyncIterator[bytes]:
+        assert self._first is not None
+        round_, first = self._round, self._first
+        try:
+            while True:
+                assert self._stream is not None
+                async for chunk in self._stream:
+                    yield chunk
+                if round_.failed is not None:
+                    self.failure = round_.failed
+                    return
+                final = round_.final or Delta(finish_reason="stop")
+                self._usage = _plus(self._usage, final.usage)
+                ours = round_.calls()
+                if not ours or round_.theirs or self.run.rounds >= self._max_rounds:
+                    reason = (
+                        final.finish_reason
+                        if round_.theirs or final.finish_reason != "tool_calls"
+                        else "stop"
+                    )
+                    end = msgspec.structs.replace(final, finish_reason=reason, usage=self._usage)
+                    self._ended_ns = time.perf_counter_ns()
+                    yield self.report.ended(self.run) + round_.inner.finish(end, self.timings())
+                    return
+                yield b"".join(self.report.calling(c) for c in ours)
+                results = await self._call_all(ours)
+                yield b"".join(self.report.called(c, r) for c, r in zip(ours, results, strict=True))
+                self._feed_back(final, ours, results)
+                try:
+                    await self._start_round()
+                except BlazarError as exc:
+                    self.failure = exc
+                    if (card := first.card) is not None:
+                        card.note_failure(exc.code, exc.message)
+                    yield round_.inner.error(exc.code, exc.message)
+                    return
+        finally:
+            await self.aclose()
+
+    def _feed_back(self, final: Delta, calls: list[ToolCall], results: list[McpCallResult]) -> None:
+        self.run.rounds += 1
+        self.run.calls += len(calls)
+        self.run.results.extend(results)
+        turn = Message(role="assistant", content=final.text, tool_calls=calls)
+        fed = [
+            Message(role="tool", content=_text_for_model(r), tool_call_id=c.id, tool_name=c.name)
+            for c, r in zip(calls, results, strict=True)
+        ]
         # The client's tool_choice was for its first turn: later rounds choose freely.
-        req = msgspec.structs.replace(req, messages=[*req.messages, turn, *fed], tool_choice=None)
+        self.req = msgspec.structs.replace(
+            self.req, messages=[*self.req.messages, turn, *fed], tool_choice=None
+        )
 
+    async def _call_all(self, calls: list[ToolCall]) -> list[McpCallResult]:
+        """Every call of one round, side by side (cancelled with the request)."""
+        results: list[McpCallResult | None] = [None] * len(calls)
 
-async def _call_all(runtime: Runtime, calls: list[ToolCall]) -> list[tuple[ToolCall, str]]:
-    """Every call of one round, side by side; each result as the text the model reads."""
-    texts: list[str] = [""] * len(calls)
+        async def one(i: int, c: ToolCall) -> None:
+            results[i] = await self._call_one(c)
 
-    async def one(i: int, c: ToolCall) -> None:
+        async with trio.open_nursery() as nursery:
+            for i, c in enumerate(calls):
+                nursery.start_soon(one, i, c)
+        done = [r for r in results if r is not None]
+        if (call := current_or_none()) is not None and call.card is not None:
+            call.card.note_tools(done)
+        return done
+
+    async def _call_one(self, c: ToolCall) -> McpCallResult:
+        server, tool = split_qualified(c.name) or ("", c.name)
+        if self._grant is not None and not self._grant.allows_mcp(server, tool):
+            return error_result(
+                server, tool, "denied", f"the API key '{self._grant.name}' may not use the tool '{c.name}'"
+            )
+        if self.runtime.mcp.needs_approval(server, tool) and not self._approved & {c.name, tool, "*"}:
+            return error_result(
+                server,
+                tool,
+                "not_approved",
+                f"the tool '{c.name}' needs approval: the request did not carry "
+                f"`{APPROVE}: {c.name}`, so it was not run — answer without it",
+            )
         try:
             arguments = json.loads(c.arguments) if c.arguments.strip() else {}
         except ValueError:
-            texts[i] = f"error: the arguments are not JSON: {c.arguments[:200]}"
-            return
+            return error_result(
+                server, tool, "bad_arguments", f"the arguments are not JSON: {c.arguments[:200]}"
+            )
         if not isinstance(arguments, dict):
-            texts[i] = "error: the arguments must be a JSON object"
-            return
-        result = await runtime.mcp.call(c.name, arguments)
-        texts[i] = f"error: {result.text}" if result.is_error else result.text
+            return error_result(server, tool, "bad_arguments", "the arguments must be a JSON object")
+        return await self.runtime.mcp.call(c.name, arguments)
 
-    async with trio.open_nursery() as nursery:
-        for i, c in enumerate(calls):
-            nursery.start_soon(one, i, c)
-    return list(zip(calls, texts, strict=True))
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.aclose()
+
+
+def _text_for_model(result: McpCallResult) -> str:
+    return f"error: {result.text}" if result.is_error else result.text
+
+
+async def drain(stream: McpStream) -> None:
+    """Run every round of ``stream`` to its end, for an answer sent whole."""
+    try:
+        async for _ in stream:
+            pass
+    finally:
+        await stream.aclose()
+
+
+async def answer(runtime: Runtime, req: ChatRequest, servers: list[str]) -> tuple[McpStream, ChatResponse]:
+    """The whole answer to ``req`` with ``servers``' tools: the loop's stream, gathered."""
+    gathered = translate.Gathered()
+    stream = await McpStream.open(runtime, req, servers, gathered, SILENT)
+    await drain(stream)
+    return stream, gathered.response(req)

@@ -179,11 +179,17 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
             return json_reply(body)
         if dialect == "chat" and action is None and (servers := mcp_loop.selected_servers(runtime, call)):
-            tr, resp, run = await mcp_loop.answer(runtime, req, servers)
-            body = ollama.encode_chat_response(
-                resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=req.model
+            if not req.stream:
+                loop, resp = await mcp_loop.answer(runtime, req, servers)
+                body = ollama.encode_chat_response(
+                    resp, created_at=_now(), timings=_timings(loop.timings()), think=think, model=req.model
+                )
+                return json_reply(body, headers={**loop.headers(), "X-Blazar-Mcp": loop.run.header()})
+            looped = await mcp_loop.McpStream.open(
+                runtime, req, servers, _Encoder(req.model, dialect, think), mcp_loop.SILENT
             )
-            return json_reply(body, headers={**tr.headers(), "X-Blazar-Mcp": run.header()})
+            call.on_cleanup(looped.aclose)
+            return stream_reply(looped, content_type=NDJSON, headers=looped.headers())
         tr = translate.EngineCall(runtime, req)
         await tr.prepare()
         if action == "load":

@@ -109,6 +109,17 @@ class _Outcome(NamedTuple):
     strict: bool
 
 
+def _chat_encoder(req: ChatRequest) -> _Encoder:
+    return _Encoder(
+        openai.ChatStreamEncoder(
+            completion_id=f"chatcmpl-{secrets.token_hex(12)}",
+            model=req.model,
+            created=int(time.time()),
+            include_usage=req.include_usage,
+        )
+    )
+
+
 def register(app: QuartTrio) -> None:
     """The model listings and embeddings, served by the framework."""
     app.get("/v1/models")(list_models)
@@ -149,9 +160,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         translate.check_images(req, engine)
         if servers := mcp_loop.selected_servers(runtime, call):
-            tr, resp, run = await mcp_loop.answer(runtime, _as_translated(call, req), servers)
-            headers = {**tr.headers(), "X-Blazar-Mcp": run.header()}
-            return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
+            return await with_mcp(call, _as_translated(call, req), servers)
         if (
             req.tools
             and not engine.spec.native_tools
@@ -169,6 +178,17 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             outcome=_Outcome(req.ignored, req.max_tokens, req.output_param, strict),
         )
 
+    async def with_mcp(call: Call, req: ChatRequest, servers: list[str]) -> Reply:
+        if not req.stream:
+            loop, resp = await mcp_loop.answer(runtime, req, servers)
+            headers = {**loop.headers(), "X-Blazar-Mcp": loop.run.header()}
+            return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
+        stream = await mcp_loop.McpStream.open(
+            runtime, req, servers, _chat_encoder(req), mcp_loop.SSE_COMMENTS
+        )
+        call.on_cleanup(stream.aclose)
+        return stream_reply(stream, content_type="text/event-stream", headers=stream.headers())
+
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, _as_translated(call, req))
         await tr.prepare()
@@ -176,15 +196,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if not req.stream:
             resp = await tr.complete()
             return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
-        encoder = _Encoder(
-            openai.ChatStreamEncoder(
-                completion_id=f"chatcmpl-{secrets.token_hex(12)}",
-                model=req.model,
-                created=int(time.time()),
-                include_usage=req.include_usage,
-            )
-        )
-        stream = await tr.stream(encoder)
+        stream = await tr.stream(_chat_encoder(req))
         call.on_cleanup(stream.aclose)
         return stream_reply(stream, content_type="text/event-stream", headers=headers)
 

@@ -16,9 +16,10 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from actors.mcp_results import McpCallResult, split_qualified
 from actors.runtime import Runtime
 from blazar.dialects import responses
-from blazar.dialects.neutral import DecodeError
+from blazar.dialects.neutral import DecodeError, ToolCall
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
@@ -58,13 +59,35 @@ async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: d
         await store.put(row_for(req, body, doc), conversation_items=[*req.items, *doc["output"]])
 
 
+class McpItems:
+    """The MCP calls the gateway runs, shown as the Responses API's ``mcp_call`` items."""
+
+    def __init__(self, encoder: StreamEncoder) -> None:
+        self._encoder = encoder
+
+    def calling(self, call: ToolCall) -> bytes:
+        server, tool = split_qualified(call.name) or ("", call.name)
+        return self._encoder.mcp_started(call.id, server, tool, call.arguments)
+
+    def called(self, call: ToolCall, result: McpCallResult) -> bytes:
+        error: dict[str, Any] | None = None
+        if result.is_error and result.why is None:  # the tool's own error
+            error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": result.text}]}
+        elif result.is_error:  # one the gateway met: no answer, a refusal, a timeout
+            error = {"type": "mcp_protocol_error", "code": -32000, "message": f"{result.why}: {result.text}"}
+        return self._encoder.mcp_ended(call.id, result.text, error)
+
+    def ended(self, run: mcp_loop.McpRun) -> bytes:
+        return b""
+
+
 class _StoredStream:
     """The engine's stream as Responses events; the finished response is stored before
     the event that says so leaves."""
 
     def __init__(
         self,
-        inner: translate.TranslatedStream,
+        inner: translate.TranslatedStream | mcp_loop.McpStream,
         encoder: StreamEncoder,
         store: ResponseStore,
         req: ResponsesRequest,
@@ -113,12 +136,19 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         chat = responses.chat_request(req, await history_of(store, req))
         response_id, created_at = responses.new_id("resp"), time.time()
         if servers := mcp_loop.selected_servers(runtime, call):
-            tr, answer, run = await mcp_loop.answer(runtime, chat, servers)
-            doc = whole_response(
-                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
-            )
-            await _keep(store, req, call.body, doc)
-            return json_reply(doc, headers={**_headers(req, tr), "X-Blazar-Mcp": run.header()})
+            encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
+            loop = await mcp_loop.McpStream.open(runtime, chat, servers, encoder, McpItems(encoder))
+            headers = {**_headers(req), **loop.headers()}
+            if req.stream:
+                call.on_cleanup(loop.aclose)
+                stream = _StoredStream(loop, encoder, store, req, call.body)
+                return stream_reply(stream, content_type="text/event-stream", headers=headers)
+            await mcp_loop.drain(loop)
+            if loop.failure is not None:
+                raise loop.failure
+            assert encoder.final is not None
+            await _keep(store, req, call.body, encoder.final)
+            return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
         tr = translate.EngineCall(runtime, chat)
         await tr.prepare()
         if not req.stream:

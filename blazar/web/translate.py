@@ -52,6 +52,7 @@ from blazar.web.relay import close_response, crash_error, send_upstream
 
 __all__ = [
     "EngineCall",
+    "Gathered",
     "StreamEncoder",
     "Timings",
     "TranslatedStream",
@@ -287,7 +288,7 @@ class EngineCall:
         """The whole answer. The engine is asked for a stream all the same: llama.cpp
         notices a closed connection only while it streams, so a client that goes away
         stops the engine too; and the first token is timed here."""
-        gathered = _Gathered()
+        gathered = Gathered()
         stream = await self.stream(gathered)
         try:
             async for _ in stream:
@@ -325,7 +326,7 @@ class EngineCall:
         return stream
 
 
-class _Gathered:
+class Gathered:
     """A stream encoder that keeps the deltas, for an answer sent whole."""
 
     def __init__(self) -> None:

@@ -416,7 +416,7 @@ async def test_a_queued_client_that_disconnects_frees_its_place_at_once(
 async def test_metrics_need_a_metrics_or_admin_key_and_diagnostics_admin(
     instant_home: Path, keys: KeyStore, scopes: tuple[str, ...], expect: dict[str, int]
 ) -> None:
-    families, _ = parse_scopes(list(scopes))
+    families = parse_scopes(list(scopes)).families
     _, secret = keys.add("k", families=families)
     async with gateway() as gw:
         for what, status in expect.items():

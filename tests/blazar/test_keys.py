@@ -83,7 +83,7 @@ def test_the_last_key_goes_only_when_forced(tmp_path: Path) -> None:
 
 
 def test_metrics_is_its_own_family_which_admin_implies() -> None:
-    families, _ = parse_scopes(["metrics"])
+    families = parse_scopes(["metrics"]).families
     scraper = Key(name="prom", digest="", hint="", families=families, created_at=0.0)
     assert scraper.allows_family("metrics") and not scraper.allows_family("chat")
     assert not scraper.allows_family("admin")
@@ -106,11 +106,16 @@ def test_another_connection_s_commit_is_seen_as_a_change(tmp_path: Path) -> None
 
 
 def test_scopes_default_to_every_family_but_admin_on_every_model() -> None:
-    assert parse_scopes(None) == (DEFAULT_FAMILIES, ("*",))
+    assert parse_scopes(None) == (DEFAULT_FAMILIES, ("*",), ())
     assert "admin" not in DEFAULT_FAMILIES
-    assert parse_scopes(["models:qwen*"]) == (DEFAULT_FAMILIES, ("qwen*",))
-    assert parse_scopes(["chat,embeddings", "models:a*,models:b"]) == (("chat", "embeddings"), ("a*", "b"))
-    assert parse_scopes(["admin"]) == (("admin",), ("*",))
+    assert parse_scopes(["models:qwen*"]) == (DEFAULT_FAMILIES, ("qwen*",), ())
+    assert parse_scopes(["chat,embeddings", "models:a*,models:b"]) == (
+        ("chat", "embeddings"),
+        ("a*", "b"),
+        (),
+    )
+    assert parse_scopes(["admin"]) == (("admin",), ("*",), ())
+    assert parse_scopes(["chat,mcp:files,mcp:!files/rm"]).mcp == ("files", "!files/rm")
     with pytest.raises(KeyStoreError, match="unknown scope 'chats'"):
         parse_scopes(["chats"])
     with pytest.raises(KeyStoreError, match="needs a pattern"):
@@ -258,3 +263,44 @@ def test_a_rate_refusal_comes_before_the_concurrency_check() -> None:
     u.requests.add(0.0, 1)
     d = limits.decide(u, 1.0, rpm=1, tpm=0, max_concurrent=1, queue=True)
     assert d.verdict is limits.Verdict.RATE
+
+
+def test_mcp_rules_allow_and_deny_servers_and_tools(tmp_path: Path) -> None:
+    store = KeyStore(keys_path(tmp_path))
+    everything, _ = store.add("all")
+    assert everything.allows_mcp("files") and everything.allows_mcp("files", "rm")
+    only, _ = store.add("only", mcp=("files", "web/search"))
+    assert only.allows_mcp("files") and only.allows_mcp("files", "rm")
+    assert only.allows_mcp("web") and only.allows_mcp("web", "search") and not only.allows_mcp("web", "fetch")
+    assert not only.allows_mcp("shell") and not only.allows_mcp("shell", "run")
+    deny, _ = store.add("deny", mcp=("!shell", "!files/rm*"))
+    assert not deny.allows_mcp("shell") and not deny.allows_mcp("shell", "ls")
+    assert (
+        deny.allows_mcp("files")
+        and deny.allows_mcp("files", "read")
+        and not deny.allows_mcp("files", "rmdir")
+    )
+    assert [k.mcp for k in store.list()] == [(), ("!shell", "!files/rm*"), ("files", "web/search")]
+    with pytest.raises(KeyStoreError, match="mcp scope"):
+        parse_scopes(["mcp:a/b/c"])
+
+
+def test_a_keys_file_from_before_mcp_scopes_opens(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = keys_path(tmp_path)
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE keys (name TEXT PRIMARY KEY, digest TEXT NOT NULL UNIQUE, hint TEXT NOT NULL, "
+        "families TEXT NOT NULL, models TEXT NOT NULL, rpm INTEGER NOT NULL DEFAULT 0, tpm INTEGER "
+        "NOT NULL DEFAULT 0, max_concurrent INTEGER NOT NULL DEFAULT 0, expires_at REAL, created_at "
+        "REAL NOT NULL, rotated_at REAL)"
+    )
+    conn.execute(
+        "INSERT INTO keys (name, digest, hint, families, models, created_at) VALUES "
+        "('old', 'd', 'blz-', 'chat', '[\"*\"]', 1.0)"
+    )
+    conn.commit()
+    conn.close()
+    [old] = KeyStore(path).list()
+    assert old.name == "old" and old.mcp == () and old.allows_mcp("anything", "at-all")

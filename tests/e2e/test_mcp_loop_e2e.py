@@ -1,7 +1,8 @@
 """The MCP tool loop through the real daemon, with the test model (its template has no tools,
 so calls go through the gateway's emulation) and a real MCP server over stdio: the official
 OpenAI, Anthropic and Ollama clients get an answer after the gateway ran the tools, told by
-``x-blazar-mcp``; a client's own tool ends the loop; a failing tool is a result, not a 5xx."""
+``x-blazar-mcp``, whole or streamed; a client's own tool ends the loop; a failing tool is a
+result, not a 5xx."""
 
 from __future__ import annotations
 
@@ -161,20 +162,42 @@ def test_the_body_names_the_servers_too(daemon: DaemonProc) -> None:
     assert bad.status_code == 400 and "`mcp`" in bad.json()["error"]["message"]
 
 
-def test_what_the_loop_cannot_do_is_refused_clearly(daemon: DaemonProc) -> None:
-    body = {"model": MODEL, "messages": ASK, "stream": True, "max_tokens": 8}
-    streamed = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, headers=USE, timeout=60)
-    assert streamed.status_code == 400 and "whole answers" in streamed.json()["error"]["message"]
+def test_streams_run_the_loop_with_the_official_clients(daemon: DaemonProc, client: openai.OpenAI) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model=MODEL,
+        messages=ASK,  # type: ignore[arg-type]
+        tool_choice=_forced("mcp__tools__echo"),  # type: ignore[arg-type]
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers=USE,
+    ) as raw:
+        assert raw.headers["x-blazar-mcp"] == "servers=tools"
+        chunks = list(raw.parse())
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["stop"], ["length"])  # one end, after the rounds
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)  # no MCP call leaks
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    ant = anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=180)
+    with ant.messages.stream(
+        model=MODEL,
+        max_tokens=24,
+        messages=ASK,  # type: ignore[arg-type]
+        tool_choice={"type": "any"},
+        extra_headers=USE,
+    ) as stream:
+        final = stream.get_final_message()
+    assert all(b.type == "text" for b in final.content) and final.stop_reason in ("end_turn", "max_tokens")
     unknown = httpx.post(
         f"{daemon.url}/v1/chat/completions",
-        json={**body, "stream": False},
+        json={"model": MODEL, "messages": ASK, "max_tokens": 8},
         headers={"x-blazar-mcp": "nope"},
         timeout=60,
     )
     assert unknown.status_code == 404 and unknown.json()["error"]["blazar_code"] == "MCP_SERVER_NOT_FOUND"
 
 
-def test_the_responses_api_runs_the_loop_and_refuses_it_in_background(client: openai.OpenAI) -> None:
+def test_the_responses_api_shows_the_calls_and_refuses_the_loop_in_background(client: openai.OpenAI) -> None:
     raw = client.responses.with_raw_response.create(
         model=MODEL,
         input="Repeat the word banana with the echo tool.",
@@ -182,8 +205,19 @@ def test_the_responses_api_runs_the_loop_and_refuses_it_in_background(client: op
         max_output_tokens=40,
         extra_headers=USE,
     )
-    _looped(raw.headers["x-blazar-mcp"])
+    rounds, calls = _counts(raw.headers["x-blazar-mcp"])
     done = raw.parse()
-    assert done.status == "completed" and [item.type for item in done.output] == ["message"]
+    kinds = [item.type for item in done.output]
+    assert done.status in ("completed", "incomplete") and kinds.count("mcp_call") == calls >= rounds >= 1
+    assert kinds[-1] == "message"
+    with client.responses.stream(
+        model=MODEL, input="Echo kiwi.", tool_choice="required", max_output_tokens=24, extra_headers=USE
+    ) as stream:
+        seen = {event.type for event in stream}
+        final = stream.get_final_response()
+    # the call is reported as it runs, and how it ended (the tiny model's arguments may not fit)
+    assert "response.mcp_call.in_progress" in seen
+    assert seen & {"response.mcp_call.completed", "response.mcp_call.failed"}
+    assert final.output[0].type == "mcp_call"
     with pytest.raises(openai.BadRequestError, match="background"):
         client.responses.create(model=MODEL, input="hi", background=True, extra_headers=USE)

@@ -31,9 +31,18 @@ def fail(message: str = "boom") -> str:
 
 
 @server.tool()
-async def hang() -> str:
-    """Never answers."""
-    await anyio.sleep_forever()
+async def hang(marker: str = "") -> str:
+    """Never answers; writes ``running`` to the file ``marker`` (if given) once it runs, and
+    ``cancelled`` when it is cancelled."""
+    if marker:
+        await anyio.Path(marker).write_text("running")
+    try:
+        await anyio.sleep_forever()
+    except anyio.get_cancelled_exc_class():
+        if marker:
+            with anyio.CancelScope(shield=True):
+                await anyio.Path(marker).write_text("cancelled")
+        raise
     return "unreachable"
 
 
