@@ -32,9 +32,10 @@ from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, frame
 from blazar.error_reply import describe_error
 from blazar.errors import CATALOG, Dialect
+from blazar.keys import LOCAL_NAME, Key
 from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.scrub import scrub
-from blazar.web import translate
+from blazar.web import mcp_loop, translate
 from blazar.web.cards import Card
 
 __all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
@@ -46,18 +47,50 @@ Record = Callable[[RequestRecord], None]
 """Where a job's facts go when it has run (the gateway's ledger and telemetry)."""
 
 
+class _Job(msgspec.Struct, frozen=True, kw_only=True):
+    """What a background response's job carries beyond the stored request, so that it runs
+    the same after a restart: the key that made it (its name, never a secret) and the MCP
+    servers the request chose, with the key's MCP rules and the tools it approved then."""
+
+    id: str
+    key: str | None = None
+    mcp: list[str] = []
+    mcp_rules: tuple[str, ...] = ()
+    approved: list[str] = []
+
+
+def _job_of(payload: bytes) -> _Job:
+    if payload.startswith(b"{"):
+        return msgspec.json.decode(payload, type=_Job)
+    response_id, _, key = payload.decode().partition("\n")  # a job queued by an older daemon
+    return _Job(id=response_id, key=key or None)
+
+
 async def submit(
-    runtime: Runtime, req: ResponsesRequest, body: bytes, *, key: str | None = None
+    runtime: Runtime,
+    req: ResponsesRequest,
+    body: bytes,
+    *,
+    key: Key | None = None,
+    servers: list[str] | None = None,
+    approved: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Store a queued response with its job; the Response object to answer with. ``key``:
-    the name of the API key that created it, which its job's tokens are charged to."""
+    the API key that created it, which its job's tokens are charged to (and whose MCP scopes
+    apply to ``servers``, the MCP servers the request chose)."""
     response_id = responses.new_id("resp")
     doc = responses.encode_response(req, response_id=response_id, created_at=time.time(), status="queued")
     row = row_for(req, body, doc)
+    job = _Job(
+        id=response_id,
+        key=key.name if key is not None else None,
+        mcp=servers or [],
+        mcp_rules=key.mcp if key is not None else (),
+        approved=sorted(approved),
+    )
     await runtime.jobs.submit(
         KIND,
-        # the key's name (never a secret) rides with the job, so it survives a restart
-        (response_id if key is None else f"{response_id}\n{key}").encode(),
+        msgspec.json.encode(job),
         model=req.model,
         job_id=response_id,
         statements=(ResponseStore.put_statement(row),),
@@ -70,17 +103,17 @@ def register_runner(runtime: Runtime, record: Record | None = None) -> None:
     ``RequestRecord`` (``method`` ``JOB``, its trace id the response's id)."""
 
     async def run(ctx: JobContext) -> JobOutcome:
-        response_id, _, key = ctx.job.request.decode().partition("\n")
-        card = Card(trace_id=response_id, path="/v1/responses")
+        job = _job_of(ctx.job.request)
+        card = Card(trace_id=job.id, path="/v1/responses")
         started_at = time.time()
         try:
-            return await _run(runtime, ctx, response_id, card)
+            return await _run(runtime, ctx, job, card)
         except trio.Cancelled:
             card.note_failure("CLIENT_CLOSED_REQUEST", "the response was cancelled while it ran")
             raise
         finally:
             if record is not None and card.model is not None:
-                record(_record_of(card, key or None, started_at))
+                record(_record_of(card, job.key, started_at))
 
     runtime.jobs.register(KIND, run)
 
@@ -107,9 +140,9 @@ def _record_of(card: Card, key: str | None, started_at: float) -> RequestRecord:
     )
 
 
-async def _run(runtime: Runtime, ctx: JobContext, response_id: str, card: Card) -> JobOutcome:
+async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobOutcome:
     store = store_of(runtime)
-    row = await store.get(response_id)
+    row = await store.get(job.id)
     if row is None:
         return JobOutcome(state="failed", error="the response was deleted before it ran")
     card.model = row.model
@@ -124,12 +157,17 @@ async def _run(runtime: Runtime, ctx: JobContext, response_id: str, card: Card) 
         on_event=lambda event, seq: pending.append((event, seq)),
     )
     try:
-        chat = responses.chat_request(req, await history_of(store, req))
-        call = translate.EngineCall(
-            runtime, msgspec.structs.replace(chat, stream=True), tier=Tier.LOW, card=card
-        )
-        await call.prepare()
-        stream = await call.stream(encoder)
+        chat = msgspec.structs.replace(responses.chat_request(req, await history_of(store, req)), stream=True)
+        stream: translate.TranslatedStream | mcp_loop.McpStream
+        if job.mcp:
+            grant = Key(name=job.key or LOCAL_NAME, digest="", hint="", mcp=job.mcp_rules, created_at=0.0)
+            asker = mcp_loop.Asker(grant=grant, approved=frozenset(job.approved), tier=Tier.LOW, card=card)
+            items = mcp_loop.ResponsesItems(encoder)
+            stream = await mcp_loop.McpStream.open(runtime, chat, job.mcp, encoder, items, asker)
+        else:
+            call = translate.EngineCall(runtime, chat, tier=Tier.LOW, card=card)
+            await call.prepare()
+            stream = await call.stream(encoder)
         try:
             await store.update(row.id, "in_progress", {**row.response, "status": "in_progress"})
             async for chunk in stream:

@@ -28,6 +28,7 @@ import trio
 
 from actors.mcp_results import McpCallResult, error_result, split_qualified
 from actors.runtime import Runtime
+from actors.scheduling import Tier
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -39,14 +40,28 @@ from blazar.dialects.neutral import (
     ToolSpec,
     Usage,
 )
+from blazar.dialects.responses_stream import StreamEncoder as ResponsesEncoder
 from blazar.errors import BlazarError
 from blazar.keys import Key
 from blazar.web import translate
 from blazar.web.call import Call, current_or_none
+from blazar.web.cards import Card
 from blazar.web.common import set_stream_enders
 from blazar.web.translate import StreamEncoder, Timings
 
-__all__ = ["SILENT", "SSE_COMMENTS", "McpRun", "McpStream", "Report", "answer", "drain", "selected_servers"]
+__all__ = [
+    "SILENT",
+    "SSE_COMMENTS",
+    "Asker",
+    "McpRun",
+    "McpStream",
+    "Report",
+    "ResponsesItems",
+    "answer",
+    "approvals",
+    "drain",
+    "selected_servers",
+]
 
 HEADER = "x-blazar-mcp"
 APPROVE = "x-blazar-mcp-approve"
@@ -96,6 +111,28 @@ class _SseComments:
 
     def ended(self, run: McpRun) -> bytes:
         return f": {HEADER} {run.header()}\n\n".encode()
+
+
+class ResponsesItems:
+    """The calls shown as the Responses API's ``mcp_call`` output items, as they run."""
+
+    def __init__(self, encoder: ResponsesEncoder) -> None:
+        self._encoder = encoder
+
+    def calling(self, call: ToolCall) -> bytes:
+        server, tool = split_qualified(call.name) or ("", call.name)
+        return self._encoder.mcp_started(call.id, server, tool, call.arguments)
+
+    def called(self, call: ToolCall, result: McpCallResult) -> bytes:
+        error: dict[str, Any] | None = None
+        if result.is_error and result.why is None:  # the tool's own error
+            error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": result.text}]}
+        elif result.is_error:  # one the gateway met: no answer, a refusal, a timeout
+            error = {"type": "mcp_protocol_error", "code": -32000, "message": f"{result.why}: {result.text}"}
+        return self._encoder.mcp_ended(call.id, result.text, error)
+
+    def ended(self, run: McpRun) -> bytes:
+        return b""
 
 
 SILENT: Report = _Silent()
@@ -214,17 +251,46 @@ def _plus(a: Usage, b: Usage | None) -> Usage:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Asker:
+    """Who runs a loop: the key (its ``mcp:`` scopes), the tools the request approved, and for
+    work outside an HTTP request (a background response), its admission tier and card."""
+
+    grant: Key | None = None
+    approved: frozenset[str] = frozenset()
+    tier: Tier | None = None
+    card: Card | None = None
+
+    @classmethod
+    def of(cls, call: Call | None) -> Asker:
+        if call is None:
+            return cls()
+        return cls(grant=call.grant, approved=approvals(call.headers.get(APPROVE)))
+
+
+def approvals(raw: str | None) -> frozenset[str]:
+    """The tools an ``x-blazar-mcp-approve`` value names."""
+    return frozenset(a.strip() for a in (raw or "").split(",") if a.strip())
+
+
 class McpStream:
     """The rounds of one request as the dialect's bytes; ``open`` runs up to the first round's
     engine stream, so what fails before any byte is an HTTP error, not an error event."""
 
     def __init__(
-        self, runtime: Runtime, req: ChatRequest, servers: list[str], encoder: StreamEncoder, report: Report
+        self,
+        runtime: Runtime,
+        req: ChatRequest,
+        servers: list[str],
+        encoder: StreamEncoder,
+        report: Report,
+        asker: Asker,
     ) -> None:
         self.runtime = runtime
         self.req = req
         self.run = McpRun(servers=servers)
         self.report = report
+        self.asker = asker
         self._round = _Round(encoder)
         self._offered = False
         self._max_rounds = runtime.mcp.max_rounds(servers)
@@ -235,17 +301,20 @@ class McpStream:
         """What ended the loop midway (an engine that failed in a later round)."""
         self._stream: translate.TranslatedStream | None = None
         self._iter: AsyncIterator[bytes] = self._generate()
-        call = current_or_none()
-        grant, headers = (call.grant, call.headers) if call is not None else (None, {})
-        self._grant: Key | None = grant
-        self._approved = frozenset(a.strip() for a in headers.get(APPROVE, "").split(",") if a.strip())
 
     @classmethod
     async def open(
-        cls, runtime: Runtime, req: ChatRequest, servers: list[str], encoder: StreamEncoder, report: Report
+        cls,
+        runtime: Runtime,
+        req: ChatRequest,
+        servers: list[str],
+        encoder: StreamEncoder,
+        report: Report,
+        asker: Asker | None = None,
     ) -> McpStream:
-        self = cls(runtime, req, servers, encoder, report)
-        grant = self._grant
+        """``asker``: None for the HTTP request being served."""
+        self = cls(runtime, req, servers, encoder, report, asker or Asker.of(current_or_none()))
+        grant = self.asker.grant
         offered = [
             ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
             for listed in await runtime.mcp.tools(servers)
@@ -277,7 +346,7 @@ class McpStream:
         req = self.req
         if self.run.rounds >= self._max_rounds and self._offered:
             req = msgspec.structs.replace(req, tool_choice=ToolChoice(mode="none"))
-        tr = translate.EngineCall(self.runtime, req)
+        tr = translate.EngineCall(self.runtime, req, tier=self.asker.tier, card=self.asker.card)
         await tr.prepare()
         self._round.reset()
         self._stream = await tr.stream(self._round)
@@ -358,17 +427,18 @@ class McpStream:
             for i, c in enumerate(calls):
                 nursery.start_soon(one, i, c)
         done = [r for r in results if r is not None]
-        if (call := current_or_none()) is not None and call.card is not None:
-            call.card.note_tools(done)
+        if (card := self._first.card if self._first is not None else None) is not None:
+            card.note_tools(done)
         return done
 
     async def _call_one(self, c: ToolCall) -> McpCallResult:
         server, tool = split_qualified(c.name) or ("", c.name)
-        if self._grant is not None and not self._grant.allows_mcp(server, tool):
+        grant = self.asker.grant
+        if grant is not None and not grant.allows_mcp(server, tool):
             return error_result(
-                server, tool, "denied", f"the API key '{self._grant.name}' may not use the tool '{c.name}'"
+                server, tool, "denied", f"the API key '{grant.name}' may not use the tool '{c.name}'"
             )
-        if self.runtime.mcp.needs_approval(server, tool) and not self._approved & {c.name, tool, "*"}:
+        if self.runtime.mcp.needs_approval(server, tool) and not self.asker.approved & {c.name, tool, "*"}:
             return error_result(
                 server,
                 tool,

@@ -16,10 +16,9 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from actors.mcp_results import McpCallResult, split_qualified
 from actors.runtime import Runtime
 from blazar.dialects import responses
-from blazar.dialects.neutral import DecodeError, ToolCall
+from blazar.dialects.neutral import DecodeError
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
@@ -57,28 +56,6 @@ def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
 async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:
     if req.store:
         await store.put(row_for(req, body, doc), conversation_items=[*req.items, *doc["output"]])
-
-
-class McpItems:
-    """The MCP calls the gateway runs, shown as the Responses API's ``mcp_call`` items."""
-
-    def __init__(self, encoder: StreamEncoder) -> None:
-        self._encoder = encoder
-
-    def calling(self, call: ToolCall) -> bytes:
-        server, tool = split_qualified(call.name) or ("", call.name)
-        return self._encoder.mcp_started(call.id, server, tool, call.arguments)
-
-    def called(self, call: ToolCall, result: McpCallResult) -> bytes:
-        error: dict[str, Any] | None = None
-        if result.is_error and result.why is None:  # the tool's own error
-            error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": result.text}]}
-        elif result.is_error:  # one the gateway met: no answer, a refusal, a timeout
-            error = {"type": "mcp_protocol_error", "code": -32000, "message": f"{result.why}: {result.text}"}
-        return self._encoder.mcp_ended(call.id, result.text, error)
-
-    def ended(self, run: mcp_loop.McpRun) -> bytes:
-        return b""
 
 
 class _StoredStream:
@@ -119,15 +96,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         _check_strict(runtime, req)
         store = store_of(runtime)
-        if req.background and mcp_loop.selected_servers(runtime, call):
-            raise BlazarError(
-                "BAD_REQUEST",
-                "MCP tools do not run in background responses yet: send it without `background`, "
-                "or without MCP servers",
-            )
         if req.background:
             await history_of(store, req)  # an unknown previous response is refused now, not later
-            doc = await background.submit(runtime, req, call.body, key=call.key)
+            servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
+            approved = mcp_loop.approvals(call.headers.get(mcp_loop.APPROVE))
+            doc = await background.submit(
+                runtime, req, call.body, key=call.grant, servers=servers, approved=approved
+            )
             if not req.stream:
                 return json_reply(doc, headers=_headers(req))
             return stream_reply(
@@ -137,7 +112,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         response_id, created_at = responses.new_id("resp"), time.time()
         if servers := mcp_loop.selected_servers(runtime, call):
             encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
-            loop = await mcp_loop.McpStream.open(runtime, chat, servers, encoder, McpItems(encoder))
+            loop = await mcp_loop.McpStream.open(
+                runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder)
+            )
             headers = {**_headers(req), **loop.headers()}
             if req.stream:
                 call.on_cleanup(loop.aclose)

@@ -214,3 +214,31 @@ async def test_a_request_cancelled_mid_loop_cancels_the_running_tool(
         # the server is still there for the next request
         r = await gw.client.post("/api/mcp/local/call", json={"tool": "echo", "arguments": {"text": "x"}})
         assert r.json()["text"] == "echo: x"
+
+
+async def test_a_background_response_runs_the_loop_as_a_job(instant_home: Path) -> None:
+    async with gateway(approve=["echo"]) as gw:
+        body = {"model": MODEL, "input": "Say hi with the echo tool.", "background": True}
+        r = await gw.client.post("/v1/responses", json=body, headers={"x-blazar-mcp-approve": "echo"})
+        assert r.status_code == 200, r.text
+        response_id = r.json()["id"]
+        while True:  # polled as a client would
+            doc = (await gw.client.get(f"/v1/responses/{response_id}")).json()
+            if doc["status"] not in ("queued", "in_progress"):
+                break
+            await trio.sleep(0.05)
+        assert doc["status"] == "completed", doc
+        # the job kept the request's choice of servers and its approval
+        assert [(i["type"], i.get("output")) for i in doc["output"]] == [
+            ("mcp_call", "echo: hi"),
+            ("mcp_call", "echo: hi"),
+            ("message", None),
+        ]
+
+
+def test_a_job_queued_before_mcp_still_reads() -> None:
+    from blazar.web.background import _job_of
+
+    old = _job_of(b"resp_1\nalice")
+    assert (old.id, old.key, old.mcp) == ("resp_1", "alice", [])
+    assert _job_of(b"resp_2").key is None

@@ -197,7 +197,7 @@ def test_streams_run_the_loop_with_the_official_clients(daemon: DaemonProc, clie
     assert unknown.status_code == 404 and unknown.json()["error"]["blazar_code"] == "MCP_SERVER_NOT_FOUND"
 
 
-def test_the_responses_api_shows_the_calls_and_refuses_the_loop_in_background(client: openai.OpenAI) -> None:
+def test_the_responses_api_shows_the_calls_as_mcp_call_items(client: openai.OpenAI) -> None:
     raw = client.responses.with_raw_response.create(
         model=MODEL,
         input="Repeat the word banana with the echo tool.",
@@ -219,5 +219,3 @@ def test_the_responses_api_shows_the_calls_and_refuses_the_loop_in_background(cl
     assert "response.mcp_call.in_progress" in seen
     assert seen & {"response.mcp_call.completed", "response.mcp_call.failed"}
     assert final.output[0].type == "mcp_call"
-    with pytest.raises(openai.BadRequestError, match="background"):
-        client.responses.create(model=MODEL, input="hi", background=True, extra_headers=USE)
