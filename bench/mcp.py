@@ -8,7 +8,7 @@ same whole-answer OpenAI chat request with the server (A) and without it (B), on
 other, A B A B …; then reads each A request's story (``/api/why``) for the time its tool calls
 took as the gateway measured them. Per round:
 
-    (median A − median B) / rounds − median time of one tool call
+    (median A - median B) / rounds - median time of one tool call
 
 what is left is the gateway's work for a round: listing the tools (cached), holding back and
 collecting the call, running it, feeding the result back, a new engine round trip (claim,
@@ -96,7 +96,7 @@ def run(ctx: Context) -> dict[str, Any]:
         [f"request with the server ({ROUNDS} tool rounds + the answer)", get("with_mcp_ms")],
         ["the same request without it (the answer alone)", get("without_ms")],
         ["one tool call, as the gateway timed it (the MCP SDK, stdio, the server)", get("tool_call_ms")],
-        ["per round, all of it: (A − B) / rounds", get("per_round_total_ms")],
+        ["per round, all of it: (A - B) / rounds", get("per_round_total_ms")],
         ["per round, the gateway's own: less one tool call", get("per_round_gateway_ms")],
     ]
     return {

@@ -59,7 +59,7 @@ TARGETS = [
         0.1,
         "ms",
     ),
-    Target("mcp_round_ms", "mcp", "gateway time per MCP tool round (instant engine and tool)", "<=", 2.0, "ms"),
+    Target("mcp_round_ms", "mcp", "gateway time per MCP round (instant engine and tool)", "<=", 2.0, "ms"),
     Target("cancel_p99_ms", "cancel", "client disconnect → slot idle p99 (gateway)", "<=", 100.0, "ms"),
     Target(
         "prefill_cancel_p99_ms_3000",
