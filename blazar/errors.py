@@ -145,6 +145,16 @@ CATALOG: dict[str, CodeInfo] = {
             404,
             "No [[mcp]] server of that name in config.toml: see `blazar mcp list` (docs/mcp.md).",
         ),
+        _c(
+            "FAILOVER_EXHAUSTED",
+            503,
+            "Every target of the failover chain failed or was skipped; the message names each one's reason.",
+        ),
+        _c(
+            "FAILOVER_CHAIN_NOT_FOUND",
+            404,
+            "No [[failover]] chain of that name in config.toml: see GET /api/failover (docs/routing.md).",
+        ),
     )
 }
 
