@@ -14,6 +14,7 @@ import msgspec
 import pytest
 import trio
 
+from actors.config import FailoverChain
 from actors.engine import EngineState
 from actors.runtime import Runtime
 from blazar.config import Config
@@ -162,3 +163,37 @@ async def test_pins_and_a_chain_with_nothing_left(failover_home: Path) -> None:
         # A chain's targets name their lanes: the engine header does not apply.
         r = await client.post("/v1/chat/completions", json=_chat(), headers={"x-blazar-engine": "mistralrs"})
         assert r.status_code == 400 and "x-blazar-engine" in r.json()["error"]["message"]
+
+
+async def test_an_open_breaker_and_a_slow_start_move_on_too(failover_home: Path) -> None:
+    config = _config()
+    engine = msgspec.structs.replace(config.engine, breaker_crashes=1, breaker_window_s=600.0)
+    hasty = FailoverChain(name="hasty", targets=[SECOND], timeout_s=0.001)
+    config = msgspec.structs.replace(config, engine=engine, failover=[*config.failover, hasty])
+    async with serve_gateway(config) as gw:
+        client, runtime = gw.client, gw.runtime
+        # A target whose engine cannot start within timeout_s is passed over.
+        r = await client.post("/v1/chat/completions", json=_chat("hasty"))
+        assert r.status_code == 503, r.text
+        assert "GATEWAY_TIMEOUT" in r.json()["error"]["message"]
+        assert runtime.failover.state("hasty", SECOND).last_code == "GATEWAY_TIMEOUT"
+
+        r = await client.post("/v1/chat/completions", json=_chat())
+        assert r.headers["x-blazar-target"] == MODEL
+        pid = runtime.engine_named(MODEL).statistics().pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await _failed(runtime, MODEL)
+        r = await client.post("/api/chat", json={**_chat(), "stream": False})
+        assert r.status_code == 200 and r.headers["x-blazar-target"] == SECOND
+
+        # One crash opens this breaker: the probe after the bench finds it open and moves on.
+        until = runtime.failover.state("smart", MODEL).benched_until
+        assert until is not None
+        await trio.sleep_until(until)
+        r = await client.post("/v1/chat/completions", json={**_chat(), "stream": True})
+        assert r.status_code == 200 and r.headers["x-blazar-target"] == SECOND
+        assert r.headers["x-blazar-failover"] == f"{MODEL}=ENGINE_CIRCUIT_OPEN"
+        assert r.text.rstrip().endswith("data: [DONE]")
+        state = runtime.failover.state("smart", MODEL)
+        assert (state.failures, state.last_code) == (2, "ENGINE_CIRCUIT_OPEN")
