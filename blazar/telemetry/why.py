@@ -29,6 +29,8 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     queue_ahead: int | None = None
     evicted: tuple[str, ...] = ()
+    failover: tuple[str, ...] = ()
+    """A failover chain's walk: each target passed over and why, then the one that served."""
 
 
 class Story(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +63,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     """The phase that took most of its time, when one clearly did."""
     lines: list[str]
     """The story in sentences, as ``blazar why`` prints it."""
+    failover: list[str] = []
+    """Asked of a failover chain: each target passed over and why, then the one that served."""
 
 
 _LOADED_MS = 100.0
@@ -133,6 +137,9 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         f"{r.trace_id}: {r.method} {r.path}{dialect}{model}{who}, at {when}: "
         f"{outcome}, status {r.status}, in {_s(r.duration_ms)}."
     ]
+    walk = list(extras.failover) if extras is not None else []
+    if walk:
+        lines.append(f"It was asked of a failover chain: {'; '.join(walk)}.")
     if r.queue_ms is not None:
         if r.queue_ms < 1 and not ahead:
             lines.append("It got an engine slot at once.")
@@ -190,4 +197,5 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         cause=cause,
         slowest=slowest,
         lines=lines,
+        failover=walk,
     )

@@ -124,6 +124,8 @@ class Card:
     """The ``blazar_code`` of a failure after the reply's head was sent (a stream that
     ended with an error event: an engine crash, a lost upstream); the head said 200."""
     failed_reason: str | None = None
+    failover: list[str] = field(default_factory=list)
+    """A failover chain's walk: each target passed over and why, then the one that served."""
 
     def note_failure(self, code: str, message: str) -> None:
         """The request's stream failed midway; the first failure is the one kept."""

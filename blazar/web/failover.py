@@ -29,6 +29,7 @@ from actors.failover import Step
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
 from blazar.web.call import Call, Reply
+from blazar.web.cards import Card
 from blazar.web.common import app_runtime, json_response, read_body, requested_lane
 from registry.errors import RegistryError
 
@@ -66,7 +67,9 @@ class ChainRun:
     """One request's walk along a chain: ``next`` gives the next target's engine (or raises
     ``FAILOVER_EXHAUSTED``), then the caller reports ``succeeded``, ``failed`` or ``timed_out``."""
 
-    def __init__(self, runtime: Runtime, chain: FailoverChain, call: Call | None) -> None:
+    def __init__(
+        self, runtime: Runtime, chain: FailoverChain, call: Call | None, card: Card | None = None
+    ) -> None:
         if call is not None and requested_lane(call.headers) is not None:
             raise BlazarError(
                 "BAD_REQUEST",
@@ -76,6 +79,8 @@ class ChainRun:
         self.runtime = runtime
         self.chain = chain
         self.call = call
+        self.card = card if card is not None else (call.card if call is not None else None)
+        """Where the walk is told (``blazar why``)."""
         self.steps = runtime.failover.plan(chain.name, trio.current_time())
         self._next = 0
         self.step: Step | None = None
@@ -98,13 +103,13 @@ class ChainRun:
             self._next += 1
             target = step.target
             if step.action == "skip":
-                self.passed.append((target.text, "skipped", step.reason or ""))
+                self._pass(target.text, "skipped", step.reason or "")
                 continue
             if self.call is not None:
                 try:
                     self.call.check_model(target.model)
                 except BlazarError as exc:
-                    self.passed.append((target.text, "skipped", exc.message))
+                    self._pass(target.text, "skipped", exc.message)
                     continue
             self.step, self.engine = step, None
             try:
@@ -147,6 +152,8 @@ class ChainRun:
         assert self.step is not None
         crashes = self.engine.crash_count if self.engine is not None else 0
         self.runtime.failover.served(self.chain.name, self.step.target.text, crashes=crashes)
+        if self.card is not None:
+            self.card.failover.append(f"{self.step.target.text} served it")
 
     def headers(self) -> dict[str, str]:
         """What the answer says about the walk: the target that served, those passed over."""
@@ -162,7 +169,12 @@ class ChainRun:
         bench_s = self.runtime.failover.failed(
             self.chain.name, target, code, message, trio.current_time(), crashes=crashes
         )
-        self.passed.append((target, code, f"{message} (benched {bench_s:g} s)"))
+        self._pass(target, code, f"{message} (benched {bench_s:g} s)")
+
+    def _pass(self, target: str, code: str, why: str) -> None:
+        self.passed.append((target, code, why))
+        if self.card is not None:
+            self.card.failover.append(f"{target} passed over, {code}: {why}")
 
     def _exhausted(self) -> str:
         tried = "; ".join(f"{t}: {code} — {why}" for t, code, why in self.passed)

@@ -193,7 +193,7 @@ class EngineCall:
         call = current_or_none()
         self._embeddings = embeddings
         if (chain := self.runtime.failover.chains.get(self.req.model)) is not None:
-            self._chain = ChainRun(self.runtime, chain, call)
+            self._chain = ChainRun(self.runtime, chain, call, self.card)
             return await self._prepare_next()
         lane = requested_lane(call.headers) if call is not None else None
         engine = self.engine = await self.runtime.engine_for(self.req.model, lane)

@@ -91,6 +91,10 @@ async def test_a_killed_engine_fails_over_is_benched_and_probed_back(failover_ho
         assert r.status_code == 200, r.text
         assert r.headers["x-blazar-target"] == SECOND
         assert r.headers["x-blazar-failover"].startswith(f"{MODEL}=ENGINE_CRASHED")
+        story = (await client.get(f"/api/why/{r.headers['x-blazar-trace-id']}")).json()
+        assert story["failover"][0].startswith(f"{MODEL} passed over, ENGINE_CRASHED: ")
+        assert story["failover"][-1] == f"{SECOND} served it"
+        assert any(line.startswith("It was asked of a failover chain") for line in story["lines"])
         doc = (await client.get("/api/failover")).json()
         targets = _targets(doc, "smart")
         first = targets[MODEL]
