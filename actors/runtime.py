@@ -589,6 +589,16 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
 
     reaped, store, catalog = await trio.to_thread.run_sync(prepare)
+    if config.failover:
+        models = {r.name for r in await trio.to_thread.run_sync(store.list)}
+        for chain in config.failover:
+            if chain.name in models:
+                log.warning(
+                    "failover chain '%s' has the name of an installed model: requests for '%s' go to "
+                    "the chain (rename one of them to reach the model itself)",
+                    chain.name,
+                    chain.name,
+                )
     # The tree of DESIGN §3. Children stop in reverse start order: lifecycle first (no
     # idle unload races the shutdown), then engines, then the ledger, which writes what
     # is still queued.

@@ -133,7 +133,9 @@ class Metrics:
         if not name:
             return ""
         engine = self.runtime.engine_named(name)
-        return engine.spec.model if engine is not None else "other"
+        if engine is not None:
+            return engine.spec.model
+        return name if name in self.runtime.failover.chains else "other"  # chains: a bounded set
 
     def observe(self, record: RequestRecord, *, route: str, inference: bool, ttft_s: float | None) -> None:
         """One finished request: a handful of dictionary lookups and additions."""

@@ -78,13 +78,21 @@ class _Encoder:
 async def list_models() -> Response:
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
-    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records if model_visible(r.name)]
+    chains = runtime.failover.chains
+    data = [
+        openai.encode_model(r.name, created=int(r.created_at))
+        for r in records
+        if model_visible(r.name) and r.name not in chains  # a chain of that name wins
+    ]
+    data += [openai.encode_model(name, created=0) for name in chains if model_visible(name)]
     return json_response(openai.encode_model_list(data))
 
 
 async def get_model(name: str) -> Response:
     require_model(name)
     runtime = app_runtime()
+    if name in runtime.failover.chains:  # a failover chain answers as a model of its own
+        return json_response(openai.encode_model(name, created=0))
     record = await trio.to_thread.run_sync(runtime.store.get, name)
     require_model(record.name)
     body = openai.encode_model(record.name, created=int(record.created_at))

@@ -129,6 +129,10 @@ async def test_a_killed_engine_fails_over_is_benched_and_probed_back(failover_ho
 async def test_pins_and_a_chain_with_nothing_left(failover_home: Path) -> None:
     async with serve_gateway(_config()) as gw:
         client = gw.client
+        listed = [m["id"] for m in (await client.get("/v1/models")).json()["data"]]
+        assert {MODEL, SECOND, "smart", "broken"} <= set(listed) and len(listed) == len(set(listed))
+        r = await client.get("/v1/models/smart")
+        assert r.status_code == 200 and r.json()["id"] == "smart"
         r = await client.post("/api/failover/smart/pin", json={"target": SECOND})
         assert r.status_code == 200 and r.json()["pinned"] == SECOND
         r = await client.post("/v1/chat/completions", json=_chat())
