@@ -118,11 +118,14 @@ class ChainRun:
                 self.failed(exc)
                 continue
             self.engine = engine
-            if engine.state is EngineState.FAILED and failover.fresh_crash(
-                name, target.text, engine.crash_count
+            if (
+                engine.state is EngineState.FAILED
+                and failover.fresh_crash(name, target.text, engine.crash_count)
+                and self._more_to_try()
             ):
                 # Its child died since this chain last used it: a healthy target is one that
-                # answers now, not one that would have to be started again first.
+                # answers now, not one that would have to be started again first. With no
+                # other target left to try, starting it again is the better chance.
                 self._charge("ENGINE_CRASHED", engine.last_error or "its engine crashed")
                 continue
             timeout_s = self.chain.timeout_s
@@ -130,6 +133,9 @@ class ChainRun:
             return engine
         self.step = self.engine = None
         raise BlazarError("FAILOVER_EXHAUSTED", self._exhausted())
+
+    def _more_to_try(self) -> bool:
+        return any(s.action != "skip" for s in self.steps[self._next :])
 
     def failed(self, exc: BaseException) -> None:
         """The current target failed with ``exc``: bench it, or raise ``exc`` again when

@@ -140,6 +140,14 @@ async def test_pins_and_a_chain_with_nothing_left(failover_home: Path) -> None:
         doc = (await client.get("/api/failover")).json()
         assert _targets(doc, "smart")[SECOND]["pinned"] is True
         assert next(c for c in doc["chains"] if c["name"] == "smart")["pinned"] == SECOND
+        # Pinned, a crashed engine is started again rather than passed over: there is no other.
+        pid = gw.runtime.engine_named(SECOND).statistics().pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await _failed(gw.runtime, SECOND)
+        r = await client.post("/v1/chat/completions", json=_chat())
+        assert r.status_code == 200 and r.headers["x-blazar-target"] == SECOND
+        assert "x-blazar-failover" not in r.headers
         r = await client.post("/api/failover/smart/unpin")
         assert r.status_code == 200 and r.json()["was"] == SECOND
         r = await client.post("/v1/chat/completions", json=_chat())
