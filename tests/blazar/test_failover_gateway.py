@@ -18,6 +18,8 @@ from actors.config import FailoverChain
 from actors.engine import EngineState
 from actors.runtime import Runtime
 from blazar.config import Config
+from blazar.keys import ADMIN
+from blazar.web.auth import ANY, family_of
 from registry.store import Store
 from tests.instant import MODEL, instant_config, serve_gateway
 from tests.support import make_home
@@ -213,3 +215,9 @@ async def test_an_open_breaker_and_a_slow_start_move_on_too(failover_home: Path)
         assert r.text.rstrip().endswith("data: [DONE]")
         state = runtime.failover.state("smart", MODEL)
         assert (state.failures, state.last_code) == (2, "ENGINE_CIRCUIT_OPEN")
+
+
+def test_pinning_needs_an_admin_key_and_listing_any_key() -> None:
+    assert family_of("/api/failover/smart/pin") == ADMIN
+    assert family_of("/api/failover/smart/unpin") == ADMIN
+    assert family_of("/api/failover") == ANY
