@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -300,7 +300,7 @@ class McpStream:
         self.failure: BlazarError | None = None
         """What ended the loop midway (an engine that failed in a later round)."""
         self._stream: translate.TranslatedStream | None = None
-        self._iter: AsyncIterator[bytes] = self._generate()
+        self._iter: AsyncGenerator[bytes, None] = self._generate()
 
     @classmethod
     async def open(
@@ -363,7 +363,7 @@ class McpStream:
     async def __anext__(self) -> bytes:
         return await self._iter.__anext__()
 
-    async def _generate(self) -> AsyncIterator[bytes]:
+    async def _generate(self) -> AsyncGenerator[bytes, None]:
         assert self._first is not None
         round_, first = self._round, self._first
         try:
