@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["EngineConfig", "McpServer", "ModelOverride", "RuntimeConfig", "Tunables"]
+__all__ = ["Cascade", "EngineConfig", "McpServer", "ModelOverride", "RuntimeConfig", "Tunables"]
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -115,6 +116,30 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return "stdio" if self.command is not None else "http"
 
 
+class Cascade(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[cascade]]`` entry: models tried cheapest first, the next one only when an
+    answer fails the request's validator (docs/routing.md)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    """What a request names as its ``model`` (or its ``cascade`` field) to run the cascade."""
+    models: Annotated[list[str], msgspec.Meta(min_length=2)]
+    """The steps, cheapest first."""
+    refusals: list[str] = []
+    """Regular expressions (case-insensitive) that mark an answer as a refusal, which
+    escalates; empty: the top-level ``cascade_refusals``."""
+
+    def __post_init__(self) -> None:
+        for pattern in self.refusals:
+            _check_pattern(pattern, f"cascade {self.name!r} refusals")
+
+
+def _check_pattern(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{where}: {pattern!r} is not a regular expression ({exc})") from None
+
+
 McpSelection = str | list[str]
 """``"none"``, ``"all"``, one server's name, or a list of names."""
 
@@ -156,8 +181,17 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     mcp_default: McpSelection = "none"
     """The servers whose tools a request gets when it names none: ``"none"``, ``"all"``,
     a name or a list of names."""
+    cascade: list[Cascade] = []
+    """Cascades (``[[cascade]]`` entries): cheap models first, escalation on a failed answer."""
+    cascade_refusals: list[str] = []
+    """Refusal patterns (regular expressions, case-insensitive) for cascades without their own."""
 
     def __post_init__(self) -> None:
+        cascades = [c.name for c in self.cascade]
+        if len(set(cascades)) != len(cascades):
+            raise ValueError(f"cascade names must be unique; given more than once: {sorted(cascades)}")
+        for pattern in self.cascade_refusals:
+            _check_pattern(pattern, "cascade_refusals")
         names = [server.name for server in self.mcp]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
