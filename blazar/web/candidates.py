@@ -21,24 +21,39 @@ from blazar.web import choices, mcp_loop, translate
 from blazar.web.call import Call
 from blazar.web.fanout import not_streamed
 
-__all__ = ["Answered", "answer"]
+__all__ = ["Answered", "answer", "refuse_in_background"]
 
 Answered = tuple[translate.EngineCall, ChatResponse, dict[str, str]]
 """The engine call that answered (for its headers), the answer, and the headers that say
 how it was chosen."""
 
 
-async def answer(runtime: Runtime, call: Call, req: ChatRequest, *, best_of: bool = True) -> Answered | None:
-    """The chosen answer when the request asks for ``best_of`` (unless ``best_of`` is False:
-    the route runs it itself) or a cascade; None when it asks for neither."""
+def _wanted(runtime: Runtime, call: Call, model: str) -> choices.Wanted:
     cfg = runtime.config
-    want = choices.wanted(
+    return choices.wanted(
         call.body,
         call.headers,
-        model=req.model,
+        model=model,
         cascades={c.name: (list(c.models), list(c.refusals)) for c in cfg.cascade},
         default_refusals=cfg.cascade_refusals,
     )
+
+
+def refuse_in_background(runtime: Runtime, call: Call, model: str) -> None:
+    """A background response runs as a job, one answer: ``best_of`` or a cascade is refused."""
+    want = _wanted(runtime, call, model)
+    if want.best_of is not None or want.cascade is not None:
+        raise BlazarError(
+            "BAD_REQUEST",
+            "`best_of` and cascades do not run in background responses yet: send it without "
+            "`background`, or without them",
+        )
+
+
+async def answer(runtime: Runtime, call: Call, req: ChatRequest, *, best_of: bool = True) -> Answered | None:
+    """The chosen answer when the request asks for ``best_of`` (unless ``best_of`` is False:
+    the route runs it itself) or a cascade; None when it asks for neither."""
+    want = _wanted(runtime, call, req.model)
     if not best_of:
         want = replace(want, best_of=None)
     if want.best_of is None and want.cascade is None:

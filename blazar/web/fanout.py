@@ -26,7 +26,7 @@ from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body,
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
-from blazar.web import choices, honesty
+from blazar.web import choices, honesty, mcp_loop
 from blazar.web.call import Call, Reply
 from blazar.web.claim import claim_engine
 from blazar.web.common import LOADING_NS
@@ -102,8 +102,11 @@ async def run(
     req: ChatRequest | CompletionRequest,
 ) -> Reply:
     """Run the candidates, merge or choose, and answer as the engine would have for one."""
+    what = "`best_of`" if want.best_of is not None else "`n` above 1"
     if req.stream:
-        raise not_streamed("`best_of`" if want.best_of is not None else "`n` above 1")
+        raise not_streamed(what)
+    if mcp_loop.selected_servers(runtime, call):
+        raise BlazarError("BAD_REQUEST", f"{what} does not combine with MCP tools yet: send one or the other")
     fmt: ResponseFormat | None = None
     if isinstance(req, ChatRequest):
         fmt = req.response_format

@@ -163,11 +163,11 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return Reply(body, headers={**tr.headers(), **said})
         engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         translate.check_images(req, engine)
-        if servers := mcp_loop.selected_servers(runtime, call):
-            return await with_mcp(call, _as_translated(call, req), servers)
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
             return await fanout.run(runtime, call, engine, want, path=path, size=size, req=req)
+        if servers := mcp_loop.selected_servers(runtime, call):
+            return await with_mcp(call, _as_translated(call, req), servers)
         if (
             req.tools
             and not engine.spec.native_tools

@@ -97,6 +97,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         _check_strict(runtime, req)
         store = store_of(runtime)
         if req.background:
+            candidates.refuse_in_background(runtime, call, req.model)
             await history_of(store, req)  # an unknown previous response is refused now, not later
             servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
             approved = mcp_loop.approvals(call.headers.get(mcp_loop.APPROVE))
