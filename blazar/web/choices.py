@@ -36,6 +36,7 @@ __all__ = [
     "Pick",
     "Stats",
     "Wanted",
+    "best_of",
     "best_of_header",
     "cascade_header",
     "check_schema",
@@ -211,6 +212,20 @@ def _best_of(value: Any, source: str) -> int | None:
     return value
 
 
+def _asked_best_of(field: Any, headers: dict[str, str]) -> int | None:
+    if field is not None:
+        return _best_of(field, "field `best_of`")
+    if (raw := headers.get(BEST_OF_HEADER)) is not None:
+        return _best_of(raw, f"header {BEST_OF_HEADER}")
+    return None
+
+
+def best_of(body_value: Any, headers: dict[str, str]) -> int | None:
+    """The candidates a request's ``best_of`` (a decoded body field; else the header) asks for:
+    2 to 4, or None for one."""
+    return _asked_best_of(body_value, headers)
+
+
 def refusals(patterns: Iterable[str]) -> list[re.Pattern[str]]:
     """Refusal patterns as case-insensitive regular expressions (checked when config loads)."""
     return [re.compile(p, re.IGNORECASE) for p in patterns]
@@ -233,11 +248,7 @@ def wanted(
             fields = msgspec.json.decode(body, type=_Fields)
         except msgspec.DecodeError:
             fields = _Fields()  # the dialect's decoder has refused the body already
-    best_of = None
-    if fields.best_of is not None:
-        best_of = _best_of(fields.best_of, "field `best_of`")
-    elif (raw := headers.get(BEST_OF_HEADER)) is not None:
-        best_of = _best_of(raw, f"header {BEST_OF_HEADER}")
+    best_of = _asked_best_of(fields.best_of, headers)
     models: list[str] | None = None
     patterns: Sequence[str] = default_refusals
     chosen = fields.cascade

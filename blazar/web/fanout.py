@@ -71,7 +71,7 @@ def asked(call: Call, *, completions: bool) -> Asked | None:
     except msgspec.DecodeError:
         return None
     n = fields.n if isinstance(fields.n, int) and not isinstance(fields.n, bool) else 1
-    best_of = choices.wanted(body, call.headers, model="", cascades={}).best_of
+    best_of = choices.best_of(fields.best_of, call.headers)
     if completions and best_of is not None and best_of < n:
         raise BlazarError(
             "BAD_REQUEST",

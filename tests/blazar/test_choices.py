@@ -126,3 +126,47 @@ def test_stats_per_runtime() -> None:
     choices.stats_for(a).note("n", candidates=2, tokens=5)
     assert choices.stats_for(a).candidates == {"n": 5} and choices.stats_for(a).tokens == {"n": 35}
     assert choices.stats_for(b).requests == {}
+
+
+def test_best_of_alone_ignores_a_cascade_field() -> None:
+    assert choices.best_of(3, {}) == 3
+    assert choices.best_of(None, {choices.BEST_OF_HEADER: "4"}) == 4
+    assert choices.best_of(None, {}) is None
+
+
+def test_fanout_merges_choices_and_sums_usage() -> None:
+    from blazar.web import fanout
+
+    def doc(text: str, finish: str, tokens: int, lp: float) -> dict[str, object]:
+        return {
+            "id": f"c-{text}",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish,
+                    "logprobs": {"content": [{"logprob": lp}]},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 5,
+                "completion_tokens": tokens,
+                "prompt_tokens_details": {"cached_tokens": 2},
+            },
+            "timings": {"predicted_n": tokens},
+        }
+
+    ran = [doc("a", "length", 4, -0.1), doc('{"n": 1}', "stop", 3, -2.0), doc('{"n": 2}', "stop", 2, -0.5)]
+    merged = fanout._merge([ran[2], ran[0]], ran, strip_logprobs=True)
+    assert [c["index"] for c in merged["choices"]] == [0, 1]
+    assert [c["message"]["content"] for c in merged["choices"]] == ['{"n": 2}', "a"]
+    assert all(c["logprobs"] is None for c in merged["choices"])
+    assert merged["usage"] == {
+        "prompt_tokens": 15,
+        "completion_tokens": 9,
+        "prompt_tokens_details": {"cached_tokens": 6},
+    }
+    assert "timings" not in merged and merged["id"] == 'c-{"n": 2}'
+    judged = [fanout._judge(d, SCHEMA, completions=False) for d in ran]
+    assert [c.problem for c in judged] == ["length", None, None]
+    assert choices.pick(judged) == Pick(2, "logprob")  # -0.5 beats -2.0; the cut one is out

@@ -92,14 +92,14 @@ def test_n_returns_numbered_choices_with_summed_usage(daemon: DaemonProc, oai: o
 def test_best_of_answer_agrees_with_why_it_won(daemon: DaemonProc, oai: openai.OpenAI) -> None:
     before = _counter(daemon, "blazar_candidates_total", "best_of")
     fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": SCHEMA}}
-    seen: set[str] = set()
-    # 14 tokens: about enough for the object, so some candidates end cut and invalid
-    for seed in (1, 2):
+    # 22 tokens: about enough for the object, so some candidates end cut (invalid) and some do
+    # not (with these seeds, both happen on the test model; either way the check holds)
+    for seed in (1, 5):
         raw = oai.chat.completions.with_raw_response.create(
             model=MODEL,
             messages=ASK_CITY,  # type: ignore[arg-type]
             response_format=fmt,  # type: ignore[arg-type]
-            max_tokens=14,
+            max_tokens=22,
             temperature=1.0,
             seed=seed,
             extra_body={"best_of": 4},
@@ -107,7 +107,6 @@ def test_best_of_answer_agrees_with_why_it_won(daemon: DaemonProc, oai: openai.O
         found = re.fullmatch(r"ran=4, winner=([0-3]), why=(\w[\w-]*)", raw.headers["x-blazar-best-of"])
         assert found, raw.headers["x-blazar-best-of"]
         why = found[2]
-        seen.add(why)
         choice = raw.parse().choices[0]
         good = choice.finish_reason != "length" and _valid(choice.message.content or "")
         assert good == (why != "none-valid"), (why, choice)
@@ -117,7 +116,7 @@ def test_best_of_answer_agrees_with_why_it_won(daemon: DaemonProc, oai: openai.O
     ant = anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=180)
     msg = ant.messages.with_raw_response.create(
         model=MODEL,
-        max_tokens=14,
+        max_tokens=22,
         messages=ASK_CITY,  # type: ignore[arg-type]
         extra_body={"output_config": {"format": {"type": "json_schema", "schema": SCHEMA}}},
         extra_headers={"x-blazar-best-of": "3"},
@@ -130,13 +129,13 @@ def test_best_of_answer_agrees_with_why_it_won(daemon: DaemonProc, oai: openai.O
     # candidates it ran are counted
     ran = _counter(daemon, "blazar_candidates_total", "best_of")
     oll = ollama.Client(host=daemon.url, timeout=180, headers={"x-blazar-best-of": "3"})
-    out = oll.chat(model=MODEL, messages=ASK_CITY, format=SCHEMA, options={"num_predict": 14})
+    out = oll.chat(model=MODEL, messages=ASK_CITY, format=SCHEMA, options={"num_predict": 22})
     assert out.message.content is not None
     assert _counter(daemon, "blazar_candidates_total", "best_of") == ran + 3
     # the same judgement by hand, to read its header
     body = {"model": MODEL, "messages": ASK_CITY, "format": SCHEMA, "stream": False, "best_of": 3}
     raw_chat = httpx.post(
-        f"{daemon.url}/api/chat", json={**body, "options": {"num_predict": 14}}, timeout=180
+        f"{daemon.url}/api/chat", json={**body, "options": {"num_predict": 22}}, timeout=180
     )
     why = raw_chat.headers["x-blazar-best-of"].rsplit("why=", 1)[1]
     doc = raw_chat.json()
