@@ -122,8 +122,8 @@ class Cascade(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
     name: Annotated[str, msgspec.Meta(min_length=1)]
     """What a request names as its ``model`` (or its ``cascade`` field) to run the cascade."""
-    models: Annotated[list[str], msgspec.Meta(min_length=2)]
-    """The steps, cheapest first."""
+    models: Annotated[list[str], msgspec.Meta(min_length=2, max_length=4)]
+    """The steps, cheapest first (2 to 4)."""
     refusals: list[str] = []
     """Regular expressions (case-insensitive) that mark an answer as a refusal, which
     escalates; empty: the top-level ``cascade_refusals``."""

@@ -32,6 +32,7 @@ __all__ = [
     "BEST_OF_HEADER",
     "CASCADE_HEADER",
     "MAX_BEST_OF",
+    "MAX_CASCADE_STEPS",
     "Candidate",
     "Pick",
     "Stats",
@@ -52,6 +53,8 @@ __all__ = [
 BEST_OF_HEADER = "x-blazar-best-of"
 CASCADE_HEADER = "x-blazar-cascade"
 MAX_BEST_OF = 4
+MAX_CASCADE_STEPS = 4
+"""The most models one cascade may try (its config entries are held to it too)."""
 _SEED_SPACE = 2**32
 
 
@@ -273,6 +276,12 @@ def wanted(
                 param="cascade",
             )
         models = list(chosen)
+    if models is not None and len(models) > MAX_CASCADE_STEPS:
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"invalid field `cascade`: {len(models)} models — a cascade tries at most {MAX_CASCADE_STEPS}",
+            param="cascade",
+        )
     if models is not None and best_of is not None:
         raise BlazarError(
             "BAD_REQUEST",

@@ -113,6 +113,8 @@ def test_wanted_cascade_by_list_name_or_model() -> None:
         with pytest.raises(BlazarError) as err:
             _wanted({"cascade": bad})
         assert err.value.code == "BAD_REQUEST"
+    with pytest.raises(BlazarError, match="at most 4"):
+        _wanted({"cascade": ["a", "b", "c", "d", "e"]})
     with pytest.raises(BlazarError, match="do not combine"):
         _wanted({"cascade": ["a", "b"], "best_of": 2})
 

@@ -56,6 +56,7 @@ def test_cascade_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     ("text", "fragment"),
     [
         ('[[cascade]]\nname = "a"\nmodels = ["x"]\n', "models"),
+        ('[[cascade]]\nname = "a"\nmodels = ["a", "b", "c", "d", "e"]\n', "models"),
         ('[[cascade]]\nname = "a"\nmodels = ["x", "y"]\nrefusals = ["("]\n', "not a regular expression"),
         ('cascade_refusals = ["[z"]\n', "not a regular expression"),
         (
