@@ -7,7 +7,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["Cascade", "EngineConfig", "McpServer", "ModelOverride", "RuntimeConfig", "Tunables"]
+__all__ = [
+    "Cascade",
+    "EngineConfig",
+    "FailoverChain",
+    "FailoverTarget",
+    "McpServer",
+    "ModelOverride",
+    "RuntimeConfig",
+    "Tunables",
+    "parse_target",
+]
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -116,6 +126,71 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return "stdio" if self.command is not None else "http"
 
 
+_LANE_NAMES = ("llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp")
+ChainName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+
+
+class FailoverTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """One target of a chain, as written (``MODEL``, ``MODEL@LANE`` or ``remote:PEER/MODEL``)."""
+
+    text: str
+    model: str
+    lane: str | None = None
+    peer: str | None = None
+    """The peer of a ``remote:`` target (the federation); None for a local one."""
+
+    @property
+    def key(self) -> str:
+        """The runtime's engine key: ``MODEL`` or ``MODEL@LANE``."""
+        return self.model if self.lane is None else f"{self.model}@{self.lane}"
+
+
+def parse_target(text: str) -> FailoverTarget:
+    """A chain target's parts; ``ValueError`` says what is wrong with it."""
+    if text.startswith("remote:"):
+        peer, _, model = text[len("remote:") :].partition("/")
+        if not peer or not model or "@" in peer or " " in text:
+            raise ValueError(f"failover target {text!r}: write remote:PEER/MODEL")
+        return FailoverTarget(text=text, model=model, peer=peer)
+    model, at, lane = text.partition("@")
+    if not model or model != model.strip() or " " in model:
+        raise ValueError(f"failover target {text!r}: write MODEL or MODEL@LANE")
+    if at and lane not in _LANE_NAMES:
+        raise ValueError(f"failover target {text!r}: the lane after @ is one of {', '.join(_LANE_NAMES)}")
+    return FailoverTarget(text=text, model=model, lane=lane or None)
+
+
+class FailoverChain(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[failover]]`` entry: a name that requests use as a model, served by the first
+    healthy of its targets (docs/routing.md)."""
+
+    name: ChainName
+    """Letters, digits, ``.``, ``_``, ``-`` (no ``:``, ``@`` or ``/``): it never reads as
+    ``name:tag``, a lane or a remote. Over an installed model of the same name, the chain wins."""
+    targets: Annotated[list[str], msgspec.Meta(min_length=1, max_length=16)]
+    """Tried in order: ``MODEL``, ``MODEL@LANE`` (that model's engine on another lane its
+    ``lanes`` allow) or ``remote:PEER/MODEL`` (accepted now; skipped until the federation exists)."""
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """Longest a target may take to start answering (a slot, a load, the engine's response
+    head) before the request moves on to the next. Unset: no limit of the chain's own."""
+    bench_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """How long a target that failed is passed over; it doubles with each failure in a row."""
+    bench_max_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """The longest bench, however many failures in a row."""
+
+    def __post_init__(self) -> None:
+        parsed = [parse_target(t) for t in self.targets]
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError(f"failover chain {self.name!r} names a target more than once")
+        if any(t.peer is None and t.model == self.name for t in parsed):
+            raise ValueError(f"failover chain {self.name!r} cannot be one of its own targets")
+        if self.bench_max_s < self.bench_s:
+            raise ValueError(f"failover chain {self.name!r}: bench_max_s must be at least bench_s")
+
+    def parsed(self) -> list[FailoverTarget]:
+        return [parse_target(t) for t in self.targets]
+
+
 class Cascade(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ``[[cascade]]`` entry: models tried cheapest first, the next one only when an
     answer fails the request's validator (docs/routing.md)."""
@@ -181,17 +256,24 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     mcp_default: McpSelection = "none"
     """The servers whose tools a request gets when it names none: ``"none"``, ``"all"``,
     a name or a list of names."""
+    failover: list[FailoverChain] = []
+    """Failover chains (``[[failover]]`` entries): a model name served by the first healthy
+    of several targets (docs/routing.md)."""
     cascade: list[Cascade] = []
     """Cascades (``[[cascade]]`` entries): cheap models first, escalation on a failed answer."""
     cascade_refusals: list[str] = []
     """Refusal patterns (regular expressions, case-insensitive) for cascades without their own."""
 
     def __post_init__(self) -> None:
+        _check_chains(self.failover)
         cascades = [c.name for c in self.cascade]
         if len(set(cascades)) != len(cascades):
             raise ValueError(f"cascade names must be unique; given more than once: {sorted(cascades)}")
         for pattern in self.cascade_refusals:
             _check_pattern(pattern, "cascade_refusals")
+        clash = sorted({c.name for c in self.cascade} & {f.name for f in self.failover})
+        if clash:
+            raise ValueError(f"{', '.join(clash)}: both a [[cascade]] and a [[failover]] chain — rename one")
         names = [server.name for server in self.mcp]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -204,6 +286,20 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             raise ValueError(
                 f"mcp_default names {', '.join(map(repr, unknown))}, which no [[mcp]] entry defines "
                 '(write "none", "all", or names of [[mcp]] entries)'
+            )
+
+
+def _check_chains(chains: list[FailoverChain]) -> None:
+    names = [c.name for c in chains]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"failover chain names must be unique; given more than once: {', '.join(twice)}")
+    for chain in chains:
+        nested = [t.text for t in chain.parsed() if t.peer is None and t.model in names]
+        if nested:
+            raise ValueError(
+                f"failover chain {chain.name!r} names the chain {nested[0]!r} as a target: "
+                "chains do not nest — list that chain's targets instead"
             )
 
 

@@ -285,6 +285,8 @@ class EngineActor(Actor[EngineMessage]):
         self.starts = 0
         self.in_flight = 0
         self.last_error: str | None = None
+        self.crash_count = 0
+        """Crashes and failed starts since the actor was made (failover chains compare it)."""
         self._crash_times: deque[float] = deque()  # trio times of the crashes still in the window
         self._waiters: list[Envelope[EngineMessage]] = []
         self._spawn_waiters: list[Envelope[EngineMessage]] = []
@@ -528,6 +530,7 @@ class EngineActor(Actor[EngineMessage]):
 
     def _record_crash(self, message: str) -> None:
         self.last_error = message
+        self.crash_count += 1
         self._crash_times.append(trio.current_time())
 
     def _answer_waiters(self) -> None:

@@ -53,6 +53,7 @@ from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.engines.routing import LANES, Considered, Route, installed, lane_for
 from actors.engines.versions import BUNDLED, Versions
 from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
+from actors.failover import FailoverChains
 from actors.jobs import JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
@@ -275,6 +276,8 @@ class Runtime:
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self.mcp = McpServers(config.mcp, config.mcp_default)
         """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
+        self.failover = FailoverChains(config.failover)
+        """The ``[[failover]]`` chains and their targets' health (actors/failover.py)."""
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -586,6 +589,16 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
 
     reaped, store, catalog = await trio.to_thread.run_sync(prepare)
+    if config.failover:
+        models = {r.name for r in await trio.to_thread.run_sync(store.list)}
+        for chain in config.failover:
+            if chain.name in models:
+                log.warning(
+                    "failover chain '%s' has the name of an installed model: requests for '%s' go to "
+                    "the chain (rename one of them to reach the model itself)",
+                    chain.name,
+                    chain.name,
+                )
     # The tree of DESIGN §3. Children stop in reverse start order: lifecycle first (no
     # idle unload races the shutdown), then engines, then the ledger, which writes what
     # is still queued.

@@ -151,6 +151,16 @@ CATALOG: dict[str, CodeInfo] = {
             "The API key's `mcp:` scopes do not allow the MCP server the request named (docs/mcp.md).",
         ),
         _c(
+            "FAILOVER_EXHAUSTED",
+            503,
+            "Every target of the failover chain failed or was skipped; the message names each one's reason.",
+        ),
+        _c(
+            "FAILOVER_CHAIN_NOT_FOUND",
+            404,
+            "No [[failover]] chain of that name in config.toml: see GET /api/failover (docs/routing.md).",
+        ),
+        _c(
             "CANDIDATES_NOT_STREAMED",
             400,
             "`n` above 1, `best_of` or a cascade needs whole answers to choose from: send it unstreamed.",

@@ -135,7 +135,9 @@ class Metrics:
         if not name:
             return ""
         engine = self.runtime.engine_named(name)
-        return engine.spec.model if engine is not None else "other"
+        if engine is not None:
+            return engine.spec.model
+        return name if name in self.runtime.failover.chains else "other"  # chains: a bounded set
 
     def observe(self, record: RequestRecord, *, route: str, inference: bool, ttft_s: float | None) -> None:
         """One finished request: a handful of dictionary lookups and additions."""
@@ -344,3 +346,28 @@ class _RuntimeCollector(Collector):
         yield CounterMetricFamily(
             "blazar_ledger_dropped", "Request records the ledger could not keep", value=stats.ledger.dropped
         )
+        yield from _failover_families(self.runtime)
+
+
+def _failover_families(runtime: Runtime) -> Iterator[Metric]:
+    """Per chain and target: the requests it served, the times a request moved on from it
+    (each a failover), and whether it is benched now."""
+    if not runtime.failover.chains:
+        return
+    served = CounterMetricFamily(
+        "blazar_failover_served", "Requests of a failover chain a target served", labels=["chain", "target"]
+    )
+    failed = CounterMetricFamily(
+        "blazar_failovers",
+        "Times a request of a failover chain moved on from a target that failed it",
+        labels=["chain", "target"],
+    )
+    benched = GaugeMetricFamily(
+        "blazar_failover_benched", "1 while a chain's target is benched", labels=["chain", "target"]
+    )
+    for chain in runtime.failover.report(trio.current_time()):
+        for t in chain.targets:
+            served.add_metric([chain.name, t.target], t.served)
+            failed.add_metric([chain.name, t.target], t.failed)
+            benched.add_metric([chain.name, t.target], 1.0 if t.state == "benched" else 0.0)
+    yield from (served, failed, benched)

@@ -30,6 +30,8 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None = None
     queue_ahead: int | None = None
     evicted: tuple[str, ...] = ()
+    failover: tuple[str, ...] = ()
+    """A failover chain's walk: each target passed over and why, then the one that served."""
 
 
 class Story(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +66,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     """The MCP tool calls the gateway ran for it (``tool``, ``ok``, ``why``, ``ms``)."""
     lines: list[str]
     """The story in sentences, as ``blazar why`` prints it."""
+    failover: list[str] = []
+    """Asked of a failover chain: each target passed over and why, then the one that served."""
 
 
 _LOADED_MS = 100.0
@@ -159,6 +163,9 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         f"{r.trace_id}: {r.method} {r.path}{dialect}{model}{who}, at {when}: "
         f"{outcome}, status {r.status}, in {_s(r.duration_ms)}."
     ]
+    walk = list(extras.failover) if extras is not None else []
+    if walk:
+        lines.append(f"It was asked of a failover chain: {'; '.join(walk)}.")
     if r.queue_ms is not None:
         if r.queue_ms < 1 and not ahead:
             lines.append("It got an engine slot at once.")
@@ -222,4 +229,5 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         slowest=slowest,
         tools=tools,
         lines=lines,
+        failover=walk,
     )

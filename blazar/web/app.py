@@ -41,6 +41,7 @@ from blazar.web import console_api as web_console
 from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
+from blazar.web import failover as web_failover
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import mcp_routes as web_mcp
@@ -199,6 +200,7 @@ def create_app(
         web_ollama,
         web_lifecycle,
         web_mcp,
+        web_failover,
         web_capacity,
         web_diagnostics,
         web_responses,

@@ -103,6 +103,7 @@ _PREFIXES = (
     ("/api/explain", ADMIN),
     ("/api/why", ADMIN),
     ("/api/mcp/", ADMIN),  # starts a server, calls its tools; GET /api/mcp only lists
+    ("/api/failover/", ADMIN),  # pin and unpin; GET /api/failover only lists
     ("/api/console/", METRICS),  # the console's read model: the operator's view, like /metrics
     # The console page holds no data; the routes it reads are scoped.
     ("/ui", OPEN),

@@ -127,6 +127,8 @@ class Card:
     failed_reason: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     """The MCP tool calls the gateway ran for it: name, outcome, time."""
+    failover: list[str] = field(default_factory=list)
+    """A failover chain's walk: each target passed over and why, then the one that served."""
 
     def note_failure(self, code: str, message: str) -> None:
         """The request's stream failed midway; the first failure is the one kept."""

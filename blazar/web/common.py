@@ -56,7 +56,7 @@ CARDS_KEY = "blazar.cards"
 """…and the live and recently finished request cards."""
 
 
-_NATIVE_API = ("/api/errors", "/api/why", "/api/explain/", "/api/quantiles")
+_NATIVE_API = ("/api/errors", "/api/why", "/api/explain/", "/api/quantiles", "/api/failover")
 """Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
 
 

@@ -35,7 +35,11 @@ def _extras(card: Card | None) -> Extras | None:
     if card is None:
         return None
     return Extras(
-        state=str(card.state), reason=card.reason, queue_ahead=card.queue_ahead, evicted=card.evicted
+        state=str(card.state),
+        reason=card.reason,
+        queue_ahead=card.queue_ahead,
+        evicted=card.evicted,
+        failover=tuple(card.failover),
     )
 
 

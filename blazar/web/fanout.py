@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import trio
 
+from actors.config import FailoverChain
 from actors.engine import EngineActor
 from actors.engines.llamacpp import LANE as LLAMACPP
 from actors.runtime import Runtime
@@ -26,14 +27,15 @@ from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body,
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
-from blazar.web import choices, honesty, mcp_loop
+from blazar.web import choices, failover, honesty, mcp_loop
 from blazar.web.call import Call, Reply
 from blazar.web.claim import claim_engine
 from blazar.web.common import LOADING_NS
 from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
+from blazar.web.translate import check_images
 
-__all__ = ["Asked", "asked", "not_streamed", "run"]
+__all__ = ["Asked", "asked", "not_streamed", "run", "run_on"]
 
 
 class _Fields(msgspec.Struct):
@@ -91,6 +93,42 @@ def asked(call: Call, *, completions: bool) -> Asked | None:
     return Asked(n=n, best_of=best_of, seed=seed, logprobs=fields.logprobs not in (None, False, 0))
 
 
+async def run_on(
+    runtime: Runtime,
+    call: Call,
+    chain: FailoverChain | None,
+    engine: EngineActor | None,
+    want: Asked,
+    *,
+    path: str,
+    size: PromptSize,
+    req: ChatRequest | CompletionRequest,
+) -> Reply:
+    """The candidates on ``engine``, or on a failover chain's targets in turn (all of one
+    request's candidates on one target: a target that fails any of them passes them all on)."""
+    what = "`best_of`" if want.best_of is not None else "`n` above 1"
+    if req.stream:
+        raise not_streamed(what)
+    if mcp_loop.selected_servers(runtime, call):
+        raise BlazarError("BAD_REQUEST", f"{what} does not combine with MCP tools yet: send one or the other")
+    if isinstance(req, ChatRequest) and req.tools and (engine is None or not engine.spec.native_tools):
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"'{req.model}' may run tool calls emulated, one answer at a time: send `n`/`best_of` "
+            "without `tools`, or use a model with a tool template",
+        )
+
+    async def attempt(target: EngineActor) -> Reply:
+        if isinstance(req, ChatRequest):
+            check_images(req, target)
+        return await run(runtime, call, target, want, path=path, size=size, req=req)
+
+    if chain is not None:
+        return await failover.relay_on_chain(runtime, call, chain, attempt)
+    assert engine is not None
+    return await run(runtime, call, engine, want, path=path, size=size, req=req)
+
+
 async def run(
     runtime: Runtime,
     call: Call,
@@ -101,21 +139,9 @@ async def run(
     size: PromptSize,
     req: ChatRequest | CompletionRequest,
 ) -> Reply:
-    """Run the candidates, merge or choose, and answer as the engine would have for one."""
-    what = "`best_of`" if want.best_of is not None else "`n` above 1"
-    if req.stream:
-        raise not_streamed(what)
-    if mcp_loop.selected_servers(runtime, call):
-        raise BlazarError("BAD_REQUEST", f"{what} does not combine with MCP tools yet: send one or the other")
-    fmt: ResponseFormat | None = None
-    if isinstance(req, ChatRequest):
-        fmt = req.response_format
-        if req.tools and not engine.spec.native_tools:
-            raise BlazarError(
-                "BAD_REQUEST",
-                f"model '{engine.spec.model}' has no tool template, so its tool calls are emulated "
-                "one answer at a time: send `n`/`best_of` without `tools`, or use a model with tools",
-            )
+    """Run the candidates on ``engine``, merge or choose, and answer as the engine would have
+    for one (``run_on`` has checked the request)."""
+    fmt = req.response_format if isinstance(req, ChatRequest) else None
     ignored, max_tokens, output_param = req.ignored, req.max_tokens, req.output_param
     completions = path == "/v1/completions"
     count = want.best_of or want.n

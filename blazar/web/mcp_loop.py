@@ -400,7 +400,7 @@ class McpStream:
                     yield round_.inner.error(exc.code, exc.message)
                     return
         finally:
-            await self.aclose()
+            await self._close_round()
 
     def _feed_back(self, final: Delta, calls: list[ToolCall], results: list[McpCallResult]) -> None:
         self.run.rounds += 1
@@ -457,6 +457,11 @@ class McpStream:
         return await self.runtime.mcp.call(c.name, arguments)
 
     async def aclose(self) -> None:
+        """End the loop wherever it is (a client gone): the round's engine stream closes."""
+        await self._iter.aclose()  # runs the loop's ``finally`` if it was suspended mid-round
+        await self._close_round()
+
+    async def _close_round(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.aclose()

@@ -31,7 +31,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.web import candidates, fanout, honesty, mcp_loop, translate
+from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -78,13 +78,21 @@ class _Encoder:
 async def list_models() -> Response:
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
-    data = [openai.encode_model(r.name, created=int(r.created_at)) for r in records if model_visible(r.name)]
+    chains = runtime.failover.chains
+    data = [
+        openai.encode_model(r.name, created=int(r.created_at))
+        for r in records
+        if model_visible(r.name) and r.name not in chains  # a chain of that name wins
+    ]
+    data += [openai.encode_model(name, created=0) for name in chains if model_visible(name)]
     return json_response(openai.encode_model_list(data))
 
 
 async def get_model(name: str) -> Response:
     require_model(name)
     runtime = app_runtime()
+    if name in runtime.failover.chains:  # a failover chain answers as a model of its own
+        return json_response(openai.encode_model(name, created=0))
     record = await trio.to_thread.run_sync(runtime.store.get, name)
     require_model(record.name)
     body = openai.encode_model(record.name, created=int(record.created_at))
@@ -161,28 +169,38 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             tr, resp, said = picked  # a cascade: the answer names the model that gave it
             body = openai.encode_chat_response(resp, model=resp.model)
             return Reply(body, headers={**tr.headers(), **said})
-        engine = await runtime.engine_for(req.model, requested_lane(call.headers))
-        translate.check_images(req, engine)
+        chain = runtime.failover.chains.get(req.model)
+        engine = None
+        if chain is None:
+            engine = await runtime.engine_for(req.model, requested_lane(call.headers))
+            translate.check_images(req, engine)
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
-            return await fanout.run(runtime, call, engine, want, path=path, size=size, req=req)
+            return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
         if servers := mcp_loop.selected_servers(runtime, call):
             return await with_mcp(call, _as_translated(call, req), servers)
         if (
             req.tools
-            and not engine.spec.native_tools
+            and (engine is None or not engine.spec.native_tools)
             and (req.tool_choice is None or req.tool_choice.mode != "none")
         ):
             # The model's template knows no tools: the gateway emulates them, so it translates.
+            # A chain's targets may differ there: translated, each target runs tools its own way.
             return await translated(call, req)
         size = chat_size(req)
+        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
+
+        async def on(engine: EngineActor) -> Reply:
+            translate.check_images(req, engine)
+            return await relay(
+                call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
+            )
+
+        if chain is not None:
+            return await failover.relay_on_chain(runtime, call, chain, on)
+        assert engine is not None
         return await relay(
-            call,
-            "/v1/chat/completions",
-            stream=req.stream,
-            engine=engine,
-            size=size,
-            outcome=_Outcome(req.ignored, req.max_tokens, req.output_param, strict),
+            call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
         )
 
     async def with_mcp(call: Call, req: ChatRequest, servers: list[str]) -> Reply:
@@ -212,14 +230,23 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         strict = honesty.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
-        engine = await runtime.engine_for(req.model, requested_lane(call.headers))
         size = completion_size(req.prompt)
         if want := fanout.asked(call, completions=True):
-            return await fanout.run(runtime, call, engine, want, path="/v1/completions", size=size, req=req)
+            chain = runtime.failover.chains.get(req.model)
+            engine = None if chain else await runtime.engine_for(req.model, requested_lane(call.headers))
+            return await fanout.run_on(
+                runtime, call, chain, engine, want, path="/v1/completions", size=size, req=req
+            )
         outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
-        return await relay(
-            call, "/v1/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
-        )
+
+        async def on(engine: EngineActor) -> Reply:
+            return await relay(
+                call, "/v1/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
+            )
+
+        if (chain := runtime.failover.chains.get(req.model)) is not None:
+            return await failover.relay_on_chain(runtime, call, chain, on)
+        return await on(await runtime.engine_for(req.model, requested_lane(call.headers)))
 
     async def relay(
         call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import msgspec
+import trio
 
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle, Reconfigure
@@ -47,6 +48,7 @@ from blazar.web.call import current_or_none
 from blazar.web.cards import Card, CardState
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
+from blazar.web.failover import ChainRun, failover_code
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
 
@@ -165,6 +167,11 @@ class EngineCall:
         self._ctx_clamped = False
         self._client_ctx = req.num_ctx
         self._client_max = req.max_tokens
+        self._asked = req
+        """The request as it came, before one target's settings changed it (a chain's next starts here)."""
+        self._chain: ChainRun | None = None
+        """The walk along a failover chain, when ``req.model`` names one."""
+        self._embeddings = False
 
     @property
     def native_tools(self) -> bool:
@@ -185,8 +192,46 @@ class EngineCall:
     async def prepare(self, *, embeddings: bool = False) -> EngineActor:
         honesty.refuse_ignored(self.req.ignored, strict=self.strict)
         call = current_or_none()
+        self._embeddings = embeddings
+        if (chain := self.runtime.failover.chains.get(self.req.model)) is not None:
+            self._chain = ChainRun(self.runtime, chain, call, self.card)
+            return await self._prepare_next()
         lane = requested_lane(call.headers) if call is not None else None
         engine = self.engine = await self.runtime.engine_for(self.req.model, lane)
+        await self._prepare_on(engine, embeddings)
+        return engine
+
+    async def _prepare_next(self) -> EngineActor:
+        """Prepare the chain's next target, from the request as it came; a target that fails
+        to is benched and the one after tried (``FAILOVER_EXHAUSTED`` when none is left)."""
+        run = self._chain
+        assert run is not None
+        while True:
+            self._reset()
+            engine = self.engine = await run.next()
+            try:
+                with trio.move_on_at(run.deadline) as scope:
+                    await self._prepare_on(engine, self._embeddings)
+            except Exception as exc:
+                self.release()
+                run.failed(exc)
+                continue
+            if not scope.cancelled_caught:
+                return engine
+            self.release()
+            run.timed_out()
+
+    def _reset(self) -> None:
+        """Forget what the last target made of the request."""
+        self.req, self.changed, self.output_cap, self.ctx_asked = self._asked, [], None, None
+        self._ctx_clamped = False
+        self.claim = self.handle = None
+        self.context = None
+        self.timings.ended_ns = None
+        if self.card is not None:
+            self.card.failed_code = self.card.failed_reason = None
+
+    async def _prepare_on(self, engine: EngineActor, embeddings: bool) -> None:
         check_images(self.req, engine)
         spec = engine.spec
         if spec.system or spec.defaults:
@@ -219,7 +264,6 @@ class EngineCall:
         except BaseException:
             self.release()
             raise
-        return engine
 
     def _restart_ctx(self, engine: EngineActor) -> int | None:
         """The per-slot context to restart the engine with for the request's ``num_ctx``;
@@ -262,6 +306,8 @@ class EngineCall:
             out["X-Blazar-Context-Asked"] = str(self.ctx_asked)
         if self.output_cap is not None:
             out["X-Blazar-Output-Cap"] = str(self.output_cap)
+        if self._chain is not None:
+            out.update(self._chain.headers())
         return out
 
     def release(self) -> None:
@@ -288,17 +334,52 @@ class EngineCall:
         """The whole answer. The engine is asked for a stream all the same: llama.cpp
         notices a closed connection only while it streams, so a client that goes away
         stops the engine too; and the first token is timed here."""
-        gathered = Gathered()
-        stream = await self.stream(gathered)
-        try:
-            async for _ in stream:
-                pass
-        finally:
-            await stream.aclose()
-        return gathered.response(self.req)
+        while True:
+            gathered = Gathered()
+            stream = await self.stream(gathered)
+            try:
+                async for _ in stream:
+                    pass
+            finally:
+                await stream.aclose()
+            try:
+                return gathered.response(self.req)
+            except BlazarError as exc:
+                # Nothing of a whole answer has been sent: a chain's next target may give it.
+                if self._chain is None or failover_code(exc) is None:
+                    raise
+                self._chain.failed(exc)
+                await self._prepare_next()
 
     async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
-        """Open the engine stream; errors before the first byte are raised as HTTP errors."""
+        """Open the engine stream; errors before the first byte are raised as HTTP errors
+        (on a chain, they move the request to the next target first)."""
+        resp = await self._open_on_chain() if self._chain is not None else await self._open()
+        stream = TranslatedStream(self, resp, encoder)
+        set_stream_enders(
+            cancelled=encoder.error,
+            interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
+        )
+        return stream
+
+    async def _open_on_chain(self) -> UpstreamResponse:
+        run = self._chain
+        assert run is not None
+        while True:
+            try:
+                with trio.move_on_at(run.deadline) as scope:
+                    resp = await self._open()
+            except Exception as exc:
+                run.failed(exc)  # the request's own error is raised again
+            else:
+                if not scope.cancelled_caught:
+                    run.succeeded()
+                    return resp
+                run.timed_out()
+            await self._prepare_next()
+
+    async def _open(self) -> UpstreamResponse:
+        """The engine's response head of the streamed request (released on failure)."""
         assert self.engine is not None and self.handle is not None
         path, body = self.engine_request(msgspec.structs.replace(self.req, stream=True))
         try:
@@ -318,12 +399,7 @@ class EngineCall:
                 await close_response(resp)
                 self.release()
             raise _engine_error(resp.status_code, content, self.engine)
-        stream = TranslatedStream(self, resp, encoder)
-        set_stream_enders(
-            cancelled=encoder.error,
-            interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
-        )
-        return stream
+        return resp
 
 
 class Gathered:

@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from actors.failover import FailoverChains
 from actors.ledger import RequestRecord
 from blazar.dialects import engine_usage
 from blazar.dialects.neutral import Usage
@@ -182,7 +183,9 @@ def test_error_event_at_the_end_of_a_stream() -> None:
 
 
 class _NoEngines:
-    """A runtime that has made no engine: every model label is ``other``."""
+    """A runtime that has made no engine and has no failover chain: every model label is ``other``."""
+
+    failover = FailoverChains([])
 
     def engine_named(self, name: str) -> None:
         return None

@@ -32,6 +32,10 @@ CONFIG = f"""
 name = "smart"
 models = ["{MODEL}", "{COPY}"]
 refusals = ["\\\\w"]
+
+[[failover]]
+name = "chain"
+targets = ["{MODEL}", "{COPY}"]
 """
 HI = [{"role": "user", "content": "Say hello."}]
 SCHEMA = {
@@ -83,6 +87,9 @@ def test_n_returns_numbered_choices_with_summed_usage(daemon: DaemonProc, oai: o
     # each choice is a request of its own: at most 4 tokens each, and 4 for every one cut
     assert 4 * cut <= reply.usage.completion_tokens <= 12 and reply.usage.completion_tokens >= 3
     assert _counter(daemon, "blazar_candidates_total", "n") == before + 3
+    # on a failover chain: all the choices from the target that served
+    raw = oai.chat.completions.with_raw_response.create(model="chain", messages=HI, n=2, max_tokens=2)  # type: ignore[arg-type]
+    assert raw.headers["x-blazar-target"] == MODEL and [c.index for c in raw.parse().choices] == [0, 1]
     legacy = oai.completions.create(model=MODEL, prompt="Once upon a time", n=2, max_tokens=3)
     assert [c.index for c in legacy.choices] == [0, 1] and legacy.usage is not None
     cut = sum(c.finish_reason == "length" for c in legacy.choices)

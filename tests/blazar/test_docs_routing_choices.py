@@ -48,7 +48,7 @@ def test_cascade_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             for pattern in [*entry.refusals, *config.cascade_refusals]:
                 re.compile(pattern)
     routing = _load(tmp_path, monkeypatch, _toml_blocks(sections["Cascade"])[0])
-    assert [c.name for c in routing.cascade] == ["smart", "extract"]
+    assert [c.name for c in routing.cascade] == ["frugal", "extract"]
     assert re.search(routing.cascade_refusals[0], "Sorry, I can't do that")
 
 
@@ -64,6 +64,10 @@ def test_cascade_examples_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             "unique",
         ),
         ('[[cascade]]\nname = "a"\nmodels = ["x", "y"]\ncheap = 1\n', "cheap"),
+        (
+            '[[cascade]]\nname = "a"\nmodels = ["x", "y"]\n[[failover]]\nname = "a"\ntargets = ["x"]\n',
+            "rename one",
+        ),
     ],
 )
 def test_bad_cascades_are_config_errors(
