@@ -160,6 +160,16 @@ CATALOG: dict[str, CodeInfo] = {
             404,
             "No [[failover]] chain of that name in config.toml: see GET /api/failover (docs/routing.md).",
         ),
+        _c(
+            "CANDIDATES_NOT_STREAMED",
+            400,
+            "`n` above 1, `best_of` or a cascade needs whole answers to choose from: send it unstreamed.",
+        ),
+        _c(
+            "CASCADE_NOT_FOUND",
+            404,
+            "No [[cascade]] of that name in config.toml: name one, or send `cascade` as a list of models.",
+        ),
     )
 }
 
