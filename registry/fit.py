@@ -17,6 +17,10 @@ docs/fit.md):
   micro-batch, the attention mask, the output logits);
 * overhead: the engine process itself, and per GPU its runtime context.
 
+A multi-file speech model (whisper, piper) has no KV cache to size: its estimate
+(``estimate_files``) is its files' bytes resident, a working allowance per slot and
+its host process (``SPEECH_OVERHEAD``).
+
 Every context here is per slot: the engine's ``-c`` is ``ctx_per_slot * slots``.
 """
 
@@ -44,7 +48,9 @@ __all__ = [
     "compute_buffer",
     "default_ctx",
     "estimate",
+    "estimate_files",
     "fit",
+    "fit_files",
     "kv_cache",
     "levers",
 ]
@@ -69,6 +75,12 @@ HOST_OVERHEAD = 48 * MIB
 """The engine process beyond its buffers (interpreter, llama.cpp, HTTP threads); measured ~40 MiB."""
 GPU_OVERHEAD = 512 * MIB
 """Per GPU: the runtime context, library workspaces and allocator slack (not measured here: no GPU)."""
+SPEECH_OVERHEAD = {"stt": 256 * MIB, "tts": 192 * MIB}
+"""The host process of a speech lane beyond the model's bytes: Python, and for ``stt``
+CTranslate2, PyAV, tokenizers and onnxruntime (the Silero VAD model); for ``tts``
+onnxruntime and espeak-ng. An allowance, not measured yet."""
+SPEECH_WORK_MIN = 64 * MIB
+"""Per slot, at least this much working memory for a speech model (see ``estimate_files``)."""
 CELL_PAD = 256
 """llama.cpp rounds each stream's KV cells up to a multiple of this."""
 DEFAULT_UBATCH = 512
@@ -248,6 +260,47 @@ def estimate(shape: ModelShape, settings: Settings) -> Estimate:
         if not settings.unified_kv
         else kvc.cells_per_stream // settings.slots,
         swa_cells_per_slot=kvc.swa_cells_per_stream,
+    )
+
+
+def estimate_files(kind: str, file_bytes: int, *, slots: int = 1) -> Estimate:
+    """A speech model's memory from its files' size: the weights resident as stored, per
+    slot a working allowance as large as the weights (CTranslate2 may widen float16 weights
+    to float32 on a CPU, and holds the encoder's output for a 30 s window and the decoder's
+    beam cache; onnxruntime's arena grows by about the model's size while it synthesizes),
+    at least ``SPEECH_WORK_MIN``, and the host process (``SPEECH_OVERHEAD``)."""
+    slots = max(1, slots)
+    compute = max(SPEECH_WORK_MIN, file_bytes) * slots
+    overhead = SPEECH_OVERHEAD.get(kind, HOST_OVERHEAD)
+    return Estimate(
+        settings=Settings(ctx_per_slot=0, slots=slots),
+        weights=file_bytes,
+        weights_by_type={kind: file_bytes},
+        kv=0,
+        k=0,
+        v=0,
+        recurrent=0,
+        compute=compute,
+        overhead=overhead,
+        total=file_bytes + compute + overhead,
+        cells_per_slot=0,
+    )
+
+
+def fit_files(est: Estimate, memory: Memory) -> FitReport:
+    """``estimate_files``'s verdict against system RAM (the speech lanes run on the CPU)."""
+    ram = memory.ram_available
+    return FitReport(
+        verdict="fits" if est.total <= ram else "no_fit",
+        device="cpu",
+        estimate=est,
+        available=ram,
+        ram_available=ram,
+        n_layers=0,
+        cpu_bytes=est.total,
+        headroom=ram - est.total,
+        tight=est.total > _TIGHT * ram if ram else True,
+        notes=["a speech model: its files' bytes, a working allowance per slot and its host (docs/fit.md)"],
     )
 
 
