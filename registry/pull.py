@@ -288,9 +288,9 @@ async def _pull_files(
     missing = [f for f in entry.files if not await trio.to_thread.run_sync(store.has_blob, f.sha256)]
     label: str | None = None
     if not missing:
-        owner = next(
-            (r for r in store.list() if {f.digest for f in r.files} == {f.digest for f in files}), None
-        )
+        wanted = {f.digest for f in files}
+        records = await trio.to_thread.run_sync(store.list)
+        owner = next((r for r in records if {f.digest for f in r.files} == wanted), None)
         label = owner.source if owner else "store"
     reasons: list[str] = []
     for index, source in enumerate(entry.sources if missing else ()):
