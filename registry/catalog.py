@@ -79,6 +79,10 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """A speech model's language when its files do not say (whisper: ``en``, ``multilingual``)."""
     sources: list[Source]
 
+    def total_size(self) -> int | None:
+        """Bytes of the model: ``size``, or a multi-file model's files together."""
+        return sum(f.size for f in self.files) if self.files else self.size
+
 
 class _CatalogFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     default: str | None = None

@@ -297,3 +297,10 @@ def test_shipped_speech_entries() -> None:
         assert isinstance(source, PypiSource) and source.member.endswith("/")
     assert sum(f.size for f in whisper.files) == 78090594
     assert sum(f.size for f in voice.files) == 63206088
+
+
+def test_search_finds_speech_models_by_kind_with_their_size() -> None:
+    from registry.search import search_catalog
+
+    [hit] = search_catalog(Catalog.load(), "stt")
+    assert hit.name == "whisper-tiny.en" and hit.size == 78090594
