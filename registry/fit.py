@@ -18,8 +18,8 @@ docs/fit.md):
 * overhead: the engine process itself, and per GPU its runtime context.
 
 A multi-file speech model (whisper, piper) has no KV cache to size: its estimate
-(``estimate_files``) is its files' bytes resident, a working allowance per slot and
-its host process (``SPEECH_OVERHEAD``).
+(``estimate_files``) is its weights resident, a working allowance per slot and its
+host process (``SPEECH_OVERHEAD``), all from its files' sizes.
 
 Every context here is per slot: the engine's ``-c`` is ``ctx_per_slot * slots``.
 """
@@ -75,10 +75,14 @@ HOST_OVERHEAD = 48 * MIB
 """The engine process beyond its buffers (interpreter, llama.cpp, HTTP threads); measured ~40 MiB."""
 GPU_OVERHEAD = 512 * MIB
 """Per GPU: the runtime context, library workspaces and allocator slack (not measured here: no GPU)."""
-SPEECH_OVERHEAD = {"stt": 256 * MIB, "tts": 192 * MIB}
-"""The host process of a speech lane beyond the model's bytes: Python, and for ``stt``
-CTranslate2, PyAV, tokenizers and onnxruntime (the Silero VAD model); for ``tts``
-onnxruntime and espeak-ng. An allowance, not measured yet."""
+SPEECH_OVERHEAD = {"stt": 128 * MIB, "tts": 96 * MIB}
+"""The host process of a speech lane beyond the model: Python and, for ``stt``,
+faster-whisper with CTranslate2, PyAV and tokenizers (63 MiB once imported, measured);
+for ``tts`` piper with onnxruntime (47 MiB); plus room for the host's HTTP server."""
+SPEECH_WIDEN = {"stt": 2, "tts": 1}
+"""Resident weights per stored byte: CTranslate2 widens float16 weights to float32 on a
+CPU (``compute_type="default"``; int8 would hold about half); onnxruntime keeps the
+graph's weights as stored."""
 SPEECH_WORK_MIN = 64 * MIB
 """Per slot, at least this much working memory for a speech model (see ``estimate_files``)."""
 CELL_PAD = 256
@@ -264,25 +268,27 @@ def estimate(shape: ModelShape, settings: Settings) -> Estimate:
 
 
 def estimate_files(kind: str, file_bytes: int, *, slots: int = 1) -> Estimate:
-    """A speech model's memory from its files' size: the weights resident as stored, per
-    slot a working allowance as large as the weights (CTranslate2 may widen float16 weights
-    to float32 on a CPU, and holds the encoder's output for a 30 s window and the decoder's
-    beam cache; onnxruntime's arena grows by about the model's size while it synthesizes),
-    at least ``SPEECH_WORK_MIN``, and the host process (``SPEECH_OVERHEAD``)."""
+    """A speech model's memory from its files' size: the weights resident (``SPEECH_WIDEN``
+    times the bytes stored), per slot a working allowance as large as the stored bytes and
+    at least ``SPEECH_WORK_MIN`` (the encoder's output for a 30 s window and the decoder's
+    beam cache; onnxruntime's arena while it synthesizes), and the host (``SPEECH_OVERHEAD``).
+    Measured on the CPU (docs/fit.md): whisper tiny.en peaks at 351 MiB (this: 351 MiB),
+    piper's joe voice at 190 MiB (this: 220 MiB)."""
     slots = max(1, slots)
+    weights = file_bytes * SPEECH_WIDEN.get(kind, 1)
     compute = max(SPEECH_WORK_MIN, file_bytes) * slots
     overhead = SPEECH_OVERHEAD.get(kind, HOST_OVERHEAD)
     return Estimate(
         settings=Settings(ctx_per_slot=0, slots=slots),
-        weights=file_bytes,
-        weights_by_type={kind: file_bytes},
+        weights=weights,
+        weights_by_type={kind: weights},
         kv=0,
         k=0,
         v=0,
         recurrent=0,
         compute=compute,
         overhead=overhead,
-        total=file_bytes + compute + overhead,
+        total=weights + compute + overhead,
         cells_per_slot=0,
     )
 

@@ -13,6 +13,7 @@ from blazar.cli._common import (
     Json,
     daemon_or_here,
     human_params,
+    human_size,
     load_setup,
     open_store,
     out,
@@ -78,7 +79,7 @@ def _fit_speech(target: str, paths: Paths, slots: int | None, *, json_: bool) ->
     out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} files")
     table = Table(box=None, show_header=False)
     for key, value, detail in (
-        ("weights", est.weights, "the files, resident as stored"),
+        ("weights", est.weights, f"{human_size(record.size)} of files, resident"),
         ("working", est.compute, f"{est.settings.slots} slot(s): activations, caches (allowance)"),
         ("overhead", est.overhead, "host process (allowance)"),
         ("total", est.total, ""),

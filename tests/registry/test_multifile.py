@@ -249,12 +249,12 @@ def test_file_names_cannot_leave_the_tree(bad: str) -> None:
 def test_memory_estimate_from_file_sizes() -> None:
     mib = 1 << 20
     est = fit.estimate_files("stt", 75 * mib, slots=2)
-    assert est.weights == 75 * mib
+    assert est.weights == 150 * mib  # float16 weights widened to float32 on a CPU
     assert est.compute == 2 * 75 * mib
     assert est.overhead == fit.SPEECH_OVERHEAD["stt"]
     assert est.total == est.weights + est.compute + est.overhead
     small = fit.estimate_files("tts", mib)
-    assert small.compute == fit.SPEECH_WORK_MIN
+    assert small.weights == mib and small.compute == fit.SPEECH_WORK_MIN
     assert fit.fit_files(small, fit.Memory(ram_available=small.total)).verdict == "fits"
     assert fit.fit_files(small, fit.Memory(ram_available=small.total - 1)).verdict == "no_fit"
 
@@ -266,8 +266,7 @@ async def test_the_tree_tells_the_memory_planner_its_size(
     whisper = await _pull(store, "whisper-test.en", catalog, cache)
     for record in (voice, whisper):
         est = estimate_path(record.path, slots=1)
-        assert est is not None and est.weights == record.size
-        assert est.total == fit.estimate_files(record.kind, record.size).total
+        assert est is not None and est == fit.estimate_files(record.kind, record.size)
         assert (Path(whisper.path) / TREE_MARKER).is_file()
     assert estimate_path(store.blobs_dir / "nothing.gguf") is None
 
