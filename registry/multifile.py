@@ -19,11 +19,12 @@ from typing import Any
 import msgspec
 
 from . import fit
+from ._names import canonical_name
 from .catalog import CatalogEntry
-from .errors import InvalidModelFile
+from .errors import InvalidModelFile, RegistryError
 from .store import TREE_MARKER, ModelFile, ModelRecord, SpeechFacts, Store, check_file_name
 
-__all__ = ["FORMATS", "build_record", "entry_for", "estimate_path", "speech_facts"]
+__all__ = ["FORMATS", "build_record", "entry_for", "estimate_path", "import_folder", "speech_facts"]
 
 FORMATS = {"ctranslate2": "stt", "onnx": "tts"}
 """Multi-file formats and the kind each is."""
@@ -150,3 +151,52 @@ def estimate_path(path: str | Path, *, slots: int = 1) -> fit.Estimate | None:
     except (OSError, msgspec.DecodeError):
         return None
     return fit.estimate_files(doc.kind, sum(f.size for f in doc.files), slots=slots)
+
+
+def _local_files(src: Path) -> tuple[str, Path, list[Path]]:
+    """(format, folder, files) of a speech model on disk: a CTranslate2 folder (every file at
+    its top: model.bin, config.json, tokenizer, vocabulary…) or a piper ``.onnx`` (or a
+    folder holding one) with its ``.onnx.json``."""
+    if src.is_dir():
+        top = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
+        names = [p.name for p in top]
+        if "model.bin" in names and "config.json" in names:
+            return "ctranslate2", src, top
+        onnx = [p for p in top if p.suffix == ".onnx"]
+        if len(onnx) != 1:
+            raise InvalidModelFile(
+                f"{src}: not a speech model folder — a whisper model (CTranslate2) has model.bin and "
+                "config.json; a piper voice has one .onnx and its .onnx.json"
+            )
+        src = onnx[0]
+    if src.suffix != ".onnx" or not src.is_file():
+        raise InvalidModelFile(f"{src}: not a piper voice (.onnx) nor a whisper model folder")
+    config = src.with_name(f"{src.name}.json")
+    if not config.is_file():
+        raise InvalidModelFile(f"{src}: the piper voice has no {config.name} beside it")
+    return "onnx", src.parent, [src, config]
+
+
+def import_folder(
+    store: Store, src: Path, name: str, *, link: bool = False, language: str | None = None
+) -> ModelRecord:
+    """Add a speech model from disk under ``name``: a whisper model folder in CTranslate2
+    form, or a piper voice's ``.onnx`` (its ``.onnx.json`` beside it). Each file becomes a
+    blob (hardlinked, else copied; symlinked with ``link``); the manifest is written last."""
+    canonical = canonical_name(name)
+    fmt, folder, paths = _local_files(Path(src).absolute())
+    files = []
+    for path in paths:
+        sha = store.add_file(path, link=link)
+        files.append(ModelFile(name=path.name, digest=f"sha256:{sha}", size=path.stat().st_size))
+    entry = CatalogEntry(name=canonical, format=fmt, language=language, sources=[])
+    where = folder if fmt == "ctranslate2" else paths[0]
+    try:
+        record = build_record(
+            store, canonical, entry, files, source=f"import:{where}", previous=store.find(canonical)
+        )
+    except RegistryError:
+        store.collect(*(f.digest for f in files))
+        raise
+    store.write_manifest(record)
+    return record

@@ -424,6 +424,19 @@ class Store:
         except OSError as exc:
             raise _storage_error(exc, f"add {src} to the store") from exc
 
+    def add_file(self, src: Path, *, link: bool = False) -> str:
+        """Make a local file a blob, hashed once (hardlink, else copy; symlink with ``link``);
+        returns its hex sha256. ``InvalidModelFile`` when it cannot be read."""
+        src = Path(src).resolve()  # a link to the bytes: link the bytes, not the link
+        sha = self._verified_sha256(src, None)
+        blob = self.blob_path(sha)
+        if not blob.exists():
+            try:
+                self._place_blob(src, blob, link=link)
+            except OSError as exc:
+                raise _storage_error(exc, f"add {src} to the store") from exc
+        return sha
+
     @staticmethod
     def _verified_sha256(path: Path, expected: str | None) -> str:
         try:

@@ -172,7 +172,8 @@ def import_(
     link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
     json_: Json = False,
 ) -> None:
-    """Add a local GGUF file to the store (hardlinked when possible, else copied).
+    """Add a local GGUF file to the store (hardlinked when possible, else copied), or a speech
+    model: a whisper folder in CTranslate2 form, or a piper voice's .onnx (its .onnx.json beside).
 
     With --scan, find the models other tools already keep on disk; --scan --all adopts them.
     """
@@ -191,9 +192,16 @@ def import_(
             "give a GGUF file and a name (`blazar import FILE --name NAME`), "
             "or look for models other tools keep with `blazar import --scan`"
         )
-    if not file.is_file():
+    if file.is_dir() or file.suffix == ".onnx":  # a whisper folder (CTranslate2) or a piper voice
+        from registry.multifile import import_folder
+
+        record = import_folder(open_store(paths), file.resolve(), name, link=link)
+    elif not file.is_file():
         raise CliError(f"no such file: {file}")
-    record = open_store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
+    else:
+        record = open_store(paths).import_file(
+            file.resolve(), name, link=link, source=f"import:{file.resolve()}"
+        )
     forget(paths, record.name)
     if json_:
         print_json(record)

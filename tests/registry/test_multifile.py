@@ -303,3 +303,39 @@ def test_search_finds_speech_models_by_kind_with_their_size() -> None:
 
     [hit] = search_catalog(Catalog.load(), "stt")
     assert hit.name == "whisper-tiny.en" and hit.size == 78090594
+
+
+def _write(folder: Path, files: dict[str, bytes]) -> Path:
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def test_import_a_whisper_folder_and_a_piper_voice(store: Store, tmp_path: Path) -> None:
+    from registry.multifile import import_folder
+
+    whisper_dir = _write(tmp_path / "whisper-local", WHISPER_FILES)
+    whisper = import_folder(store, whisper_dir, "my-whisper")
+    assert (whisper.kind, whisper.format, len(whisper.files)) == ("stt", "ctranslate2", 4)
+    assert whisper.source == f"import:{whisper_dir}"
+    assert (Path(whisper.path) / "model.bin").read_bytes() == WHISPER_FILES["model.bin"]
+    blob = store.blob_path(whisper.digest)
+    assert os.stat(blob).st_ino == os.stat(whisper_dir / "model.bin").st_ino  # hardlinked, not copied
+
+    voice_dir = _write(tmp_path / "voice", VOICE_FILES)
+    voice = import_folder(store, voice_dir / "en_US-test-medium.onnx", "my-voice")
+    assert (voice.kind, voice.entry) == ("tts", "en_US-test-medium.onnx")
+    assert voice.speech is not None and voice.speech.sample_rate == 22050
+    assert import_folder(store, voice_dir, "my-voice").path == voice.path  # the folder works too
+    other = Store(tmp_path / "other" / "models")  # from another store's tree of symlinks
+    again = import_folder(other, Path(whisper.path), "copy")
+    assert (Path(again.path) / "model.bin").read_bytes() == WHISPER_FILES["model.bin"]
+    assert not other.blob_path(again.digest).is_symlink()
+
+    (voice_dir / "en_US-test-medium.onnx.json").unlink()
+    with pytest.raises(InvalidModelFile, match=r"onnx\.json"):
+        import_folder(store, voice_dir / "en_US-test-medium.onnx", "broken")
+    with pytest.raises(InvalidModelFile, match="not a speech model folder"):
+        import_folder(store, _write(tmp_path / "empty", {"readme.txt": b"hi"}), "broken")
+    assert store.find("broken") is None
