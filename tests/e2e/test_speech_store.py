@@ -90,3 +90,28 @@ def test_speech_models_pull_list_show_fit_serve_rm(tmp_path: Path) -> None:
     blobs = {p.name.removeprefix("sha256-") for p in (home / "models" / "blobs").iterdir()}
     assert blobs == {f["digest"].removeprefix("sha256:") for f in voice["files"]}
     assert not Path(whisper["path"]).exists() and Path(voice["path"]).is_file()
+
+
+def test_the_engines_open_the_store_trees() -> None:
+    """The layout ``Store.materialize`` makes is what the engines load: piper speaks from the
+    voice's tree, faster-whisper transcribes it from the whisper tree. Runs where the audio
+    engines are installed."""
+    import io
+    import wave
+
+    whisper_mod = pytest.importorskip("faster_whisper")
+    piper_mod = pytest.importorskip("piper")
+    from tests.support import speech_model
+
+    voice = piper_mod.PiperVoice.load(str(speech_model("piper-joe-us")))
+    audio = io.BytesIO()
+    with wave.open(audio, "wb") as out:
+        voice.synthesize_wav("The quick brown fox jumps over the lazy dog.", out)
+    audio.seek(0)
+    with wave.open(audio, "rb") as back:
+        assert back.getframerate() == 22050 and back.getnframes() > 22050  # over a second of speech
+    audio.seek(0)
+    model = whisper_mod.WhisperModel(str(speech_model("whisper-tiny.en")), device="cpu", compute_type="int8")
+    segments, _info = model.transcribe(audio)
+    words = " ".join(s.text for s in segments).lower()
+    assert "quick brown fox" in words
