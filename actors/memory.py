@@ -2,7 +2,8 @@
 
 A footprint is the estimate of ``registry.fit`` (weights + KV cache + compute
 buffer + overhead, from the GGUF header) for the context and slots the engine
-would start with; it is computed once per file and settings, in a worker
+would start with (a speech model's from its files' sizes: ``fit.estimate_files``);
+it is computed once per file and settings, in a worker
 thread, before the load is planned. The budget is ``memory_budget_mb`` from
 the config, or, when unset, the memory the system has available now plus what
 the resident models hold (they would give it back when evicted).
@@ -19,6 +20,7 @@ from actors.census import ram_available
 from actors.engines.llamacpp import LaunchSpec
 from registry import fit
 from registry.errors import RegistryError
+from registry.multifile import estimate_path
 from registry.shape import ModelShape, read_shape
 
 __all__ = ["MemoryPlanner"]
@@ -40,14 +42,19 @@ class MemoryPlanner:
         """None: what the system has available; 0 or less: no memory check."""
         self._available = available
         self._shapes: dict[str, ModelShape] = {}
-        self._estimates: dict[str, tuple[ModelShape, fit.Estimate]] = {}
-        """Model name → its shape and estimate at the settings it was last planned with."""
+        self._estimates: dict[str, tuple[ModelShape | None, fit.Estimate]] = {}
+        """Model name → its shape (None: a multi-file speech model) and estimate at the
+        settings it was last planned with."""
 
     def _settings(self, spec: LaunchSpec) -> fit.Settings:
         ubatch = spec.prompt_batch or fit.DEFAULT_UBATCH
         return fit.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots, n_ubatch=ubatch)
 
-    def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape, fit.Estimate] | None:
+    def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape | None, fit.Estimate] | None:
+        # A speech model's tree (registry.store.Store.materialize) says its own size.
+        files = estimate_path(spec.path, slots=spec.slots)
+        if files is not None:
+            return None, files
         shape = self._shapes.get(spec.path)
         if shape is None:
             try:
@@ -89,6 +96,8 @@ class MemoryPlanner:
         if found is None:
             return "lower its context (ctx) or slots in config.toml, or raise memory_budget_mb"
         shape, est = found
+        if shape is None:
+            return "a speech model: lower its slots in config.toml, or raise memory_budget_mb"
         memory = fit.Memory(ram_available=budget)
         levers = [lv for lv in fit.levers(shape, est.settings, memory, "no_fit") if lv.verdict == "fits"]
         if not levers:

@@ -65,6 +65,8 @@ from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
 from registry.errors import RegistryError
+from registry.kinds import TEXT_KINDS
+from registry.kinds import require as require_kind
 from registry.shape import read_shape
 from registry.store import ModelRecord, Store
 
@@ -132,7 +134,10 @@ def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) ->
 
 
 def resolve_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
-    """``launch_spec_for`` with where each setting came from (``blazar explain``)."""
+    """``launch_spec_for`` with where each setting came from (``blazar explain``).
+
+    Raises ``ModelKindMismatch`` for a model no text lane runs (a speech model)."""
+    require_kind(record, TEXT_KINDS, "text")
     return resolve_launch(
         config,
         record,

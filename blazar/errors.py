@@ -45,6 +45,12 @@ CATALOG: dict[str, CodeInfo] = {
             "MODEL_NOT_FOUND", 404, "The model is not installed: run `blazar pull NAME` or see `blazar list`."
         ),
         _c("MODEL_UNSUPPORTED_ENGINE", 400, "No engine lane can serve this model's format."),
+        _c(
+            "MODEL_KIND_MISMATCH",
+            400,
+            "The model is of another kind than the route serves (a speech model sent to chat): "
+            "the message names its kind and the route to use.",
+        ),
         _c("MODEL_LOAD_TIMEOUT", 503, "The engine did not become healthy in time: check `blazar logs`."),
         _c("ENGINE_CIRCUIT_OPEN", 503, "The engine crashed repeatedly and is paused: check `blazar logs`."),
         _c("ALL_SLOTS_BUSY", 503, "Every slot stayed busy for the whole bounded wait: retry later."),

@@ -10,7 +10,7 @@ import msgspec
 from ._names import canonical_name
 from .errors import InvalidModelName, RegistryError
 
-__all__ = ["Catalog", "CatalogEntry", "HfSource", "PypiSource", "Source"]
+__all__ = ["Catalog", "CatalogEntry", "CatalogFile", "HfSource", "PypiSource", "Source"]
 
 
 class HfSource(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", tag="hf"):
@@ -35,12 +35,23 @@ class PypiSource(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", ta
     package: str
     version: str
     member: str
+    """The file's path inside the wheel; for a multi-file entry the folder (ending in ``/``)
+    that holds each of its ``files`` under its own name."""
 
     def describe(self) -> str:
         return f"pypi:{self.package}=={self.version}"
 
 
 Source = HfSource | PypiSource
+
+
+class CatalogFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One file of a multi-file model, pinned by size and sha256."""
+
+    name: str
+    """Relative to the model's folder (and to a PyPI source's ``member`` folder)."""
+    size: int
+    sha256: str
 
 
 class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -56,7 +67,21 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     license: str | None = None
     capabilities: list[str] = []
     """What the model does: completion, tools, thinking, vision, embedding, rerank, code…"""
+    kind: str | None = None
+    """``chat``, ``embedding``, ``rerank``, ``stt`` or ``tts`` (``registry.store.KINDS``);
+    unset, a GGUF model's kind follows from ``capabilities``."""
+    format: str | None = None
+    """A multi-file model's format: ``ctranslate2`` (a faster-whisper folder) or ``onnx``
+    (a piper voice); unset for GGUF."""
+    files: list[CatalogFile] = []
+    """A multi-file model's files (then ``file``, ``size`` and ``sha256`` stay unset)."""
+    language: str | None = None
+    """A speech model's language when its files do not say (whisper: ``en``, ``multilingual``)."""
     sources: list[Source]
+
+    def total_size(self) -> int | None:
+        """Bytes of the model: ``size``, or a multi-file model's files together."""
+        return sum(f.size for f in self.files) if self.files else self.size
 
 
 class _CatalogFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

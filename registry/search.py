@@ -66,7 +66,17 @@ def quant_of(filename: str) -> str | None:
 
 def _words(entry: CatalogEntry) -> str:
     return " ".join(
-        filter(None, [entry.name, entry.description, entry.family, entry.parameter_size, *entry.capabilities])
+        filter(
+            None,
+            [
+                entry.name,
+                entry.description,
+                entry.family,
+                entry.parameter_size,
+                entry.kind,
+                *entry.capabilities,
+            ],
+        )
     ).lower()
 
 
@@ -82,7 +92,7 @@ def search_catalog(catalog: Catalog, query: str) -> list[CatalogHit]:
             family=e.family,
             parameter_size=e.parameter_size,
             quantization=e.quantization,
-            size=e.size,
+            size=e.total_size(),
             capabilities=list(e.capabilities),
         )
         for e in hits

@@ -6,6 +6,8 @@ Layout under the root (`<home>/models`):
     manifests/<name>.json     one ModelRecord per model name
     info/sha256-<hex>.json    cached GGUF header facts
     shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
+    trees/sha256-<hex>/       a multi-file model (whisper, piper) laid out as its engine opens it:
+                              each file under its own name, a relative symlink to its blob
     partial/                  downloads in progress (resumable, never listed), with a .lock each
     reuse-hashes.json         hashes of files in other tools' stores (registry/reuse.py)
 
@@ -42,12 +44,21 @@ if TYPE_CHECKING:
     from .gguf import ModelInfo
 
 __all__ = [
+    "KINDS",
+    "ModelFile",
     "ModelRecord",
     "ModelSettings",
+    "SpeechFacts",
     "Store",
     "canonical_name",
     "sha256_file",
+    "tree_id",
 ]
+
+KINDS = ("chat", "embedding", "rerank", "stt", "tts")
+"""What a model does, as its manifest records it (``ModelRecord.kind``)."""
+TREE_MARKER = ".blazar-model.json"
+"""In a materialized tree: the kind, format and files it was built for (see ``Store.materialize``)."""
 
 _CHUNK_BYTES = 1 << 20
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -66,12 +77,50 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """Default sampling options (Ollama option names: temperature, num_predict, stop…)."""
 
 
+class ModelFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One file of a multi-file model: its name relative to the model's folder, its blob."""
+
+    name: str
+    """``model.bin``, ``en_US-joe-medium.onnx.json``; ``/`` separates folders."""
+    digest: str
+    """``sha256:<hex>``; the bytes are the blob ``blobs/sha256-<hex>``."""
+    size: int
+
+
+class SpeechFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a speech model's own files (or its catalog entry) say about it."""
+
+    architecture: str
+    """``whisper`` (stt) or ``piper`` (tts)."""
+    language: str | None = None
+    """``en``, ``en_US``; ``multilingual`` for a whisper model that detects the language."""
+    sample_rate: int | None = None
+    """Hz of the audio the model takes (stt: 16000) or makes (tts: the voice's rate)."""
+    quality: str | None = None
+    """A piper voice's quality tier: ``x_low``, ``low``, ``medium``, ``high``."""
+    speakers: int | None = None
+    """How many voices a piper model has (1 for most)."""
+
+
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One installed model: the manifest ``manifests/<name>.json``.
+
+    A GGUF model is one blob (``digest``, plus split parts and a projector in ``blobs``)
+    and ``files`` is empty: the shape every manifest had before multi-file models, read
+    unchanged. A multi-file model (``stt`` whisper in CTranslate2 form, ``tts`` piper)
+    lists every file in ``files``; ``digest`` is its main file's (``model.bin``, the
+    ``.onnx``), ``blobs`` the others', and ``path`` what its engine opens, inside the
+    tree ``Store.materialize`` lays out."""
+
     name: str
     digest: str
     size: int
+    """Bytes of every file together."""
     path: str
     format: str = "gguf"
+    """``gguf``; ``ctranslate2`` (a faster-whisper model folder) or ``onnx`` (a piper voice)."""
+    kind: str = "chat"
+    """One of ``KINDS``: manifests written before kinds existed are GGUF chat models."""
     source: str
     created_at: float
     modified_at: float
@@ -79,11 +128,34 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     projector: str | None = None
     """Path of the vision projector (mmproj) blob, when the model has one."""
     blobs: list[str] = []
-    """The other blobs the model needs (``sha256:`` digests): split parts 2..N, the projector."""
+    """The other blobs the model needs (``sha256:`` digests): split parts 2..N, the projector,
+    a multi-file model's other files."""
+    files: list[ModelFile] = []
+    """A multi-file model's files; empty for a GGUF model."""
+    entry: str = ""
+    """Which of ``files`` an engine opens (piper: the ``.onnx``); ``""``: the folder itself
+    (faster-whisper)."""
+    speech: SpeechFacts | None = None
 
     def digests(self) -> list[str]:
         """Every blob this model uses, its main file first."""
         return [self.digest, *self.blobs]
+
+
+def tree_id(record: ModelRecord) -> str:
+    """The folder name of a multi-file model's tree: a digest of its kind and files, so
+    two names of the same files share one tree and a changed file set gets a new one."""
+    lines = [record.kind, record.format, record.entry]
+    lines += sorted(f"{f.name}\0{f.digest}" for f in record.files)
+    return "sha256-" + hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def check_file_name(name: str) -> str:
+    """A multi-file model's relative file name, refused when it could leave its tree."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        raise InvalidModelFile(f"{name!r} is not a usable file name inside a model folder")
+    return name
 
 
 def sha256_file(path: str | os.PathLike[str], on_progress: Callable[[int], None] | None = None) -> str:
@@ -163,6 +235,7 @@ class Store:
         self.info_dir = self.root / "info"
         self.partial_dir = self.root / "partial"
         self.shards_dir = self.root / "shards"
+        self.trees_dir = self.root / "trees"
 
     def __repr__(self) -> str:
         return f"<Store {self.root}>"
@@ -351,6 +424,19 @@ class Store:
         except OSError as exc:
             raise _storage_error(exc, f"add {src} to the store") from exc
 
+    def add_file(self, src: Path, *, link: bool = False) -> str:
+        """Make a local file a blob, hashed once (hardlink, else copy; symlink with ``link``);
+        returns its hex sha256. ``InvalidModelFile`` when it cannot be read."""
+        src = Path(src).resolve()  # a link to the bytes: link the bytes, not the link
+        sha = self._verified_sha256(src, None)
+        blob = self.blob_path(sha)
+        if not blob.exists():
+            try:
+                self._place_blob(src, blob, link=link)
+            except OSError as exc:
+                raise _storage_error(exc, f"add {src} to the store") from exc
+        return sha
+
     @staticmethod
     def _verified_sha256(path: Path, expected: str | None) -> str:
         try:
@@ -382,6 +468,66 @@ class Store:
     def used_digests(self) -> set[str]:
         return {d for r in self.list() for d in r.digests()}
 
+    def used_trees(self) -> set[str]:
+        """The tree folders (``tree_id``) the installed multi-file models use."""
+        return {tree_id(r) for r in self.list() if r.files}
+
+    def is_complete(self, record: ModelRecord) -> bool:
+        """Every blob ``record`` names is here (a linked blob whose target vanished is not)."""
+        if not record.files:
+            return Path(record.path).exists()
+        return all(self.has_blob(d) for d in record.digests())
+
+    def materialize(self, record: ModelRecord) -> Path:
+        """The path an engine opens for ``record``, laid out on disk: the one function a
+        lane needs to run a multi-file model.
+
+        For a multi-file model (``record.files``) the files are laid out once under
+        ``trees/<tree_id>/``, each under its own relative name as a relative symlink to its
+        blob, so no byte is copied; later calls check the links and return at once. The
+        path returned is the tree folder itself when ``record.entry`` is empty (faster-whisper:
+        ``WhisperModel(path)`` loads ``model.bin``, ``config.json``, ``tokenizer.json`` and
+        ``vocabulary.*`` from it), else that file inside it (piper: ``…/en_US-joe-medium.onnx``,
+        with its ``.onnx.json`` beside it, as ``PiperVoice.load`` expects). The tree also holds
+        a hidden ``.blazar-model.json`` (kind, format, files) that the memory planner reads.
+        A GGUF model's ``record.path`` is returned as it is.
+
+        Raises ``ModelNotFound`` when a blob is missing (pull the model again). Blocking: async
+        callers run it in a worker thread. Safe when two processes build one tree at once."""
+        if not record.files:
+            return Path(record.path)
+        folder = self.trees_dir / tree_id(record)
+        for f in record.files:
+            blob = self.blob_path(f.digest)
+            if not blob.exists():
+                raise ModelNotFound(
+                    record.name,
+                    f"model '{record.name}' is missing its file {f.name} ({f.digest[:19]}) — "
+                    f"run `blazar pull {record.name}` again",
+                )
+            link = folder / check_file_name(f.name)
+            target = os.path.relpath(blob, link.parent)
+            try:
+                if link.is_symlink() and os.readlink(link) == target:
+                    continue
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.unlink(missing_ok=True)
+                link.symlink_to(target)
+            except FileExistsError:
+                continue  # another process made the same link just now
+            except OSError as exc:
+                raise _storage_error(exc, f"lay out the files of '{record.name}'") from exc
+        marker = folder / TREE_MARKER
+        doc = msgspec.json.encode(
+            {"kind": record.kind, "format": record.format, "entry": record.entry, "files": record.files}
+        )
+        try:
+            if not marker.is_file() or marker.read_bytes() != doc:
+                _atomic_write(marker, doc)
+        except OSError as exc:
+            raise _storage_error(exc, f"lay out the files of '{record.name}'") from exc
+        return folder / record.entry if record.entry else folder
+
     def collect(self, *digests: str) -> None:
         """Delete blobs (with their cached header and split-part folder) no manifest uses."""
         used = self.used_digests()
@@ -392,6 +538,11 @@ class Store:
             self.blob_path(sha).unlink(missing_ok=True)
             (self.info_dir / f"sha256-{sha}.json").unlink(missing_ok=True)
             shutil.rmtree(self.shards_dir / f"sha256-{sha}", ignore_errors=True)
+        if self.trees_dir.is_dir():
+            trees = self.used_trees()
+            for folder in self.trees_dir.iterdir():
+                if folder.name.startswith("sha256-") and folder.name not in trees:
+                    shutil.rmtree(folder, ignore_errors=True)
 
     def _write_info(self, sha: str, info: ModelInfo) -> None:
         # The cache only saves time; failing to write it must not fail the operation.
@@ -405,6 +556,10 @@ class Store:
         from .gguf import ModelInfo, read_model_info
 
         record = self.get(name_or_record) if isinstance(name_or_record, str) else name_or_record
+        if record.files:
+            # Not GGUF: what listings need, from the manifest (``record.speech`` has the rest).
+            arch = record.speech.architecture if record.speech else record.format
+            return ModelInfo(architecture=arch, parameter_count=0, tensor_count=0, data_offset=0)
         sha = _check_hex(record.digest)
         cache = self.info_dir / f"sha256-{sha}.json"
         with contextlib.suppress(OSError, msgspec.DecodeError):

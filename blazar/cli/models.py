@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from cyclopts import Parameter
@@ -25,6 +25,9 @@ from blazar.cli._common import (
 )
 from blazar.client import CliError
 from blazar.config import Paths, resolve_paths
+
+if TYPE_CHECKING:
+    from registry.store import ModelRecord, Store
 
 
 @app.command
@@ -169,7 +172,8 @@ def import_(
     link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
     json_: Json = False,
 ) -> None:
-    """Add a local GGUF file to the store (hardlinked when possible, else copied).
+    """Add a local GGUF file to the store (hardlinked when possible, else copied), or a speech
+    model: a whisper folder in CTranslate2 form, or a piper voice's .onnx (its .onnx.json beside).
 
     With --scan, find the models other tools already keep on disk; --scan --all adopts them.
     """
@@ -188,9 +192,16 @@ def import_(
             "give a GGUF file and a name (`blazar import FILE --name NAME`), "
             "or look for models other tools keep with `blazar import --scan`"
         )
-    if not file.is_file():
+    if file.is_dir() or file.suffix == ".onnx":  # a whisper folder (CTranslate2) or a piper voice
+        from registry.multifile import import_folder
+
+        record = import_folder(open_store(paths), file.resolve(), name, link=link)
+    elif not file.is_file():
         raise CliError(f"no such file: {file}")
-    record = open_store(paths).import_file(file.resolve(), name, link=link, source=f"import:{file.resolve()}")
+    else:
+        record = open_store(paths).import_file(
+            file.resolve(), name, link=link, source=f"import:{file.resolve()}"
+        )
     forget(paths, record.name)
     if json_:
         print_json(record)
@@ -267,10 +278,11 @@ def list_(*, json_: Json = False) -> None:
     if json_:
         print_json(records)
         return
-    table = Table("NAME", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
+    table = Table("NAME", "KIND", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
     for r in records:
         table.add_row(
             r.name,
+            r.kind,
             r.digest.removeprefix("sha256:")[:12],
             human_size(r.size),
             time_ago(r.modified_at),
@@ -281,10 +293,14 @@ def list_(*, json_: Json = False) -> None:
 
 @app.command
 def show(name: str, *, json_: Json = False) -> None:
-    """Show a model's GGUF facts: architecture, parameters, quantization, context, layers, heads."""
+    """Show a model's facts: for GGUF its architecture, parameters, quantization, context,
+    layers and heads; for a speech model its kind, language, sample rate and files."""
     paths = resolve_paths()
     store = open_store(paths)
     record = store.get(name)
+    if record.files:
+        _show_files(store, record, json_=json_)
+        return
     info = store.info(record)
     if json_:
         doc = msgspec.to_builtins(info)
@@ -293,6 +309,7 @@ def show(name: str, *, json_: Json = False) -> None:
         return
     rows = [
         ("name", record.name),
+        ("kind", record.kind),
         ("architecture", info.architecture),
         ("parameters", human_params(info.parameter_count)),
         ("quantization", info.file_type or "-"),
@@ -305,6 +322,48 @@ def show(name: str, *, json_: Json = False) -> None:
         ("size", human_size(record.size)),
         ("digest", record.digest),
         ("source", record.source),
+    ]  # fmt: skip
+    table = Table(box=None, show_header=False)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", value)
+    out.print(table)
+
+
+def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:
+    """``blazar show`` of a multi-file model: its facts from the manifest, its files."""
+    from registry.kinds import describe
+
+    facts, files = record.speech, record.files
+    doc: dict[str, Any] = {
+        "name": record.name,
+        "kind": record.kind,
+        "format": record.format,
+        "architecture": facts.architecture if facts else None,
+        "language": facts.language if facts else None,
+        "sample_rate": facts.sample_rate if facts else None,
+        "quality": facts.quality if facts else None,
+        "speakers": facts.speakers if facts else None,
+        "files": len(record.files),
+        "size": record.size,
+        "path": str(store.materialize(record)),
+    }
+    if json_:
+        print_json({"model": record, "facts": doc})
+        return
+    rows = [
+        ("name", record.name),
+        ("kind", f"{record.kind} ({describe(record.kind)})"),
+        ("architecture", doc["architecture"] or "-"),
+        ("format", record.format),
+        ("language", doc["language"] or "-"),
+        ("sample rate", f"{doc['sample_rate']} Hz" if doc["sample_rate"] else "-"),
+        *([("quality", str(doc["quality"]))] if doc["quality"] else []),
+        *([("speakers", str(doc["speakers"]))] if doc["speakers"] else []),
+        ("files", f"{len(record.files)}: " + ", ".join(f"{f.name} {human_size(f.size)}" for f in files)),
+        ("size", human_size(record.size)),
+        ("digest", record.digest),
+        ("source", record.source),
+        ("path", doc["path"]),
     ]  # fmt: skip
     table = Table(box=None, show_header=False)
     for key, value in rows:

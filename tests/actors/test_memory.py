@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+
+import trio
 
 from actors.engines.llamacpp import LaunchSpec
 from actors.memory import MemoryPlanner
@@ -49,3 +52,27 @@ async def test_advice_names_levers_with_numbers(model_path: Path) -> None:
     advice = planner.advice("smol", int(need * 0.6))
     assert "levers that fit" in advice and "MiB" in advice and "blazar fit smol" in advice
     assert "no setting makes it fit" in planner.advice("smol", 10 * MIB)  # not even the weights
+
+
+async def test_a_speech_model_is_sized_from_its_tree(tmp_path: Path) -> None:
+    from registry.store import ModelFile, ModelRecord, Store
+
+    store = Store(tmp_path / "models")
+    onnx, config = tmp_path / "v.onnx", tmp_path / "v.onnx.json"
+    onnx.write_bytes(b"x" * 5000)
+    config.write_bytes(b"{}")
+    files = []
+    for path in (onnx, config):
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        store.adopt_blob(path, sha)
+        files.append(ModelFile(name=path.name, digest=f"sha256:{sha}", size=path.stat().st_size))
+    record = ModelRecord(
+        name="voice", digest=files[0].digest, size=5002, path="", format="onnx", kind="tts", source="test",
+        created_at=0.0, modified_at=0.0, blobs=[files[1].digest], files=files, entry="v.onnx",
+    )  # fmt: skip
+    path = await trio.to_thread.run_sync(store.materialize, record)
+    planner = MemoryPlanner(None, available=lambda: 8 << 30)
+    need = await planner.need(LaunchSpec(model="voice", path=str(path), ctx_per_slot=0, slots=2))
+    assert need == fit.estimate_files("tts", 5002, slots=2).total
+    assert planner.footprint("voice") == need
+    assert "speech model" in planner.advice("voice", 1)

@@ -72,6 +72,7 @@ def test_shipped_catalog_is_well_formed() -> None:
     entries = catalog.entries()
     assert len(entries) >= 25
     known = {"completion", "tools", "thinking", "vision", "embedding", "rerank", "code", "insert"}
+    known |= {"transcription", "speech"}  # the speech models' (kind stt and tts)
     for entry in entries:
         assert canonical_name(entry.name) == entry.name
         assert entry.sources and entry.description and entry.license, entry.name
