@@ -164,8 +164,10 @@ def resolve_launch(
     add("strict", *_top(config, "strict"))
 
     # -- engine -----------------------------------------------------------
-    needs = frozenset({"vision"} if record.projector else ()) | frozenset(
-        {"embeddings"} if over.embeddings else ()
+    needs = (
+        frozenset({"vision"} if record.projector else ())
+        | frozenset({"embeddings"} if over.embeddings else ())
+        | frozenset({"rerank"} if info.reranker else ())
     )
     chosen = route(_format_of(record.path), needs=needs, pin=over.engine, lanes=lanes)
     lane = lanes.get(chosen.lane) if chosen.lane else None
@@ -241,6 +243,8 @@ def resolve_launch(
         add("embeddings", bool(over.embeddings), "override", _override(name, "embeddings"))
     else:
         add("embeddings", False, "default", None, "an embeddings request turns it on")
+    if info.reranker:
+        add("reranking", True, "model", "GGUF pooling_type", "a reranker: serves /v1/rerank only")
 
     # -- template and defaults --------------------------------------------
     settings = record.settings
@@ -276,6 +280,7 @@ def resolve_launch(
         ctx_per_slot=choice.ctx,
         slots=slots,
         embeddings=bool(over.embeddings),
+        reranking=info.reranker,
         native_tools=native_tools,
         system_turns=system_turns,
         llguidance=lane.llguidance,

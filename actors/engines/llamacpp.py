@@ -142,16 +142,22 @@ def build_argv(
         "--alias", spec.alias or spec.model,
         "--metrics",
     ]  # fmt: skip
-    if spec.embeddings:
-        flags += ["--embeddings", "--pooling", "mean"]
+    if spec.reranking:
+        flags += ["--reranking"]
+    elif spec.embeddings:
+        flags += ["--embeddings", "--pooling", "none" if spec.token_embeddings else "mean"]
     if spec.chat_template:
         flags += ["--chat-template", spec.chat_template]
     if spec.projector:
         flags += ["--mmproj", spec.projector]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
-    if spec.prompt_batch:
-        flags += ["-b", str(spec.prompt_batch), "-ub", str(spec.prompt_batch)]
+    batch = spec.prompt_batch
+    if batch and spec.reranking:
+        # A reranker's encoder reads a (query, document) pair in one step: the step must hold it.
+        batch = max(batch, spec.ctx_per_slot)
+    if batch:
+        flags += ["-b", str(batch), "-ub", str(batch)]
     if spec.gpu_layers is not None and binary is not None:
         flags += ["-ngl", str(spec.gpu_layers)]
     if spec.rope_scaling:
@@ -164,7 +170,7 @@ def build_argv(
     return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]
 
 
-CAPABILITIES = frozenset({"chat", "completions", "embeddings", "tools", "json_schema", "vision"})
+CAPABILITIES = frozenset({"chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision"})
 
 
 def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:

@@ -38,6 +38,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("-a", "--alias", default=None)
     p.add_argument("--embeddings", "--embedding", action="store_true")
     p.add_argument("--pooling", choices=sorted(_POOLING), default=None)
+    p.add_argument("--reranking", "--rerank", action="store_true")
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-tb", "--threads-batch", type=int, default=None)
@@ -79,7 +80,10 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.api_keys = [ns.api_key]
     if ns.alias:
         p.model_alias = {ns.alias}
-    if ns.embeddings:
+    if ns.reranking:  # as llama-server's flag: embeddings on, pooled by the model's ranking head
+        p.embedding = True
+        p.pooling_type = xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK
+    elif ns.embeddings:
         p.embedding = True
         # Without a pooling type llama.cpp refuses OpenAI-style embeddings.
         p.pooling_type = getattr(

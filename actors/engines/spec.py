@@ -25,6 +25,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     ctx_per_slot: int
     slots: int
     embeddings: bool = False
+    token_embeddings: bool = False
+    """With ``embeddings``: the engine pools nothing (``--pooling none``) and answers a vector per
+    token, which the gateway pools itself (late chunking needs them; see docs/api.md)."""
+    reranking: bool = False
+    """The model is a reranker (GGUF pooling type rank): the engine starts with ``--reranking``
+    and serves ``/v1/rerank``, not chat nor embeddings."""
     native_tools: bool = False
     """The chat template handles tools itself; otherwise the gateway emulates them."""
     system_turns: bool = True
