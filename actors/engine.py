@@ -586,6 +586,10 @@ class EngineActor(Actor[EngineMessage]):
         if error is not None:
             await self._tell_self(_LaunchFailed(generation=generation, code=error[0], message=error[1]))
             return
+        if served is not None and self.spec.embeddings:
+            # An embeddings engine shares one KV cache among its slots (``--kv-unified``), and
+            # then reports all of it per slot: a slot is still given its own share.
+            served = min(served, self.spec.ctx_per_slot)
         if served is not None and served < self.spec.ctx_per_slot:
             log.warning(
                 "%s serves %d tokens per slot, not the %d it was started with", self.name, served,

@@ -146,6 +146,10 @@ def build_argv(
         flags += ["--reranking"]
     elif spec.embeddings:
         flags += ["--embeddings", "--pooling", "none" if spec.token_embeddings else "mean"]
+        if spec.slots > 1:
+            # With a KV stream per slot, llama.cpp mean-pools every input but the first of a
+            # batch wrongly (a vector unlike the input's own); one shared stream pools right.
+            flags += ["--kv-unified"]
     if spec.chat_template:
         flags += ["--chat-template", spec.chat_template]
     if spec.projector:

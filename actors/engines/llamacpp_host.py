@@ -39,6 +39,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--embeddings", "--embedding", action="store_true")
     p.add_argument("--pooling", choices=sorted(_POOLING), default=None)
     p.add_argument("--reranking", "--rerank", action="store_true")
+    p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-tb", "--threads-batch", type=int, default=None)
@@ -91,6 +92,8 @@ def build_params(ns: argparse.Namespace) -> Any:
         )
     elif ns.pooling:
         p.pooling_type = getattr(xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{_POOLING[ns.pooling]}")
+    if ns.kv_unified:
+        p.kv_unified = True
     if ns.n_gpu_layers is not None:
         p.n_gpu_layers = ns.n_gpu_layers
     if ns.threads is not None:

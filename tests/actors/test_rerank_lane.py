@@ -35,6 +35,17 @@ def test_token_embeddings_pool_nothing() -> None:
     assert _flags(spec)[_flags(spec).index("--pooling") + 1] == "none"
 
 
+def test_embeddings_on_several_slots_share_one_kv_stream() -> None:
+    """Without it llama.cpp mean-pools the second input of a batch wrongly (the e2e test sees it)."""
+    spec = LaunchSpec(model="m", path="/m.gguf", ctx_per_slot=512, slots=2, embeddings=True)
+    assert "--kv-unified" in _flags(spec)
+    assert "--kv-unified" not in _flags(msgspec.structs.replace(spec, slots=1))
+    assert "--kv-unified" not in _flags(msgspec.structs.replace(spec, embeddings=False))
+    from actors.engines.llamacpp_host import build_params, parse_args
+
+    assert build_params(parse_args(["-m", "/x.gguf", "--kv-unified"])).kv_unified
+
+
 def test_host_maps_reranking_to_rank_pooling() -> None:
     import xllamacpp as xlc
 
