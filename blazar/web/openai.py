@@ -238,6 +238,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def relay(
         call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome
     ) -> Reply:
+        translate.check_purpose("chat", engine)  # a reranker does not complete text
         # An output limit above the context is reported (strict: refused), not rewritten:
         # llama.cpp ends the answer where the context ends all the same.
         ctx = engine.served_ctx or engine.spec.ctx_per_slot

@@ -113,6 +113,13 @@ async def test_rerank_on_a_model_without_a_ranking_head_is_refused_before_it_loa
         assert (await gw.runtime.engine_for(MODEL)).state.value == "stopped"
         r = await gw.client.post("/v1/embeddings", json={"model": RERANKER, "input": "hi"})
         assert r.status_code == 400 and r.json()["error"]["blazar_code"] == "MODEL_IS_RERANKER"
+        chat = {"model": RERANKER, "messages": [{"role": "user", "content": "hi"}]}
+        for path in ("/v1/chat/completions", "/api/chat"):
+            r = await gw.client.post(path, json=chat)
+            assert r.status_code == 400 and "is a reranker" in r.text, (path, r.text)
+        r = await gw.client.post("/v1/completions", json={"model": RERANKER, "prompt": "hi"})
+        assert r.status_code == 400 and "MODEL_IS_RERANKER" in r.text
+        assert (await gw.runtime.engine_for(RERANKER)).state.value == "stopped"
         r = await gw.client.post(
             "/v1/rerank", json={"model": RERANKER, "query": QUERY, "documents": [{"x": 1}]}
         )
