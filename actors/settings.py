@@ -222,7 +222,19 @@ def resolve_launch(
             for s in out
         ]
     batch = prompt_batch_for(gpu_layers=gpu_layers, configured=over.prompt_batch)
-    if over.prompt_batch is not None:
+    vectors = bool(over.embeddings) or info.reranker
+    step = LaunchSpec(model=name, path="", ctx_per_slot=choice.ctx, slots=slots, prompt_batch=batch,
+                      embeddings=vectors).prompt_step  # fmt: skip
+    if vectors and step != batch:
+        batch = step
+        add(
+            "prompt_batch",
+            batch,
+            "derived",
+            None,
+            "a slot's context: llama.cpp embeds or ranks an input in one step",
+        )
+    elif over.prompt_batch is not None:
         add("prompt_batch", batch, "override", _override(name, "prompt_batch"))
     else:
         note = f"{CPU_PROMPT_BATCH} on the CPU lane" if batch else "llama.cpp's own (512) on a GPU"
@@ -313,6 +325,7 @@ def explain_running(resolved: Resolved, running: LaunchSpec | None) -> list[Sett
         "ctx_per_slot": running.ctx_per_slot,
         "ctx_total": running.ctx_total,
         "embeddings": running.embeddings,
+        "prompt_batch": running.prompt_step,
     }
     out = []
     for s in resolved.settings:

@@ -156,10 +156,7 @@ def build_argv(
         flags += ["--mmproj", spec.projector]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
-    batch = spec.prompt_batch
-    if batch and spec.reranking:
-        # A reranker's encoder reads a (query, document) pair in one step: the step must hold it.
-        batch = max(batch, spec.ctx_per_slot)
+    batch = spec.prompt_step  # a whole input per step where the engine embeds or ranks
     if batch:
         flags += ["-b", str(batch), "-ub", str(batch)]
     if spec.gpu_layers is not None and binary is not None:

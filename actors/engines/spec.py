@@ -14,6 +14,9 @@ from actors.context import context_limit
 
 __all__ = ["LaunchSpec"]
 
+_LLAMA_BATCH = 512
+"""llama.cpp's default prompt batch."""
+
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     model: str
@@ -68,6 +71,15 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The installed version of the lane that runs it (``blazar engine``); None: the bundled one."""
     prompt_batch: int | None = None
     """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
+
+    @property
+    def prompt_step(self) -> int | None:
+        """The prompt batch the engine runs with (``-b``/``-ub``). llama.cpp reads an input to
+        embed or rank in one step (it refuses a longer one), so an engine that embeds or ranks
+        steps by at least a slot's context; None: llama.cpp's own (512)."""
+        if self.embeddings or self.reranking:
+            return max(self.prompt_batch or _LLAMA_BATCH, self.ctx_per_slot)
+        return self.prompt_batch
 
     @property
     def ctx_total(self) -> int:

@@ -28,6 +28,17 @@ def test_a_reranker_starts_with_reranking_and_a_step_that_holds_a_pair() -> None
     assert flags[flags.index("-ub") + 1] == "512"
 
 
+def test_an_engine_that_embeds_reads_a_whole_input_per_step() -> None:
+    """llama.cpp refuses to embed an input longer than its step (a 500 "increase the physical
+    batch size"): 256 on the CPU lane would cap every embedding input at 256 tokens."""
+    spec = LaunchSpec(model="m", path="/m.gguf", ctx_per_slot=2048, slots=1, prompt_batch=256)
+    assert _flags(spec)[_flags(spec).index("-ub") + 1] == "256"
+    embeds = msgspec.structs.replace(spec, embeddings=True)
+    assert _flags(embeds)[_flags(embeds).index("-ub") + 1] == "2048" and embeds.prompt_step == 2048
+    gpu = msgspec.structs.replace(embeds, prompt_batch=None, ctx_per_slot=256)
+    assert gpu.prompt_step == 512 and msgspec.structs.replace(spec, prompt_batch=None).prompt_step is None
+
+
 def test_token_embeddings_pool_nothing() -> None:
     spec = LaunchSpec(model="m", path="/m.gguf", ctx_per_slot=512, slots=1, embeddings=True)
     assert _flags(spec)[_flags(spec).index("--pooling") + 1] == "mean"

@@ -27,7 +27,9 @@ DOCS = ["the cat sat on the mat", "a blue sky", "fish in the sea", "the dog", "c
 
 @pytest.fixture(scope="module")
 def vectors_daemon(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[DaemonProc]:
-    home = make_home(tmp_path_factory.mktemp("vectors") / "home", model_path, config="slots = 2\n")
+    home = make_home(
+        tmp_path_factory.mktemp("vectors") / "home", model_path, config="slots = 2\ndefault_ctx = 1024\n"
+    )
     Store(home / "models").import_file(cached_reranker(), RERANKER, source="test")
     d = start_daemon(home)
     try:
@@ -90,6 +92,17 @@ def test_embeddings_batch_token_arrays_dimensions_and_late_chunks(vectors_daemon
     second = client.embeddings.create(model=MODEL, input=chunks[1]).data[0].embedding
     # the second chunk's tokens saw the first: not the vector of the chunk alone
     assert _cos(late.data[1].embedding, second) < 0.9999
+    # longer than the CPU lane's usual prompt step (256): the engine reads a whole input per step
+    long = ["the cat sat on the mat " * 25] * 3
+    assert (
+        len(
+            client.embeddings.create(
+                model=MODEL, input=long, extra_headers={"X-Blazar-Late-Chunking": "1"}
+            ).data
+        )
+        == 3
+    )
+    assert len(client.embeddings.create(model=MODEL, input=long[0]).data[0].embedding) == 576
     # ordinary embeddings on the engine now pooling nothing: pooled by the gateway, the same vectors
     after = client.embeddings.create(model=MODEL, input=["hello world", "the cat sat"])
     assert all(_cos(a.embedding, b.embedding) > 0.999 for a, b in zip(after.data, batch.data, strict=True))
