@@ -140,3 +140,14 @@ def test_late_chunks_sit_between_the_special_tokens() -> None:
     assert err.value.code == "LATE_CHUNKING_TOO_LONG" and "5 tokens" in err.value.message
     with pytest.raises(DecodeError, match=r"input\[1\]"):
         late_chunks([[5], []], max_tokens=10)
+
+
+def test_an_input_over_the_engines_step_is_a_prompt_too_long() -> None:
+    from blazar.dialects.llamacpp import classify_error
+
+    body = (
+        b'{"error":{"code":500,"message":"input (1301 tokens) is too large to process. increase the '
+        b'physical batch size (current batch size: 1024)","type":"server_error"}}'
+    )
+    err = classify_error(500, body, ctx_limit=8192, model="m")
+    assert err.code == "PROMPT_TOO_LONG" and "1301 tokens" in err.message and "1024" in err.message

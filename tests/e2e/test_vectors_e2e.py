@@ -106,3 +106,8 @@ def test_embeddings_batch_token_arrays_dimensions_and_late_chunks(vectors_daemon
     # ordinary embeddings on the engine now pooling nothing: pooled by the gateway, the same vectors
     after = client.embeddings.create(model=MODEL, input=["hello world", "the cat sat"])
     assert all(_cos(a.embedding, b.embedding) > 0.999 for a, b in zip(after.data, batch.data, strict=True))
+    # an input longer than a slot's context is the caller's error, not the engine's
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model=MODEL, input="the cat sat on the mat " * 200)
+    assert err.value.body["blazar_code"] == "PROMPT_TOO_LONG"  # type: ignore[index]
+    assert "maximum context length is 1024 tokens" in err.value.message
