@@ -192,3 +192,12 @@ async def test_late_chunking_pools_each_chunk_of_one_pass(vector_home: Path) -> 
         )
         assert r.status_code == 413 and r.json()["blazar_code"] == "LATE_CHUNKING_TOO_LONG"
         assert "late_chunking_max_tokens (8)" in r.json()["error"]
+
+
+def test_rerank_routes_are_in_the_embeddings_key_scope_and_have_cards() -> None:
+    from blazar.web.auth import family_of
+    from blazar.web.cards import INFERENCE_PATHS
+    from blazar.web.vectors import RERANK_ROUTES
+
+    for path in (*RERANK_ROUTES, "/api/rerank"):
+        assert family_of(path) == "embeddings" and path in INFERENCE_PATHS
