@@ -92,7 +92,7 @@ def build_params(ns: argparse.Namespace) -> Any:
         )
     elif ns.pooling:
         p.pooling_type = getattr(xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{_POOLING[ns.pooling]}")
-    if ns.kv_unified:
+    if ns.kv_unified and hasattr(p, "kv_unified"):  # releases before llama.cpp's unified KV lack it
         p.kv_unified = True
     if ns.n_gpu_layers is not None:
         p.n_gpu_layers = ns.n_gpu_layers
