@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import msgspec
 
 __all__ = [
+    "Cascade",
     "EngineConfig",
     "FailoverChain",
     "FailoverTarget",
@@ -189,6 +191,30 @@ class FailoverChain(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return [parse_target(t) for t in self.targets]
 
 
+class Cascade(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[cascade]]`` entry: models tried cheapest first, the next one only when an
+    answer fails the request's validator (docs/routing.md)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    """What a request names as its ``model`` (or its ``cascade`` field) to run the cascade."""
+    models: Annotated[list[str], msgspec.Meta(min_length=2, max_length=4)]
+    """The steps, cheapest first (2 to 4)."""
+    refusals: list[str] = []
+    """Regular expressions (case-insensitive) that mark an answer as a refusal, which
+    escalates; empty: the top-level ``cascade_refusals``."""
+
+    def __post_init__(self) -> None:
+        for pattern in self.refusals:
+            _check_pattern(pattern, f"cascade {self.name!r} refusals")
+
+
+def _check_pattern(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{where}: {pattern!r} is not a regular expression ({exc})") from None
+
+
 McpSelection = str | list[str]
 """``"none"``, ``"all"``, one server's name, or a list of names."""
 
@@ -235,9 +261,21 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     failover: list[FailoverChain] = []
     """Failover chains (``[[failover]]`` entries): a model name served by the first healthy
     of several targets (docs/routing.md)."""
+    cascade: list[Cascade] = []
+    """Cascades (``[[cascade]]`` entries): cheap models first, escalation on a failed answer."""
+    cascade_refusals: list[str] = []
+    """Refusal patterns (regular expressions, case-insensitive) for cascades without their own."""
 
     def __post_init__(self) -> None:
         _check_chains(self.failover)
+        cascades = [c.name for c in self.cascade]
+        if len(set(cascades)) != len(cascades):
+            raise ValueError(f"cascade names must be unique; given more than once: {sorted(cascades)}")
+        for pattern in self.cascade_refusals:
+            _check_pattern(pattern, "cascade_refusals")
+        clash = sorted({c.name for c in self.cascade} & {f.name for f in self.failover})
+        if clash:
+            raise ValueError(f"{', '.join(clash)}: both a [[cascade]] and a [[failover]] chain — rename one")
         names = [server.name for server in self.mcp]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})

@@ -161,6 +161,16 @@ CATALOG: dict[str, CodeInfo] = {
             "No [[failover]] chain of that name in config.toml: see GET /api/failover (docs/routing.md).",
         ),
         _c(
+            "CANDIDATES_NOT_STREAMED",
+            400,
+            "`n` above 1, `best_of` or a cascade needs whole answers to choose from: send it unstreamed.",
+        ),
+        _c(
+            "CASCADE_NOT_FOUND",
+            404,
+            "No [[cascade]] of that name in config.toml: name one, or send `cascade` as a list of models.",
+        ),
+        _c(
             "MODEL_CANNOT_RERANK",
             400,
             "The model is not a reranker (its GGUF has no ranking head): rerank with a reranker model.",

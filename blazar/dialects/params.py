@@ -226,7 +226,9 @@ OPENAI_CHAT = Table(
         ),
         _p("n_predict", H, _N_PREDICT, relayed_only=True),
         *_llama_extras(),
-        _p("n", R, "Only one completion choice is allowed: send `n: 1` (or leave it out)", inert=(1,)),
+        _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
+        _p("best_of", H, "2 to 4 candidates, the best one answers; not with `stream`, see routing"),
+        _p("cascade", H, "models tried cheapest first, see routing"),
         _p(
             "modalities",
             R,
@@ -272,8 +274,8 @@ OPENAI_COMPLETIONS = Table(
         _p("logprobs", H, "by llama.cpp (`n_probs`)"),
         _p("n_predict", H, _N_PREDICT, relayed_only=True),
         *_llama_extras(),
-        _p("n", R, "Only one completion choice is allowed: send `n: 1` (or leave it out)", inert=(1,)),
-        _p("best_of", R, "Unsupported param: best_of — leave it out", inert=(1,)),
+        _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
+        _p("best_of", H, "candidates (up to 4, at least `n`), the likeliest `n` answer; not with `stream`"),
         _p("echo", R, "Only no echo is supported: leave out `echo`", inert=(False,)),
         _p("suffix", R, "Unsupported param: suffix — fill-in-the-middle is not available", inert=("",)),
         _p("user", IGN, _USER),
@@ -364,6 +366,8 @@ OLLAMA_CHAT = Table(
     [
         _p("model", H),
         _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
+        _p("best_of", H, "2 to 4 candidates, the best one answers; not with `stream`, see routing"),
+        _p("cascade", H, "models tried cheapest first, see routing"),
         _p("messages", H, "none: load (or unload) only"),
         _p("stream", H),
         _p("format", H, '`"json"` or a JSON schema (a grammar)'),
@@ -451,6 +455,8 @@ ANTHROPIC_MESSAGES = Table(
     [
         _p("model", H),
         _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
+        _p("best_of", H, "2 to 4 candidates, the best one answers; not with `stream`, see routing"),
+        _p("cascade", H, "models tried cheapest first, see routing"),
         _p("messages", H),
         _p("max_tokens", C, _CONTEXT_CAP),
         _p("system", H),
@@ -486,6 +492,8 @@ RESPONSES = Table(
     [
         _p("model", H),
         _p("mcp", H, "MCP servers whose tools the gateway runs, see MCP"),
+        _p("best_of", H, "2 to 4 candidates, the best one answers; not with `stream`, see routing"),
+        _p("cascade", H, "models tried cheapest first, see routing"),
         _p("input", H),
         _p("instructions", H),
         _p("tools", H, "function and namespace tools"),

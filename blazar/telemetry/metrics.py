@@ -40,6 +40,7 @@ from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.errors import CATALOG
+from blazar.web.choices import stats_for
 
 __all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
 
@@ -123,6 +124,7 @@ class Metrics:
             "blazar_completion_tokens", "Output tokens the engines generated", ["model", "key"], registry=r
         )
         r.register(_RuntimeCollector(runtime))
+        r.register(_CandidatesCollector(runtime))
         # Label lookups cost more than the observations: each series' child is found once.
         self._request_children: dict[tuple[str, str, str, str, int, str], Any] = {}
         self._model_children: dict[str, _ModelSeries] = {}
@@ -237,6 +239,37 @@ class _Families(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return self._families
+
+
+class _CandidatesCollector(Collector):
+    """What ``n``, ``best_of`` and cascades cost: every candidate holds a slot and spends tokens."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        stats = stats_for(self.runtime)
+        labels = ["feature"]
+        requests = CounterMetricFamily(
+            "blazar_candidate_requests", "Requests that ran several candidates, by feature", labels=labels
+        )
+        ran = CounterMetricFamily(
+            "blazar_candidates", "Candidates run (each its own admission slot), by feature", labels=labels
+        )
+        tokens = CounterMetricFamily(
+            "blazar_candidate_completion_tokens",
+            "Output tokens of every candidate (chosen or not), by feature",
+            labels=labels,
+        )
+        for feature in ("n", "best_of", "cascade"):
+            requests.add_metric([feature], stats.requests.get(feature, 0))
+            ran.add_metric([feature], stats.candidates.get(feature, 0))
+            tokens.add_metric([feature], stats.tokens.get(feature, 0))
+        escalations = CounterMetricFamily(
+            "blazar_cascade_escalations", "Cascade steps run past the first (an answer failed its validator)"
+        )
+        escalations.add_metric([], stats.escalations)
+        yield from (requests, ran, tokens, escalations)
 
 
 class _RuntimeCollector(Collector):

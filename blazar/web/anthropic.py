@@ -14,7 +14,7 @@ from quart_trio import QuartTrio
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
-from blazar.web import mcp_loop, translate
+from blazar.web import candidates, mcp_loop, translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
 from blazar.web.translate import Timings
@@ -58,6 +58,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def messages(call: Call) -> Reply:
         req = anthropic.decode_messages_request(call.body)
         call.set_model(req.model)
+        if picked := await candidates.answer(runtime, call, req):
+            tr, resp, said = picked
+            return json_reply(anthropic.encode_response(resp, request=req), headers={**_headers(tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):
             if not req.stream:
                 loop, resp = await mcp_loop.answer(runtime, req, servers)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -300,7 +300,7 @@ class McpStream:
         self.failure: BlazarError | None = None
         """What ended the loop midway (an engine that failed in a later round)."""
         self._stream: translate.TranslatedStream | None = None
-        self._iter: AsyncIterator[bytes] = self._generate()
+        self._iter: AsyncGenerator[bytes, None] = self._generate()
 
     @classmethod
     async def open(
@@ -363,7 +363,7 @@ class McpStream:
     async def __anext__(self) -> bytes:
         return await self._iter.__anext__()
 
-    async def _generate(self) -> AsyncIterator[bytes]:
+    async def _generate(self) -> AsyncGenerator[bytes, None]:
         assert self._first is not None
         round_, first = self._round, self._first
         try:
@@ -400,7 +400,7 @@ class McpStream:
                     yield round_.inner.error(exc.code, exc.message)
                     return
         finally:
-            await self.aclose()
+            await self._close_round()
 
     def _feed_back(self, final: Delta, calls: list[ToolCall], results: list[McpCallResult]) -> None:
         self.run.rounds += 1
@@ -457,6 +457,11 @@ class McpStream:
         return await self.runtime.mcp.call(c.name, arguments)
 
     async def aclose(self) -> None:
+        """End the loop wherever it is (a client gone): the round's engine stream closes."""
+        await self._iter.aclose()  # runs the loop's ``finally`` if it was suspended mid-round
+        await self._close_round()
+
+    async def _close_round(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.aclose()

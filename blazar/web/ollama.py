@@ -26,7 +26,7 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import BlazarError
-from blazar.web import mcp_loop, pull_job, translate, vectors
+from blazar.web import candidates, mcp_loop, pull_job, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -178,6 +178,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 req.model, created_at=_now(), done_reason="unload", dialect=dialect
             )
             return json_reply(body)
+        if dialect == "chat" and action is None and (picked := await candidates.answer(runtime, call, req)):
+            tr, resp, said = picked
+            body = ollama.encode_chat_response(
+                resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=resp.model
+            )
+            return json_reply(body, headers={**tr.headers(), **said})
         if dialect == "chat" and action is None and (servers := mcp_loop.selected_servers(runtime, call)):
             if not req.stream:
                 loop, resp = await mcp_loop.answer(runtime, req, servers)

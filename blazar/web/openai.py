@@ -31,7 +31,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.web import failover, honesty, mcp_loop, translate, vectors
+from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -165,11 +165,18 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         strict = honesty.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
+        if picked := await candidates.answer(runtime, call, _as_translated(call, req), best_of=False):
+            tr, resp, said = picked  # a cascade: the answer names the model that gave it
+            body = openai.encode_chat_response(resp, model=resp.model)
+            return Reply(body, headers={**tr.headers(), **said})
         chain = runtime.failover.chains.get(req.model)
         engine = None
         if chain is None:
             engine = await runtime.engine_for(req.model, requested_lane(call.headers))
             translate.check_images(req, engine)
+        if want := fanout.asked(call, completions=False):
+            path, size = "/v1/chat/completions", chat_size(req)
+            return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
         if servers := mcp_loop.selected_servers(runtime, call):
             return await with_mcp(call, _as_translated(call, req), servers)
         if (
@@ -224,6 +231,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         strict = honesty.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
         size = completion_size(req.prompt)
+        if want := fanout.asked(call, completions=True):
+            chain = runtime.failover.chains.get(req.model)
+            engine = None if chain else await runtime.engine_for(req.model, requested_lane(call.headers))
+            return await fanout.run_on(
+                runtime, call, chain, engine, want, path="/v1/completions", size=size, req=req
+            )
         outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
 
         async def on(engine: EngineActor) -> Reply:

@@ -23,7 +23,7 @@ from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
 from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
-from blazar.web import background, honesty, mcp_loop, translate
+from blazar.web import background, candidates, honesty, mcp_loop, translate
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
     app_runtime,
@@ -97,6 +97,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         _check_strict(runtime, req)
         store = store_of(runtime)
         if req.background:
+            candidates.refuse_in_background(runtime, call, req.model)
             await history_of(store, req)  # an unknown previous response is refused now, not later
             servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
             approved = mcp_loop.approvals(call.headers.get(mcp_loop.APPROVE))
@@ -110,6 +111,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
         chat = responses.chat_request(req, await history_of(store, req))
         response_id, created_at = responses.new_id("resp"), time.time()
+        if picked := await candidates.answer(runtime, call, chat):
+            tr, answer, said = picked
+            doc = whole_response(
+                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+            )
+            await _keep(store, req, call.body, doc)
+            return json_reply(doc, headers={**_headers(req, tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):
             encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
             loop = await mcp_loop.McpStream.open(

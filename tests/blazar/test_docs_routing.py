@@ -50,3 +50,20 @@ def test_the_parser_would_refuse_a_broken_example(tmp_path: Path, monkeypatch: p
     (routing,) = examples("routing.md", "## Failover chains")
     with pytest.raises(ConfigError):  # the test above could fail: a typo'd key is refused
         _load(routing.replace("bench_s", "bench_secs", 1), tmp_path, monkeypatch)
+
+
+def test_the_mcp_example_loads_and_its_key_scopes_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blazar.keys import Key, parse_scopes
+
+    (example,) = examples("mcp.md", "## Configuration")
+    config = _load(example, tmp_path / "m", monkeypatch)
+    files, search = config.mcp
+    assert config.mcp_default == ["files"] and files.approve == ["write_file", "edit_file"]
+    assert search.transport == "http" and search.headers["Authorization"].startswith("Bearer ")
+    scope = re.search(r"--scope (\S+)`", section("mcp.md", "## Configuration"))
+    assert scope is not None
+    key = Key(name="ops", digest="", hint="", mcp=parse_scopes([scope[1]]).mcp, created_at=0.0)
+    assert key.allows_mcp("files", "read_file") and not key.allows_mcp("files", "move_file")
+    assert not key.allows_mcp("search")

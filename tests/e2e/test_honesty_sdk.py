@@ -97,9 +97,9 @@ def test_openai_strict_refuses_an_ignored_parameter(oai: openai.OpenAI) -> None:
 
 def test_openai_refuses_what_llama_cpp_cannot_do(oai: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as err:
-        oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=4, n=2)  # type: ignore[arg-type]
+        oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=4, n=9)  # type: ignore[arg-type]
     body: Any = err.value.body
-    assert body["param"] == "n" and "Only one completion choice is allowed" in body["message"]
+    assert body["blazar_code"] == "BAD_REQUEST" and "Invalid 'n'" in body["message"]
     with pytest.raises(openai.BadRequestError) as err:
         oai.completions.create(model=MODEL, prompt="Hi", max_tokens=4, echo=True)
     assert (err.value.body or {})["param"] == "echo"  # type: ignore[index]
