@@ -243,6 +243,8 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     0: none, a request may generate until its context is full."""
     strict: bool = False
     """Refuse, instead of adjusting and reporting, a context the model cannot serve."""
+    late_chunking_max_tokens: Annotated[int, msgspec.Meta(ge=1)] = 8192
+    """Most tokens one late-chunked embeddings input may have (its chunks together); more: 413."""
     ledger_keep_requests: int = 200_000
     """Request records the ledger keeps; older ones are deleted as new ones arrive. 0: keep all."""
     jobs_max_running: Annotated[int, msgspec.Meta(ge=1)] = 2

@@ -113,6 +113,8 @@ class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     ctx_per_slot: int | None = None
     embeddings: bool | None = None
+    token_embeddings: bool | None = None
+    """With embeddings: a vector per token (``--pooling none``), pooled by the gateway."""
     lane: Lane | None = None
 
 
@@ -394,8 +396,8 @@ class EngineActor(Actor[EngineMessage]):
                     env.answer(None)
             case StopEngine(reason=reason):
                 return self._stop_and_answer(env, reason)
-            case Reconfigure(ctx_per_slot=ctx, embeddings=emb, lane=lane):
-                return self._reconfigure(env, ctx, emb, lane)
+            case Reconfigure():
+                return self._reconfigure(env, env.message)
             case _Version(version=version):
                 self.version = version
             case _Drained():
@@ -436,16 +438,17 @@ class EngineActor(Actor[EngineMessage]):
         await self._stop_child(reason)
         env.answer(None)
 
-    async def _reconfigure(
-        self, env: Envelope[EngineMessage], ctx: int | None, embeddings: bool | None, lane: Lane | None
-    ) -> None:
+    async def _reconfigure(self, env: Envelope[EngineMessage], change: Reconfigure) -> None:
         base = self._pending_spec or self.spec
+        ctx, embeddings, lane = change.ctx_per_slot, change.embeddings, change.lane
         if lane is not None:
             self._pending_lane = lane
+        tokens = change.token_embeddings
         spec = msgspec.structs.replace(
             base,
             ctx_per_slot=ctx if ctx is not None else base.ctx_per_slot,
             embeddings=embeddings if embeddings is not None else base.embeddings,
+            token_embeddings=tokens if tokens is not None else base.token_embeddings,
             engine_version=lane.release if lane is not None else base.engine_version,
         )
         if spec != self.spec:
@@ -583,6 +586,10 @@ class EngineActor(Actor[EngineMessage]):
         if error is not None:
             await self._tell_self(_LaunchFailed(generation=generation, code=error[0], message=error[1]))
             return
+        if served is not None and self.spec.embeddings:
+            # An embeddings engine shares one KV cache among its slots (``--kv-unified``), and
+            # then reports all of it per slot: a slot is still given its own share.
+            served = min(served, self.spec.ctx_per_slot)
         if served is not None and served < self.spec.ctx_per_slot:
             log.warning(
                 "%s serves %d tokens per slot, not the %d it was started with", self.name, served,

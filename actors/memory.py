@@ -47,7 +47,7 @@ class MemoryPlanner:
         settings it was last planned with."""
 
     def _settings(self, spec: LaunchSpec) -> fit.Settings:
-        ubatch = spec.prompt_batch or fit.DEFAULT_UBATCH
+        ubatch = spec.prompt_step or fit.DEFAULT_UBATCH
         return fit.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots, n_ubatch=ubatch)
 
     def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape | None, fit.Estimate] | None:

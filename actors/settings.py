@@ -164,8 +164,10 @@ def resolve_launch(
     add("strict", *_top(config, "strict"))
 
     # -- engine -----------------------------------------------------------
-    needs = frozenset({"vision"} if record.projector else ()) | frozenset(
-        {"embeddings"} if over.embeddings else ()
+    needs = (
+        frozenset({"vision"} if record.projector else ())
+        | frozenset({"embeddings"} if over.embeddings else ())
+        | frozenset({"rerank"} if info.reranker else ())
     )
     chosen = route(_format_of(record.path), needs=needs, pin=over.engine, lanes=lanes)
     lane = lanes.get(chosen.lane) if chosen.lane else None
@@ -220,7 +222,19 @@ def resolve_launch(
             for s in out
         ]
     batch = prompt_batch_for(gpu_layers=gpu_layers, configured=over.prompt_batch)
-    if over.prompt_batch is not None:
+    vectors = bool(over.embeddings) or info.reranker
+    step = LaunchSpec(model=name, path="", ctx_per_slot=choice.ctx, slots=slots, prompt_batch=batch,
+                      embeddings=vectors).prompt_step  # fmt: skip
+    if vectors and step != batch:
+        batch = step
+        add(
+            "prompt_batch",
+            batch,
+            "derived",
+            None,
+            "a slot's context: llama.cpp embeds or ranks an input in one step",
+        )
+    elif over.prompt_batch is not None:
         add("prompt_batch", batch, "override", _override(name, "prompt_batch"))
     else:
         note = f"{CPU_PROMPT_BATCH} on the CPU lane" if batch else "llama.cpp's own (512) on a GPU"
@@ -241,6 +255,8 @@ def resolve_launch(
         add("embeddings", bool(over.embeddings), "override", _override(name, "embeddings"))
     else:
         add("embeddings", False, "default", None, "an embeddings request turns it on")
+    if info.reranker:
+        add("reranking", True, "model", "GGUF pooling_type", "a reranker: serves /v1/rerank only")
 
     # -- template and defaults --------------------------------------------
     settings = record.settings
@@ -276,6 +292,7 @@ def resolve_launch(
         ctx_per_slot=choice.ctx,
         slots=slots,
         embeddings=bool(over.embeddings),
+        reranking=info.reranker,
         native_tools=native_tools,
         system_turns=system_turns,
         llguidance=lane.llguidance,
@@ -308,6 +325,7 @@ def explain_running(resolved: Resolved, running: LaunchSpec | None) -> list[Sett
         "ctx_per_slot": running.ctx_per_slot,
         "ctx_total": running.ctx_total,
         "embeddings": running.embeddings,
+        "prompt_batch": running.prompt_step,
     }
     out = []
     for s in resolved.settings:

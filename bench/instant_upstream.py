@@ -8,7 +8,10 @@ can run it as its engine through ``[engine] llama_server = "bench/instant-upstre
 It serves what the gateway asks an engine for: ``GET /health``, ``/slots``,
 ``/props``, ``/v1/models``, ``POST /v1/chat/completions`` and ``/v1/completions``
 (a fixed body, or a stream of ``max_tokens`` chunks, ``--chunks`` without one),
-``/tokenize``, ``/detokenize`` and ``/apply-template``.
+``/tokenize``, ``/detokenize`` and ``/apply-template``; and, as llama.cpp does with the
+flags it was started with, ``/v1/embeddings`` (``--embeddings``), ``/embeddings`` (a vector
+per token, ``--pooling none``) and ``/v1/rerank`` (``--reranking``), with made-up vectors
+and scores that tests can predict (``token_vector``, ``rerank_score``).
 
 Only the standard library (asyncio with a hand-rolled HTTP/1.1 parser), so any
 Python 3.11 runs it and it costs a small fraction of the gateway's CPU per request.
@@ -37,7 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "rerank_score", "token_vector"]
 
 _REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed"}
 _MAX_HEAD = 64 * 1024
@@ -47,9 +50,17 @@ class Upstream:
     """The fixed answers, encoded once."""
 
     def __init__(
-        self, alias: str, slots: int, chunks: int, interval_ms: float, reply: str | None = None
+        self,
+        alias: str,
+        slots: int,
+        chunks: int,
+        interval_ms: float,
+        reply: str | None = None,
+        pooling: str | None = None,
     ) -> None:
         self.alias = alias
+        self.pooling = pooling
+        """``mean``/``none`` with ``--embeddings``, ``rank`` with ``--reranking``, else None."""
         self.reply = reply
         self.slots = slots
         self.chunks = chunks
@@ -117,6 +128,67 @@ class Upstream:
 
 
 _PIECE = re.compile(r"\s*(?:\w+|[^\w\s])|\s+")
+
+
+def token_vector(token: int) -> list[float]:
+    """The instant engine's vector for one token (8 wide, not normalised)."""
+    return [1.0, float(token % 7), float(token % 5), float(token % 3), float(token % 2), 0.5, 0.25, 0.0]
+
+
+def _tokens(text: str) -> list[int]:
+    """What ``/tokenize`` answers for ``text``."""
+    return list(range(max(1, len(text) // 4)))
+
+
+def _mean(tokens: list[int]) -> list[float]:
+    rows = [token_vector(t) for t in tokens]
+    mean = [sum(col) / len(rows) for col in zip(*rows, strict=True)]
+    norm = sum(x * x for x in mean) ** 0.5 or 1.0
+    return [x / norm for x in mean]
+
+
+def _inputs(value: Any) -> list[list[int]]:
+    """OpenAI's ``input`` (or ``content``) as token lists."""
+    if isinstance(value, str):
+        return [_tokens(value)]
+    if value and all(isinstance(x, int) for x in value):
+        return [list(value)]
+    return [_tokens(x) if isinstance(x, str) else list(x) for x in value]
+
+
+def rerank_score(query: str, document: str) -> float:
+    """The instant reranker's score: the query's words found in the document, less a
+    thousandth per word of the document (so a shorter match ranks first)."""
+    words = document.lower().split()
+    return float(len(set(query.lower().split()) & set(words))) - 0.001 * len(words)
+
+
+_NOT_OAI = b'{"error":{"code":400,"message":"Pooling type \'none\' is not OAI compatible"}}'
+
+
+def _vectors(up: Upstream, path: bytes, doc: dict[str, Any]) -> tuple[int, bytes] | None:
+    """The embeddings and rerank routes, as llama.cpp serves them for its flags; None: not one."""
+    if path in (b"/v1/rerank", b"/rerank", b"/v1/reranking", b"/reranking"):
+        if up.pooling != "rank":
+            return 501, b'{"error":{"code":501,"message":"This server does not support reranking."}}'
+        docs, query = doc.get("documents") or [], str(doc.get("query", ""))
+        # In reverse order: the gateway sorts.
+        results = [{"index": i, "relevance_score": rerank_score(query, d)} for i, d in enumerate(docs)][::-1]
+        n = sum(len(str(d).split()) + len(query.split()) for d in docs)
+        return 200, _json({"results": results, "usage": {"prompt_tokens": n, "total_tokens": n}})
+    if path not in (b"/v1/embeddings", b"/embeddings"):
+        return None
+    if up.pooling in (None, "rank"):
+        return 501, b'{"error":{"code":501,"message":"This server does not support embeddings."}}'
+    inputs = _inputs(doc.get("input", doc.get("content", "")))
+    if path == b"/embeddings" and up.pooling == "none":
+        rows = [{"index": i, "embedding": [token_vector(t) for t in toks]} for i, toks in enumerate(inputs)]
+        return 200, _json(rows)
+    if up.pooling == "none":
+        return 400, _NOT_OAI
+    data = [{"object": "embedding", "index": i, "embedding": _mean(t)} for i, t in enumerate(inputs)]
+    n = sum(len(t) for t in inputs)
+    return 200, _json({"object": "list", "data": data, "usage": {"prompt_tokens": n, "total_tokens": n}})
 
 
 def _pieces(text: str) -> list[str]:
@@ -334,9 +406,10 @@ class Connection(asyncio.Protocol):
             interval_ms = float(doc.get("bench_interval_ms", up.interval_ms))
             usage = bool((doc.get("stream_options") or {}).get("include_usage"))
             return self._stream(chat, int(n), interval_ms, usage, close)
-        if path == b"/tokenize":
-            n = max(1, len(str(doc.get("content", ""))) // 4)
-            self._reply(200, _json({"tokens": list(range(n))}), close)
+        if (answer := _vectors(up, path, doc)) is not None:
+            self._reply(*answer, close)
+        elif path == b"/tokenize":
+            self._reply(200, _json({"tokens": _tokens(str(doc.get("content", "")))}), close)
         elif path == b"/detokenize":
             self._reply(200, b'{"content":"tok"}', close)
         elif path == b"/apply-template":
@@ -464,6 +537,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--interval-ms", type=float, default=0.0, help="pause before each stream chunk")
     p.add_argument("--reply", default=None, help="the text of every answer (default: fixed bench answers)")
     p.add_argument("--list-devices", action="store_true", help="list no GPU devices and exit")
+    p.add_argument("--embeddings", "--embedding", action="store_true")
+    p.add_argument("--pooling", default=None)
+    p.add_argument("--reranking", "--rerank", action="store_true")
     p.add_argument(
         "--version", action="store_true", help="print a version line as llama-server does, and exit"
     )
@@ -473,7 +549,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 async def serve(ns: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
-    upstream = Upstream(ns.alias, ns.parallel, ns.chunks, ns.interval_ms, ns.reply)
+    pooling = "rank" if ns.reranking else (ns.pooling or "mean") if ns.embeddings else None
+    upstream = Upstream(ns.alias, ns.parallel, ns.chunks, ns.interval_ms, ns.reply, pooling)
     server = await loop.create_server(lambda: Connection(upstream), ns.host, ns.port, backlog=1024)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

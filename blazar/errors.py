@@ -176,6 +176,21 @@ CATALOG: dict[str, CodeInfo] = {
             404,
             "No [[cascade]] of that name in config.toml: name one, or send `cascade` as a list of models.",
         ),
+        _c(
+            "MODEL_CANNOT_RERANK",
+            400,
+            "The model is not a reranker (its GGUF has no ranking head): rerank with a reranker model.",
+        ),
+        _c(
+            "MODEL_IS_RERANKER",
+            400,
+            "The model is a reranker: it serves /v1/rerank only; embed or chat with another model.",
+        ),
+        _c(
+            "LATE_CHUNKING_TOO_LONG",
+            413,
+            "A late-chunked input has more tokens than late_chunking_max_tokens: send fewer chunks.",
+        ),
     )
 }
 

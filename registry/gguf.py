@@ -99,12 +99,20 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     key_length: int | None = None
     value_length: int | None = None
     chat_template: str | None = None
+    pooling_type: int | None = None
+    """llama.cpp's pooling type from the header (``{arch}.pooling_type``): 1 mean, 2 CLS,
+    3 last, 4 rank (a reranker's classification head); None when the file does not say."""
     token_bytes_max: int | None = None
     """The most bytes of text one vocabulary token stands for: a prompt of N bytes
     is at least N / this many tokens."""
     tensor_count: int
     tensors: list[TensorInfo] = msgspec.field(default_factory=list)
     data_offset: int
+
+    @property
+    def reranker(self) -> bool:
+        """A cross-encoder that scores (query, document) pairs: llama.cpp serves it with ``--reranking``."""
+        return self.pooling_type == int(_gg.PoolingType.RANK)
 
 
 class GGUFHeader(msgspec.Struct, frozen=True, kw_only=True):
@@ -377,6 +385,7 @@ def model_info(header: GGUFHeader) -> ModelInfo:
         key_length=arch_int(_gg.Keys.Attention.KEY_LENGTH),
         value_length=arch_int(_gg.Keys.Attention.VALUE_LENGTH),
         chat_template=text(_gg.Keys.Tokenizer.CHAT_TEMPLATE),
+        pooling_type=arch_int(_gg.Keys.LLM.POOLING_TYPE),
         token_bytes_max=_token_bytes_max(header),
         tensor_count=header.tensor_count,
         tensors=header.tensors,

@@ -142,16 +142,23 @@ def build_argv(
         "--alias", spec.alias or spec.model,
         "--metrics",
     ]  # fmt: skip
-    if spec.embeddings:
-        flags += ["--embeddings", "--pooling", "mean"]
+    if spec.reranking:
+        flags += ["--reranking"]
+    elif spec.embeddings:
+        flags += ["--embeddings", "--pooling", "none" if spec.token_embeddings else "mean"]
+        if spec.slots > 1:
+            # With a KV stream per slot, llama.cpp mean-pools every input but the first of a
+            # batch wrongly (a vector unlike the input's own); one shared stream pools right.
+            flags += ["--kv-unified"]
     if spec.chat_template:
         flags += ["--chat-template", spec.chat_template]
     if spec.projector:
         flags += ["--mmproj", spec.projector]
     if spec.threads:
         flags += ["-t", str(spec.threads)]
-    if spec.prompt_batch:
-        flags += ["-b", str(spec.prompt_batch), "-ub", str(spec.prompt_batch)]
+    batch = spec.prompt_step  # a whole input per step where the engine embeds or ranks
+    if batch:
+        flags += ["-b", str(batch), "-ub", str(batch)]
     if spec.gpu_layers is not None and binary is not None:
         flags += ["-ngl", str(spec.gpu_layers)]
     if spec.rope_scaling:
@@ -164,7 +171,7 @@ def build_argv(
     return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]
 
 
-CAPABILITIES = frozenset({"chat", "completions", "embeddings", "tools", "json_schema", "vision"})
+CAPABILITIES = frozenset({"chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision"})
 
 
 def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:

@@ -38,6 +38,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("-a", "--alias", default=None)
     p.add_argument("--embeddings", "--embedding", action="store_true")
     p.add_argument("--pooling", choices=sorted(_POOLING), default=None)
+    p.add_argument("--reranking", "--rerank", action="store_true")
+    p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-tb", "--threads-batch", type=int, default=None)
@@ -79,7 +81,10 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.api_keys = [ns.api_key]
     if ns.alias:
         p.model_alias = {ns.alias}
-    if ns.embeddings:
+    if ns.reranking:  # as llama-server's flag: embeddings on, pooled by the model's ranking head
+        p.embedding = True
+        p.pooling_type = xlc.llama_pooling_type.LLAMA_POOLING_TYPE_RANK
+    elif ns.embeddings:
         p.embedding = True
         # Without a pooling type llama.cpp refuses OpenAI-style embeddings.
         p.pooling_type = getattr(
@@ -87,6 +92,8 @@ def build_params(ns: argparse.Namespace) -> Any:
         )
     elif ns.pooling:
         p.pooling_type = getattr(xlc.llama_pooling_type, f"LLAMA_POOLING_TYPE_{_POOLING[ns.pooling]}")
+    if ns.kv_unified and hasattr(p, "kv_unified"):  # releases before llama.cpp's unified KV lack it
+        p.kv_unified = True
     if ns.n_gpu_layers is not None:
         p.n_gpu_layers = ns.n_gpu_layers
     if ns.threads is not None:

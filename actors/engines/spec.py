@@ -14,6 +14,9 @@ from actors.context import context_limit
 
 __all__ = ["LaunchSpec"]
 
+_LLAMA_BATCH = 512
+"""llama.cpp's default prompt batch."""
+
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     model: str
@@ -25,6 +28,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     ctx_per_slot: int
     slots: int
     embeddings: bool = False
+    token_embeddings: bool = False
+    """With ``embeddings``: the engine pools nothing (``--pooling none``) and answers a vector per
+    token, which the gateway pools itself (late chunking needs them; see docs/api.md)."""
+    reranking: bool = False
+    """The model is a reranker (GGUF pooling type rank): the engine starts with ``--reranking``
+    and serves ``/v1/rerank``, not chat nor embeddings."""
     native_tools: bool = False
     """The chat template handles tools itself; otherwise the gateway emulates them."""
     system_turns: bool = True
@@ -62,6 +71,15 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The installed version of the lane that runs it (``blazar engine``); None: the bundled one."""
     prompt_batch: int | None = None
     """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
+
+    @property
+    def prompt_step(self) -> int | None:
+        """The prompt batch the engine runs with (``-b``/``-ub``). llama.cpp reads an input to
+        embed or rank in one step (it refuses a longer one), so an engine that embeds or ranks
+        steps by at least a slot's context; None: llama.cpp's own (512)."""
+        if self.embeddings or self.reranking:
+            return max(self.prompt_batch or _LLAMA_BATCH, self.ctx_per_slot)
+        return self.prompt_batch
 
     @property
     def ctx_total(self) -> int:

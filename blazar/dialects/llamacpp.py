@@ -10,6 +10,7 @@ template knows no tools is emulated (see ``blazar.dialects.tools``).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -585,6 +586,10 @@ def context_advice(
     )
 
 
+_TOO_LARGE = re.compile(r"input \((?P<n>\d+) tokens\) is too large to process.*batch size: (?P<step>\d+)")
+"""llama.cpp's words for an input to embed or rank that is longer than its prompt step."""
+
+
 def classify_error(
     status: int,
     body: bytes,
@@ -602,6 +607,11 @@ def classify_error(
     except msgspec.DecodeError:
         err = body.decode("utf-8", "replace")[:500]
     message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    if (big := _TOO_LARGE.search(message)) is not None:
+        # An input to embed or rank over the engine's step, which is a slot's context there.
+        n, step = int(big["n"]), int(big["step"])
+        advice = context_advice(n, step, limit=ctx_limit, extended=extended, model=model)
+        return prompt_too_long(n, step, advice=advice)
     if isinstance(err, dict) and err.get("type") == "exceed_context_size_error":
         n, ctx = int(err.get("n_prompt_tokens") or 0), int(err.get("n_ctx") or 0)
         advice = context_advice(n or None, ctx or None, limit=ctx_limit, extended=extended, model=model)

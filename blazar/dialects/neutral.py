@@ -23,6 +23,9 @@ __all__ = [
     "EmbedResponse",
     "FinishReason",
     "Message",
+    "RerankRequest",
+    "RerankResponse",
+    "RerankResult",
     "ResponseFormat",
     "Role",
     "ToolCall",
@@ -129,11 +132,38 @@ class CompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 class EmbedRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str
-    inputs: list[str]
+    inputs: list[str] | list[list[int]]
+    """Texts, or token arrays (OpenAI's ``input`` of token ids), all sent in one engine call."""
     dimensions: int | None = None
     truncate: bool = True
     keep_alive_s: float | None = None
     ignored: list[str] = []
+    late_chunking: bool = False
+    """``inputs`` are the chunks of one text, embedded together and pooled per chunk."""
+
+
+class RerankRequest(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    query: str
+    documents: list[str]
+    top_n: int | None = None
+    """The most results to return (the best ones); None: all."""
+    return_documents: bool = True
+    keep_alive_s: float | None = None
+    ignored: list[str] = []
+
+
+class RerankResult(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    """The document's place in the request's ``documents``."""
+    score: float
+
+
+class RerankResponse(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    results: list[RerankResult]
+    """Best first; ties keep the documents' order."""
+    prompt_tokens: int = 0
 
 
 class EmbedResponse(msgspec.Struct, frozen=True, kw_only=True):

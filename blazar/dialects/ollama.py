@@ -191,6 +191,7 @@ class _EmbedBody(msgspec.Struct, kw_only=True):
     input: str | list[str]
     truncate: bool | None = None
     dimensions: Annotated[int, Meta(ge=1)] | None = None
+    late_chunking: bool | None = None
     keep_alive: _KeepAlive = None
     options: dict[str, Any] | None = None
 
@@ -438,6 +439,7 @@ def decode_embed_request(body: bytes) -> EmbedRequest:
         truncate=wire.truncate is not False,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         ignored=_ignored(params.OLLAMA_EMBED, wire, body),
+        late_chunking=bool(wire.late_chunking),
     )
 
 

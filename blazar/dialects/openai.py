@@ -39,6 +39,7 @@ __all__ = [
     "decode_chat_request",
     "decode_completion_request",
     "decode_embeddings_request",
+    "embedding_inputs",
     "encode_chat_response",
     "encode_embeddings",
     "encode_error",
@@ -309,25 +310,55 @@ class _EmbeddingsBody(msgspec.Struct, kw_only=True):
     input: str | list[Any]
     encoding_format: str | None = "float"
     dimensions: Annotated[int, Meta(ge=1)] | None = None
+    late_chunking: bool | None = None
     user: str | None = None
+
+
+_INPUT_SHAPES = "a string, a list of strings, a token array or a list of token arrays"
+
+
+def embedding_inputs(value: str | list[Any]) -> list[str] | list[list[int]]:
+    """OpenAI's ``input``: a string, strings, one token array (ints) or token arrays."""
+    if isinstance(value, str):
+        return [value]
+    if not value:
+        raise DecodeError(f"field `input` is empty: send {_INPUT_SHAPES}", param="input")
+    if all(isinstance(x, str) for x in value):
+        return list(value)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return [list(value)]
+    arrays: list[list[int]] = []
+    for i, x in enumerate(value):
+        if (
+            not isinstance(x, list)
+            or not x
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+        ):
+            raise DecodeError(
+                f"invalid field `input[{i}]`: send {_INPUT_SHAPES} (not a mix; no empty token array)",
+                param="input",
+            )
+        arrays.append(x)
+    return arrays
 
 
 def decode_embeddings_request(body: bytes) -> tuple[EmbedRequest, str]:
     """POST /v1/embeddings → the neutral request and the encoding format (float or base64)."""
     wire: _EmbeddingsBody = decode_json(body, _EmbeddingsBody, wording)
     _check_model(wire.model)
-    inputs = [wire.input] if isinstance(wire.input, str) else wire.input
-    if not inputs:
-        raise DecodeError("field `input` is empty: send a string or a list of strings")
-    if not all(isinstance(x, str) for x in inputs):
-        raise DecodeError(
-            "invalid field `input`: send a string or a list of strings (token arrays are not supported)"
-        )
+    inputs = embedding_inputs(wire.input)
     fmt = wire.encoding_format or "float"
     if fmt not in ("float", "base64"):
         raise DecodeError(f"invalid field `encoding_format`: {fmt!r} is not float or base64")
     ignored = params.OPENAI_EMBEDDINGS.screen(wire)
-    return EmbedRequest(model=wire.model, inputs=inputs, dimensions=wire.dimensions, ignored=ignored), fmt
+    req = EmbedRequest(
+        model=wire.model,
+        inputs=inputs,
+        dimensions=wire.dimensions,
+        ignored=ignored,
+        late_chunking=bool(wire.late_chunking),
+    )
+    return req, fmt
 
 
 def encode_embeddings(resp: EmbedResponse, *, encoding_format: str) -> bytes:

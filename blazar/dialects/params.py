@@ -30,9 +30,11 @@ __all__ = [
     "OLLAMA_EMBED",
     "OLLAMA_EMBEDDINGS",
     "OLLAMA_GENERATE",
+    "OLLAMA_RERANK",
     "OPENAI_CHAT",
     "OPENAI_COMPLETIONS",
     "OPENAI_EMBEDDINGS",
+    "RERANK",
     "RESPONSES",
     "TABLES",
     "Param",
@@ -285,9 +287,28 @@ OPENAI_EMBEDDINGS = Table(
     "/v1/embeddings",
     [
         _p("model", H),
-        _p("input", H, "strings (token arrays are refused)"),
+        _p("input", H, "strings or token arrays, all in one engine call"),
         _p("encoding_format", H, "float or base64"),
         _p("dimensions", H, "the vector is cut to this length and normalised again"),
+        _p("late_chunking", H, "`input` is one text's chunks, embedded together (Blazar's)"),
+        _p("user", IGN, _USER),
+    ],
+)
+
+_RANKED = "a document is ranked whole, up to the context: a longer one is refused"
+
+RERANK = Table(
+    "openai",
+    "/v1/rerank",
+    [
+        _p("model", H),
+        _p("query", H),
+        _p("documents", H, "strings, or objects whose `text` is ranked"),
+        _p("top_n", H, "the best N; all when unset"),
+        _p("return_documents", H, "default true (Jina's default)"),
+        _p("rank_fields", IGN, "only `text` is ranked"),
+        _p("max_chunks_per_doc", IGN, _RANKED),
+        _p("max_tokens_per_doc", IGN, _RANKED),
         _p("user", IGN, _USER),
     ],
 )
@@ -393,9 +414,25 @@ OLLAMA_EMBED = Table(
         _p("model", H),
         _p("input", H),
         _p("dimensions", H, "the vector is cut to this length and normalised again"),
+        _p("late_chunking", H, "`input` is one text's chunks, embedded together (Blazar's)"),
         _p("keep_alive", H, _KEEP_ALIVE),
         _p("truncate", IGN, "inputs are not cut to the context: a longer one is refused", inert=(False,)),
         _p("options", IGN, "no option applies to embeddings", inert=({},)),
+    ],
+    open=("",),
+)
+
+OLLAMA_RERANK = Table(
+    "ollama",
+    "/api/rerank",
+    [
+        _p("model", H),
+        _p("query", H),
+        _p("documents", H, "strings, or objects whose `text` is ranked"),
+        _p("top_n", H, "the best N; all when unset"),
+        _p("return_documents", H, "default true"),
+        _p("keep_alive", H, _KEEP_ALIVE),
+        _p("options", IGN, "no option applies to reranking", inert=({},)),
     ],
     open=("",),
 )
@@ -499,11 +536,13 @@ TABLES: tuple[Table, ...] = (
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
     OPENAI_EMBEDDINGS,
+    RERANK,
     RESPONSES,
     OLLAMA_CHAT,
     OLLAMA_GENERATE,
     OLLAMA_EMBED,
     OLLAMA_EMBEDDINGS,
+    OLLAMA_RERANK,
     ANTHROPIC_MESSAGES,
 )
 """Every inference route's table (docs/api.md has one for each)."""

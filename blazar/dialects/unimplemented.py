@@ -28,7 +28,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     # OpenAI
     Unimplemented("/v1/audio", "openai", f"audio (speech, transcriptions, translations) is {_PLANNED}"),
     Unimplemented("/v1/images", "openai", f"image generation and edits are {_PLANNED}"),
-    Unimplemented("/v1/rerank", "openai", f"reranking is {_PLANNED}; rank with `/v1/embeddings` meanwhile"),
     Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(
         "/v1/assistants",

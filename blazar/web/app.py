@@ -50,6 +50,7 @@ from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
+from blazar.web import vectors as web_vectors
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
@@ -211,6 +212,7 @@ def create_app(
         web_telemetry,
         web_console,
         web_console_page,
+        web_vectors,
     ):
         module.register(app)
     return app

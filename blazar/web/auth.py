@@ -76,6 +76,11 @@ _EXACT = {
     "/v1/embeddings": "embeddings",
     "/api/embed": "embeddings",
     "/api/embeddings": "embeddings",
+    "/v1/rerank": "embeddings",  # vectors: reranking is in the embeddings family
+    "/v1/reranking": "embeddings",
+    "/rerank": "embeddings",
+    "/reranking": "embeddings",
+    "/api/rerank": "embeddings",
     "/api/pull": ADMIN,
     "/api/delete": ADMIN,
     "/api/create": ADMIN,

@@ -43,6 +43,11 @@ INFERENCE_PATHS = frozenset(
         "/api/generate",
         "/api/embed",
         "/api/embeddings",
+        "/v1/rerank",
+        "/v1/reranking",
+        "/rerank",
+        "/reranking",
+        "/api/rerank",
     }
 )
 

@@ -34,6 +34,7 @@ _BASE_HEADERS = (
     "x-blazar-strict",
     "x-blazar-engine",
     "x-blazar-mcp",
+    "x-blazar-late-chunking",
 )
 _EXPOSED = ("x-blazar-trace-id", "traceparent", "request-id", "x-request-id", "retry-after", "x-blazar-mcp")
 _MAX_AGE_S = b"600"

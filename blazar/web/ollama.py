@@ -26,7 +26,7 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import BlazarError
-from blazar.web import candidates, mcp_loop, pull_job, translate
+from blazar.web import candidates, mcp_loop, pull_job, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -330,7 +330,7 @@ async def embed() -> Response:
     runtime = app_runtime()
     req = ollama.decode_embed_request(await read_body())
     set_model(req.model)
-    resp, call = await translate.embed(runtime, req)
+    resp, call = await vectors.embed(runtime, req)
     t = _timings(call.timings)
     body = ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns)
     return json_response(body, headers=call.headers())
@@ -342,7 +342,7 @@ async def embeddings_legacy() -> Response:
     set_model(req.model)
     if not req.inputs:
         return json_response(ollama.encode_legacy_embedding([]))
-    resp, call = await translate.embed(runtime, req)
+    resp, call = await vectors.embed(runtime, req)
     return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]), headers=call.headers())
 
 

@@ -31,7 +31,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate
+from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -103,7 +103,7 @@ async def embeddings() -> Response:
     runtime = app_runtime()
     req, fmt = openai.decode_embeddings_request(await read_body())
     set_model(req.model)
-    resp, engine_call = await translate.embed(runtime, req)
+    resp, engine_call = await vectors.embed(runtime, req)
     body = openai.encode_embeddings(resp, encoding_format=fmt)
     return Response(body, headers=engine_call.headers(), content_type=JSON)
 
@@ -251,6 +251,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def relay(
         call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome
     ) -> Reply:
+        translate.check_purpose("chat", engine)  # a reranker does not complete text
         # An output limit above the context is reported (strict: refused), not rewritten:
         # llama.cpp ends the answer where the context ends all the same.
         ctx = engine.served_ctx or engine.spec.ctx_per_slot

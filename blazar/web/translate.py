@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import trio
@@ -35,8 +35,6 @@ from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
     Delta,
-    EmbedRequest,
-    EmbedResponse,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -55,12 +53,13 @@ from blazar.web.relay import close_response, crash_error, send_upstream
 __all__ = [
     "EngineCall",
     "Gathered",
+    "Purpose",
     "StreamEncoder",
     "Timings",
     "TranslatedStream",
     "check_images",
+    "check_purpose",
     "count_tokens",
-    "embed",
 ]
 
 
@@ -125,6 +124,27 @@ def _engine_error(status: int, body: bytes, engine: EngineActor) -> BlazarError:
     return err
 
 
+Purpose = Literal["chat", "embed", "embed_tokens", "rerank"]
+"""What a translated request asks of the engine; a reranker serves only ``rerank``."""
+
+
+def check_purpose(purpose: Purpose, engine: EngineActor) -> None:
+    """A reranker only ranks, and only a reranker ranks: refused before anything loads."""
+    model = engine.spec.alias or engine.spec.model
+    if purpose == "rerank" and not engine.spec.reranking:
+        raise BlazarError(
+            "MODEL_CANNOT_RERANK",
+            f"model '{model}' is not a reranker (its GGUF has no ranking head): rerank with a "
+            "reranker such as bge-reranker-v2-m3, or rank with `/v1/embeddings`",
+        )
+    if purpose != "rerank" and engine.spec.reranking:
+        what = "chat" if purpose == "chat" else "embeddings"
+        raise BlazarError(
+            "MODEL_IS_RERANKER",
+            f"model '{model}' is a reranker: it serves `/v1/rerank`, not {what} — use another model",
+        )
+
+
 def check_images(req: ChatRequest, engine: EngineActor) -> None:
     """Images need a model with a vision projector (its engine starts with ``--mmproj``)."""
     if engine.spec.projector is None and any(m.images for m in req.messages):
@@ -172,6 +192,7 @@ class EngineCall:
         self._chain: ChainRun | None = None
         """The walk along a failover chain, when ``req.model`` names one."""
         self._embeddings = False
+        self._purpose: Purpose = "chat"
 
     @property
     def native_tools(self) -> bool:
@@ -189,10 +210,13 @@ class EngineCall:
             llguidance=bool(self.engine and self.engine.spec.llguidance),
         )
 
-    async def prepare(self, *, embeddings: bool = False) -> EngineActor:
+    async def prepare(self, *, embeddings: bool = False, purpose: Purpose | None = None) -> EngineActor:
+        """Claim the engine. ``purpose`` (``blazar.web.vectors``): ``embed``, ``embed_tokens``
+        (a vector per token: late chunking) or ``rerank``; ``embeddings`` is ``embed``."""
         honesty.refuse_ignored(self.req.ignored, strict=self.strict)
         call = current_or_none()
-        self._embeddings = embeddings
+        self._purpose = purpose or ("embed" if embeddings else "chat")
+        embeddings = self._embeddings = self._purpose in ("embed", "embed_tokens")
         if (chain := self.runtime.failover.chains.get(self.req.model)) is not None:
             self._chain = ChainRun(self.runtime, chain, call, self.card)
             return await self._prepare_next()
@@ -234,17 +258,25 @@ class EngineCall:
     async def _prepare_on(self, engine: EngineActor, embeddings: bool) -> None:
         check_images(self.req, engine)
         spec = engine.spec
+        check_purpose(self._purpose, engine)
         if spec.system or spec.defaults:
             self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)
-        if not embeddings:
+        if self._purpose == "chat":
             self.req, capped = cap_output(self.req, spec.max_output_tokens)
             self.output_cap = spec.max_output_tokens if capped else None
         ctx = self._restart_ctx(engine)
-        if ctx is not None or (embeddings and not spec.embeddings):
-            await engine.ask(Reconfigure(ctx_per_slot=ctx, embeddings=True if embeddings else None))
+        tokens = self._purpose == "embed_tokens" and not spec.token_embeddings
+        if ctx is not None or (embeddings and not spec.embeddings) or tokens:
+            await engine.ask(
+                Reconfigure(
+                    ctx_per_slot=ctx,
+                    embeddings=True if embeddings else None,
+                    token_embeddings=True if tokens else None,
+                )
+            )
         size = chat_size(self.req)
         slot_ctx = max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot)
-        if not embeddings:
+        if self._purpose == "chat":
             self._cap_to_context(slot_ctx)
         # Before queueing, loading or templating; against the context the slot will hold.
         refuse_if_too_long(engine, size, ctx=slot_ctx)
@@ -542,38 +574,6 @@ class TranslatedStream:
         # events (``engine_request``), so the engine notices at its next batch.
         await close_response(self._response)
         self._call.release()
-
-
-def _fit_dimensions(vector: list[float], dimensions: int | None) -> list[float]:
-    """Truncate to ``dimensions`` and re-normalise (how Matryoshka-style models shrink)."""
-    if dimensions is None or dimensions >= len(vector):
-        return vector
-    head = vector[:dimensions]
-    norm = sum(x * x for x in head) ** 0.5 or 1.0
-    return [x / norm for x in head]
-
-
-async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, EngineCall]:
-    """Embeddings from the model's engine, restarting it with a pooling type if needed; the
-    call says how it ran (``timings``, ``headers()``)."""
-    call = EngineCall(
-        runtime,
-        ChatRequest(model=req.model, messages=[], keep_alive_s=req.keep_alive_s, ignored=req.ignored),
-    )
-    await call.prepare(embeddings=True)
-    try:
-        doc = await call.post("/v1/embeddings", {"input": req.inputs, "encoding_format": "float"})
-    finally:
-        call.release()
-    rows = sorted(doc.get("data") or [], key=lambda d: d.get("index", 0))
-    vectors = [_fit_dimensions(list(d["embedding"]), req.dimensions) for d in rows]
-    usage = doc.get("usage") or {}
-    if call.card is not None:
-        call.card.note_usage(engine_usage.EngineUsage(prompt_tokens=int(usage.get("prompt_tokens") or 0)))
-    resp = EmbedResponse(
-        model=req.model, embeddings=vectors, prompt_tokens=int(usage.get("prompt_tokens") or 0)
-    )
-    return resp, call
 
 
 async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from blazar.dialects import anthropic, ollama, openai, params, responses, unimplemented
+from blazar.dialects import anthropic, ollama, openai, params, rerank, responses, unimplemented
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.params import Treatment
 
@@ -24,6 +24,8 @@ ROUTES: dict[str, tuple[Callable[[bytes], Any], dict[str, Any]]] = {
     "/api/generate": (ollama.decode_generate_request, {"model": "m", "prompt": "hi"}),
     "/api/embed": (ollama.decode_embed_request, {"model": "m", "input": "hi"}),
     "/api/embeddings": (ollama.decode_legacy_embeddings_request, {"model": "m", "prompt": "hi"}),
+    "/v1/rerank": (rerank.decode_request, {"model": "m", "query": "q", "documents": ["d"]}),
+    "/api/rerank": (rerank.decode_ollama_request, {"model": "m", "query": "q", "documents": ["d"]}),
     "/v1/messages": (
         anthropic.decode_messages_request,
         {"model": "m", "max_tokens": 2048, "messages": _USER},
@@ -45,6 +47,9 @@ PROBES: dict[str, Any] = {
     "max_tool_calls": 2,
     "parallel_tool_calls": False,
     "truncation": "auto",
+    "rank_fields": ["title"],
+    "max_chunks_per_doc": 2,
+    "max_tokens_per_doc": 100,
 }
 """A value that asks for something, per parameter (default: the string ``"x"``)."""
 
