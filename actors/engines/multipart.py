@@ -82,9 +82,7 @@ def parse_form(body: bytes, content_type: str) -> dict[str, list[Part]]:
             raise FormError("a multipart part has no end to its headers")
         headers = _headers(body[pos + 2 : head_end])
         data_start = head_end + 4
-        end = body.find(b"\r\n" + delimiter, data_start)
-        if end < 0:
-            raise FormError("the multipart body ends inside a part (truncated upload?)")
+        end = _part_end(body, b"\r\n" + delimiter, data_start)
         disposition, params = _params(headers.get("content-disposition", ""))
         if disposition != "form-data" or "name" not in params:
             raise FormError("a multipart part has no Content-Disposition: form-data name")
@@ -96,6 +94,17 @@ def parse_form(body: bytes, content_type: str) -> dict[str, list[Part]]:
         )
         fields.setdefault(part.name, []).append(part)
         pos = end + 2 + len(delimiter)
+
+
+def _part_end(body: bytes, marker: bytes, start: int) -> int:
+    """Where the part starting at ``start`` ends: the next delimiter that is followed by a
+    line break or the closing ``--`` (bytes like the boundary inside data do not count)."""
+    while (end := body.find(marker, start)) >= 0:
+        after = end + len(marker)
+        if body.startswith((b"\r\n", b"--"), after):
+            return end
+        start = end + 1
+    raise FormError("the multipart body ends inside a part (truncated upload?)")
 
 
 def _headers(raw: bytes) -> dict[str, str]:
