@@ -178,7 +178,11 @@ class Handler(BaseHandler):
                 )
         audio = engine.pcm(req, speaker)
         if fmt == "wav":
-            pcm = b"".join(audio)
+            parts = []
+            for part in audio:  # one sentence each: a client that left stops the work here
+                self.check_client()
+                parts.append(part)
+            pcm = b"".join(parts)
             self.send_body(200, sx.CONTENT_TYPES["wav"], sx.wav_header(rate, len(pcm)) + pcm, headers)
             return
         if ffmpeg is None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import hmac
 import os
+import select
+import socket
 import sys
 import threading
 import time
@@ -161,6 +163,20 @@ class BaseHandler(BaseHTTPRequestHandler):
             return True
         self.error(401, "Invalid API Key", kind="authentication_error")
         return False
+
+    def check_client(self) -> None:
+        """Raise ``Gone`` when the client has closed its end (it sends nothing more while it
+        waits for the reply), so work for it stops between sentences or segments."""
+        sock = self.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            gone = bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            gone = False
+        except OSError:
+            gone = True
+        if gone:
+            raise Gone
 
     def route_path(self) -> str:
         return self.path.split("?", 1)[0]

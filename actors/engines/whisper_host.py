@@ -196,7 +196,11 @@ class Handler(BaseHandler):
         if req.stream:
             self._stream(segments, task=task, duration=duration, language=language)
             return
-        t = tx.Transcript(task=task, language=language, duration=duration, segments=list(segments))
+        done: list[tx.Segment] = []
+        for segment in segments:  # decoded lazily: a client that left stops the work here
+            self.check_client()
+            done.append(segment)
+        t = tx.Transcript(task=task, language=language, duration=duration, segments=done)
         content_type, data = tx.render(t, req.response_format, req.granularities)
         self.send_body(200, content_type, data)
 

@@ -10,10 +10,12 @@ import io
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import wave
 from collections import Counter
@@ -205,7 +207,12 @@ def test_srt_vtt_text_and_json(speech: bytes, stt: Host) -> None:
             assert _overlap(SENTENCE, " ".join(c[2] for c in cues)) >= 0.8
         assert ask("vtt").startswith("WEBVTT")
         assert _overlap(SENTENCE, ask("text")) >= 0.8
-    plain = httpx.post(stt.url + "/v1/audio/transcriptions", headers=AUTH, files={"file": ("s.wav", speech)})
+    plain = httpx.post(
+        stt.url + "/v1/audio/transcriptions",
+        headers=AUTH,
+        files={"file": ("s.wav", speech)},
+        timeout=_START_S,
+    )
     assert plain.json()["usage"] == {"type": "duration", "seconds": int(duration) + 1}
 
 
@@ -275,7 +282,9 @@ def test_lossy_formats_through_ffmpeg(tts: Host, fmt: str) -> None:
 
 
 def _transcribe(stt: Host, name: str, data: bytes) -> httpx.Response:
-    return httpx.post(stt.url + "/v1/audio/transcriptions", headers=AUTH, files={"file": (name, data)})
+    return httpx.post(
+        stt.url + "/v1/audio/transcriptions", headers=AUTH, files={"file": (name, data)}, timeout=_START_S
+    )
 
 
 def test_bad_audio_is_refused_and_the_host_lives(speech: bytes, stt: Host) -> None:
@@ -287,13 +296,16 @@ def test_bad_audio_is_refused_and_the_host_lives(speech: bytes, stt: Host) -> No
     assert empty.status_code == 400 and "empty" in empty.json()["error"]["message"]
     header_only = _transcribe(stt, "h.wav", speech[:44].replace(speech[40:44], b"\0\0\0\0"))
     assert header_only.status_code == 400 and "no audio samples" in header_only.json()["error"]["message"]
-    no_file = httpx.post(stt.url + "/v1/audio/transcriptions", headers=AUTH, data={"model": "x"})
+    no_file = httpx.post(
+        stt.url + "/v1/audio/transcriptions", headers=AUTH, data={"model": "x"}, timeout=_START_S
+    )
     assert no_file.status_code == 400
     french = httpx.post(
         stt.url + "/v1/audio/transcriptions",
         headers=AUTH,
         data={"language": "fr"},
         files={"file": ("s.wav", speech)},
+        timeout=_START_S,
     )
     assert french.status_code == 400 and french.json()["error"]["param"] == "language"
     assert stt.alive()
@@ -312,13 +324,65 @@ def test_bad_speech_is_refused_and_the_host_lives(tts: Host) -> None:
     assert tts.alive()
 
 
-def test_a_host_exits_when_its_stdin_closes(tmp_path: Path) -> None:
+def _ready_line(proc: subprocess.Popen[bytes]) -> str:
+    """The host's READY line from its stderr (bounded: a host that never says it fails)."""
+    assert proc.stderr is not None
+    deadline, seen = time.monotonic() + _START_S, b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        readable, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if readable:
+            seen += os.read(proc.stderr.fileno(), 4096)
+            for line in seen.decode(errors="replace").splitlines():
+                if line.startswith("READY "):
+                    return line
+    pytest.fail(f"no READY line: {seen.decode(errors='replace')}")
+
+
+def test_port_zero_ready_line_and_exit_when_stdin_closes() -> None:
     spec = piper_spec()
-    host = start(piper.build_argv, spec, piper.launch_env(spec), tmp_path / "host.log")
+    argv = [
+        sys.executable,
+        "-m",
+        "actors.engines.piper_host",
+        "-m",
+        spec.path,
+        "--port",
+        "0",
+        "--api-key",
+        KEY,
+    ]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        assert host.proc.stdin is not None
-        host.proc.stdin.close()  # what the daemon's death looks like to the child
-        assert host.proc.wait(30) == 0
+        line = _ready_line(proc)
+        url = line.split()[1]
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")
+        voices = httpx.get(url + "/v1/audio/voices", headers=AUTH).json()["data"]
+        assert voices[0]["id"] == "en_US-joe-medium"  # no alias: the voice file's name
+        assert proc.stdin is not None
+        proc.stdin.close()  # what the daemon's death looks like to the child
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.skipif(
+    shutil.which("whisper-server") is None, reason="whisper.cpp's whisper-server is not on PATH"
+)
+def test_whisper_server_lane_for_real(speech: bytes, tmp_path: Path) -> None:
+    model = os.environ.get("BLAZAR_TEST_GGML_WHISPER")
+    if not model:
+        pytest.skip("set BLAZAR_TEST_GGML_WHISPER to a ggml whisper model (no such model ships on PyPI)")
+    lane = whisper.server_lane(EngineConfig())
+    assert lane is not None
+    spec = LaunchSpec(model="ggml", path=model, ctx_per_slot=0, slots=1, lane="whispercpp")
+    host = start(lambda s, port, api_key: lane.argv(s, port, api_key), spec, lane.env(spec), tmp_path / "log")
+    try:
+        resp = httpx.post(
+            host.url + "/v1/audio/transcriptions", files={"file": ("s.wav", speech)}, timeout=_START_S
+        )
+        assert resp.status_code == 200 and _overlap(SENTENCE, resp.json()["text"]) >= 0.8
     finally:
         stop(host)
 
