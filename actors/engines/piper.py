@@ -1,7 +1,7 @@
 """The text-to-speech lane: a piper voice in our host, on the ``piper-tts`` wheel.
 
 ``python -m actors.engines.piper_host -m VOICE.onnx`` (its ``VOICE.onnx.json``
-beside it: format ``piper-onnx``) serves OpenAI's ``/v1/audio/speech`` and
+beside it: format ``onnx``) serves OpenAI's ``/v1/audio/speech`` and
 ``/v1/audio/voices``; it checks the API key and answers ``/health`` 503 while
 loading. ``pip install 'blazar[speech]'`` installs it; the lossy formats need
 ``ffmpeg`` on ``PATH`` (``scripts/setup-ffmpeg.sh``).
@@ -24,8 +24,9 @@ from actors.engines.spec import LaunchSpec
 __all__ = ["CAPABILITIES", "FORMATS", "build_argv", "host_available", "lane", "launch_env"]
 
 CAPABILITIES = frozenset({"tts"})
-FORMATS = frozenset({"piper-onnx"})
-"""A piper voice: ``NAME.onnx`` with its ``NAME.onnx.json`` beside it."""
+FORMATS = frozenset({"onnx"})
+"""A piper voice: ``NAME.onnx`` with its ``NAME.onnx.json`` beside it (the store's format
+name for a voice: ``onnx``; the model's kind, ``tts``, tells it from other ONNX models)."""
 START_TIMEOUT_S = 60.0
 
 

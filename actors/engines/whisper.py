@@ -1,7 +1,7 @@
 """The speech-to-text lanes: faster-whisper in our host, and whisper.cpp's ``whisper-server``.
 
 ``whisper`` runs ``python -m actors.engines.whisper_host`` on a CTranslate2 whisper
-model directory (format ``ct2-whisper``: ``model.bin``, ``config.json``,
+model directory (format ``ctranslate2``: ``model.bin``, ``config.json``,
 ``tokenizer.json``, ``vocabulary.txt``), on the ``faster-whisper`` wheel
 (``pip install 'blazar[speech]'``). It checks the API key, answers ``/health`` 503
 while loading, and serves OpenAI's ``/v1/audio/transcriptions`` and
@@ -46,8 +46,9 @@ __all__ = [
 CAPABILITIES = frozenset({"stt"})
 """Speech to text: transcription (word and segment timestamps, voice-activity detection)
 and translation to English."""
-HOST_FORMATS = frozenset({"ct2-whisper"})
-"""A CTranslate2 whisper model directory (what faster-whisper loads)."""
+HOST_FORMATS = frozenset({"ctranslate2"})
+"""A CTranslate2 whisper model directory (what faster-whisper loads): the store's format
+name for such a folder (``registry`` records it as ``ctranslate2``)."""
 SERVER_FORMATS = frozenset({"ggml-whisper"})
 """A whisper.cpp ggml model file (``ggml-tiny.en.bin``)."""
 START_TIMEOUT_S = 120.0

@@ -1,7 +1,7 @@
 """The speech hosts for real: piper speaks, whisper (tiny.en, CPU int8) transcribes it back.
 
 One host process of each per module; the models come from their PyPI wheels
-(``tests.support.ensure_speech_model``). No timing asserts.
+(``tests.speech_models.ensure_speech_model``). No timing asserts.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, S
 from actors.engines import piper, whisper
 from actors.engines.spec import LaunchSpec
 from tests.actors.test_transcript import parse_cues
-from tests.support import ensure_speech_model, wait_gone
+from tests.speech_models import ensure_speech_model
+from tests.support import wait_gone
 
 pytest.importorskip("faster_whisper", reason="the speech extra is not installed (pip install '.[speech]')")
 pytest.importorskip("piper", reason="the speech extra is not installed (pip install '.[speech]')")
@@ -265,6 +266,20 @@ def test_pcm_streams_one_sentence_at_a_time(tts: Host) -> None:
         tts.url + "/v1/audio/speech", headers=AUTH, json={**body, "speed": 1.0}, timeout=_START_S
     )
     assert len(pcm) < 0.85 * len(normal.content)  # faster speech is shorter
+
+
+def test_a_client_that_leaves_mid_stream_does_not_hurt_the_host(tts: Host) -> None:
+    body = {"input": " ".join([SENTENCE] * 8), "voice": "joe", "response_format": "pcm"}
+    with httpx.stream(
+        "POST", tts.url + "/v1/audio/speech", headers=AUTH, json=body, timeout=_START_S
+    ) as resp:
+        first = next(resp.iter_raw())
+        assert first  # the first sentence arrives; the client leaves before the rest
+    again = httpx.post(
+        tts.url + "/v1/audio/speech", headers=AUTH, json={"input": "Still here.", "response_format": "pcm"},
+        timeout=_START_S,
+    )  # fmt: skip
+    assert again.status_code == 200 and len(again.content) > 0 and tts.alive()
 
 
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed (make ffmpeg)")

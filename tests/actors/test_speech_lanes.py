@@ -72,12 +72,12 @@ def test_the_lanes_are_registered_and_routed_by_format() -> None:
     host, tts = lanes["whisper"], lanes["piper"]
     if host is None or tts is None:
         pytest.skip("the speech extra is not installed (pip install '.[speech]')")
-    assert (host.kind, host.capabilities, host.formats) == ("whisper-host", {"stt"}, {"ct2-whisper"})
-    assert (tts.kind, tts.capabilities, tts.formats) == ("piper-host", {"tts"}, {"piper-onnx"})
+    assert (host.kind, host.capabilities, host.formats) == ("whisper-host", {"stt"}, {"ctranslate2"})
+    assert (tts.kind, tts.capabilities, tts.formats) == ("piper-host", {"tts"}, {"onnx"})
     assert host.start_timeout_s and tts.start_timeout_s and host.cpu_sequences == 1
     assert host.version() and "faster-whisper" in (host.version() or "")
-    assert route("ct2-whisper", needs=frozenset({"stt"}), pin=None, lanes=lanes).lane == "whisper"
-    assert route("piper-onnx", needs=frozenset({"tts"}), pin=None, lanes=lanes).lane == "piper"
+    assert route("ctranslate2", needs=frozenset({"stt"}), pin=None, lanes=lanes).lane == "whisper"
+    assert route("onnx", needs=frozenset({"tts"}), pin=None, lanes=lanes).lane == "piper"
     assert route("gguf", needs=frozenset(), pin=None, lanes=lanes).lane == "llamacpp"
     why = {c.lane: c.why for c in route("ggml-whisper", needs=frozenset(), pin=None, lanes=lanes).considered}
     if lanes["whispercpp"] is None:
