@@ -28,6 +28,7 @@ __all__ = [
     "Word",
     "delta_event",
     "done_event",
+    "error_event",
     "language_name",
     "parse_request",
     "render",
@@ -331,6 +332,12 @@ def delta_event(text: str) -> bytes:
 def done_event(t: Transcript) -> bytes:
     """The closing ``transcript.text.done`` event, with the whole text and its usage."""
     body = {"type": "transcript.text.done", "text": t.text, "usage": usage(t)}
+    return b"data: " + msgspec.json.encode(body) + b"\n\n"
+
+
+def error_event(message: str) -> bytes:
+    """A server-sent ``error`` event: what a stream that has begun says when it fails."""
+    body = {"type": "error", "error": {"message": message, "type": "server_error", "code": 500}}
     return b"data: " + msgspec.json.encode(body) + b"\n\n"
 
 

@@ -209,9 +209,17 @@ class Handler(BaseHandler):
     ) -> None:
         self.start_chunked("text/event-stream")
         done: list[tx.Segment] = []
-        for segment in segments:
-            self.write_chunk(tx.delta_event(segment.text.lstrip() if not done else segment.text))
-            done.append(segment)
+        try:
+            for segment in segments:
+                self.write_chunk(tx.delta_event(segment.text.lstrip() if not done else segment.text))
+                done.append(segment)
+        except Gone:
+            raise
+        except Exception as exc:  # the status is sent: the failure goes in the stream, which ends
+            print(f"error: transcription failed mid-stream: {exc!r}", file=sys.stderr, flush=True)
+            self.write_chunk(tx.error_event(f"transcription failed: {exc}"))
+            self.end_chunked()
+            return
         t = tx.Transcript(task=task, language=language, duration=duration, segments=done)
         self.write_chunk(tx.done_event(t))
         self.end_chunked()

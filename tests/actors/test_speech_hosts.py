@@ -296,6 +296,18 @@ def test_lossy_formats_through_ffmpeg(tts: Host, fmt: str) -> None:
     assert 0.5 < samples / rate < 5.0
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed (make ffmpeg)")
+def test_an_mp3_made_by_piper_is_heard_by_whisper(tts: Host, stt: Host) -> None:
+    with _client(tts) as client:
+        mp3 = client.audio.speech.create(
+            model="joe", voice="joe", input=SENTENCE, response_format="mp3"
+        ).read()
+    assert mp3[:3] == b"ID3" or mp3[0] == 0xFF  # an MPEG audio stream, not WAV
+    with _client(stt) as client:
+        heard = client.audio.transcriptions.create(model="whisper-tiny.en", file=("speech.mp3", mp3))
+    assert _overlap(SENTENCE, heard.text) >= 0.8, heard.text
+
+
 def _transcribe(stt: Host, name: str, data: bytes) -> httpx.Response:
     return httpx.post(
         stt.url + "/v1/audio/transcriptions", headers=AUTH, files={"file": (name, data)}, timeout=_START_S

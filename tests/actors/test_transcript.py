@@ -194,3 +194,5 @@ def test_stream_events() -> None:
     assert json.loads(delta[6:]) == {"type": "transcript.text.delta", "delta": "Hello"}
     done = json.loads(tx.done_event(_transcript())[6:])
     assert done["type"] == "transcript.text.done" and done["text"] == "Hello world. Later on."
+    error = json.loads(tx.error_event("it broke")[6:])
+    assert error["type"] == "error" and error["error"]["message"] == "it broke"
