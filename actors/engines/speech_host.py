@@ -29,6 +29,7 @@ from actors.engines.lifeline import host_lifetime
 __all__ = ["BaseHandler", "Gone", "HostState", "add_common_args", "run_host"]
 
 _encode = msgspec.json.Encoder().encode
+_DRAIN_FACTOR = 4
 
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
@@ -129,28 +130,45 @@ class BaseHandler(BaseHTTPRequestHandler):
             raise Gone from exc
 
     def read_body(self) -> bytes | None:
-        """The request body; None when it is over the limit (the reply is then sent)."""
+        """The request body; None when it is over the limit (the 400 is then sent). An
+        oversized body is read and dropped (up to ``_DRAIN_FACTOR`` times the limit), so the
+        client, still sending, gets the answer rather than a reset connection."""
         limit = self.state.max_body
+        size = 0
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             parts: list[bytes] = []
-            size = 0
             while True:
                 n = int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16)
                 if n == 0:
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass
-                    return b"".join(parts)
-                size += n
-                if size > limit:
+                    if size <= limit:
+                        return b"".join(parts)
                     break
-                parts.append(self.rfile.read(n))
+                size += n
+                if size > limit * _DRAIN_FACTOR:
+                    break
+                data = self.rfile.read(n)
+                if size <= limit:
+                    parts.append(data)
+                else:
+                    parts.clear()
                 self.rfile.readline(2)
         else:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length <= limit:
-                return self.rfile.read(length) if length else b""
+            size = int(self.headers.get("Content-Length") or 0)
+            if size <= limit:
+                return self.rfile.read(size) if size else b""
+            if size <= limit * _DRAIN_FACTOR:
+                left = size
+                while left > 0 and (got := self.rfile.read(min(left, 1 << 20))):
+                    left -= len(got)
         self.close_connection = True
-        self.error(413, f"the upload is over the {limit // (1024 * 1024)} MiB limit of this host")
+        mib = 1024 * 1024
+        self.error(
+            400,
+            f"the upload ({size / mib:.1f} MiB) is over this host's limit of {limit / mib:.0f} MiB: "
+            "send a shorter file or a compressed format (mp3, opus, flac)",
+        )
         return None
 
     def authorized(self) -> bool:

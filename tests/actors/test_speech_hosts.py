@@ -327,6 +327,8 @@ def test_bad_audio_is_refused_and_the_host_lives(speech: bytes, stt: Host) -> No
         stt.url + "/v1/audio/transcriptions", headers=AUTH, data={"model": "x"}, timeout=_START_S
     )
     assert no_file.status_code == 400
+    huge = _transcribe(stt, "huge.wav", b"RIFF" + b"\0" * (26 * 1024 * 1024))
+    assert huge.status_code == 400 and "over this host's limit of 25 MiB" in huge.json()["error"]["message"]
     french = httpx.post(
         stt.url + "/v1/audio/transcriptions",
         headers=AUTH,
