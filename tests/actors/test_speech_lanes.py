@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import typing
 import wave
 
+import msgspec
 import pytest
 
-from actors.config import EngineConfig
+from actors.config import EngineConfig, ModelOverride
 from actors.engines import piper, whisper
 from actors.engines import synthesis as sx
 from actors.engines._gpu import Program
@@ -83,6 +85,12 @@ def test_the_lanes_are_registered_and_routed_by_format() -> None:
     if lanes["whispercpp"] is None:
         assert "whisper-server on PATH" in why["whispercpp"]
     assert lane_for(SPEC, EngineConfig()).kind == "whisper-host"
+
+
+def test_a_model_can_be_pinned_to_every_lane() -> None:
+    pins = typing.get_args(typing.get_type_hints(ModelOverride)["engine"])
+    assert set(typing.get_args(pins[0])) == set(LANES)
+    assert msgspec.convert({"engine": "piper"}, ModelOverride).engine == "piper"
 
 
 def test_a_missing_whisper_server_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
