@@ -13,9 +13,10 @@ mapped onto OpenAI's path (``--inference-path``); it checks no API key, has no
 translation route (the gateway sends ``translate=true`` on the transcription
 path) and converts non-WAV audio only with ``--convert``, which needs ffmpeg.
 
-Of the ``LaunchSpec`` both read the model path and name, ``threads``, ``slots``
-(transcriptions at once: the host's ``--workers``; whisper-server's
-``--processors``) and ``extra_args``; context, GPU layers and templates do not apply.
+Of the ``LaunchSpec`` both read the model path and name, ``threads``, ``gpu_layers``
+(set: on the GPU) and ``extra_args``; the host reads ``slots`` too (transcriptions at
+once, ``--workers``), while whisper-server runs one request at a time whatever it is
+given (its ``-p`` splits one file among processors). Context and templates do not apply.
 """
 
 from __future__ import annotations
@@ -101,7 +102,6 @@ def build_server_argv(
         "--port", str(port),
         "-m", spec.path,
         "--inference-path", "/v1/audio/transcriptions",
-        "-p", str(max(1, spec.slots)),
     ]  # fmt: skip
     if spec.threads:
         flags += ["-t", str(spec.threads)]
