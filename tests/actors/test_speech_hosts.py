@@ -208,13 +208,13 @@ def test_srt_vtt_text_and_json(speech: bytes, stt: Host) -> None:
             assert _overlap(SENTENCE, " ".join(c[2] for c in cues)) >= 0.8
         assert ask("vtt").startswith("WEBVTT")
         assert _overlap(SENTENCE, ask("text")) >= 0.8
+    decoding = {"prompt": "A fox and a dog.", "temperature": "0.2", "beam_size": "1", "language": "en"}
     plain = httpx.post(
-        stt.url + "/v1/audio/transcriptions",
-        headers=AUTH,
-        files={"file": ("s.wav", speech)},
+        stt.url + "/v1/audio/transcriptions", headers=AUTH, data=decoding, files={"file": ("s.wav", speech)},
         timeout=_START_S,
-    )
+    )  # fmt: skip
     assert plain.json()["usage"] == {"type": "duration", "seconds": int(duration) + 1}
+    assert _overlap(SENTENCE, plain.json()["text"]) >= 0.8
 
 
 def test_streamed_transcript_and_translation(speech: bytes, stt: Host) -> None:
