@@ -217,21 +217,24 @@ class Handler(BaseHandler):
         writer.start()
         try:
             data = os.read(stdout.fileno(), _READ)
+            if not data:  # nothing encoded: the status can still say so
+                proc.wait(30)
+                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+                self.error(
+                    502, f"ffmpeg encoded nothing (exit {proc.returncode}): {err[-300:]}", kind="server_error"
+                )
+                return
             self.start_chunked(content_type)
             while data:
                 self.write_chunk(data)
                 data = os.read(stdout.fileno(), _READ)
             self.end_chunked()
+            proc.wait(10)
         finally:
-            if proc.poll() is None:
+            if proc.poll() is None:  # the client left, or ffmpeg hangs
                 proc.kill()
-            proc.wait()
+                proc.wait()
             writer.join(5)
-            if proc.returncode not in (0, None, -9):
-                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-                print(
-                    f"error: ffmpeg exited with {proc.returncode}: {err[-500:]}", file=sys.stderr, flush=True
-                )
 
     @property
     def piper(self) -> PiperState:

@@ -367,7 +367,7 @@ def _ready_line(proc: subprocess.Popen[bytes]) -> str:
     pytest.fail(f"no READY line: {seen.decode(errors='replace')}")
 
 
-def test_port_zero_ready_line_and_exit_when_stdin_closes() -> None:
+def test_port_zero_ready_line_no_ffmpeg_and_exit_when_stdin_closes() -> None:
     spec = piper_spec()
     argv = [
         sys.executable,
@@ -380,13 +380,19 @@ def test_port_zero_ready_line_and_exit_when_stdin_closes() -> None:
         "--api-key",
         KEY,
     ]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {**os.environ, "PATH": "/nonexistent"}  # no ffmpeg for this one
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     try:
         line = _ready_line(proc)
         url = line.split()[1]
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")
         voices = httpx.get(url + "/v1/audio/voices", headers=AUTH).json()["data"]
         assert voices[0]["id"] == "en_US-joe-medium"  # no alias: the voice file's name
+        body = {"input": "Hi.", "response_format": "mp3"}
+        mp3 = httpx.post(url + "/v1/audio/speech", headers=AUTH, json=body, timeout=_START_S)
+        assert mp3.status_code == 400 and "install" in mp3.json()["error"]["message"]
         assert proc.stdin is not None
         proc.stdin.close()  # what the daemon's death looks like to the child
         assert proc.wait(30) == 0
