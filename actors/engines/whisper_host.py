@@ -116,22 +116,29 @@ class Engine:
                 vad["min_silence_duration_ms"] = req.vad_min_silence_ms
             opts["vad_parameters"] = vad or None
         segments, info = self.model.transcribe(samples, **opts)
-        return float(info.duration), str(info.language), _segments(segments)
+        duration = float(info.duration)
+        return duration, str(info.language), _segments(segments, duration)
 
 
-def _segments(raw: Any) -> Iterator[tx.Segment]:
+def _segments(raw: Any, duration: float) -> Iterator[tx.Segment]:
+    """The engine's segments as ours, their times kept inside the audio: whisper's timestamp
+    tokens step by 20 ms and its last segment may end a little past the samples."""
+
+    def at(t: float) -> float:
+        return min(max(float(t), 0.0), duration)
+
     for n, s in enumerate(raw):
         words = None
         if s.words is not None:
             words = [
-                tx.Word(word=w.word, start=float(w.start), end=float(w.end), probability=float(w.probability))
+                tx.Word(word=w.word, start=at(w.start), end=at(w.end), probability=float(w.probability))
                 for w in s.words
             ]
         yield tx.Segment(
             id=n,
             seek=int(s.seek),
-            start=float(s.start),
-            end=float(s.end),
+            start=at(s.start),
+            end=at(s.end),
             text=s.text,
             tokens=list(s.tokens),
             temperature=float(s.temperature or 0.0),
