@@ -47,7 +47,10 @@ OutputCap = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    engine: Literal["llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp"] | None = None
+    engine: (
+        Literal["llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp", "whisper", "whispercpp", "piper"]
+        | None
+    ) = None
     """The lane that runs this model (a pin). Unset: routed by its format."""
     lanes: list[Literal["llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp"]] | None = None
     """Other lanes it may run on beside its own, each its own engine; a request asks for one

@@ -42,7 +42,8 @@ class Lane:
     version: Callable[[], str | None]
     """What runs the lane, with its version; blocking (call it off the event loop)."""
     capabilities: frozenset[str]
-    """What it serves: ``chat``, ``completions``, ``embeddings``, ``tools``, ``json_schema``, ``vision``."""
+    """What it serves: ``chat``, ``completions``, ``embeddings``, ``tools``, ``json_schema``, ``vision``;
+    ``stt`` and ``tts`` for the speech lanes."""
     formats: frozenset[str]
     """Model formats it loads: ``gguf``, ``safetensors``, …"""
     env: Callable[[LaunchSpec], dict[str, str]] = _no_env

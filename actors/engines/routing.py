@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from actors.config import EngineConfig
-from actors.engines import llamacpp, mistralrs, mlx, sdcpp, sglang, vllm
+from actors.engines import llamacpp, mistralrs, mlx, piper, sdcpp, sglang, vllm, whisper
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 from actors.engines.versions import BUNDLED, EngineVersion, Versions
@@ -21,7 +21,7 @@ from actors.errors import UnsupportedEngine
 
 __all__ = ["LANES", "Considered", "Route", "installed", "lane_for", "route"]
 
-LANES = ("llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp")
+LANES = ("llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp", "whisper", "whispercpp", "piper")
 """The lanes a model can be pinned to (``[models."NAME"] engine = …``), in default order."""
 _INSTALL = {
     "mistralrs": "pip install 'blazar[mistralrs]', or put a mistralrs binary on PATH",
@@ -29,6 +29,9 @@ _INSTALL = {
     "sglang": "install SGLang on a machine with a GPU and set [engine] sglang (docs/engines.md)",
     "mlx": "pip install mlx-lm on Apple silicon and set [engine] mlx (docs/engines.md)",
     "sdcpp": "build stable-diffusion.cpp's sd-server and set [engine] sd_server (docs/engines.md)",
+    "whisper": "pip install 'blazar[speech]' (faster-whisper; docs/speech.md)",
+    "whispercpp": "build whisper.cpp and put its whisper-server on PATH (docs/speech.md)",
+    "piper": "pip install 'blazar[speech]' (piper-tts; docs/speech.md)",
 }
 
 
@@ -97,6 +100,9 @@ _MAKERS: dict[str, _Maker] = {
     "sglang": _gpu(sglang.lane, "sglang"),
     "mlx": _gpu(mlx.lane, "mlx"),
     "sdcpp": _gpu(sdcpp.lane, "sd_server"),
+    "whisper": whisper.host_lane,
+    "whispercpp": whisper.server_lane,
+    "piper": piper.lane,
 }
 
 
