@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from actors.admission import Slot, acquire
 from actors.engine import EngineActor, EngineHandle, Lease
 from actors.scheduling import Tier
+from registry.kinds import KINDS
+
+_ANY_KIND = frozenset(KINDS)
 
 if TYPE_CHECKING:
     from actors.runtime import Runtime
@@ -120,7 +123,7 @@ class ClaimRequest:
 
 
 async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) -> Claim:
-    engine = await runtime.engine_for(model)
+    engine = await runtime.engine_for(model, kinds=_ANY_KIND)  # the caller's route chose the kind
     slot = await acquire(
         runtime.admission,
         waiter_id=options.get("waiter_id"),

@@ -65,7 +65,7 @@ from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
 from registry.errors import RegistryError
-from registry.kinds import TEXT_KINDS
+from registry.kinds import TEXT_KINDS, mismatch
 from registry.kinds import require as require_kind
 from registry.shape import read_shape
 from registry.store import ModelRecord, Store
@@ -128,16 +128,21 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     preview: LoadPreview
 
 
-def launch_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> LaunchSpec:
+def launch_spec_for(
+    config: RuntimeConfig, store: Store, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS
+) -> LaunchSpec:
     """How ``record``'s engine starts under ``config`` (context, slots, template, defaults)."""
-    return resolve_for(config, store, record).spec
+    return resolve_for(config, store, record, kinds).spec
 
 
-def resolve_for(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
+def resolve_for(
+    config: RuntimeConfig, store: Store, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS
+) -> Resolved:
     """``launch_spec_for`` with where each setting came from (``blazar explain``).
 
-    Raises ``ModelKindMismatch`` for a model no text lane runs (a speech model)."""
-    require_kind(record, TEXT_KINDS, "text")
+    Raises ``ModelKindMismatch`` for a model of none of ``kinds`` (by default: a speech model,
+    which no text lane runs)."""
+    require_kind(record, kinds, "text" if kinds == TEXT_KINDS else "/".join(sorted(kinds)))
     return resolve_launch(
         config,
         record,
@@ -291,8 +296,8 @@ class Runtime:
     def __repr__(self) -> str:
         return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
 
-    def launch_spec(self, record: ModelRecord) -> LaunchSpec:
-        return launch_spec_for(self.config, self.store, record)
+    def launch_spec(self, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS) -> LaunchSpec:
+        return launch_spec_for(self.config, self.store, record, kinds)
 
     async def plan(self, model: str) -> LoadPlan:
         """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
@@ -383,8 +388,13 @@ class Runtime:
         settings = explain_running(resolved, running)
         return Explanation(model=record.name, path=record.path, loaded=loaded, settings=settings)
 
-    async def engine_for(self, model: str, lane: str | None = None) -> EngineActor:
+    async def engine_for(
+        self, model: str, lane: str | None = None, *, kinds: frozenset[str] = TEXT_KINDS
+    ) -> EngineActor:
         """The engine actor of an installed model, created (not started) on first use.
+
+        ``kinds``: what the caller's route serves (text by default; ``{"stt"}`` for
+        transcription…); a model of another kind raises ``ModelKindMismatch``.
 
         ``lane`` asks for another lane than the model's own, one its ``lanes`` setting allows:
         that engine runs beside the other, as ``NAME@LANE`` (its own slots and queue).
@@ -394,13 +404,17 @@ class Runtime:
         key = model if lane is None else f"{model}@{lane}"
         engine = self._engines.get(key)
         if engine is not None:
+            if engine.spec.kind not in kinds:
+                raise mismatch(model, engine.spec.kind, "text" if kinds == TEXT_KINDS else min(kinds))
             return engine
         record = await trio.to_thread.run_sync(self.store.get, model)
         async with self._lock:
             engine = self._engines.get(record.name)
             if engine is None:
-                spec = await trio.to_thread.run_sync(self.launch_spec, record)
+                spec = await trio.to_thread.run_sync(self.launch_spec, record, kinds)
                 engine = await self._make_engine(record.name, spec)
+            elif engine.spec.kind not in kinds:
+                raise mismatch(model, engine.spec.kind, "text" if kinds == TEXT_KINDS else min(kinds))
             if model != record.name:
                 self._engines[model] = engine
             if lane is not None and lane != engine.spec.lane:

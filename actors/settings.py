@@ -169,7 +169,8 @@ def resolve_launch(
         | frozenset({"embeddings"} if over.embeddings else ())
         | frozenset({"rerank"} if info.reranker else ())
     )
-    chosen = route(_format_of(record.path), needs=needs, pin=over.engine, lanes=lanes)
+    fmt = record.format if record.files else _format_of(record.path)  # a speech model: its manifest's
+    chosen = route(fmt, needs=needs, pin=over.engine, lanes=lanes)
     lane = lanes.get(chosen.lane) if chosen.lane else None
     if lane is None:
         reasons = "; ".join(f"{c.lane}: {c.why}" for c in chosen.considered)
@@ -288,6 +289,7 @@ def resolve_launch(
 
     spec = LaunchSpec(
         model=name,
+        kind=record.kind,
         path=record.path,
         ctx_per_slot=choice.ctx,
         slots=slots,

@@ -26,7 +26,11 @@ _LOCAL = "nothing leaves this machine"
 
 UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     # OpenAI
-    Unimplemented("/v1/audio", "openai", f"audio (speech, transcriptions, translations) is {_PLANNED}"),
+    Unimplemented(
+        "/v1/audio",
+        "openai",
+        "only /v1/audio/transcriptions, /translations, /speech and /voices are served",
+    ),
     Unimplemented("/v1/images", "openai", f"image generation and edits are {_PLANNED}"),
     Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(

@@ -34,6 +34,7 @@ from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
+from blazar.web import audio as web_audio
 from blazar.web import background, batch_runner
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
@@ -100,7 +101,7 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic, web_responses):
+    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
@@ -213,6 +214,7 @@ def create_app(
         web_console,
         web_console_page,
         web_vectors,
+        web_audio,
     ):
         module.register(app)
     return app

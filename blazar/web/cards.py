@@ -48,6 +48,9 @@ INFERENCE_PATHS = frozenset(
         "/rerank",
         "/reranking",
         "/api/rerank",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+        "/v1/audio/speech",
     }
 )
 

@@ -1,0 +1,152 @@
+"""OpenAI's audio routes, served by the speech lanes: transcription, translation, speech.
+
+``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` (multipart) go to the
+model's whisper engine, ``POST /v1/audio/speech`` (JSON) to its piper engine. The gateway
+reads only the ``model`` field, claims that model's engine through admission like any text
+request (slots, queue, priorities, cancellation, keep-alive) and relays the engine's
+answer as it comes: a transcript's SSE deltas, audio chunks while synthesis runs. The
+engines speak OpenAI's shapes themselves (``actors/engines/whisper_host.py``,
+``piper_host.py``), so nothing is translated; an engine's refusal keeps its status and
+body, with ``blazar_code`` added. ``GET /v1/audio/voices`` lists the installed voices
+from their manifests and starts nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import trio
+from quart import Response
+from quart_trio import QuartTrio
+
+from actors.engine import EngineActor
+from actors.engines.multipart import FormError, parse_form
+from actors.runtime import Runtime
+from actors.upstream import UpstreamError
+from blazar.dialects import openai
+from blazar.errors import BlazarError
+from blazar.web.call import Call, Reply, Routes
+from blazar.web.claim import claim_engine
+from blazar.web.common import JSON, app_runtime, json_response, stream_reply
+from blazar.web.relay import UpstreamStream, crash_error
+
+__all__ = ["register", "register_routes"]
+
+STT = frozenset({"stt"})
+TTS = frozenset({"tts"})
+
+
+class _Model(msgspec.Struct):
+    model: str | None = None
+
+
+def _form_model(call: Call) -> str:
+    content_type = call.headers.get("content-type", "")
+    try:
+        form = parse_form(call.body, content_type)
+    except FormError as exc:
+        raise BlazarError("BAD_REQUEST", f"the body is not a multipart form: {exc}") from None
+    parts = form.get("model") or []
+    model = parts[0].data.decode("utf-8", "replace").strip() if parts else ""
+    if not model:
+        raise BlazarError("BAD_REQUEST", "missing required field `model`: name a speech-to-text model")
+    return model
+
+
+def _json_model(call: Call) -> str:
+    try:
+        model = msgspec.json.decode(call.body, type=_Model).model
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BlazarError("BAD_REQUEST", f"the body is not a JSON object with `model`: {exc}") from None
+    if not model:
+        raise BlazarError("BAD_REQUEST", "missing required field `model`: name a text-to-speech voice")
+    return model
+
+
+async def _relay(runtime: Runtime, call: Call, engine: EngineActor, path: str, content_type: str) -> Reply:
+    """Send the request's own bytes to the engine and answer with what it answers."""
+    lease = await claim_engine(runtime, engine)
+    handle = lease.handle
+    try:
+        upstream = await handle.upstream.request(
+            "POST", path, body=call.body, headers={"content-type": content_type}
+        )
+    except UpstreamError as exc:
+        lease.release()
+        raise await crash_error(engine, handle, exc) from exc
+    except BaseException:
+        lease.release()
+        raise
+    head = {k.decode("latin-1"): v.decode("latin-1") for k, v in upstream.headers}
+    kind = head.get("content-type", JSON)
+    if upstream.status_code != 200:
+        try:
+            content = await upstream.aread()
+        finally:
+            await upstream.aclose()
+            lease.release()
+        code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
+        call.code = code
+        return Reply(openai.merge_error_code(content, code), upstream.status_code, content_type=kind)
+
+    async def on_error(exc: Exception) -> bytes:
+        err = await crash_error(engine, handle, exc)
+        if call.card is not None:
+            call.card.note_failure(err.code, err.message)
+        return b""  # audio has no error event: the stream ends short
+
+    relayed = UpstreamStream(upstream, lease, on_error, background=runtime.start_soon)
+    call.on_cleanup(relayed.aclose)
+    headers = {k: v for k, v in head.items() if k.startswith("x-")}  # the sample rate of pcm
+    return stream_reply(relayed, content_type=kind, headers=headers)
+
+
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """The audio routes, served by the gateway layer itself."""
+
+    def transcribing(path: str) -> Any:
+        async def handler(call: Call) -> Reply:
+            model = _form_model(call)
+            call.set_model(model)
+            engine = await runtime.engine_for(model, kinds=STT)
+            return await _relay(runtime, call, engine, path, call.headers.get("content-type", ""))
+
+        return handler
+
+    async def speech(call: Call) -> Reply:
+        model = _json_model(call)
+        call.set_model(model)
+        engine = await runtime.engine_for(model, kinds=TTS)
+        return await _relay(runtime, call, engine, "/v1/audio/speech", JSON)
+
+    for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
+        routes.add(path, transcribing(path))
+    routes.add("/v1/audio/speech", speech)
+
+
+async def voices() -> Response:
+    """The installed voices (text-to-speech models), from their manifests: no engine starts."""
+    store = app_runtime().store
+    records = await trio.to_thread.run_sync(store.list)
+    data = []
+    for r in records:
+        if r.kind != "tts":
+            continue
+        facts = r.speech
+        data.append(
+            {
+                "object": "voice",
+                "id": r.name,
+                "name": r.name,
+                "model": r.name,
+                "language": facts.language if facts is not None else None,
+                "sample_rate": facts.sample_rate if facts is not None else None,
+                "speakers": facts.speakers if facts is not None else None,
+            }
+        )
+    return json_response({"object": "list", "data": data})
+
+
+def register(app: QuartTrio) -> None:
+    app.get("/v1/audio/voices")(voices)
