@@ -176,6 +176,27 @@ MIN_FRACTION = 0.10
 MAX_FRACTION = 0.95
 
 
+def threaded_env(spec: LaunchSpec) -> dict[str, str]:
+    """``offline_env`` with the spec's thread count for onnxruntime / CTranslate2 (``OMP_NUM_THREADS``)."""
+    env = offline_env()
+    if spec.threads:
+        env["OMP_NUM_THREADS"] = str(spec.threads)
+    return env
+
+
+def wheel_version(package: str, runtime: str) -> str | None:
+    """``package 1.2 (runtime 3.4)`` for a host lane's wheel and what it runs on; None when
+    the wheel is not installed."""
+    try:
+        version = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    try:
+        return f"{package} {version} ({runtime} {importlib.metadata.version(runtime)})"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{package} {version}"
+
+
 def memory_fraction(need_bytes: int, gpu_total_bytes: int, *, headroom: float = 1.10) -> float:
     """The share of one GPU's memory an engine is given (vLLM ``--gpu-memory-utilization``,
     SGLang ``--mem-fraction-static``): what the fit plan says the model needs (weights and

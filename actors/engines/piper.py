@@ -17,11 +17,11 @@ import importlib.util
 import sys
 
 from actors.config import EngineConfig
-from actors.engines._gpu import offline_env
+from actors.engines._gpu import threaded_env, wheel_version
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 
-__all__ = ["CAPABILITIES", "FORMATS", "build_argv", "host_available", "lane", "launch_env"]
+__all__ = ["CAPABILITIES", "FORMATS", "build_argv", "host_available", "lane"]
 
 CAPABILITIES = frozenset({"tts"})
 FORMATS = frozenset({"onnx"})
@@ -32,13 +32,6 @@ START_TIMEOUT_S = 60.0
 
 def host_available() -> bool:
     return importlib.util.find_spec("piper") is not None
-
-
-def launch_env(spec: LaunchSpec) -> dict[str, str]:
-    env = offline_env()
-    if spec.threads:
-        env["OMP_NUM_THREADS"] = str(spec.threads)
-    return env
 
 
 def build_argv(spec: LaunchSpec, *, port: int, api_key: str, python: str = sys.executable) -> list[str]:
@@ -55,14 +48,7 @@ def build_argv(spec: LaunchSpec, *, port: int, api_key: str, python: str = sys.e
 
 
 def _version() -> str | None:
-    try:
-        piper = importlib.metadata.version("piper-tts")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    try:
-        return f"piper-tts {piper} (onnxruntime {importlib.metadata.version('onnxruntime')})"
-    except importlib.metadata.PackageNotFoundError:
-        return f"piper-tts {piper}"
+    return wheel_version("piper-tts", "onnxruntime")
 
 
 def lane(config: EngineConfig, release: object = None) -> Lane | None:
@@ -77,7 +63,7 @@ def lane(config: EngineConfig, release: object = None) -> Lane | None:
         version=_version,
         capabilities=CAPABILITIES,
         formats=FORMATS,
-        env=launch_env,
+        env=threaded_env,
         llguidance=False,
         cpu_sequences=1,
         start_timeout_s=START_TIMEOUT_S,

@@ -27,7 +27,7 @@ import shutil
 import sys
 
 from actors.config import EngineConfig
-from actors.engines._gpu import Program, offline_env, program_version, watched
+from actors.engines._gpu import Program, program_version, threaded_env, watched, wheel_version
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 
@@ -40,7 +40,6 @@ __all__ = [
     "find_whisper_server",
     "host_available",
     "host_lane",
-    "launch_env",
     "server_lane",
 ]
 
@@ -65,13 +64,6 @@ def find_whisper_server(configured: str | None = None) -> Program | None:
         return Program(argv=[configured], found="configured", dist="")
     found = shutil.which("whisper-server")
     return Program(argv=[found], found="path", dist="") if found else None
-
-
-def launch_env(spec: LaunchSpec) -> dict[str, str]:
-    env = offline_env()
-    if spec.threads:
-        env["OMP_NUM_THREADS"] = str(spec.threads)
-    return env
 
 
 def build_host_argv(spec: LaunchSpec, *, port: int, api_key: str, python: str = sys.executable) -> list[str]:
@@ -113,14 +105,7 @@ def build_server_argv(
 
 
 def _host_version() -> str | None:
-    try:
-        fw = importlib.metadata.version("faster-whisper")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    try:
-        return f"faster-whisper {fw} (ctranslate2 {importlib.metadata.version('ctranslate2')})"
-    except importlib.metadata.PackageNotFoundError:
-        return f"faster-whisper {fw}"
+    return wheel_version("faster-whisper", "ctranslate2")
 
 
 def host_lane(config: EngineConfig, release: object = None) -> Lane | None:
@@ -135,7 +120,7 @@ def host_lane(config: EngineConfig, release: object = None) -> Lane | None:
         version=_host_version,
         capabilities=CAPABILITIES,
         formats=HOST_FORMATS,
-        env=launch_env,
+        env=threaded_env,
         llguidance=False,
         cpu_sequences=1,
         start_timeout_s=START_TIMEOUT_S,
@@ -155,7 +140,7 @@ def server_lane(config: EngineConfig, release: object = None) -> Lane | None:
         version=lambda: program_version(program, label="whisper.cpp"),
         capabilities=CAPABILITIES,
         formats=SERVER_FORMATS,
-        env=launch_env,
+        env=threaded_env,
         llguidance=False,
         cpu_sequences=1,
         start_timeout_s=START_TIMEOUT_S,

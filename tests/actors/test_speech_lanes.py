@@ -13,7 +13,7 @@ import pytest
 from actors.config import EngineConfig, ModelOverride
 from actors.engines import piper, whisper
 from actors.engines import synthesis as sx
-from actors.engines._gpu import Program
+from actors.engines._gpu import Program, threaded_env
 from actors.engines.routing import LANES, installed, lane_for, route
 from actors.engines.spec import LaunchSpec
 from actors.engines.transcript import BadRequest
@@ -37,7 +37,7 @@ def test_the_whisper_host_argv() -> None:
     gpu = whisper.build_host_argv(LaunchSpec(model="w", path="/w", ctx_per_slot=0, slots=2, gpu_layers=99),
                                   port=1, api_key="k")  # fmt: skip
     assert _flag(gpu, "--device") == "cuda" and _flag(gpu, "--workers") == "2"
-    assert whisper.launch_env(SPEC)["OMP_NUM_THREADS"] == "2" and whisper.launch_env(SPEC)["HF_HUB_OFFLINE"]
+    assert threaded_env(SPEC)["OMP_NUM_THREADS"] == "2" and threaded_env(SPEC)["HF_HUB_OFFLINE"]
 
 
 def test_the_whisper_server_argv() -> None:
