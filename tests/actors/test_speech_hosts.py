@@ -31,6 +31,7 @@ import trio
 from actors.config import EngineConfig
 from actors.engine import EngineActor, EngineHandle, EngineState, EnsureReady, StopEngine
 from actors.engines import piper, whisper
+from actors.engines._gpu import threaded_env
 from actors.engines.spec import LaunchSpec
 from tests.actors.test_transcript import parse_cues
 from tests.speech_models import ensure_speech_model
@@ -107,9 +108,7 @@ def piper_spec() -> LaunchSpec:
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     spec = piper_spec()
-    host = start(
-        piper.build_argv, spec, piper.launch_env(spec), tmp_path_factory.mktemp("piper") / "host.log"
-    )
+    host = start(piper.build_argv, spec, threaded_env(spec), tmp_path_factory.mktemp("piper") / "host.log")
     try:
         yield host
     finally:
@@ -120,7 +119,7 @@ def tts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
 def stt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     spec = whisper_spec()
     log = tmp_path_factory.mktemp("whisper") / "host.log"
-    host = start(whisper.build_host_argv, spec, whisper.launch_env(spec), log)
+    host = start(whisper.build_host_argv, spec, threaded_env(spec), log)
     try:
         yield host
     finally:
