@@ -130,3 +130,19 @@ def test_wrong_kinds_and_bad_audio_are_refused(daemon: DaemonProc, client: opena
     r = httpx.post(f"{daemon.url}/v1/audio/transcriptions", data={"x": "1"}, files={"file": ("a", b"x")})
     assert r.status_code == 400 and "`model`" in r.json()["error"]["message"]
     assert httpx.get(f"{daemon.url}/health", timeout=10).status_code == 200  # still here
+
+
+def test_the_cli_speaks_and_transcribes_through_the_daemon(daemon: DaemonProc, tmp_path: Path) -> None:
+    wav = tmp_path / "hello.wav"
+    spoke = daemon.cli("tts", "Hello there, my friend.", "-o", str(wav))
+    assert wav.stat().st_size > 1000 and "wrote" in spoke.stderr
+    with wave.open(str(wav)) as w:
+        assert w.getframerate() == 22050  # the voice's own rate
+    heard = daemon.cli("whisper", str(wav))
+    assert {"hello", "friend"} <= set(_words(heard.stdout)), heard.stdout
+    srt = daemon.cli("whisper", str(wav), "--format", "srt").stdout
+    assert "-->" in srt
+    missing = daemon.cli("whisper", str(tmp_path / "nope.wav"), check=False)
+    assert missing.returncode != 0 and "no file" in missing.stderr
+    wrong = daemon.cli("tts", "hi", "--model", "whisper-tiny.en", "-o", str(tmp_path / "x.wav"), check=False)
+    assert wrong.returncode != 0 and "/v1/audio/transcriptions" in wrong.stderr
