@@ -687,9 +687,10 @@ def openai_status(
     return "completed" if files_written else "finalizing"
 
 
-def anthropic_status(t: Tally, *, cancel_requested: bool = False) -> ProcessingStatus:
-    """``ended`` once no request is unfinished, else ``canceling`` after a cancel, else
-    ``in_progress``."""
-    if t.unfinished == 0:
+def anthropic_status(t: Tally, *, cancel_requested: bool = False, ended: bool = True) -> ProcessingStatus:
+    """``ended`` once no request is unfinished and the batch itself has ended (``ended``: its
+    results are written and ``ended_at`` is set; between its last request and that it is still
+    in progress), else ``canceling`` after a cancel, else ``in_progress``."""
+    if t.unfinished == 0 and ended:
         return "ended"
     return "canceling" if cancel_requested else "in_progress"

@@ -33,7 +33,9 @@ async def _record(store: BatchStore, row: BatchRow) -> dict[str, Any]:
     t = await store.tally(row.id)
     record = batches.MessageBatchRecord(
         id=row.id,
-        processing_status=batches.anthropic_status(t, cancel_requested=row.cancel_requested),
+        processing_status=batches.anthropic_status(
+            t, cancel_requested=row.cancel_requested, ended=row.ended_at is not None
+        ),
         created_at=row.created_at,
         expires_at=row.expires_at,
         request_counts=batches.anthropic_counts(t),

@@ -688,3 +688,12 @@ def test_openai_status_walks_the_happy_path() -> None:
 )
 def test_anthropic_status(t: b.Tally, cancel: bool, want: str) -> None:
     assert b.anthropic_status(t, cancel_requested=cancel) == want
+
+
+def test_anthropic_batch_is_ended_only_once_the_batch_itself_has_ended() -> None:
+    done = b.Tally(succeeded=2)
+    assert done.unfinished == 0
+    # its last request answered, its results not written yet: still in progress
+    assert b.anthropic_status(done, ended=False) == "in_progress"
+    assert b.anthropic_status(done, cancel_requested=True, ended=False) == "canceling"
+    assert b.anthropic_status(done, ended=True) == "ended"
