@@ -248,5 +248,6 @@ def gpu_lane(
         llguidance=False,
         health=api.health,
         start_timeout_s=start_timeout_s,
+        request_model=api.request_model,
         **extra,
     )
