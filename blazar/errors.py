@@ -177,6 +177,11 @@ CATALOG: dict[str, CodeInfo] = {
             "No [[cascade]] of that name in config.toml: name one, or send `cascade` as a list of models.",
         ),
         _c(
+            "MODEL_CANNOT_INFILL",
+            400,
+            "The model's vocabulary has no fill-in-the-middle tokens: use a code model trained for it.",
+        ),
+        _c(
             "MODEL_CANNOT_RERANK",
             400,
             "The model is not a reranker (its GGUF has no ranking head): rerank with a reranker model.",

@@ -171,7 +171,11 @@ def build_argv(
     return [sys.executable, "-m", "actors.engines.watchdog", binary, *flags]
 
 
-CAPABILITIES = frozenset({"chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision"})
+CAPABILITIES = frozenset(
+    {"chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision", "tokenize", "infill"}
+)
+"""``tokenize``: its /tokenize, /detokenize and /apply-template routes; ``infill``: /infill
+(fill-in-the-middle, for a model whose vocabulary has the tokens)."""
 
 
 def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:

@@ -395,7 +395,13 @@ OLLAMA_GENERATE = Table(
         _p("keep_alive", H, _KEEP_ALIVE),
         _p("options", H, "the keys below; any other key is ignored"),
         *_ollama_options(sampling=True),
-        _p("suffix", R, "fill-in-the-middle is not supported yet; send the prompt alone", inert=("",)),
+        _p(
+            "suffix",
+            R,
+            "fill-in-the-middle is not served on /api/generate yet: POST /infill with "
+            "`input_prefix` and `input_suffix` does it (llama.cpp's body, plus `model`)",
+            inert=("",),
+        ),
         _p("template", IGN, "the model's own chat template is always used", inert=("",)),
         _p(
             "context",

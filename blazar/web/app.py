@@ -51,6 +51,7 @@ from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
+from blazar.web import utilities as web_utilities
 from blazar.web import vectors as web_vectors
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
@@ -101,7 +102,7 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio):
+    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio, web_utilities):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)

@@ -73,6 +73,11 @@ _EXACT = {
     "/v1/messages/count_tokens": "chat",
     "/api/chat": "chat",
     "/api/generate": "chat",
+    # llama.cpp's utilities, through the gateway (blazar/web/utilities.py)
+    "/tokenize": "chat",
+    "/detokenize": "chat",
+    "/apply-template": "chat",
+    "/infill": "chat",
     "/v1/embeddings": "embeddings",
     "/api/embed": "embeddings",
     "/api/embeddings": "embeddings",
