@@ -31,7 +31,11 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
         "openai",
         "only /v1/audio/transcriptions, /translations, /speech and /voices are served",
     ),
-    Unimplemented("/v1/images", "openai", f"image generation and edits are {_PLANNED}"),
+    Unimplemented(
+        "/v1/images",
+        "openai",
+        "only /v1/images/generations, /edits, /variations, /upscale and /files/{file_id} are served",
+    ),
     Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(
         "/v1/assistants",

@@ -43,6 +43,7 @@ from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
 from blazar.web import failover as web_failover
+from blazar.web import images as web_images
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import mcp_routes as web_mcp
@@ -101,7 +102,7 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio):
+    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio, web_images):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
@@ -215,6 +216,7 @@ def create_app(
         web_console_page,
         web_vectors,
         web_audio,
+        web_images,
     ):
         module.register(app)
     return app

@@ -61,6 +61,7 @@ class Call:
         "model",
         "path",
         "route",
+        "scheme",
         "trace_id",
     )
 
@@ -69,6 +70,7 @@ class Call:
     ) -> None:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
+        self.scheme: str = scope.get("scheme") or "http"
         self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()}
         client = scope.get("client")
         self.client: str | None = client[0] if client else None
