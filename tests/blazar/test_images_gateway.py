@@ -28,26 +28,25 @@ from tests.instant import MODEL, Gateway, instant_config, serve_gateway
 DIFFUSION = "tiny-diffusion"
 
 
-def add_image_model(store: Store, folder: Path) -> None:
-    """A model of kind ``image`` as the store records a diffusion checkpoint: one file.
-    (Its bytes are no real checkpoint: nothing here loads it.)"""
-    checkpoint = folder / "model.safetensors"
-    checkpoint.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
-    digest = store.add_file(checkpoint)
+def add_image_model(store: Store, checkpoint: Path, name: str = DIFFUSION) -> None:
+    """A model of kind ``image`` as the store records a diffusion checkpoint: one file,
+    which its engine opens where it is."""
+    digest = store.add_file(checkpoint, link=True)
+    size = checkpoint.stat().st_size
     now = time.time()
     store.write_manifest(
         ModelRecord(
-            name=DIFFUSION,
+            name=name,
             digest=digest,
-            size=checkpoint.stat().st_size,
+            size=size,
             path=str(checkpoint),
             format="diffusion",
             kind="image",
             source="test",
             created_at=now,
             modified_at=now,
-            files=[ModelFile(name="model.safetensors", digest=digest, size=checkpoint.stat().st_size)],
-            entry="model.safetensors",
+            files=[ModelFile(name=checkpoint.name, digest=digest, size=size)],
+            entry=checkpoint.name,
         )
     )
 
@@ -57,7 +56,9 @@ def image_models(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> 
     root = tmp_path_factory.mktemp("images")
     store = Store(root / "models")
     store.import_file(model_path, MODEL, source="test")
-    add_image_model(store, root)
+    checkpoint = root / "model.safetensors"  # no real checkpoint: nothing here loads it
+    checkpoint.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    add_image_model(store, checkpoint)
     return root / "models"
 
 
