@@ -11,16 +11,23 @@ with sd-server runs in ``tests/e2e/test_images_sdcpp.py`` where one is installed
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
+import msgspec
 import openai
 import pytest
 import trio
 
-from blazar.web.image_files import ImageFiles
+from blazar.dialects.images import Images
+from blazar.keys import KeyStore, keys_path
+from blazar.web import images as web_images
+from blazar.web.call import Call
+from blazar.web.image_files import ImageFiles, files_of
 from registry.store import ModelFile, ModelRecord, Store
 from tests.blazar.test_images_dialect import png
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway
@@ -211,3 +218,47 @@ def test_the_file_store_expires_and_keeps_to_its_budget() -> None:
     assert files.statistics().evicted == 1 and files.statistics().bytes == 8
     now[0] = 91  # b's hour (60 s here) is up; c's too
     assert files.get(b) is None and files.get(c) is None and files.statistics().bytes == 0
+
+
+def test_the_answer_names_a_rounded_size_and_serves_urls_from_the_store() -> None:
+    """``_answer`` on what sd-server would send: two 64x64 PNGs for a request of 72x72."""
+    owner = ImageFiles()  # the store is per runtime; any object that takes a weak reference keys it
+    call = Call(
+        {
+            "method": "POST",
+            "path": "/v1/images/generations",
+            "scheme": "https",
+            "headers": [(b"host", b"h:1")],
+        },
+        trace_id="t",
+        max_body=1 << 20,
+    )
+    made = Images([base64.b64encode(png(64, 64)).decode()] * 2, "png")
+    runtime = cast(Any, owner)
+    reply = web_images._answer(
+        runtime, call, made, response_format="url", ignored=["quality"], asked=(72, 72)
+    )
+    assert reply.headers == {"X-Blazar-Ignored": "quality", "X-Blazar-Changed": "size=64x64"}
+    doc = msgspec.json.decode(cast(bytes, reply.body))
+    urls = [d["url"] for d in doc["data"]]
+    assert len(urls) == 2 and all(u.startswith("https://h:1/v1/images/files/img_") for u in urls)
+    assert doc["size"] == "64x64" and doc["output_format"] == "png"
+    stored = files_of(owner).get(urls[0].rsplit("/", 1)[1])
+    assert stored == (png(64, 64), "image/png")
+
+    inline = web_images._answer(runtime, call, made, response_format=None, ignored=[], asked=(64, 64))
+    assert inline.headers == {} and msgspec.json.decode(cast(bytes, inline.body))["data"][0]["b64_json"]
+
+
+async def test_the_image_routes_and_files_need_the_images_scope(image_home: Path) -> None:
+    keys = KeyStore(keys_path(image_home))
+    _, chat_only = keys.add("chatter", families=("chat",))
+    _, painter = keys.add("painter", families=("images",))
+    async with gateway() as (gw, _):
+        body = {"model": DIFFUSION, "prompt": "a cat", "n": 99}
+        r = await gw.client.post("/v1/images/generations", json=body, headers={"x-api-key": chat_only})
+        assert r.status_code == 403 and r.json()["error"]["blazar_code"] == "KEY_SCOPE_FORBIDDEN"
+        r = await gw.client.get("/v1/images/files/img_0.png", headers={"x-api-key": chat_only})
+        assert r.status_code == 403
+        r = await gw.client.post("/v1/images/generations", json=body, headers={"x-api-key": painter})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "n"  # in scope: checked as usual
