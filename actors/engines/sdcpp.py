@@ -21,7 +21,8 @@ OpenAI route there; its WebUI ``/sdapi/v1/img2img`` refuses an empty prompt, so 
 jobs of its native API, ``POST /sdcpp/v1/img_gen`` (the image as ``init_image``; an
 upscale turns on the ``hires`` pass, with upscaler models from ``--hires-upscalers-dir``),
 polled at ``GET /sdcpp/v1/jobs/{id}``. Video models (Wan) take ``POST /sdcpp/v1/vid_gen``,
-the same kind of job, which the gateway does not serve yet.
+the same kind of job, which ``POST /v1/videos`` runs as a durable job of the daemon's
+(``blazar/web/videos.py``).
 
 The server checks no API key and generates one image request at a time (the others
 wait inside it). It loads the model before it listens, so its first answer on
@@ -70,7 +71,7 @@ API = ApiMap(
         "response_format url: the gateway stores the b64_json image and answers with its URL",
         "POST /v1/images/variations -> POST /sdcpp/v1/img_gen (init_image; GET /sdcpp/v1/jobs/{id})",
         "POST /v1/images/upscale -> POST /sdcpp/v1/img_gen with hires (GET /sdcpp/v1/jobs/{id})",
-        "video (not served yet) -> POST /sdcpp/v1/vid_gen (GET /sdcpp/v1/jobs/{id})",
+        "POST /v1/videos -> a daemon job running POST /sdcpp/v1/vid_gen (GET /sdcpp/v1/jobs/{id})",
     ),
     checks_api_key=False,
     names_model=False,

@@ -55,9 +55,15 @@ __all__ = [
     "edit_form",
     "encode_images",
     "engine_error_message",
+    "form_files",
+    "form_int",
+    "form_text",
     "generation_body",
     "image_info",
     "parse_size",
+    "require_model",
+    "require_prompt",
+    "screen_form",
     "upscale_job",
     "variation_job",
 ]
@@ -135,13 +141,13 @@ def _check_compression(value: int | None) -> int | None:
     return value
 
 
-def _prompt(value: str | None) -> str:
+def require_prompt(value: str | None) -> str:
     if value is None or not value.strip():
         raise DecodeError("missing required field `prompt`: describe the image to make", param="prompt")
     return value
 
 
-def _model(value: str | None) -> str:
+def require_model(value: str | None) -> str:
     if not value:
         raise DecodeError(
             "missing required field `model`: name an image model (see `blazar list`)", param="model"
@@ -223,13 +229,13 @@ def _webp_info(data: bytes, param: str) -> ImageInfo:
 # -- form fields -----------------------------------------------------------------------------
 
 
-def _text(form: Form, name: str) -> str | None:
+def form_text(form: Form, name: str) -> str | None:
     parts = form.get(name) or ()
     return parts[0].data.decode("utf-8", "replace").strip() if parts else None
 
 
-def _int(form: Form, name: str) -> int | None:
-    raw = _text(form, name)
+def form_int(form: Form, name: str) -> int | None:
+    raw = form_text(form, name)
     if raw is None or raw == "":
         return None
     try:
@@ -239,7 +245,7 @@ def _int(form: Form, name: str) -> int | None:
 
 
 def _float(form: Form, name: str) -> float | None:
-    raw = _text(form, name)
+    raw = form_text(form, name)
     if raw is None or raw == "":
         return None
     try:
@@ -248,16 +254,16 @@ def _float(form: Form, name: str) -> float | None:
         raise DecodeError(f"invalid `{name}` {raw!r}: send a number", param=name) from None
 
 
-def _files(form: Form, *names: str) -> list[bytes]:
+def form_files(form: Form, *names: str) -> list[bytes]:
     out = []
     for name in names:
         out += [p.data for p in form.get(name) or ()]
     return out
 
 
-def _screened(table: params.Table, form: Form) -> list[str]:
+def screen_form(table: params.Table, form: Form) -> list[str]:
     """The ignored fields a form sets (values as text), raising for a refused one."""
-    values = {("image" if k == "image[]" else k): _text(form, k) for k in form}
+    values = {("image" if k == "image[]" else k): form_text(form, k) for k in form}
     ignored = table.screen(values)
     return ignored + table.unlisted({"": list(values)})
 
@@ -306,8 +312,8 @@ def decode_generation(body: bytes) -> Generation:
     except msgspec.DecodeError as exc:
         raise DecodeError(f"the body is not a JSON object: {exc}", code="INVALID_JSON") from None
     req = Generation(
-        model=_model(wire.model),
-        prompt=_prompt(wire.prompt),
+        model=require_model(wire.model),
+        prompt=require_prompt(wire.prompt),
         n=_check_n(wire.n),
         size=parse_size(wire.size),
         response_format=_check_choice(wire.response_format, _RESPONSE_FORMATS, "response_format"),
@@ -351,13 +357,13 @@ class Edit:
 def decode_edit(form: Form) -> Edit:
     """``POST /v1/images/edits``: ``image`` (or ``image[]``, one or more), an optional ``mask``
     of the first image's size, ``prompt`` and the output fields."""
-    model = _model(_text(form, "model"))
-    prompt = _prompt(_text(form, "prompt"))
-    images = _files(form, "image", "image[]")
+    model = require_model(form_text(form, "model"))
+    prompt = require_prompt(form_text(form, "prompt"))
+    images = form_files(form, "image", "image[]")
     if not images:
         raise DecodeError("missing required file `image`: upload the image to edit", param="image")
     infos = [image_info(data, param="image") for data in images]
-    mask = _files(form, "mask")
+    mask = form_files(form, "mask")
     if mask:
         shape = image_info(mask[0], param="mask")
         if shape.format != "png":
@@ -376,13 +382,15 @@ def decode_edit(form: Form) -> Edit:
         prompt=prompt,
         images=images,
         mask=mask[0] if mask else None,
-        n=_check_n(_int(form, "n")),
-        size=parse_size(_text(form, "size")),
-        response_format=_check_choice(_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"),
-        output_format=_check_choice(_text(form, "output_format"), _EDIT_FORMATS, "output_format"),
-        output_compression=_check_compression(_int(form, "output_compression")),
+        n=_check_n(form_int(form, "n")),
+        size=parse_size(form_text(form, "size")),
+        response_format=_check_choice(
+            form_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"
+        ),
+        output_format=_check_choice(form_text(form, "output_format"), _EDIT_FORMATS, "output_format"),
+        output_compression=_check_compression(form_int(form, "output_compression")),
     )
-    edit.ignored = _screened(params.IMAGE_EDITS, form)
+    edit.ignored = screen_form(params.IMAGE_EDITS, form)
     return edit
 
 
@@ -428,7 +436,7 @@ class Variation:
 
 
 def _one_image(form: Form) -> bytes:
-    images = _files(form, "image", "image[]")
+    images = form_files(form, "image", "image[]")
     if len(images) != 1:
         what = "missing required file `image`" if not images else f"{len(images)} images were sent"
         raise DecodeError(f"{what}: upload exactly one image", param="image")
@@ -438,17 +446,19 @@ def _one_image(form: Form) -> bytes:
 
 def decode_variation(form: Form) -> Variation:
     """``POST /v1/images/variations``: one ``image``; no prompt, no mask."""
-    model = _model(_text(form, "model"))
+    model = require_model(form_text(form, "model"))
     if form.get("mask"):
         raise DecodeError("variations take no `mask`: send it to /v1/images/edits", param="mask")
     variation = Variation(
         model=model,
         image=_one_image(form),
-        n=_check_n(_int(form, "n")),
-        size=parse_size(_text(form, "size")),
-        response_format=_check_choice(_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"),
+        n=_check_n(form_int(form, "n")),
+        size=parse_size(form_text(form, "size")),
+        response_format=_check_choice(
+            form_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"
+        ),
     )
-    variation.ignored = _screened(params.IMAGE_VARIATIONS, form)
+    variation.ignored = screen_form(params.IMAGE_VARIATIONS, form)
     return variation
 
 
@@ -493,12 +503,12 @@ DEFAULT_DENOISING = 0.2
 def decode_upscale(form: Form) -> Upscale:
     """``POST /v1/images/upscale`` (Blazar's): one ``image``, ``upscaler``, ``scale``, ``tile_size``,
     ``denoising_strength``, ``output_format``, ``response_format``."""
-    model = _model(_text(form, "model"))
+    model = require_model(form_text(form, "model"))
     image = _one_image(form)
     scale = _float(form, "scale")
     if scale is not None and not 1.0 < scale <= MAX_SCALE:
         raise DecodeError(f"invalid `scale` {scale:g}: above 1 and at most {MAX_SCALE:g}", param="scale")
-    tile = _int(form, "tile_size")
+    tile = form_int(form, "tile_size")
     if tile is not None and tile <= 0:
         raise DecodeError(f"invalid `tile_size` {tile}: a positive number of pixels", param="tile_size")
     strength = _float(form, "denoising_strength")
@@ -509,14 +519,16 @@ def decode_upscale(form: Form) -> Upscale:
     upscale = Upscale(
         model=model,
         image=image,
-        upscaler=_text(form, "upscaler") or DEFAULT_UPSCALER,
+        upscaler=form_text(form, "upscaler") or DEFAULT_UPSCALER,
         scale=scale or DEFAULT_SCALE,
         tile_size=tile,
         denoising_strength=strength or DEFAULT_DENOISING,
-        output_format=_check_choice(_text(form, "output_format"), _GENERATION_FORMATS, "output_format"),
-        response_format=_check_choice(_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"),
+        output_format=_check_choice(form_text(form, "output_format"), _GENERATION_FORMATS, "output_format"),
+        response_format=_check_choice(
+            form_text(form, "response_format"), _RESPONSE_FORMATS, "response_format"
+        ),
     )
-    upscale.ignored = _screened(params.IMAGE_UPSCALE, form)
+    upscale.ignored = screen_form(params.IMAGE_UPSCALE, form)
     return upscale
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "RERANK",
     "RESPONSES",
     "TABLES",
+    "VIDEOS",
     "Param",
     "Table",
     "Treatment",
@@ -628,6 +629,23 @@ IMAGE_UPSCALE = Table(
     open=("",),
 )
 
+VIDEOS = Table(
+    "openai",
+    "/v1/videos",
+    [
+        _p("model", H),
+        _p("prompt", H, "required"),
+        _p("seconds", H, "1 to 20: seconds times fps, plus one, frames (sd-server keeps 4n + 1)"),
+        _p("size", H, _SIZE),
+        _p("input_reference", H, "a PNG, JPEG or WebP image: the first frame"),
+        _p("fps", H, "Blazar's: 1 to 60 (default 16)"),
+        _p("video_frames", H, "Blazar's: the frame count instead of `seconds` (4n + 1 are kept)"),
+        _p("output_format", H, "Blazar's: `webm` (the default), `webp` or `avi`"),
+        _p("remix_video_id", R, "remixing a video is not served here — describe it anew"),
+    ],
+    open=("",),
+)
+
 TABLES: tuple[Table, ...] = (
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
@@ -644,5 +662,6 @@ TABLES: tuple[Table, ...] = (
     IMAGE_EDITS,
     IMAGE_VARIATIONS,
     IMAGE_UPSCALE,
+    VIDEOS,
 )
 """Every inference route's table (docs/api.md has one for each)."""

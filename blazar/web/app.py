@@ -53,6 +53,7 @@ from blazar.web import openai as web_openai
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import vectors as web_vectors
+from blazar.web import videos as web_videos
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
@@ -102,7 +103,7 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio, web_images):
+    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio, web_images, web_videos):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
@@ -217,6 +218,7 @@ def create_app(
         web_vectors,
         web_audio,
         web_images,
+        web_videos,
     ):
         module.register(app)
     return app

@@ -149,8 +149,12 @@ class Routes:
 
     def __init__(self) -> None:
         self.post: dict[str, Handler] = {}
+        self.shared: set[str] = set()
+        """Paths whose other methods the app serves (``GET /v1/videos`` beside the POST)."""
 
-    def add(self, path: str, handler: Handler) -> None:
+    def add(self, path: str, handler: Handler, *, shared: bool = False) -> None:
         if path in self.post:
             raise ValueError(f"route POST {path} is already served")
         self.post[path] = handler
+        if shared:
+            self.shared.add(path)

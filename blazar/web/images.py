@@ -46,7 +46,16 @@ from blazar.web.image_files import files_of
 from blazar.web.relay import crash_error
 from registry.kinds import IMAGE_KINDS
 
-__all__ = ["FILES_PATH", "register", "register_routes"]
+__all__ = [
+    "CANCEL_GRACE_S",
+    "FILES_PATH",
+    "POLL_S",
+    "exchange",
+    "form_of",
+    "refusal",
+    "register",
+    "register_routes",
+]
 
 FILES_PATH = "/v1/images/files/"
 POLL_S = 0.5
@@ -58,7 +67,8 @@ _T = TypeVar("_T")
 _R = TypeVar("_R", images.Generation, images.Edit, images.Variation, images.Upscale)
 
 
-def _form(call: Call) -> Form:
+def form_of(call: Call) -> Form:
+    """The request's multipart form, by field name."""
     try:
         return parse_form(call.body, call.headers.get("content-type", ""))
     except FormError as exc:
@@ -77,7 +87,7 @@ async def _engine(runtime: Runtime, model: str) -> EngineActor:
     return await runtime.engine_for(model, kinds=IMAGE_KINDS)
 
 
-def _refusal(status: int, body: bytes) -> BlazarError:
+def refusal(status: int, body: bytes) -> BlazarError:
     """sd-server's error (``{"error": "…"}``) as one of ours."""
     detail = images.engine_error_message(body)
     if status == 429:
@@ -87,7 +97,7 @@ def _refusal(status: int, body: bytes) -> BlazarError:
     return BlazarError("BAD_GATEWAY", f"stable-diffusion.cpp failed ({status}): {detail}")
 
 
-async def _exchange(response: UpstreamResponse) -> tuple[int, bytes]:
+async def exchange(response: UpstreamResponse) -> tuple[int, bytes]:
     try:
         return response.status_code, await response.aread()
     finally:
@@ -99,13 +109,13 @@ async def _ask(runtime: Runtime, engine: EngineActor, path: str, body: bytes, co
     with await claim_engine(runtime, engine) as claim:
         handle = claim.handle
         try:
-            status, content = await _exchange(
+            status, content = await exchange(
                 await handle.upstream.request("POST", path, body=body, headers={"content-type": content_type})
             )
         except UpstreamError as exc:
             raise await crash_error(engine, handle, exc) from exc
     if status != 200:
-        raise _refusal(status, content)
+        raise refusal(status, content)
     try:
         return images.decode_images(content)
     except ValueError as exc:
@@ -118,25 +128,25 @@ async def _run_job(runtime: Runtime, engine: EngineActor, body: bytes) -> Images
         handle = claim.handle
         upstream = handle.upstream
         try:
-            status, content = await _exchange(
+            status, content = await exchange(
                 await upstream.request("POST", "/sdcpp/v1/img_gen", body=body, headers={"content-type": JSON})
             )
             if status != 202:
-                raise _refusal(status, content)
+                raise refusal(status, content)
             job = images.decode_job(content)
             try:
                 while not job.done:
                     await trio.sleep(POLL_S)
-                    status, content = await _exchange(
+                    status, content = await exchange(
                         await upstream.request("GET", f"/sdcpp/v1/jobs/{job.id}")
                     )
                     if status != 200:
-                        raise _refusal(status, content)
+                        raise refusal(status, content)
                     job = images.decode_job(content)
             finally:
                 if not job.done:  # the client went away: a job still queued can be taken back
                     with trio.move_on_after(CANCEL_GRACE_S, shield=True):
-                        await _exchange(await upstream.request("POST", f"/sdcpp/v1/jobs/{job.id}/cancel"))
+                        await exchange(await upstream.request("POST", f"/sdcpp/v1/jobs/{job.id}/cancel"))
         except UpstreamError as exc:
             raise await crash_error(engine, handle, exc) from exc
         except ValueError as exc:
@@ -198,7 +208,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
 
     async def edits(call: Call) -> Reply:
-        req = _checked(runtime, call, images.decode_edit, _form(call))
+        req = _checked(runtime, call, images.decode_edit, form_of(call))
         engine = await _engine(runtime, req.model)
         boundary = uuid.uuid4().hex
         body = images.edit_form(req, boundary)
@@ -210,7 +220,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
 
     async def variations(call: Call) -> Reply:
-        req = _checked(runtime, call, images.decode_variation, _form(call))
+        req = _checked(runtime, call, images.decode_variation, form_of(call))
         engine = await _engine(runtime, req.model)
         result = await _run_job(runtime, engine, images.variation_job(req))
         return _answer(
@@ -218,7 +228,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
 
     async def upscale(call: Call) -> Reply:
-        req = _checked(runtime, call, images.decode_upscale, _form(call))
+        req = _checked(runtime, call, images.decode_upscale, form_of(call))
         engine = await _engine(runtime, req.model)
         result = await _run_job(runtime, engine, images.upscale_job(req))
         return _answer(

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from actors.engines.multipart import parse_form
-from blazar.dialects import images
+from blazar.dialects import images, videos
 from blazar.dialects.neutral import DecodeError
 from tests.golden import assert_golden
 
@@ -360,3 +360,78 @@ def test_sd_server_errors_are_read_in_both_its_shapes() -> None:
     assert images.engine_error_message(b'{"error":"server_error","message":"boom"}') == "server_error: boom"
     assert images.engine_error_message(b"<html>") == "<html>"
     assert images.engine_error_message(b"") == "no detail"
+
+
+# -- videos ----------------------------------------------------------------------------------
+
+
+def test_frames_are_counted_as_sd_server_counts_them() -> None:
+    assert videos.frames_for(4, 16) == 65  # 4 s at 16 fps, and the first frame
+    assert videos.frames_for(2, 15) == 29  # 31 frames would not be 4n + 1: the largest below
+    assert all((videos.frames_for(s, f) - 1) % 4 == 0 for s in range(1, 21) for f in (8, 15, 16, 24))
+
+
+def test_a_video_request_becomes_a_vid_gen_job() -> None:
+    first = png(64, 64)
+    req = videos.decode_video(
+        form(
+            model="wan",
+            prompt="waves at night",
+            seconds="4",
+            size="832x480",
+            input_reference=first,
+            quality="x",
+        )
+    )
+    assert (req.seconds, req.fps, req.size, req.output_format) == (4, 16, (832, 480), "webm")
+    assert req.ignored == ["quality"]
+    assert_golden(GOLDEN / "video.sdcpp.json", videos.vid_gen_body(req), as_json=True)
+    frames = videos.decode_video(form(model="m", prompt="p", video_frames="33", fps="8", output_format="avi"))
+    doc = msgspec.json.decode(videos.vid_gen_body(frames))
+    assert doc == {"prompt": "p", "fps": 8, "output_format": "avi", "video_frames": 33}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        ({}, "prompt", "`prompt`"),
+        ({"prompt": "p", "seconds": "0"}, "seconds", "from 1 to 20"),
+        ({"prompt": "p", "seconds": "four"}, "seconds", "an integer"),
+        ({"prompt": "p", "seconds": "4", "video_frames": "33"}, "video_frames", "not both"),
+        ({"prompt": "p", "fps": "120"}, "fps", "from 1 to 60"),
+        ({"prompt": "p", "size": "720"}, "size", "WIDTHxHEIGHT"),
+        ({"prompt": "p", "output_format": "mp4"}, "output_format", "webm, webp, avi"),
+        ({"prompt": "p", "input_reference": b"%PDF"}, "input_reference", "PNG, JPEG or WebP"),
+        ({"prompt": "p", "remix_video_id": "video_1"}, "remix_video_id", "not served"),
+    ],
+)
+def test_a_bad_video_request_is_refused(fields: dict[str, bytes | str], param: str, words: str) -> None:
+    err = refusal(videos.decode_video, form(model="m", **fields))
+    assert err.param == param and words in err.message
+
+
+def test_video_jobs_and_objects() -> None:
+    clip = b"\x1a\x45\xdf\xa3 a webm"
+    done = (
+        b'{"id":"job_9","kind":"vid_gen","status":"completed","result":{"output_format":"webm",'
+        b'"mime_type":"video/webm","fps":16,"frame_count":33,"b64_json":"' + base64.b64encode(clip) + b'"}}'
+    )
+    assert videos.decode_video_job(done) == (
+        "job_9",
+        "completed",
+        videos.VideoResult(clip, "video/webm", 33, 16),
+        None,
+    )
+    failed = b'{"id":"job_9","status":"failed","error":{"code":"generation_failed","message":"no frames"}}'
+    assert videos.decode_video_job(failed) == ("job_9", "failed", None, "no frames (generation_failed)")
+    with pytest.raises(ValueError, match="unexpected video job"):
+        videos.decode_video_job(b'{"id":"j","status":"completed","result":{"b64_json":"*not base64*"}}')
+    common = {"video_id": "v1", "model": "wan", "created_at": 10.5, "updated_at": 20.0, "seconds": "4"}
+    running = videos.video_object(**common, state="running", size="832x480", prompt="p", error=None)
+    assert_golden(GOLDEN / "video.openai.json", msgspec.json.encode(running), as_json=True)
+    cancelled = videos.video_object(**common, state="cancelled", size="", prompt=None, error=None)
+    assert (cancelled["status"], cancelled["completed_at"], cancelled["error"]) == (
+        "cancelled",
+        20,
+        {"code": "cancelled", "message": "cancelled"},
+    )

@@ -262,3 +262,63 @@ async def test_the_image_routes_and_files_need_the_images_scope(image_home: Path
         assert r.status_code == 403
         r = await gw.client.post("/v1/images/generations", json=body, headers={"x-api-key": painter})
         assert r.status_code == 400 and r.json()["error"]["param"] == "n"  # in scope: checked as usual
+
+
+# -- videos ----------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")  # the SDK warns on each call
+async def test_bad_video_requests_are_refused_before_any_engine(image_home: Path) -> None:
+    async with gateway() as (gw, sdk):
+        for fields, param in (({"prompt": ""}, "prompt"), ({"prompt": "waves", "seconds": "99"}, "seconds")):
+            r = await gw.client.post(
+                "/v1/videos", data={"model": DIFFUSION, **fields}, files={"x": ("x", b"")}
+            )
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        with pytest.raises(openai.BadRequestError) as caught:
+            await sdk.videos.create(model=MODEL, prompt="waves")  # type: ignore[arg-type]
+        assert _error(caught.value)["blazar_code"] == "MODEL_KIND_MISMATCH"
+        with pytest.raises(openai.BadRequestError) as caught:
+            await sdk.videos.create(
+                model=DIFFUSION, prompt="waves", input_reference=("a.png", b"not an image")
+            )  # type: ignore[arg-type]
+        assert _error(caught.value)["blazar_code"] == "IMAGE_INVALID"
+        r = await gw.client.post(
+            "/v1/videos/generations",
+            data={"model": DIFFUSION, "prompt": "waves"},
+            files={"input_reference": ("a.png", png(64, 64))},
+        )
+        assert r.status_code == 400 and r.json()["error"]["blazar_code"] == "MODEL_UNSUPPORTED_ENGINE", r.text
+        assert (await sdk.videos.list()).data == []
+        with pytest.raises(openai.NotFoundError) as caught:
+            await sdk.videos.retrieve("video_nope")
+        assert _error(caught.value)["blazar_code"] == "JOB_NOT_FOUND"
+        assert_no_engine_started(gw)
+
+
+@pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")  # the SDK warns on each call
+async def test_a_video_job_that_fails_reads_as_a_failed_video(image_home: Path) -> None:
+    """A video job queued by an earlier daemon whose lane is gone now: the job runs, fails
+    with the lane's reason, and the Videos API shows it so (no content to download)."""
+    async with gateway() as (gw, sdk):
+        payload = {
+            "model": DIFFUSION,
+            "prompt": "waves",
+            "seconds": "4",
+            "size": "",
+            "body": {"prompt": "waves"},
+        }
+        job = await gw.runtime.jobs.submit("video", msgspec.json.encode(payload), model=DIFFUSION)
+        with trio.fail_after(30):
+            async for _ in gw.runtime.jobs.follow(job.id):  # until the job has ended
+                pass
+        video = await sdk.videos.retrieve(job.id)
+        assert video.status == "failed" and video.error is not None
+        assert "sdcpp: not installed" in video.error.message and video.seconds == "4"
+        assert video.prompt == "waves" and video.completed_at is not None and video.progress == 0
+        listed = await sdk.videos.list()
+        assert [v.id for v in listed.data] == [job.id] and listed.has_more is False
+        r = await gw.client.get(f"/v1/videos/{job.id}/content")
+        assert r.status_code == 404 and "it is failed" in r.json()["error"]["message"]
+        r = await gw.client.get(f"/v1/jobs/{job.id}")  # a job like any other
+        assert r.status_code == 200 and r.json()["kind"] == "video"

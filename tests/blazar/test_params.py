@@ -9,7 +9,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from blazar.dialects import anthropic, images, ollama, openai, params, rerank, responses, unimplemented
+from blazar.dialects import (
+    anthropic,
+    images,
+    ollama,
+    openai,
+    params,
+    rerank,
+    responses,
+    unimplemented,
+    videos,
+)
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.params import Treatment
 from tests.blazar.test_images_dialect import FakePart, png
@@ -24,7 +34,7 @@ def _as_form(decode: Callable[[images.Form], Any]) -> Callable[[bytes], Any]:
     def run(body: bytes) -> Any:
         fields: dict[str, list[FakePart]] = {}
         for name, value in msgspec.json.decode(body).items():
-            if name in ("image", "mask"):
+            if name in ("image", "mask", "input_reference"):
                 fields[name] = [FakePart(png(64, 64, gray=name == "mask"), f"{name}.png")]
             else:
                 text = str(value).lower() if isinstance(value, bool) else str(value)
@@ -53,6 +63,7 @@ ROUTES: dict[str, tuple[Callable[[bytes], Any], dict[str, Any]]] = {
     "/v1/images/edits": (_as_form(images.decode_edit), {"model": "m", "prompt": "a cat", "image": 1}),
     "/v1/images/variations": (_as_form(images.decode_variation), {"model": "m", "image": 1}),
     "/v1/images/upscale": (_as_form(images.decode_upscale), {"model": "m", "image": 1}),
+    "/v1/videos": (_as_form(videos.decode_video), {"model": "m", "prompt": "waves"}),
 }
 
 PROBES: dict[str, Any] = {
