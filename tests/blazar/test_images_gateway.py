@@ -12,6 +12,7 @@ with sd-server runs in ``tests/e2e/test_images_sdcpp.py`` where one is installed
 from __future__ import annotations
 
 import base64
+import shutil
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -322,3 +323,19 @@ async def test_a_video_job_that_fails_reads_as_a_failed_video(image_home: Path) 
         assert r.status_code == 404 and "it is failed" in r.json()["error"]["message"]
         r = await gw.client.get(f"/v1/jobs/{job.id}")  # a job like any other
         assert r.status_code == 200 and r.json()["kind"] == "video"
+
+
+async def test_an_sd_server_that_fails_to_start_is_a_502_in_openais_shape(image_home: Path) -> None:
+    """The configured program exits at once (``false`` stands where a broken build would):
+    the image route claims the engine, the start fails, the client gets ENGINE_CRASHED."""
+    program = shutil.which("false", path="/usr/bin:/bin")
+    assert program is not None
+    config = instant_config()
+    config = msgspec.structs.replace(
+        config, engine=msgspec.structs.replace(config.engine, sd_server=program, start_timeout_s=20.0)
+    )
+    async with serve_gateway(config) as gw:
+        with trio.fail_after(60):
+            r = await gw.client.post("/v1/images/generations", json={"model": DIFFUSION, "prompt": "a cat"})
+        assert r.status_code == 502, r.text
+        assert r.json()["error"]["blazar_code"] == "ENGINE_CRASHED"
