@@ -192,6 +192,17 @@ CATALOG: dict[str, CodeInfo] = {
             "The model is a reranker: it serves /v1/rerank only; embed or chat with another model.",
         ),
         _c(
+            "IMAGE_INVALID",
+            400,
+            "An uploaded image is not a readable PNG, JPEG or WebP file, or its mask is not a PNG "
+            "of the image's size: the message names the field.",
+        ),
+        _c(
+            "IMAGE_FILE_NOT_FOUND",
+            404,
+            "No stored image has this id: image URLs expire after an hour or when the daemon restarts.",
+        ),
+        _c(
             "LATE_CHUNKING_TOO_LONG",
             413,
             "A late-chunked input has more tokens than late_chunking_max_tokens: send fewer chunks.",

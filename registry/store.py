@@ -55,7 +55,7 @@ __all__ = [
     "tree_id",
 ]
 
-KINDS = ("chat", "embedding", "rerank", "stt", "tts")
+KINDS = ("chat", "embedding", "rerank", "stt", "tts", "image")
 """What a model does, as its manifest records it (``ModelRecord.kind``)."""
 TREE_MARKER = ".blazar-model.json"
 """In a materialized tree: the kind, format and files it was built for (see ``Store.materialize``)."""

@@ -12,14 +12,18 @@ with ``-m``; a standalone diffusion model (a Flux or SD3 transformer alone) with
 ``t5xxl``, ``llm``). Offloading to the CPU, flash attention, VAE tiling and a weight
 type come from the model's settings; an upscalers folder is a keyword of ``build_argv``.
 
-API mapping. ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits``
-(multipart: image, optional mask) are OpenAI's and are relayed; replies are always
-``b64_json`` (a request for ``url`` must be answered by the gateway, which stores the
-image, or refused). OpenAI's variations verb has no route: the gateway translates it
-to ``POST /sdapi/v1/img2img`` (the image as ``init_images``, an empty prompt). Upscale
-is sd.cpp's hires pass (``hires`` of ``POST /sdcpp/v1/img_gen``, with upscaler models
-from ``--hires-upscalers-dir``), and video is ``POST /sdcpp/v1/vid_gen`` for video
-models (Wan), both asynchronous jobs polled at ``GET /sdcpp/v1/jobs/{id}``.
+API mapping (``blazar/web/images.py``). ``POST /v1/images/generations`` (JSON) and
+``POST /v1/images/edits`` (multipart: ``image[]``, optional ``mask``) are OpenAI's and are
+relayed with the fields sd-server reads; replies are always ``b64_json`` (the gateway
+keeps the image and answers a URL for ``response_format=url``). Its errors are
+``{"error": "text"}``, rewritten into OpenAI's shape. Variations and upscales have no
+OpenAI route there; its WebUI ``/sdapi/v1/img2img`` refuses an empty prompt, so both are
+jobs of its native API, ``POST /sdcpp/v1/img_gen`` (the image as ``init_image``; an
+upscale turns on the ``hires`` pass, with upscaler models from ``--hires-upscalers-dir``),
+polled at ``GET /sdcpp/v1/jobs/{id}``. Video models (Wan) take ``POST /sdcpp/v1/vid_gen``,
+the same kind of job, which ``POST /v1/videos`` runs as a durable job of the daemon's
+(``blazar/web/videos.py``).
+
 The server checks no API key and generates one image request at a time (the others
 wait inside it). It loads the model before it listens, so its first answer on
 ``GET /v1/models`` means it is ready: it has no ``/health``.
@@ -66,9 +70,9 @@ API = ApiMap(
     relay=("/v1/images/generations", "/v1/images/edits"),
     translate=(
         "response_format url: the gateway stores the b64_json image and answers with its URL",
-        "POST /v1/images/variations -> POST /sdapi/v1/img2img (init_images, empty prompt)",
-        "upscale -> POST /sdcpp/v1/img_gen with hires (async job, GET /sdcpp/v1/jobs/{id})",
-        "video -> POST /sdcpp/v1/vid_gen (async job, GET /sdcpp/v1/jobs/{id})",
+        "POST /v1/images/variations -> POST /sdcpp/v1/img_gen (init_image; GET /sdcpp/v1/jobs/{id})",
+        "POST /v1/images/upscale -> POST /sdcpp/v1/img_gen with hires (GET /sdcpp/v1/jobs/{id})",
+        "POST /v1/videos -> a daemon job running POST /sdcpp/v1/vid_gen (GET /sdcpp/v1/jobs/{id})",
     ),
     checks_api_key=False,
     names_model=False,

@@ -26,6 +26,10 @@ from blazar.dialects.neutral import DecodeError
 
 __all__ = [
     "ANTHROPIC_MESSAGES",
+    "IMAGE_EDITS",
+    "IMAGE_GENERATIONS",
+    "IMAGE_UPSCALE",
+    "IMAGE_VARIATIONS",
     "OLLAMA_CHAT",
     "OLLAMA_EMBED",
     "OLLAMA_EMBEDDINGS",
@@ -37,6 +41,7 @@ __all__ = [
     "RERANK",
     "RESPONSES",
     "TABLES",
+    "VIDEOS",
     "Param",
     "Table",
     "Treatment",
@@ -538,6 +543,115 @@ RESPONSES = Table(
     ],
 )
 
+
+_SIZE = "`WIDTHxHEIGHT`, 64 to 4096 a side; `auto`: the model's default"
+_RESPONSE_FORMAT = "`b64_json` (the default) or `url` (the daemon serves the file for an hour)"
+_N_IMAGES = "1 to 8 (stable-diffusion.cpp makes at most 8 at once)"
+_NO_STREAM = "partial images are not streamed: leave out `stream`"
+_STEPS = "the model's own sampling steps decide the quality"
+_OPAQUE = "stable-diffusion.cpp draws opaque images"
+_NO_FILTER = "no content filter runs here"
+_OFF = (False, "false", "0")
+
+
+def _image_common(output_formats: str) -> list[Param]:
+    return [
+        _p("n", H, _N_IMAGES),
+        _p("size", H, _SIZE),
+        _p("response_format", H, _RESPONSE_FORMAT),
+        _p("output_format", H, output_formats),
+        _p("output_compression", H, "0 to 100, for jpeg and webp"),
+        _p("quality", IGN, _STEPS, inert=("auto",)),
+        _p("background", IGN, _OPAQUE, inert=("auto", "opaque")),
+        _p("moderation", IGN, _NO_FILTER, inert=("low",)),
+        _p("partial_images", IGN, "nothing is streamed", inert=(0, "0")),
+        _p("stream", R, _NO_STREAM, inert=_OFF),
+        _p("user", IGN, _USER),
+    ]
+
+
+IMAGE_GENERATIONS = Table(
+    "openai",
+    "/v1/images/generations",
+    [
+        _p("model", H),
+        _p("prompt", H, "required"),
+        *_image_common("`png` (the default), `jpeg` or `webp`"),
+        _p("style", IGN, "a DALL-E 3 setting; the prompt decides the style"),
+    ],
+    open=("",),
+)
+
+IMAGE_EDITS = Table(
+    "openai",
+    "/v1/images/edits",
+    [
+        _p("model", H),
+        _p("prompt", H, "required"),
+        *_image_common("`png` (the default) or `jpeg`"),
+        _p(
+            "image",
+            H,
+            "PNG, JPEG or WebP files (`image` or `image[]`); the first is edited, all are references",
+        ),
+        _p("mask", H, "a PNG of the first image's size; stable-diffusion.cpp redraws its white areas"),
+        _p("input_fidelity", IGN, "the model's own image conditioning decides it"),
+    ],
+    open=("",),
+)
+
+IMAGE_VARIATIONS = Table(
+    "openai",
+    "/v1/images/variations",
+    [
+        _p("model", H),
+        _p("image", H, "one PNG, JPEG or WebP file"),
+        _p("n", H, _N_IMAGES),
+        _p("size", H, _SIZE),
+        _p("response_format", H, _RESPONSE_FORMAT),
+        _p("user", IGN, _USER),
+    ],
+    open=("",),
+)
+
+IMAGE_UPSCALE = Table(
+    "openai",
+    "/v1/images/upscale",
+    [
+        _p("model", H),
+        _p("image", H, "one PNG, JPEG or WebP file"),
+        _p(
+            "upscaler",
+            H,
+            "`Lanczos`, `Nearest`, `Latent`…, or a model in sd-server's `--hires-upscalers-dir`",
+        ),
+        _p("scale", H, "the factor, above 1 and at most 4 (default 2)"),
+        _p("tile_size", H, "the upscaler model's tile, in pixels"),
+        _p("denoising_strength", H, "how much the refining pass may change, above 0 and at most 1"),
+        _p("output_format", H, "`png` (the default), `jpeg` or `webp`"),
+        _p("response_format", H, _RESPONSE_FORMAT),
+        _p("repeats", R, "stable-diffusion.cpp's server upscales once: send `scale` instead", inert=(1, "1")),
+    ],
+    open=("",),
+)
+
+VIDEOS = Table(
+    "openai",
+    "/v1/videos",
+    [
+        _p("model", H),
+        _p("prompt", H, "required"),
+        _p("seconds", H, "1 to 20: seconds times fps, plus one, frames (sd-server keeps 4n + 1)"),
+        _p("size", H, _SIZE),
+        _p("input_reference", H, "a PNG, JPEG or WebP image: the first frame"),
+        _p("fps", H, "Blazar's: 1 to 60 (default 16)"),
+        _p("video_frames", H, "Blazar's: the frame count instead of `seconds` (4n + 1 are kept)"),
+        _p("output_format", H, "Blazar's: `webm` (the default), `webp` or `avi`"),
+        _p("remix_video_id", R, "remixing a video is not served here — describe it anew"),
+    ],
+    open=("",),
+)
+
 TABLES: tuple[Table, ...] = (
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
@@ -550,5 +664,10 @@ TABLES: tuple[Table, ...] = (
     OLLAMA_EMBEDDINGS,
     OLLAMA_RERANK,
     ANTHROPIC_MESSAGES,
+    IMAGE_GENERATIONS,
+    IMAGE_EDITS,
+    IMAGE_VARIATIONS,
+    IMAGE_UPSCALE,
+    VIDEOS,
 )
 """Every inference route's table (docs/api.md has one for each)."""

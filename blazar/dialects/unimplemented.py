@@ -31,7 +31,11 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
         "openai",
         "only /v1/audio/transcriptions, /translations, /speech and /voices are served",
     ),
-    Unimplemented("/v1/images", "openai", f"image generation and edits are {_PLANNED}"),
+    Unimplemented(
+        "/v1/images",
+        "openai",
+        "only /v1/images/generations, /edits, /variations, /upscale and /files/{file_id} are served",
+    ),
     Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(
         "/v1/assistants",
@@ -61,7 +65,11 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
     ),
     Unimplemented("/v1/evals", "openai", "evals are not served: run them against `/v1/chat/completions`"),
     Unimplemented("/v1/containers", "openai", "no code-execution containers here"),
-    Unimplemented("/v1/videos", "openai", "video generation is not served"),
+    Unimplemented(
+        "/v1/videos",
+        "openai",
+        "only POST /v1/videos, GET /v1/videos, /v1/videos/{video_id} and its /content are served",
+    ),
     Unimplemented("/v1/chatkit", "openai", "ChatKit sessions are not served: use `/v1/responses`"),
     Unimplemented(
         "/v1/organization", "openai", "there is no organization: keys and usage are `blazar` commands"

@@ -43,6 +43,7 @@ from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
 from blazar.web import failover as web_failover
+from blazar.web import images as web_images
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
 from blazar.web import mcp_routes as web_mcp
@@ -53,6 +54,7 @@ from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
 from blazar.web import vectors as web_vectors
+from blazar.web import videos as web_videos
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
@@ -102,7 +104,16 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (web_openai, web_ollama, web_anthropic, web_responses, web_audio, web_utilities):
+    for module in (
+        web_openai,
+        web_ollama,
+        web_anthropic,
+        web_responses,
+        web_audio,
+        web_images,
+        web_videos,
+        web_utilities,
+    ):
         module.register_routes(routes, runtime)
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
@@ -216,6 +227,8 @@ def create_app(
         web_console_page,
         web_vectors,
         web_audio,
+        web_images,
+        web_videos,
     ):
         module.register(app)
     return app

@@ -108,6 +108,7 @@ _PREFIXES = (
     ("/v1/audio/", "audio"),
     ("/audio/", "audio"),
     ("/v1/images/", "images"),
+    ("/v1/videos", "images"),  # made by image (diffusion) models
     ("/admin/", ADMIN),
     ("/api/blobs/", ADMIN),
     ("/api/explain", ADMIN),

@@ -61,6 +61,7 @@ class Call:
         "model",
         "path",
         "route",
+        "scheme",
         "trace_id",
     )
 
@@ -69,6 +70,7 @@ class Call:
     ) -> None:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
+        self.scheme: str = scope.get("scheme") or "http"
         self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()}
         client = scope.get("client")
         self.client: str | None = client[0] if client else None
@@ -147,8 +149,12 @@ class Routes:
 
     def __init__(self) -> None:
         self.post: dict[str, Handler] = {}
+        self.shared: set[str] = set()
+        """Paths whose other methods the app serves (``GET /v1/videos`` beside the POST)."""
 
-    def add(self, path: str, handler: Handler) -> None:
+    def add(self, path: str, handler: Handler, *, shared: bool = False) -> None:
         if path in self.post:
             raise ValueError(f"route POST {path} is already served")
         self.post[path] = handler
+        if shared:
+            self.shared.add(path)

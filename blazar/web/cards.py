@@ -51,6 +51,10 @@ INFERENCE_PATHS = frozenset(
         "/v1/audio/transcriptions",
         "/v1/audio/translations",
         "/v1/audio/speech",
+        "/v1/images/generations",
+        "/v1/images/edits",
+        "/v1/images/variations",
+        "/v1/images/upscale",
     }
 )
 

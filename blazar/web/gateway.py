@@ -215,6 +215,8 @@ class GatewayMiddleware:
                 if refusal is None and self.auth is not None:
                     refusal = await self.auth.enter(call, client_gone)
                 handler = self.routes.post.get(path)
+                if handler is not None and method != "POST" and path in self.routes.shared:
+                    handler = None  # the app serves this path's other methods
                 preflight = (
                     self.cors.preflight(origin, call.headers)
                     if origin and method == "OPTIONS" and "access-control-request-method" in call.headers

@@ -9,11 +9,40 @@ from typing import Any
 import msgspec
 import pytest
 
-from blazar.dialects import anthropic, ollama, openai, params, rerank, responses, unimplemented
+from blazar.dialects import (
+    anthropic,
+    images,
+    ollama,
+    openai,
+    params,
+    rerank,
+    responses,
+    unimplemented,
+    videos,
+)
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.params import Treatment
+from tests.blazar.test_images_dialect import FakePart, png
 
 _USER = [{"role": "user", "content": "hi"}]
+
+
+def _as_form(decode: Callable[[images.Form], Any]) -> Callable[[bytes], Any]:
+    """A multipart route's decoder, fed the JSON body's fields as form parts (its files
+    are always a real image, whatever the value)."""
+
+    def run(body: bytes) -> Any:
+        fields: dict[str, list[FakePart]] = {}
+        for name, value in msgspec.json.decode(body).items():
+            if name in ("image", "mask", "input_reference"):
+                fields[name] = [FakePart(png(64, 64, gray=name == "mask"), f"{name}.png")]
+            else:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                fields[name] = [FakePart(text.encode())]
+        return decode(fields)
+
+    return run
+
 
 ROUTES: dict[str, tuple[Callable[[bytes], Any], dict[str, Any]]] = {
     "/v1/chat/completions": (openai.decode_chat_request, {"model": "m", "messages": _USER}),
@@ -30,6 +59,11 @@ ROUTES: dict[str, tuple[Callable[[bytes], Any], dict[str, Any]]] = {
         anthropic.decode_messages_request,
         {"model": "m", "max_tokens": 2048, "messages": _USER},
     ),
+    "/v1/images/generations": (images.decode_generation, {"model": "m", "prompt": "a cat"}),
+    "/v1/images/edits": (_as_form(images.decode_edit), {"model": "m", "prompt": "a cat", "image": 1}),
+    "/v1/images/variations": (_as_form(images.decode_variation), {"model": "m", "image": 1}),
+    "/v1/images/upscale": (_as_form(images.decode_upscale), {"model": "m", "image": 1}),
+    "/v1/videos": (_as_form(videos.decode_video), {"model": "m", "prompt": "waves"}),
 }
 
 PROBES: dict[str, Any] = {
@@ -50,6 +84,9 @@ PROBES: dict[str, Any] = {
     "rank_fields": ["title"],
     "max_chunks_per_doc": 2,
     "max_tokens_per_doc": 100,
+    "partial_images": 2,
+    "stream": True,
+    "repeats": 2,
 }
 """A value that asks for something, per parameter (default: the string ``"x"``)."""
 
