@@ -215,9 +215,11 @@ def resolve_launch(
             add("gpu_layers", None, "default", None, "CPU lane (or GPUs not measurable: llama.cpp decides)")
         else:
             add("gpu_layers", gpu_layers, "derived", None, "fit plan against the GPUs' free memory")
-    if lane.cpu_sequences is not None and not gpu_layers and slots > lane.cpu_sequences:
-        slots = lane.cpu_sequences
-        note = f"{lane.name} runs {slots} sequence(s) at a time on the CPU; more wait in the gateway's queue"
+    at_once = lane.sequences if lane.sequences is not None else None if gpu_layers else lane.cpu_sequences
+    if at_once is not None and slots > at_once:
+        slots = at_once
+        where = "" if lane.sequences is not None else " on the CPU"
+        note = f"{lane.name} runs {slots} sequence(s) at a time{where}; more wait in the gateway's queue"
         out[:] = [
             Setting(name="slots", value=slots, source="derived", key=None, note=note)
             if s.name == "slots"

@@ -223,6 +223,7 @@ def gpu_lane(
     served_context: Callable[[httpx.AsyncClient], Awaitable[int | None]] | None = None,
     start_timeout_s: float | None = None,
     options: Callable[[LaunchSpec], dict[str, Any]] | None = None,
+    sequences: int | None = None,
 ) -> Lane | None:
     """The ``Lane`` of a GPU engine found as ``program`` (None: not installed). ``build`` is the
     lane's ``build_argv(spec, *, port, api_key, program, **options(spec))``: ``options`` maps
@@ -249,5 +250,6 @@ def gpu_lane(
         health=api.health,
         start_timeout_s=start_timeout_s,
         request_model=api.request_model,
+        sequences=sequences,
         **extra,
     )

@@ -56,6 +56,9 @@ class Lane:
     """Sequences the engine can run at once on the CPU, when fewer than any slot count (the
     mistral.rs wheel: one): admission then gives it that many slots, so its queue, priorities
     and deadlines stay the gateway's rather than the engine's."""
+    sequences: int | None = None
+    """Requests the engine runs at once on any hardware, when fewer than any slot count
+    (sd-server: one image at a time): admission gives it that many slots, as above."""
     health: str = "/health"
     """The path that answers 200 once the child is ready."""
     start_timeout_s: float | None = None

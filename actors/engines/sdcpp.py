@@ -164,4 +164,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         capabilities=CAPABILITIES,
         formats=FORMATS,
         options=options,
+        sequences=1,  # one image at a time: the others would hold slots while they wait inside it
     )

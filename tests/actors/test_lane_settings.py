@@ -111,6 +111,8 @@ def test_the_diffusion_settings_reach_sd_server() -> None:
     assert _flag(argv, "--vae") == "/m/ae.safetensors" and _flag(argv, "--t5xxl") == "/m/t5.gguf"
     assert "--offload-to-cpu" in argv and "--diffusion-fa" in argv and _flag(argv, "--type") == "q8_0"
     assert "--vae-tiling" not in argv
+    assert r.spec.slots == 1  # sd-server makes one image at a time: the others queue in the gateway
+    assert "1 sequence(s) at a time;" in ({s.name: s for s in r.settings}["slots"].note or "")
 
 
 def test_a_setting_the_lane_does_not_read_is_shown_unused() -> None:
