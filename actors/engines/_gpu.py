@@ -209,6 +209,27 @@ def memory_fraction(need_bytes: int, gpu_total_bytes: int, *, headroom: float = 
     return min(MAX_FRACTION, max(MIN_FRACTION, share))
 
 
+def serving_options(
+    spec: LaunchSpec,
+    *,
+    fraction: str,
+    default_fraction: float,
+    parser_for: Callable[[str | None], str | None],
+) -> dict[str, Any]:
+    """A GPU serving engine's ``build_argv`` settings from the spec (vLLM, SGLang): its GPU
+    settings, under the lane's keyword ``fraction`` for the memory share (``default_fraction``
+    when neither configured nor planned), and the tool-call parser known for the model's
+    architecture when none is set."""
+    gpu = spec.gpu
+    return {
+        fraction: gpu.memory_fraction or default_fraction,
+        "tensor_parallel": gpu.tensor_parallel,
+        "quantization": gpu.quantization,
+        "dtype": gpu.dtype,
+        "tool_parser": gpu.tool_parser or parser_for(spec.architecture),
+    }
+
+
 def gpu_lane(
     program: Program | None,
     *,

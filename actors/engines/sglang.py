@@ -33,6 +33,7 @@ from actors.engines._gpu import (
     module_available,
     offline_env,
     served_context_from_models,
+    serving_options,
     watched,
 )
 from actors.engines.lane import Lane
@@ -160,16 +161,13 @@ def build_argv(
 
 
 def options(spec: LaunchSpec) -> dict[str, Any]:
-    """``build_argv``'s settings from the spec: its GPU settings, the tool-call parser known for
-    the model's architecture when none is set."""
-    gpu = spec.gpu
-    return {
-        "mem_fraction": gpu.memory_fraction or DEFAULT_MEMORY_FRACTION,
-        "tensor_parallel": gpu.tensor_parallel,
-        "quantization": gpu.quantization,
-        "dtype": gpu.dtype,
-        "tool_parser": gpu.tool_parser or tool_parser_for(spec.architecture),
-    }
+    """``build_argv``'s settings from the spec (``_gpu.serving_options``)."""
+    return serving_options(
+        spec,
+        fraction="mem_fraction",
+        default_fraction=DEFAULT_MEMORY_FRACTION,
+        parser_for=tool_parser_for,
+    )
 
 
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
