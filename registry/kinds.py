@@ -2,7 +2,8 @@
 
 A model's kind is in its manifest (``ModelRecord.kind``): ``chat`` and ``embedding``
 (and ``rerank``) are GGUF models the text lanes (llama.cpp, mistral.rs, …) run; ``stt``
-(whisper) and ``tts`` (piper) are multi-file models only their speech lanes run. A
+(whisper) and ``tts`` (piper) are multi-file models only their speech lanes run; ``image``
+is a diffusion checkpoint only stable-diffusion.cpp runs. A
 request that reaches a model of a kind its route cannot use is refused with
 ``MODEL_KIND_MISMATCH`` (400), naming the kind and the route that serves it.
 """
@@ -12,11 +13,22 @@ from __future__ import annotations
 from .errors import ModelKindMismatch
 from .store import KINDS, ModelRecord
 
-__all__ = ["KINDS", "SPEECH_KINDS", "TEXT_KINDS", "describe", "kind_of_capabilities", "mismatch", "require"]
+__all__ = [
+    "IMAGE_KINDS",
+    "KINDS",
+    "SPEECH_KINDS",
+    "TEXT_KINDS",
+    "describe",
+    "kind_of_capabilities",
+    "mismatch",
+    "require",
+]
 
 TEXT_KINDS = frozenset({"chat", "embedding", "rerank"})
 """Kinds a text lane runs (llama.cpp's server serves chat, embeddings and reranking)."""
 SPEECH_KINDS = frozenset({"stt", "tts"})
+IMAGE_KINDS = frozenset({"image"})
+"""Image generation (a diffusion checkpoint, on stable-diffusion.cpp)."""
 
 _WORDS = {
     "chat": "a chat (text generation) model",
@@ -24,6 +36,7 @@ _WORDS = {
     "rerank": "a reranker",
     "stt": "a speech-to-text model",
     "tts": "a text-to-speech voice",
+    "image": "an image generation model",
     "text": "a text model (chat, embedding or rerank)",
 }
 ROUTES = {
@@ -32,6 +45,7 @@ ROUTES = {
     "rerank": "POST /v1/rerank",
     "stt": "POST /v1/audio/transcriptions",
     "tts": "POST /v1/audio/speech",
+    "image": "POST /v1/images/generations",
 }
 """The route that serves each kind, as refusals name it."""
 
