@@ -365,7 +365,12 @@ def fit_weights(est: Estimate, memory: Memory) -> FitReport:
     else:
         available = memory.ram_available
         device = "cpu"
-        notes.append("no GPU measured here: checked against RAM (vLLM and SGLang need a GPU; MLX shares RAM)")
+        needs = (
+            "sd.cpp runs on the CPU too, slowly"
+            if "image" in est.weights_by_type
+            else ("vLLM and SGLang need a GPU; MLX shares RAM")
+        )
+        notes.append(f"no GPU measured here: checked against RAM ({needs})")
     return FitReport(
         verdict="fits" if est.total <= available else "no_fit",
         device=device,

@@ -121,7 +121,7 @@ def select_files(folder: Path, fmt: ModelFormat) -> list[tuple[str, Path]]:
     names = {rel for rel, _ in found}
     if missing := sorted(weights - names):
         raise InvalidModelFile(f"{folder}: {', '.join(missing[:3])} cannot be read")
-    return found
+    return sorted(found)
 
 
 def _facts(fmt: ModelFormat, folder: Path | None, weights_bytes: int) -> WeightFacts:

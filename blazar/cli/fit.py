@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+from rich.markup import escape
 from rich.table import Table
 
 from blazar.cli import app
@@ -96,7 +97,7 @@ def _fit_files(
         doc |= fields | {"verdict": report.verdict, "device": report.device, "available": report.available}
         print_json(doc | {"headroom": report.headroom, "tight": report.tight, "notes": notes})
         return True
-    out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} files")
+    out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} file(s)")
     weights_bytes = (facts.weights_bytes if facts else None) or record.size
     kv_row = []
     if est.kv:
@@ -302,7 +303,7 @@ def plan(model: str, *, json_: Json = False) -> None:
     rows.append(("decision", decision))
     table = Table(box=None, show_header=False)
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", escape(value))  # install hints hold [engine]
     out.print(f"[bold]{doc['model']}[/]" + ("" if daemon else "  [dim](no daemon running)[/]"))
     out.print(table)
 
