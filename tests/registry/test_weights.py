@@ -28,6 +28,8 @@ from registry.reuse import adopt, adopt_all
 from registry.scan import Roots, scan
 from registry.store import ModelRecord, Store
 from registry.weights import import_path, import_weights, lane_format
+from tests.registry.conftest import Pulls
+from tests.registry.hub import Hub
 from tests.registry.test_formats import (
     hf_config,
     hf_dir,
@@ -409,3 +411,15 @@ def _only(folder: Path, file: Path) -> Path:
     folder.mkdir()
     os.replace(file, folder / file.name)
     return folder
+
+
+async def test_a_diffusion_gguf_pulled_from_the_hub_is_an_image_model(
+    hub: Hub, do_pull: Pulls, store: Store, tmp_path: Path
+) -> None:
+    data = diffusion_gguf(tmp_path / "flux-tiny-Q8_0.gguf").read_bytes()
+    hub.add_hf_file("Acme/Flux-Tiny-GGUF", "flux-tiny-Q8_0.gguf", data)
+    record = await do_pull("Acme/Flux-Tiny-GGUF:Q8_0")
+    assert (record.kind, record.format, record.entry) == ("image", "diffusion", "flux-tiny-Q8_0.gguf")
+    assert record.source == "hf:Acme/Flux-Tiny-GGUF/flux-tiny-Q8_0.gguf"
+    assert await trio.Path(record.path).read_bytes() == data and do_pull.statuses()[-1] == "success"
+    assert store.get(record.name) == record
