@@ -182,7 +182,7 @@ def resolve_launch(
     if lane is None:
         pinned = f" (pinned: {_override(name, 'engine')} = {over.engine!r})" if over.engine else ""
         refusal = (
-            f"no engine here can run model '{name}' ({fmt}){pinned}: {not_installed(chosen)}; "
+            f"no engine here can run model '{name}' ({fmt}){pinned}: {not_installed(chosen, over.engine)}; "
             "install the lane or change the pin"
         )
         if not unrouted:

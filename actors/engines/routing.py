@@ -99,15 +99,21 @@ def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[st
     return Route(lane=chosen, considered=considered)
 
 
-def not_installed(chosen: Route) -> str:
-    """Why no lane runs a model, for a refusal: the lanes that would load its format but are
-    not installed here, each with how to install it; else every lane's reason."""
-    missing = [c for c in chosen.considered if c.kind is None and c.why.startswith("not installed")]
+def not_installed(chosen: Route, pin: str | None = None) -> str:
+    """Why no lane runs a model, for a refusal: the pinned lane's reason, then the lanes that
+    would load its format but are not installed here, each with how to install it; with
+    neither, every lane's reason."""
+    parts = [f"{c.lane}: {c.why}" for c in chosen.considered if c.lane == pin]
+    missing = [
+        c for c in chosen.considered if c.kind is None and c.why.startswith("not installed") and c.lane != pin
+    ]
     if missing:
         names = " or ".join(c.lane for c in missing)
         how = "; ".join(f"{c.lane}: {_INSTALL.get(c.lane, 'install it')}" for c in missing)
-        return f"it runs on {names}, not installed here — {how}"
-    return "; ".join(f"{c.lane}: {c.why}" for c in chosen.considered)
+        parts.append(f"it runs on {names}, not installed here — {how}")
+    if not parts:
+        parts = [f"{c.lane}: {c.why}" for c in chosen.considered]
+    return "; ".join(parts)
 
 
 def _gpu(make: Callable[[EngineConfig, str | None], Lane | None], path: str) -> _Maker:

@@ -299,6 +299,17 @@ def test_plans_show_the_lane_that_would_run_each_and_how_to_install_it(store: St
         assert "not installed here" in exc.value.message
 
 
+def test_a_pin_to_a_lane_that_cannot_load_the_format_says_so(store: Store, tmp_path: Path) -> None:
+    from actors.config import ModelOverride
+
+    record = import_path(store, sharded_dir(tmp_path), "tiny")
+    config = RuntimeConfig.in_home(str(store.root.parent), models={"tiny": ModelOverride(engine="llamacpp")})
+    with pytest.raises(UnsupportedEngine) as exc:
+        launch_spec_for(config, store, record)
+    message = exc.value.message
+    assert 'models."tiny".engine' in message and "llamacpp: does not load safetensors models" in message
+
+
 def test_memory_from_the_files_and_config(store: Store, tmp_path: Path) -> None:
     record = import_path(store, sharded_dir(tmp_path), "tiny")
     facts = record.facts
