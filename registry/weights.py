@@ -29,7 +29,7 @@ from ._names import canonical_name
 from .errors import ChecksumMismatch, InvalidModelFile, RegistryError
 from .formats import ModelFormat, detect
 from .ggml import read_whisper_header
-from .gguf import looks_like_gguf
+from .gguf import check_complete, looks_like_gguf, read_header
 from .store import ModelFile, ModelRecord, SpeechFacts, Store, WeightFacts, check_file_name
 
 __all__ = [
@@ -212,6 +212,8 @@ def import_weights(
         path = folder / fmt.files[0] if folder is not None else src
         pairs = [(check_file_name(filename or path.name), path)]
         weights = {pairs[0][0]}
+        if fmt.container == "gguf":  # refused from its header alone, before hashing it
+            check_complete(read_header(path), path.stat().st_size, str(path))
     files: list[ModelFile] = []
     try:
         for rel, path in pairs:

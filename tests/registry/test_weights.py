@@ -20,7 +20,7 @@ from actors.engines.routing import route
 from actors.errors import UnsupportedEngine
 from actors.runtime import launch_spec_for, plan_offline
 from registry import fit
-from registry.errors import ChecksumMismatch, InvalidModelFile, ModelKindMismatch
+from registry.errors import ChecksumMismatch, InvalidModelFile, ModelFileIncomplete, ModelKindMismatch
 from registry.ggml import MAGIC, parse_whisper_header
 from registry.kinds import TEXT_KINDS, require
 from registry.multifile import estimate_path
@@ -202,6 +202,10 @@ def test_a_diffusion_checkpoint_is_an_image_model(store: Store, tmp_path: Path) 
     with pytest.raises(ChecksumMismatch):
         import_weights(store, path, "sd-bad", expected_sha256="0" * 64)
     assert store.find("sd-bad") is None
+    short = tmp_path / "short.gguf"
+    short.write_bytes(gg.read_bytes()[:-40])
+    with pytest.raises(ModelFileIncomplete):
+        import_path(store, short, "sd-short")
 
 
 def test_a_whisper_cpp_file_is_a_speech_model(store: Store, tmp_path: Path) -> None:
