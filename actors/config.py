@@ -77,6 +77,25 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     prompt_batch: Annotated[int, msgspec.Meta(ge=16, le=8192)] | None = None
     """Prompt tokens the engine reads per step (llama.cpp ``-b``/``-ub``). Unset: 256 on
     the CPU, llama.cpp's own on a GPU. A cancelled prompt keeps its slot for up to one step."""
+    # vLLM and SGLang
+    gpu_memory_fraction: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    """The share of each GPU the engine takes at start. Unset: sized by the fit plan to the
+    model's weights and KV cache, else the lane's default."""
+    tensor_parallel: Annotated[int, msgspec.Meta(ge=1, le=64)] | None = None
+    """GPUs the model is split over. Unset: 1."""
+    quantization: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]+$")] | None = None
+    """A quantization applied at load (``fp8``). Unset: the checkpoint's own."""
+    dtype: Literal["auto", "float16", "bfloat16", "float32", "half"] | None = None
+    tool_parser: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_.-]+$")] | None = None
+    """The engine's tool-call parser. Unset: the one known for the model's architecture."""
+    # stable-diffusion.cpp
+    components: dict[Literal["vae", "clip_l", "clip_g", "t5xxl", "llm"], str] | None = None
+    """Companion files of a standalone diffusion model (a Flux or SD3 transformer alone)."""
+    offload_to_cpu: bool | None = None
+    diffusion_fa: bool | None = None
+    vae_tiling: bool | None = None
+    weight_type: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")] | None = None
+    """Convert the weights at load (``q8_0``, ``f16``…)."""
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]

@@ -191,6 +191,8 @@ class EngineHandle:
     upstream: UpstreamPool
     served_ctx: int | None = None
     """The per-slot context the child reported after start (None: it did not say)."""
+    request_model: str | None = None
+    """The ``model`` the child must be sent (``Lane.request_model``); None: any."""
 
     async def aclose(self) -> None:
         await self.upstream.aclose()
@@ -620,6 +622,7 @@ class EngineActor(Actor[EngineMessage]):
                 idle_expiry_s=_KEEPALIVE_EXPIRY_S,
             ),
             served_ctx=served,
+            request_model=self.lane.request_model,
         )
         await self._tell_self(_Launched(generation=generation, handle=handle))
 

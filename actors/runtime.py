@@ -48,6 +48,7 @@ from actors.engine import (
     StopEngine,
     WaitSpawned,
 )
+from actors.engines._gpu import memory_fraction
 from actors.engines.lane import Lane
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.engines.routing import LANES, Considered, Route, installed, lane_for
@@ -67,6 +68,7 @@ from registry.catalog import Catalog
 from registry.errors import RegistryError
 from registry.kinds import TEXT_KINDS, mismatch
 from registry.kinds import require as require_kind
+from registry.multifile import estimate_path
 from registry.shape import read_shape
 from registry.store import ModelRecord, Store
 
@@ -157,6 +159,7 @@ def resolve_for(
         store.info(record),
         lanes=installed(config.engine, config.home),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
+        plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
         unrouted=unrouted,
     )
 
@@ -188,6 +191,19 @@ def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) 
         return None
     report = fit.fit(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), census.memory())
     return report.gpu_layers or 0
+
+
+def _planned_memory_fraction(path: str, ctx: int, slots: int, tensor_parallel: int) -> float | None:
+    """A GPU serving engine's share of each GPU (vLLM, SGLang): the fit plan's need for the model
+    at ``ctx`` per slot and ``slots`` (weights, KV cache, allowances), split over
+    ``tensor_parallel`` GPUs, against the smallest of them; None when no GPU can be measured or
+    the model's need is not known."""
+    census = take_census()
+    gpus = census.gpus[: max(1, tensor_parallel)]
+    estimate = estimate_path(path, slots=slots, ctx_per_slot=ctx)
+    if not gpus or estimate is None:
+        return None
+    return memory_fraction(estimate.total // max(1, tensor_parallel), min(g.total for g in gpus))
 
 
 def context_note(spec: LaunchSpec, served: int | None = None) -> str | None:

@@ -30,6 +30,7 @@ from actors.context import choose_context, context_limit, describe_clamp, rope_f
 from actors.engines.lane import Lane
 from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
 from actors.engines.routing import Route, not_installed, route
+from actors.engines.spec import DiffusionSettings, GpuSettings
 from actors.errors import UnsupportedEngine
 from registry.errors import RegistryError
 from registry.formats import detect
@@ -117,12 +118,15 @@ def resolve_launch(
     *,
     lanes: Mapping[str, Lane | None],
     plan_gpu_layers: Callable[[int, int], int | None],
+    plan_memory_fraction: Callable[[int, int, int], float | None] = lambda ctx, slots, tp: None,
     unrouted: bool = False,
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
 
     ``lanes`` are the lanes installed here (``actors.engines.routing.installed``);
-    ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU).
+    ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU);
+    ``plan_memory_fraction(ctx_per_slot, slots, tensor_parallel)`` sizes a GPU serving
+    engine's share of each GPU from the fit plan (None: not measurable).
     Raises ``UnsupportedEngine`` when no lane here can run the model, unless ``unrouted``
     (a plan): then the spec is for the lane that would run it, and ``refusal`` says why not."""
     name = record.name
@@ -188,6 +192,7 @@ def resolve_launch(
         if not unrouted:
             raise UnsupportedEngine(refusal)
         lane = _absent(chosen, over.engine)
+    lane_key = chosen.lane or lane.name  # the stand-in for a lane not installed is named by its key
     binary = lane.binary
     release = over.engine_version or lane.release
     if over.engine_version:
@@ -270,6 +275,10 @@ def resolve_launch(
         add("embeddings", False, "default", None, "an embeddings request turns it on")
     if info.reranker:
         add("reranking", True, "model", "GGUF pooling_type", "a reranker: serves /v1/rerank only")
+    gpu, diffusion = _lane_settings(
+        name, over, lane_key, info.architecture, add,
+        lambda tp: plan_memory_fraction(choice.ctx, slots, tp),
+    )  # fmt: skip
 
     # -- template and defaults --------------------------------------------
     settings = record.settings
@@ -324,8 +333,11 @@ def resolve_launch(
         rope_scale=factor,
         max_output_tokens=out_cap,
         prompt_batch=batch,
-        lane=chosen.lane or (lane.name if refusal else "llamacpp"),
+        lane=lane_key,
         engine_version=release,
+        architecture=info.architecture or None,
+        gpu=gpu,
+        diffusion=diffusion,
     )
     return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen, refusal=refusal)
 
@@ -347,6 +359,77 @@ def _absent(chosen: Route, pin: str | None) -> Lane:
         formats=frozenset(),
         llguidance=False,
     )
+
+
+_GPU_FIELDS = ("gpu_memory_fraction", "tensor_parallel", "quantization", "dtype", "tool_parser")
+_DIFFUSION_FIELDS = ("components", "offload_to_cpu", "diffusion_fa", "vae_tiling", "weight_type")
+_READ_BY = {"vllm": _GPU_FIELDS, "sglang": _GPU_FIELDS, "sdcpp": _DIFFUSION_FIELDS}
+
+
+def _lane_settings(
+    name: str,
+    over: ModelOverride,
+    lane: str,
+    architecture: str | None,
+    add: Callable[..., None],
+    plan_memory_fraction: Callable[[int], float | None],
+) -> tuple[GpuSettings, DiffusionSettings]:
+    """The settings only some lanes read: the GPU serving engines' and stable-diffusion.cpp's.
+    One set for a lane that does not read it is shown as unused, never dropped unseen."""
+    read = _READ_BY.get(lane, ())
+    for field in (*_GPU_FIELDS, *_DIFFUSION_FIELDS):
+        value = getattr(over, field)
+        if value is not None and field not in read:
+            add(field, value, "override", _override(name, field), f"unused: the {lane} lane does not read it")
+    gpu, diffusion = GpuSettings(), DiffusionSettings()
+    if read is _GPU_FIELDS:
+        tp = over.tensor_parallel or 1
+        add("tensor_parallel", tp, *(("override", _override(name, "tensor_parallel")) if over.tensor_parallel
+                                     else ("default", None)))  # fmt: skip
+        fraction = over.gpu_memory_fraction
+        if fraction is not None:
+            add("gpu_memory_fraction", fraction, "override", _override(name, "gpu_memory_fraction"))
+        else:
+            fraction = plan_memory_fraction(tp)
+            if fraction is None:
+                add(
+                    "gpu_memory_fraction",
+                    None,
+                    "default",
+                    None,
+                    "the GPUs cannot be measured: the lane's default",
+                )
+            else:
+                add("gpu_memory_fraction", fraction, "derived", None,
+                    "fit plan: weights and KV cache with 10 % headroom over the GPU's memory")  # fmt: skip
+        parser = over.tool_parser
+        if parser is not None:
+            add("tool_parser", parser, "override", _override(name, "tool_parser"))
+        else:
+            add(
+                "tool_parser",
+                None,
+                "derived",
+                None,
+                f"the one the lane knows for {architecture or 'the model'}",
+            )
+        for field in ("quantization", "dtype"):
+            if getattr(over, field) is not None:
+                add(field, getattr(over, field), "override", _override(name, field))
+        gpu = GpuSettings(memory_fraction=fraction, tensor_parallel=tp, quantization=over.quantization,
+                          dtype=over.dtype, tool_parser=parser)  # fmt: skip
+    elif read is _DIFFUSION_FIELDS:
+        for field in _DIFFUSION_FIELDS:
+            if getattr(over, field) is not None:
+                add(field, getattr(over, field), "override", _override(name, field))
+        diffusion = DiffusionSettings(
+            components={str(k): v for k, v in (over.components or {}).items()},
+            offload_to_cpu=bool(over.offload_to_cpu),
+            flash_attention=bool(over.diffusion_fa),
+            vae_tiling=bool(over.vae_tiling),
+            weight_type=over.weight_type,
+        )
+    return gpu, diffusion
 
 
 def explain_running(resolved: Resolved, running: LaunchSpec | None) -> list[Setting]:

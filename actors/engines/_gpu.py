@@ -222,10 +222,12 @@ def gpu_lane(
     env: Callable[[LaunchSpec], dict[str, str]] | None = None,
     served_context: Callable[[httpx.AsyncClient], Awaitable[int | None]] | None = None,
     start_timeout_s: float | None = None,
+    options: Callable[[LaunchSpec], dict[str, Any]] | None = None,
 ) -> Lane | None:
     """The ``Lane`` of a GPU engine found as ``program`` (None: not installed). ``build`` is the
-    lane's ``build_argv(spec, *, port, api_key, program)``. No grammar for the gateway's tool
-    emulation: these engines parse tool calls themselves."""
+    lane's ``build_argv(spec, *, port, api_key, program, **options(spec))``: ``options`` maps
+    the spec's lane-specific settings onto its keyword arguments. No grammar for the gateway's
+    tool emulation: these engines parse tool calls themselves."""
     if program is None:
         return None
     extra: dict[str, Any] = {}
@@ -237,12 +239,15 @@ def gpu_lane(
         name=name,
         kind=kind,
         binary=program.argv[0],
-        argv=lambda spec, port, api_key: build(spec, port=port, api_key=api_key, program=program),
+        argv=lambda spec, port, api_key: build(
+            spec, port=port, api_key=api_key, program=program, **(options(spec) if options else {})
+        ),
         version=lambda: program_version(program, label=label),
         capabilities=capabilities,
         formats=formats,
         llguidance=False,
         health=api.health,
         start_timeout_s=start_timeout_s,
+        request_model=api.request_model,
         **extra,
     )

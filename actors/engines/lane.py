@@ -63,3 +63,7 @@ class Lane:
     (a GPU engine that compiles kernels at start takes minutes)."""
     release: str | None = None
     """The installed version it runs (``blazar engine``); None: what the daemon was installed with."""
+    request_model: str | None = None
+    """The name a request's ``model`` must carry for this engine (MLX's server loads whatever
+    model a request names; ``default_model`` is the one it was started with), which its
+    replies then carry too: the gateway renames it both ways. None: the engine takes any."""

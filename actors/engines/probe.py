@@ -3,15 +3,19 @@
 ``probe`` starts the lane's engine for a model through the same engine actor the daemon
 uses, and checks what the lane claims: start and health, a chat answer, a stream, a tool
 call the way the gateway emulates one (an answer constrained to the tool's JSON shape), a
-JSON-schema answer, embeddings (after a restart with them on), and the decode speed of a
-fixed-length answer. ``gate`` is the regression decision on that speed.
+JSON-schema answer, embeddings (after a restart with them on), and the decode speed of
+fixed-length answers. ``probe_against`` runs a new version beside the current one and times
+them in alternating rounds; ``gate`` is the regression decision on those paired rounds.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 from actors.errors import BlazarRuntimeError
 
-__all__ = ["Check", "ProbeReport", "gate", "probe"]
+__all__ = ["Check", "ProbeReport", "gate", "probe", "probe_against"]
 
 _HI = [{"role": "user", "content": "Say hello."}]
 _TOOL_SHAPE = {
@@ -67,20 +71,30 @@ class ProbeReport(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     checks: list[Check]
     decode_tps: float | None
+    """The median of ``rates``."""
     passed: bool
+    rates: list[float] = []
+    """Tokens per second of each timed answer, in order (empty when one failed)."""
 
 
-def gate(new_tps: float | None, current_tps: float | None, margin: float) -> tuple[bool, str]:
-    """May a version with decode speed ``new_tps`` replace one with ``current_tps``?"""
-    if new_tps is None:
+def gate(new: Sequence[float], current: Sequence[float], margin: float) -> tuple[bool, str]:
+    """May a version whose timed answers ran at ``new`` tokens per second replace one that ran at
+    ``current``? Round i of each was timed next to the other's, so the two are compared pair by
+    pair, and the median of those ratios must not fall more than ``margin`` below 1."""
+    if not new:
         return False, "the new version's decode speed could not be measured"
-    if current_tps is None:
-        return True, f"{new_tps:.1f} tok/s; no speed of the current version to compare with"
-    floor = current_tps * (1 - margin)
-    verdict = "within" if new_tps >= floor else "below"
-    return new_tps >= floor, (
-        f"{new_tps:.1f} tok/s against {current_tps:.1f} for the current version: {verdict} the "
-        f"{margin:.0%} margin (at least {floor:.1f})"
+    if not current:
+        return True, f"{statistics.median(new):.1f} tok/s; no speed of the current version to compare with"
+    ratios = [n / c for n, c in zip(new, current, strict=False) if c > 0]
+    if not ratios:
+        return True, f"{statistics.median(new):.1f} tok/s; the current version measured no speed"
+    ratio = statistics.median(ratios)
+    ok = ratio >= 1 - margin
+    return ok, (
+        f"{statistics.median(new):.1f} tok/s against {statistics.median(current):.1f} for the current "
+        f"version, timed in turn over {len(ratios)} rounds: the new one runs at {ratio:.0%} of its speed "
+        f"(median of the rounds' ratios), {'within' if ok else 'below'} the {margin:.0%} margin "
+        f"(at least {1 - margin:.0%})"
     )
 
 
@@ -99,134 +113,206 @@ def _content(doc: dict[str, Any]) -> str:
     return str(((doc.get("choices") or [{}])[0].get("message") or {}).get("content") or "")
 
 
-async def _run_checks(
-    lane: Lane, engine: EngineActor, handle: EngineHandle
-) -> tuple[list[Check], float | None]:
-    client, checks = handle.client, []
+async def _answer(client: httpx.AsyncClient) -> str:
+    text = _content(await _chat(client, max_tokens=8))
+    if not text.strip():
+        raise RuntimeError("an empty answer")
+    return repr(text[:60])
 
-    async def check(name: str, claimed: bool, fn: Any) -> None:
+
+async def _stream(client: httpx.AsyncClient) -> str:
+    try:
+        return await _stream_once(client)
+    except httpx.RemoteProtocolError:  # as in ``_chat``: once more on a fresh connection
+        return await _stream_once(client)
+
+
+async def _stream_once(client: httpx.AsyncClient) -> str:
+    pieces, done = 0, False
+    body = {"messages": _HI, "max_tokens": 8, "temperature": 0, "stream": True}
+    async with client.stream("POST", "/v1/chat/completions", json=body, timeout=120) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}")
+        async for line in resp.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: ") and '"content"' in line:
+                pieces += 1
+    if pieces < 2 or not done:
+        raise RuntimeError(f"{pieces} content chunks, [DONE] {'seen' if done else 'missing'}")
+    return f"{pieces} chunks, then [DONE]"
+
+
+async def _constrained(client: httpx.AsyncClient, schema: dict[str, Any], prompt: str) -> dict[str, Any]:
+    fmt = {"type": "json_schema", "json_schema": {"name": "probe", "schema": schema}}
+    doc = await _chat(
+        client, messages=[{"role": "user", "content": prompt}], max_tokens=48, response_format=fmt
+    )
+    return dict(json.loads(_content(doc)))
+
+
+async def _tool(client: httpx.AsyncClient) -> str:
+    call = await _constrained(client, _TOOL_SHAPE, "What is the weather in Paris? Call get_weather.")
+    if call["name"] != "get_weather" or not isinstance(call["arguments"]["city"], str):
+        raise RuntimeError(f"not a get_weather call: {call}")
+    return f"get_weather({json.dumps(call['arguments'])})"
+
+
+async def _schema(client: httpx.AsyncClient) -> str:
+    doc = await _constrained(client, _ANSWER_SHAPE, "How many legs has a cat? Answer in JSON.")
+    if not isinstance(doc["answer"], int):
+        raise RuntimeError(f"not the schema's shape: {doc}")
+    return json.dumps(doc)
+
+
+async def _decode_rate(client: httpx.AsyncClient) -> float:
+    """Tokens per second of one fixed-length answer, as the engine timed it where it says."""
+    t0 = time.perf_counter()
+    doc = await _chat(client, max_tokens=_SPEED_TOKENS, ignore_eos=True)
+    rate = (doc.get("timings") or {}).get("predicted_per_second")
+    if not isinstance(rate, int | float):
+        n = int((doc.get("usage") or {}).get("completion_tokens") or _SPEED_TOKENS)
+        rate = n / (time.perf_counter() - t0)
+    return float(rate)
+
+
+class _Probed:
+    """One version's engine while it is probed: the checks so far and its decode rates."""
+
+    def __init__(self, lane: Lane, engine: EngineActor) -> None:
+        self.lane, self.engine = lane, engine
+        self.handle: EngineHandle | None = None
+        self.version: str | None = None
+        self.checks: list[Check] = []
+        self.rates: list[float] = []
+        self.speed_error: str | None = None
+
+    async def check(self, name: str, claimed: bool, fn: Callable[[], Awaitable[str]]) -> None:
         if not claimed:
-            checks.append(Check(name=name, ok=None, detail=f"{lane.name} does not claim it"))
+            self.checks.append(Check(name=name, ok=None, detail=f"{self.lane.name} does not claim it"))
             return
         try:
-            checks.append(Check(name=name, ok=True, detail=await fn()))
+            self.checks.append(Check(name=name, ok=True, detail=await fn()))
         except (httpx.HTTPError, BlazarRuntimeError, RuntimeError, ValueError, LookupError, TypeError) as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-            checks.append(Check(name=name, ok=False, detail=message))
+            self.checks.append(Check(name=name, ok=False, detail=message))
 
-    async def chat() -> str:
-        text = _content(await _chat(client, max_tokens=8))
-        if not text.strip():
-            raise RuntimeError("an empty answer")
-        return repr(text[:60])
+    async def capabilities(self) -> None:
+        if self.handle is None:
+            return
+        client, caps = self.handle.client, self.lane.capabilities
+        await self.check("chat", "chat" in caps, lambda: _answer(client))
+        await self.check("stream", "chat" in caps, lambda: _stream(client))
+        await self.check("tool call", "json_schema" in caps, lambda: _tool(client))
+        await self.check("json schema", "json_schema" in caps, lambda: _schema(client))
 
-    async def stream() -> str:
+    async def measure(self) -> None:
+        """One decode-speed round (none after a failed one: its speed is not known)."""
+        if self.handle is None or self.speed_error is not None:
+            return
         try:
-            return await stream_once()
-        except httpx.RemoteProtocolError:  # as in ``_chat``: once more on a fresh connection
-            return await stream_once()
+            self.rates.append(await _decode_rate(self.handle.client))
+        except (httpx.HTTPError, RuntimeError, ValueError) as exc:
+            self.speed_error = str(exc) or type(exc).__name__
 
-    async def stream_once() -> str:
-        pieces, done = 0, False
-        body = {"messages": _HI, "max_tokens": 8, "temperature": 0, "stream": True}
-        async with client.stream("POST", "/v1/chat/completions", json=body, timeout=120) as resp:
+    async def embeddings(self) -> None:
+        """Last: the engine restarts with embeddings on."""
+        if self.handle is None:
+            return
+
+        async def run() -> str:
+            await self.engine.ask(Reconfigure(embeddings=True))
+            again = await self.engine.ask(EnsureReady())
+            resp = await again.client.post("/v1/embeddings", json={"input": "hello"}, timeout=60)
             if resp.status_code != 200:
-                raise RuntimeError(f"HTTP {resp.status_code}")
-            async for line in resp.aiter_lines():
-                if line == "data: [DONE]":
-                    done = True
-                elif line.startswith("data: ") and '"content"' in line:
-                    pieces += 1
-        if pieces < 2 or not done:
-            raise RuntimeError(f"{pieces} content chunks, [DONE] {'seen' if done else 'missing'}")
-        return f"{pieces} chunks, then [DONE]"
+                raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
+            vector = resp.json()["data"][0]["embedding"]
+            if not isinstance(vector, list) or not vector:
+                raise RuntimeError("no vector")
+            return f"{len(vector)} dimensions"
 
-    async def constrained(schema: dict[str, Any], prompt: str) -> dict[str, Any]:
-        fmt = {"type": "json_schema", "json_schema": {"name": "probe", "schema": schema}}
-        doc = await _chat(
-            client, messages=[{"role": "user", "content": prompt}], max_tokens=48, response_format=fmt
+        await self.check("embeddings", "embeddings" in self.lane.capabilities, run)
+
+    def report(self, spec: LaunchSpec) -> ProbeReport:
+        checks = list(self.checks)
+        if self.handle is not None:
+            if self.speed_error is not None or not self.rates:
+                checks.append(Check(name="decode speed", ok=False, detail=self.speed_error or "not measured"))
+            else:
+                spread = f", {min(self.rates):.1f}-{max(self.rates):.1f}" if len(self.rates) > 1 else ""
+                checks.append(Check(name="decode speed", ok=True, detail=(
+                    f"{statistics.median(self.rates):.1f} tok/s (median of {len(self.rates)} answers of "
+                    f"{_SPEED_TOKENS} tokens{spread})")))  # fmt: skip
+        return ProbeReport(
+            lane=self.lane.name,
+            kind=self.lane.kind,
+            release=self.lane.release,
+            version=self.version,
+            model=spec.model,
+            checks=checks,
+            decode_tps=statistics.median(self.rates) if self.rates and self.speed_error is None else None,
+            rates=list(self.rates) if self.speed_error is None else [],
+            passed=bool(checks) and all(c.ok is not False for c in checks),
         )
-        return dict(json.loads(_content(doc)))
-
-    async def tool() -> str:
-        call = await constrained(_TOOL_SHAPE, "What is the weather in Paris? Call get_weather.")
-        if call["name"] != "get_weather" or not isinstance(call["arguments"]["city"], str):
-            raise RuntimeError(f"not a get_weather call: {call}")
-        return f"get_weather({json.dumps(call['arguments'])})"
-
-    async def schema() -> str:
-        doc = await constrained(_ANSWER_SHAPE, "How many legs has a cat? Answer in JSON.")
-        if not isinstance(doc["answer"], int):
-            raise RuntimeError(f"not the schema's shape: {doc}")
-        return json.dumps(doc)
-
-    caps = lane.capabilities
-    await check("chat", "chat" in caps, chat)
-    await check("stream", "chat" in caps, stream)
-    await check("tool call", "json_schema" in caps, tool)
-    await check("json schema", "json_schema" in caps, schema)
-    speed = None
-    try:
-        rates = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            doc = await _chat(client, max_tokens=_SPEED_TOKENS, ignore_eos=True)
-            timings = doc.get("timings") or {}
-            rate = timings.get("predicted_per_second")
-            if not isinstance(rate, int | float):
-                n = int((doc.get("usage") or {}).get("completion_tokens") or _SPEED_TOKENS)
-                rate = n / (time.perf_counter() - t0)
-            rates.append(float(rate))
-        speed = max(rates)
-        checks.append(
-            Check(name="decode speed", ok=True, detail=f"{speed:.1f} tok/s ({_SPEED_TOKENS} tokens)")
-        )
-    except (httpx.HTTPError, RuntimeError, ValueError) as exc:
-        checks.append(Check(name="decode speed", ok=False, detail=str(exc)))
-
-    async def embeddings() -> str:  # last: the engine restarts with them on
-        await engine.ask(Reconfigure(embeddings=True))
-        again = await engine.ask(EnsureReady())
-        resp = await again.client.post("/v1/embeddings", json={"input": "hello"}, timeout=60)
-        if resp.status_code != 200:
-            raise RuntimeError(f"HTTP {resp.status_code}: {resp.text[:200]}")
-        vector = resp.json()["data"][0]["embedding"]
-        if not isinstance(vector, list) or not vector:
-            raise RuntimeError("no vector")
-        return f"{len(vector)} dimensions"
-
-    await check("embeddings", "embeddings" in caps, embeddings)
-    return checks, speed
 
 
-async def probe(lane: Lane, spec: LaunchSpec, config: EngineConfig) -> ProbeReport:
-    """Start ``spec``'s model on ``lane`` (one slot, its own child), check it, stop it."""
-    spec = msgspec.structs.replace(spec, slots=1, embeddings=False, engine_version=lane.release)
-    checks: list[Check] = []
-    speed = version = None
+def _probe_spec(lane: Lane, spec: LaunchSpec) -> LaunchSpec:
+    return msgspec.structs.replace(spec, slots=1, embeddings=False, engine_version=lane.release)
+
+
+@asynccontextmanager
+async def _opened(lane: Lane, spec: LaunchSpec, config: EngineConfig) -> AsyncIterator[_Probed]:
+    """``spec``'s model started on ``lane`` (one slot, its own child and run dir), stopped after."""
     with tempfile.TemporaryDirectory(prefix="blazar-probe-") as run_dir:
         engine = EngineActor(spec, config, run_dir=Path(run_dir), lane=lane)
+        probed = _Probed(lane, engine)
         async with trio.open_nursery() as nursery:
             await nursery.start(engine.run)
             try:
-                with trio.fail_after(config.start_timeout_s + 10):
-                    handle = await engine.ask(EnsureReady())
-                checks.append(Check(name="start and health", ok=True, detail=f"pid {handle.pid}"))
-                version = await trio.to_thread.run_sync(lane.version)
-                found, speed = await _run_checks(lane, engine, handle)
-                checks += found
-            except (BlazarRuntimeError, trio.TooSlowError, httpx.HTTPError) as exc:
-                message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-                checks.append(Check(name="start and health", ok=False, detail=message))
+                try:
+                    with trio.fail_after(config.start_timeout_s + 10):
+                        probed.handle = await engine.ask(EnsureReady())
+                    probed.checks.append(
+                        Check(name="start and health", ok=True, detail=f"pid {probed.handle.pid}")
+                    )
+                    probed.version = await trio.to_thread.run_sync(lane.version)
+                except (BlazarRuntimeError, trio.TooSlowError, httpx.HTTPError) as exc:
+                    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                    probed.checks.append(Check(name="start and health", ok=False, detail=message))
+                    probed.handle = None
+                yield probed
             finally:
                 nursery.cancel_scope.cancel()
-    return ProbeReport(
-        lane=lane.name,
-        kind=lane.kind,
-        release=lane.release,
-        version=version,
-        model=spec.model,
-        checks=checks,
-        decode_tps=speed,
-        passed=bool(checks) and all(c.ok is not False for c in checks),
-    )
+
+
+async def probe(lane: Lane, spec: LaunchSpec, config: EngineConfig, *, rounds: int = 3) -> ProbeReport:
+    """Start ``spec``'s model on ``lane`` (one slot, its own child), check it, stop it."""
+    spec = _probe_spec(lane, spec)
+    async with _opened(lane, spec, config) as probed:
+        await probed.capabilities()
+        for _ in range(rounds):
+            await probed.measure()
+        await probed.embeddings()
+    return probed.report(spec)
+
+
+async def probe_against(
+    new: tuple[Lane, LaunchSpec],
+    current: tuple[Lane, LaunchSpec],
+    config: EngineConfig,
+    *,
+    rounds: int = 5,
+) -> tuple[ProbeReport, ProbeReport]:
+    """Probe a new version beside the current one, both running at once, their decode speeds
+    measured in alternating rounds (new-current, then current-new) so that whatever else the
+    machine does in the meantime slows both alike: the gate compares the rounds pair by pair."""
+    specs = _probe_spec(new[0], new[1]), _probe_spec(current[0], current[1])
+    async with _opened(new[0], specs[0], config) as a, _opened(current[0], specs[1], config) as b:
+        await a.capabilities()
+        await b.capabilities()
+        for i in range(rounds):
+            for probed in (a, b) if i % 2 == 0 else (b, a):
+                await probed.measure()
+        await a.embeddings()
+        await b.embeddings()
+    return a.report(specs[0]), b.report(specs[1])

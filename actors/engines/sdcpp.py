@@ -4,13 +4,13 @@ The program is a configured path, else ``sd-server`` on ``PATH``. (The
 ``stable-diffusion-cpp-python`` bindings build the C++ library from source at
 install, so no host on them ships here.) It runs under our watchdog.
 
-Of the ``LaunchSpec`` it reads the checkpoint path, ``threads`` and ``extra_args``.
+Of the ``LaunchSpec`` it reads the checkpoint path, ``threads``, ``extra_args``, the
+model's ``architecture`` and its ``diffusion`` settings (mapped by ``options``).
 A full checkpoint (UNet or DiT with its text encoders and VAE in one file) is given
 with ``-m``; a standalone diffusion model (a Flux or SD3 transformer alone) with
 ``--diffusion-model``, beside its ``components`` (``vae``, ``clip_l``, ``clip_g``,
-``t5xxl``, ``llm``). Offloading to the CPU, flash attention, VAE tiling, a weight
-type and an upscaler are keyword arguments of ``build_argv`` until the spec carries
-them.
+``t5xxl``, ``llm``). Offloading to the CPU, flash attention, VAE tiling and a weight
+type come from the model's settings; an upscalers folder is a keyword of ``build_argv``.
 
 API mapping. ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits``
 (multipart: image, optional mask) are OpenAI's and are relayed; replies are always
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from actors.config import EngineConfig
 from actors.engines._gpu import ApiMap, Program, gpu_lane, watched
@@ -45,6 +45,7 @@ __all__ = [
     "build_argv",
     "find_sd_server",
     "lane",
+    "options",
     "role_for",
 ]
 
@@ -133,6 +134,19 @@ def build_argv(
     return watched(program, flags)
 
 
+def options(spec: LaunchSpec) -> dict[str, Any]:
+    """``build_argv``'s settings from the spec's diffusion settings and the model's family."""
+    d = spec.diffusion
+    return {
+        "role": role_for(spec.architecture, has_components=bool(d.components)),
+        "components": d.components,
+        "offload_to_cpu": d.offload_to_cpu,
+        "flash_attention": d.flash_attention,
+        "vae_tiling": d.vae_tiling,
+        "weight_type": d.weight_type,
+    }
+
+
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The stable-diffusion.cpp lane, with ``sd-server`` at ``path`` (``[engine] sd_server``)
     or on ``PATH``; None when there is none."""
@@ -145,4 +159,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         api=API,
         capabilities=CAPABILITIES,
         formats=FORMATS,
+        options=options,
     )

@@ -8,9 +8,10 @@ under our watchdog.
 Of the ``LaunchSpec`` it reads the model directory and name, ``ctx_per_slot``
 (``--context-length``, per request), ``slots`` (``--max-running-requests``),
 ``embeddings`` (``--is-embedding``), ``chat_template``, ``prompt_batch``
-(``--chunked-prefill-size``) and ``extra_args``. The memory fraction, tensor
-parallelism, a quantization to apply and the tool-call parser are keyword arguments
-of ``build_argv`` until the spec carries them.
+(``--chunked-prefill-size``), ``extra_args`` and its GPU settings (``spec.gpu``: the
+memory fraction, sized by the fit plan unless configured; tensor parallelism; a
+quantization to apply; the dtype; the tool-call parser, else the one known for the
+model's ``architecture``), which ``options`` maps onto ``build_argv``'s keywords.
 
 SGLang speaks OpenAI: the gateway relays chat, completions, embeddings and models.
 ``/health`` is 503 while the server starts and 200 once it serves; ``--api-key``
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from actors.config import EngineConfig
 from actors.engines._gpu import (
@@ -46,6 +48,7 @@ __all__ = [
     "find_sglang",
     "lane",
     "launch_env",
+    "options",
     "tool_parser_for",
 ]
 
@@ -156,6 +159,19 @@ def build_argv(
     return watched(program, flags)
 
 
+def options(spec: LaunchSpec) -> dict[str, Any]:
+    """``build_argv``'s settings from the spec: its GPU settings, the tool-call parser known for
+    the model's architecture when none is set."""
+    gpu = spec.gpu
+    return {
+        "mem_fraction": gpu.memory_fraction or DEFAULT_MEMORY_FRACTION,
+        "tensor_parallel": gpu.tensor_parallel,
+        "quantization": gpu.quantization,
+        "dtype": gpu.dtype,
+        "tool_parser": gpu.tool_parser or tool_parser_for(spec.architecture),
+    }
+
+
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The SGLang lane, with the program at ``path`` (``[engine] sglang``) or found; None
     when SGLang is not installed."""
@@ -171,4 +187,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         env=launch_env,
         served_context=served_context_from_models,
         start_timeout_s=900.0,  # it compiles and captures kernels before it listens
+        options=options,
     )

@@ -12,10 +12,41 @@ import msgspec
 
 from actors.context import context_limit
 
-__all__ = ["LaunchSpec"]
+__all__ = ["DiffusionSettings", "GpuSettings", "LaunchSpec"]
 
 _LLAMA_BATCH = 512
 """llama.cpp's default prompt batch."""
+
+
+class GpuSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What the GPU serving engines (vLLM, SGLang) are started with beyond the common fields."""
+
+    memory_fraction: float | None = None
+    """The share of each GPU the engine takes at start (vLLM ``--gpu-memory-utilization``,
+    SGLang ``--mem-fraction-static``): configured, else sized by the fit plan to the model's
+    need; None: the lane's own default."""
+    tensor_parallel: int = 1
+    """GPUs the model is split over."""
+    quantization: str | None = None
+    """A quantization the engine applies at load (``fp8`` on a 16-bit checkpoint); a quantized
+    checkpoint states its own and needs none."""
+    dtype: str | None = None
+    """The weights' and activations' type (``bfloat16``, ``float16``…); None: the engine's choice."""
+    tool_parser: str | None = None
+    """The engine's tool-call parser; None: the one known for the model's architecture."""
+
+
+class DiffusionSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What stable-diffusion.cpp is started with beyond the common fields."""
+
+    components: dict[str, str] = {}
+    """Companion files of a standalone diffusion model, by sd-server's flag names (``vae``,
+    ``clip_l``, ``clip_g``, ``t5xxl``, ``llm``)."""
+    offload_to_cpu: bool = False
+    flash_attention: bool = False
+    vae_tiling: bool = False
+    weight_type: str | None = None
+    """Convert the weights at load (``q8_0``, ``f16``…)."""
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +105,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The installed version of the lane that runs it (``blazar engine``); None: the bundled one."""
     prompt_batch: int | None = None
     """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
+    architecture: str | None = None
+    """The model's architecture as its files name it (GGUF ``general.architecture``, config.json's
+    ``architectures``, a diffusion family): lanes pick parsers and roles by it."""
+    gpu: GpuSettings = GpuSettings()
+    diffusion: DiffusionSettings = DiffusionSettings()
 
     @property
     def prompt_step(self) -> int | None:

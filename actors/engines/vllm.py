@@ -8,9 +8,10 @@ has the ``vllm`` package. It runs under our watchdog.
 Of the ``LaunchSpec`` it reads the model directory and name, ``ctx_per_slot``
 (``--max-model-len``: vLLM's limit is per request), ``slots`` (``--max-num-seqs``),
 ``embeddings`` (the pooling runner), ``chat_template``, ``prompt_batch``
-(``--max-num-batched-tokens``) and ``extra_args``. What the spec does not carry yet
-— the GPU memory fraction, tensor parallelism, a quantization to apply, the dtype and
-the tool-call parser — are keyword arguments of ``build_argv`` with defaults.
+(``--max-num-batched-tokens``), ``extra_args`` and its GPU settings (``spec.gpu``: the
+memory fraction, sized by the fit plan unless configured; tensor parallelism; a
+quantization to apply; the dtype; the tool-call parser, else the one known for the
+model's ``architecture``), which ``options`` maps onto ``build_argv``'s keywords.
 
 vLLM speaks OpenAI: the gateway relays chat, completions, embeddings and models as
 they are. ``/health`` answers 200 only once the engine has loaded the weights (the
@@ -18,6 +19,8 @@ HTTP server starts after them); ``--api-key`` guards the ``/v1`` routes.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from actors.config import EngineConfig
 from actors.engines._gpu import (
@@ -42,6 +45,7 @@ __all__ = [
     "find_vllm",
     "lane",
     "launch_env",
+    "options",
     "tool_parser_for",
 ]
 
@@ -151,6 +155,19 @@ def build_argv(
     return watched(program, flags)
 
 
+def options(spec: LaunchSpec) -> dict[str, Any]:
+    """``build_argv``'s settings from the spec: its GPU settings, the tool-call parser known for
+    the model's architecture when none is set."""
+    gpu = spec.gpu
+    return {
+        "gpu_memory_fraction": gpu.memory_fraction or DEFAULT_MEMORY_FRACTION,
+        "tensor_parallel": gpu.tensor_parallel,
+        "quantization": gpu.quantization,
+        "dtype": gpu.dtype,
+        "tool_parser": gpu.tool_parser or tool_parser_for(spec.architecture),
+    }
+
+
 def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
     """The vLLM lane, with the program at ``path`` (``[engine] vllm``) or found; None when
     vLLM is not installed."""
@@ -166,4 +183,5 @@ def lane(config: EngineConfig, path: str | None = None) -> Lane | None:
         env=launch_env,
         served_context=served_context_from_models,
         start_timeout_s=900.0,  # it compiles and captures kernels before it listens
+        options=options,
     )

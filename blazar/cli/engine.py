@@ -175,19 +175,24 @@ def use(
     margin: Annotated[
         float, Parameter(help="The regression gate: decode speed may drop by this much.")
     ] = 0.10,
+    rounds: Annotated[int, Parameter(help="Timed answers per version, alternating between the two.")] = 5,
     json_: Json = False,
 ) -> None:
     """Switch LANE@VERSION in (``bundled``: what the daemon was installed with), only if a probe
     against a real model passes and its decode speed is within --margin of the active version's,
-    both measured now. A running daemon's engines finish their requests, then restart on it."""
+    both running at once and timed in alternating rounds (--rounds each), so that other work on
+    the machine slows both alike. A running daemon's engines finish their requests, then restart
+    on it."""
     import msgspec
     import trio
 
-    from actors.engines.probe import gate, probe
+    from actors.engines.probe import gate, probe_against
     from actors.engines.routing import lane_for
     from actors.engines.versions import BUNDLED, Receipt
     from actors.runtime import launch_spec_for
 
+    if rounds < 1:
+        raise CliError("--rounds is how many answers each version is timed on: give 1 or more")
     lane_name, version = _split(ref)
     assert version is not None
     paths, config = load_setup()
@@ -204,21 +209,18 @@ def use(
     record = _probe_model(paths, model)
     base = msgspec.structs.replace(launch_spec_for(runtime, open_store(paths), record), lane=lane_name)
 
-    async def probe_at(name: str) -> Any:
+    def at(name: str) -> tuple[Any, Any]:
         spec = msgspec.structs.replace(base, engine_version=None if name == BUNDLED else name)
-        return await probe(lane_for(spec, runtime.engine, runtime.home), spec, runtime.engine)
+        return lane_for(spec, runtime.engine, runtime.home), spec
 
-    async def both() -> tuple[Any, Any]:
-        return await probe_at(version), await probe_at(current)
-
-    new, old = trio.run(both)
+    new, old = trio.run(lambda: probe_against(at(version), at(current), runtime.engine, rounds=rounds))
     for report, name in ((new, version), (old, current)):
         if report.decode_tps is not None:
             versions.add_receipt(
                 Receipt(lane=lane_name, version=name, engine=report.version, model=record.name,
                         decode_tps=report.decode_tps, at=time.time())
             )  # fmt: skip
-    passed, why = gate(new.decode_tps, old.decode_tps if old.passed else None, margin)
+    passed, why = gate(new.rates, old.rates if old.passed else [], margin)
     ok = new.passed and passed
     if json_:
         print_json({"switched": ok, "gate": why, "probe": new, "current": old})

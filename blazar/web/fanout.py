@@ -210,6 +210,8 @@ async def run(
             kept = choices.rank(judged, want.n)
             headers["X-Blazar-Best-Of"] = f"ran={count}, kept={','.join(map(str, kept))}, why=rank"
     merged = _merge([docs[i] for i in kept], docs, strip_logprobs=ranked)
+    if engine.lane.request_model is not None:  # an engine that names the model its own way
+        merged["model"] = spec.alias or spec.model
     tokens = sum(_usage(d).get("completion_tokens", 0) for d in docs)
     choices.stats_for(runtime).note("best_of" if want.best_of else "n", candidates=count, tokens=tokens)
     return Reply(msgspec.json.encode(merged), headers=headers)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -47,7 +47,7 @@ from blazar.web.common import (
     stream_reply,
 )
 from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
-from blazar.web.relay import UpstreamStream, crash_error, send_upstream
+from blazar.web.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
 
 __all__ = ["register", "register_routes"]
 
@@ -294,6 +294,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         except BaseException:
             lease.release()
             raise
+        rename = renamer_for(handle, spec.alias or spec.model)
         if not stream or upstream.status_code != 200:
             try:
                 content = await upstream.aread()
@@ -311,6 +312,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                     content = openai.merge_error_code(content, err.code)
             if call.card is not None and upstream.status_code == 200:
                 call.card.note_usage(engine_usage.of_body(content))
+            if rename is not None:
+                content = rename.whole(content)
             return Reply(content, upstream.status_code, headers=headers)
 
         async def on_error(exc: Exception) -> bytes:
@@ -319,13 +322,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 call.card.note_failure(err.code, err.message)
             return openai.encode_stream_error(err.code, err.message)
 
-        relayed = UpstreamStream(
-            upstream,
-            lease,
-            on_error,
-            background=runtime.start_soon,
-            progress=ProgressFilter() if ours else None,
-            on_end=_usage_reader(call),
+        options: dict[str, Any] = {
+            "background": runtime.start_soon,
+            "progress": ProgressFilter() if ours else None,
+            "on_end": _usage_reader(call),
+        }
+        relayed = (
+            UpstreamStream(upstream, lease, on_error, **options)
+            if rename is None
+            else RenamingStream(upstream, lease, on_error, rename=rename, **options)
         )
         set_stream_enders(
             cancelled=openai.encode_stream_error,

@@ -9,7 +9,7 @@ upstream response is closed, exactly once, whichever way the request ends.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -17,6 +17,7 @@ from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects.llamacpp import ProgressFilter
+from blazar.dialects.model_rename import Renamer, rename_request
 from blazar.errors import BlazarError
 
 
@@ -28,10 +29,12 @@ __all__ = [
     "Background",
     "OutputWatch",
     "Releasable",
+    "RenamingStream",
     "UpstreamStream",
     "close_once_started",
     "close_response",
     "crash_error",
+    "renamer_for",
     "send_upstream",
 ]
 
@@ -125,8 +128,16 @@ async def send_upstream(handle: EngineHandle, path: str, body: bytes) -> Upstrea
     """POST a JSON body and return once the response head has arrived; the body is read
     (``aread``, ``aiter_raw``) and the response closed by the caller. A pooled connection
     the engine closed just before reuse is retried once on a new one (nothing was processed);
-    other failures raise ``UpstreamError``."""
+    other failures raise ``UpstreamError``. An engine that must be sent one fixed model
+    name (``EngineHandle.request_model``) gets it."""
+    if handle.request_model is not None:
+        body = rename_request(body, handle.request_model)
     return await handle.upstream.request("POST", path, body=body, headers=_JSON_HEADERS)
+
+
+def renamer_for(handle: EngineHandle, client_name: str) -> Renamer | None:
+    """What renames the model in the replies of an engine that names it its own way."""
+    return None if handle.request_model is None else Renamer(handle.request_model, client_name)
 
 
 class UpstreamStream:
@@ -221,3 +232,33 @@ class UpstreamStream:
             return
         await close_response(self._response)
         self._lease.release()
+
+
+class RenamingStream(UpstreamStream):
+    """An ``UpstreamStream`` whose chunks have the engine's name for the model replaced
+    (``renamer_for``); the plain one stays free of the check on the hot path."""
+
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        lease: Releasable,
+        on_error: Callable[[Exception], Awaitable[bytes]],
+        *,
+        rename: Renamer,
+        **kw: Any,
+    ) -> None:
+        super().__init__(response, lease, on_error, **kw)
+        self._rename: Renamer | None = rename
+
+    async def __anext__(self) -> bytes:
+        while self._rename is not None:
+            try:
+                chunk = await super().__anext__()
+            except StopAsyncIteration:
+                rename, self._rename = self._rename, None
+                if held := rename.flush():
+                    return held
+                raise
+            if renamed := self._rename.feed(chunk):
+                return renamed
+        raise StopAsyncIteration
