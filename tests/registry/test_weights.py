@@ -303,6 +303,36 @@ def test_plans_show_the_lane_that_would_run_each_and_how_to_install_it(store: St
         assert "not installed here" in exc.value.message
 
 
+def test_where_the_lanes_are_installed_each_model_starts_on_its_own(store: Store, tmp_path: Path) -> None:
+    """The store's records reach the GPU lanes' argv: the tree an engine opens, the architecture
+    its options key on. The programs are configured paths (nothing is started)."""
+    from actors.config import EngineConfig
+    from actors.engines.routing import lane_for
+    from registry.kinds import IMAGE_KINDS
+
+    awq = import_path(store, awq_dir(tmp_path), "tiny-awq")
+    mlx = import_path(store, mlx_dir(tmp_path), "tiny-mlx")
+    sd = import_path(store, write_safetensors(tmp_path / "sd.safetensors", sd15_tensors()), "sd")
+    engine = EngineConfig(
+        vllm="/opt/vllm/bin/vllm", mlx="/opt/mlx/bin/mlx_lm.server", sd_server="/opt/sd-server"
+    )
+    config = RuntimeConfig.in_home(str(store.root.parent), engine=engine)
+    for record, kinds, lane in (
+        (awq, TEXT_KINDS, "vllm"),
+        (mlx, TEXT_KINDS, "mlx"),
+        (sd, IMAGE_KINDS, "sdcpp"),
+    ):
+        spec = launch_spec_for(config, store, record, kinds)
+        assert (spec.lane, spec.path, spec.kind) == (lane, record.path, record.kind)
+        assert spec.architecture == (record.facts.architecture if record.facts else None)
+        argv = lane_for(spec, config.engine, config.home).argv(spec, 8123, "key")
+        assert record.path in argv and "8123" in argv
+    assert launch_spec_for(config, store, awq).ctx_train == 8192
+    plan = trio.run(plan_offline, config, "tiny-awq")
+    assert plan.lane == "vllm" and plan.preview.code != "MODEL_UNSUPPORTED_ENGINE"
+    assert {c.lane: c.taken for c in plan.lanes}["vllm"] is True
+
+
 def test_a_pin_to_a_lane_that_cannot_load_the_format_says_so(store: Store, tmp_path: Path) -> None:
     from actors.config import ModelOverride
 
