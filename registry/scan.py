@@ -625,7 +625,8 @@ def _found(
 
 
 def scan(roots: Roots | None = None) -> ScanResult:
-    """Every GGUF model in the stores under `roots` (default: `default_roots()`), one per name."""
+    """Every model in the stores under `roots` (default: `default_roots()`), one per name: GGUF
+    files, and in Hugging Face caches safetensors/MLX snapshots and diffusion checkpoints."""
     col = _collect(roots if roots is not None else default_roots())
     models: list[FoundModel] = []
     seen: set[tuple[tuple[int, int] | None, str]] = set()
