@@ -52,6 +52,8 @@ DIRECTORY_FORMATS = frozenset({"safetensors", "mlx"})
 MAX_FILES = 4096
 """A folder with more files than this is not a model directory (a mistaken path)."""
 WHISPER_SAMPLE_RATE = 16000
+_MAX_DEPTH = 6
+"""Folders below a model directory's top that are read (repos nest two or three deep)."""
 
 _OTHER_WEIGHTS = (".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".h5", ".msgpack", ".onnx",
                   ".onnx_data", ".gguf", ".npz", ".ot", ".tflite", ".mlmodel", ".pkl", ".pickle")  # fmt: skip
@@ -104,7 +106,8 @@ def select_files(folder: Path, fmt: ModelFormat) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        deep = len(here.relative_to(folder).parts) >= _MAX_DEPTH  # a symlink loop ends here too
+        dirnames[:] = [] if deep else sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             path = here / name
             rel = path.relative_to(folder).as_posix()
