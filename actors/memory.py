@@ -2,7 +2,8 @@
 
 A footprint is the estimate of ``registry.fit`` (weights + KV cache + compute
 buffer + overhead, from the GGUF header) for the context and slots the engine
-would start with (a speech model's from its files' sizes: ``fit.estimate_files``);
+would start with (a multi-file model's from its files' sizes: ``fit.estimate_files``,
+``fit.estimate_weights``);
 it is computed once per file and settings, in a worker
 thread, before the load is planned. The budget is ``memory_budget_mb`` from
 the config, or, when unset, the memory the system has available now plus what
@@ -43,7 +44,7 @@ class MemoryPlanner:
         self._available = available
         self._shapes: dict[str, ModelShape] = {}
         self._estimates: dict[str, tuple[ModelShape | None, fit.Estimate]] = {}
-        """Model name → its shape (None: a multi-file speech model) and estimate at the
+        """Model name → its shape (None: a multi-file model) and estimate at the
         settings it was last planned with."""
 
     def _settings(self, spec: LaunchSpec) -> fit.Settings:
@@ -51,8 +52,8 @@ class MemoryPlanner:
         return fit.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots, n_ubatch=ubatch)
 
     def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape | None, fit.Estimate] | None:
-        # A speech model's tree (registry.store.Store.materialize) says its own size.
-        files = estimate_path(spec.path, slots=spec.slots)
+        # A multi-file model's tree (registry.store.Store.materialize) says its own size.
+        files = estimate_path(spec.path, slots=spec.slots, ctx_per_slot=spec.ctx_per_slot)
         if files is not None:
             return None, files
         shape = self._shapes.get(spec.path)
@@ -96,8 +97,12 @@ class MemoryPlanner:
         if found is None:
             return "lower its context (ctx) or slots in config.toml, or raise memory_budget_mb"
         shape, est = found
+        if shape is None and not est.kv:
+            return (
+                "a speech model or an image model: lower its slots in config.toml, or raise memory_budget_mb"
+            )
         if shape is None:
-            return "a speech model: lower its slots in config.toml, or raise memory_budget_mb"
+            return "lower its ctx or slots in config.toml, or raise memory_budget_mb (see `blazar fit NAME`)"
         memory = fit.Memory(ram_available=budget)
         levers = [lv for lv in fit.levers(shape, est.settings, memory, "no_fit") if lv.verdict == "fits"]
         if not levers:

@@ -100,9 +100,11 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     """How a model would run: engine lane, context, slots, memory, and what a load would evict."""
 
     model: str
-    lane: str
+    lane: str | None
     """What runs it: ``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel),
-    ``llama-server``, ``mistralrs-host`` (the mistralrs wheel), ``mistralrs-serve``, …"""
+    ``llama-server``, ``mistralrs-host`` (the mistralrs wheel), ``mistralrs-serve``, …;
+    None when no lane here can (``lanes`` say why, ``preview`` refuses it with
+    ``MODEL_UNSUPPORTED_ENGINE`` and how to install the lane)."""
     binary: str | None
     lanes: list[Considered] = []
     """Every lane, whether it was taken, and why (not installed, format, capability, pin)."""
@@ -138,12 +140,18 @@ def launch_spec_for(
 
 
 def resolve_for(
-    config: RuntimeConfig, store: Store, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS
+    config: RuntimeConfig,
+    store: Store,
+    record: ModelRecord,
+    kinds: frozenset[str] = TEXT_KINDS,
+    *,
+    unrouted: bool = False,
 ) -> Resolved:
     """``launch_spec_for`` with where each setting came from (``blazar explain``).
 
-    Raises ``ModelKindMismatch`` for a model of none of ``kinds`` (by default: a speech model,
-    which no text lane runs)."""
+    Raises ``ModelKindMismatch`` for a model of none of ``kinds`` (by default: a speech or
+    image model, which no text lane runs). ``unrouted``: a model no lane here runs is
+    resolved for the lane that would (``Resolved.refusal`` says why), for a plan."""
     require_kind(record, kinds, "text" if kinds == TEXT_KINDS else "/".join(sorted(kinds)))
     return resolve_launch(
         config,
@@ -151,8 +159,21 @@ def resolve_for(
         store.info(record),
         lanes=installed(config.engine, config.home),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
-        plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, slots, tp),
+        plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
+        unrouted=unrouted,
     )
+
+
+def _plan_resolve(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
+    """A plan's resolution: the model's own kind (a plan serves no route) and no refusal for a
+    lane that is not installed (the plan shows it)."""
+    return resolve_for(config, store, record, frozenset({record.kind}), unrouted=True)
+
+
+def _unsupported(preview: LoadPreview, resolved: Resolved) -> LoadPreview:
+    if resolved.refusal is None:
+        return preview
+    return msgspec.structs.replace(preview, refused=resolved.refusal, code=UnsupportedEngine.code, evict=[])
 
 
 def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) -> int | None:
@@ -172,13 +193,14 @@ def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) 
     return report.gpu_layers or 0
 
 
-def _planned_memory_fraction(path: str, slots: int, tensor_parallel: int) -> float | None:
+def _planned_memory_fraction(path: str, ctx: int, slots: int, tensor_parallel: int) -> float | None:
     """A GPU serving engine's share of each GPU (vLLM, SGLang): the fit plan's need for the model
-    at ``slots``, split over ``tensor_parallel`` GPUs, against the smallest of them; None when no
-    GPU can be measured or the model's need is not known."""
+    at ``ctx`` per slot and ``slots`` (weights, KV cache, allowances), split over
+    ``tensor_parallel`` GPUs, against the smallest of them; None when no GPU can be measured or
+    the model's need is not known."""
     census = take_census()
     gpus = census.gpus[: max(1, tensor_parallel)]
-    estimate = estimate_path(path, slots=slots)
+    estimate = estimate_path(path, slots=slots, ctx_per_slot=ctx)
     if not gpus or estimate is None:
         return None
     return memory_fraction(estimate.total // max(1, tensor_parallel), min(g.total for g in gpus))
@@ -209,13 +231,16 @@ def make_plan(
     served: int | None = None,
     route: Route | None = None,
     lane: Lane | None = None,
+    runnable: bool = True,
 ) -> LoadPlan:
-    """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH)."""
-    lane = lane or lane_for(spec, config.engine, config.home)
+    """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH);
+    not ``runnable``: no lane here runs it (``route`` says why)."""
+    if runnable:
+        lane = lane or lane_for(spec, config.engine, config.home)
     return LoadPlan(
         model=spec.model,
-        lane=lane.kind,
-        binary=lane.binary,
+        lane=lane.kind if lane is not None and runnable else None,
+        binary=lane.binary if lane is not None and runnable else None,
         lanes=route.considered if route is not None else [],
         ctx_per_slot=spec.ctx_per_slot,
         slots=spec.slots,
@@ -239,7 +264,7 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     """The plan without a running daemon: nothing else is loaded."""
     store = Store(Path(config.models_dir))
     record = await trio.to_thread.run_sync(store.get, model)
-    resolved = await trio.to_thread.run_sync(resolve_for, config, store, record)
+    resolved = await trio.to_thread.run_sync(_plan_resolve, config, store, record)
     spec = resolved.spec
     memory = MemoryPlanner(config.memory_budget_mb)
     need = await memory.need(spec)
@@ -249,7 +274,9 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
         code = "MODEL_TOO_LARGE"
         refused = f"needs about {need / 2**20:,.0f} MiB; the budget is {budget / 2**20:,.0f} MiB"
     preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
-    return make_plan(spec, config, memory, preview, loaded=False, route=resolved.route)
+    preview = _unsupported(preview, resolved)
+    runnable = resolved.refusal is None
+    return make_plan(spec, config, memory, preview, loaded=False, route=resolved.route, runnable=runnable)
 
 
 async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
@@ -317,7 +344,7 @@ class Runtime:
     async def plan(self, model: str) -> LoadPlan:
         """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
         record = await trio.to_thread.run_sync(self.store.get, model)
-        resolved = await trio.to_thread.run_sync(resolve_for, self.config, self.store, record)
+        resolved = await trio.to_thread.run_sync(_plan_resolve, self.config, self.store, record)
         spec = resolved.spec
         engine = self._engines.get(spec.model)
         loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
@@ -330,18 +357,20 @@ class Runtime:
             if loaded
             else self.lifecycle.preview(spec.model, need)
         )
+        runnable = resolved.refusal is None
         lane = engine.lane if engine is not None else None
-        if lane is None:
+        if lane is None and runnable:
             lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
         return make_plan(
             spec,
             self.config,
             self.memory,
-            preview,
+            _unsupported(preview, resolved),
             loaded=loaded,
             served=served,
             route=resolved.route,
             lane=lane,
+            runnable=runnable,
         )
 
     async def coreside(self, models: list[str]) -> Coresidence:

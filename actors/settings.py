@@ -29,7 +29,7 @@ from actors.config import ModelOverride, RuntimeConfig, Tunables
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engines.lane import Lane
 from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
-from actors.engines.routing import Route, route
+from actors.engines.routing import Route, not_installed, route
 from actors.engines.spec import DiffusionSettings, GpuSettings
 from actors.errors import UnsupportedEngine
 from registry.errors import RegistryError
@@ -37,6 +37,7 @@ from registry.formats import detect
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 from registry.template import allows_system_turns
+from registry.weights import lane_format
 
 __all__ = [
     "FALLBACK_CTX",
@@ -71,6 +72,9 @@ class Resolved(msgspec.Struct, frozen=True, kw_only=True):
     keep_alive_s: float
     route: Route
     """Which lane runs it, and why each other lane was not taken."""
+    refusal: str | None = None
+    """Why no lane here can run it (``resolve_launch(..., unrouted=True)`` only): the spec
+    then names the lane that would, for a plan to show."""
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,6 +119,7 @@ def resolve_launch(
     lanes: Mapping[str, Lane | None],
     plan_gpu_layers: Callable[[int, int], int | None],
     plan_memory_fraction: Callable[[int, int, int], float | None] = lambda ctx, slots, tp: None,
+    unrouted: bool = False,
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
 
@@ -122,7 +127,8 @@ def resolve_launch(
     ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU);
     ``plan_memory_fraction(ctx_per_slot, slots, tensor_parallel)`` sizes a GPU serving
     engine's share of each GPU from the fit plan (None: not measurable).
-    Raises ``UnsupportedEngine`` when no lane here can run the model."""
+    Raises ``UnsupportedEngine`` when no lane here can run the model, unless ``unrouted``
+    (a plan): then the spec is for the lane that would run it, and ``refusal`` says why not."""
     name = record.name
     over: ModelOverride = config.models.get(name) or ModelOverride()
     out: list[Setting] = []
@@ -173,15 +179,20 @@ def resolve_launch(
         | frozenset({"embeddings"} if over.embeddings else ())
         | frozenset({"rerank"} if info.reranker else ())
     )
-    fmt = record.format if record.files else _format_of(record.path)  # a speech model: its manifest's
+    fmt = lane_format(record) if record.files else _format_of(record.path)  # a tree: its manifest's
     chosen = route(fmt, needs=needs, pin=over.engine, lanes=lanes)
     lane = lanes.get(chosen.lane) if chosen.lane else None
+    refusal = None
     if lane is None:
-        reasons = "; ".join(f"{c.lane}: {c.why}" for c in chosen.considered)
         pinned = f" (pinned: {_override(name, 'engine')} = {over.engine!r})" if over.engine else ""
-        raise UnsupportedEngine(
-            f"no engine here can run model '{name}'{pinned} — {reasons}; install the lane or change the pin"
+        refusal = (
+            f"no engine here can run model '{name}' ({fmt}){pinned}: {not_installed(chosen, over.engine)}; "
+            "install the lane or change the pin"
         )
+        if not unrouted:
+            raise UnsupportedEngine(refusal)
+        lane = _absent(chosen, over.engine)
+    lane_key = chosen.lane or lane.name  # the stand-in for a lane not installed is named by its key
     binary = lane.binary
     release = over.engine_version or lane.release
     if over.engine_version:
@@ -190,7 +201,9 @@ def resolve_launch(
         add("engine_version", release, "derived", None, "the lane's active version (`blazar engine use`)")
     else:
         add("engine_version", None, "default", None, "what the daemon was installed with")
-    if over.engine:
+    if refusal:
+        add("engine", None, "derived", None, refusal)
+    elif over.engine:
         add("engine", lane.kind, "override", _override(name, "engine"), binary)
     elif chosen.lane == "llamacpp" and config.engine.llama_server:
         add("engine", lane.kind, "config", "engine.llama_server", binary)
@@ -265,7 +278,7 @@ def resolve_launch(
     if info.reranker:
         add("reranking", True, "model", "GGUF pooling_type", "a reranker: serves /v1/rerank only")
     gpu, diffusion = _lane_settings(
-        name, over, chosen.lane or "llamacpp", info.architecture, add,
+        name, over, lane_key, info.architecture, add,
         lambda tp: plan_memory_fraction(choice.ctx, slots, tp),
     )  # fmt: skip
 
@@ -322,13 +335,32 @@ def resolve_launch(
         rope_scale=factor,
         max_output_tokens=out_cap,
         prompt_batch=batch,
-        lane=chosen.lane or "llamacpp",
+        lane=lane_key,
         engine_version=release,
         architecture=info.architecture or None,
         gpu=gpu,
         diffusion=diffusion,
     )
-    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen)
+    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen, refusal=refusal)
+
+
+def _absent(chosen: Route, pin: str | None) -> Lane:
+    """A stand-in for the lane that would run a model but is not installed (a plan's subject):
+    the pinned one, else the first that loads its format, else llama.cpp."""
+    wanted = pin or next(
+        (c.lane for c in chosen.considered if c.kind is None and c.why.startswith("not installed")),
+        "llamacpp",
+    )
+    return Lane(
+        name=wanted,
+        kind="not installed",
+        binary=None,
+        argv=lambda spec, port, api_key: [],
+        version=lambda: None,
+        capabilities=frozenset(),
+        formats=frozenset(),
+        llguidance=False,
+    )
 
 
 _GPU_FIELDS = ("gpu_memory_fraction", "tensor_parallel", "quantization", "dtype", "tool_parser")

@@ -19,7 +19,10 @@ docs/fit.md):
 
 A multi-file speech model (whisper, piper) has no KV cache to size: its estimate
 (``estimate_files``) is its weights resident, a working allowance per slot and its
-host process (``SPEECH_OVERHEAD``), all from its files' sizes.
+host process (``SPEECH_OVERHEAD``), all from its files' sizes. A safetensors or MLX
+directory and a diffusion checkpoint (``estimate_weights``) are their weight files'
+bytes, a 16-bit KV cache from config.json for a text model, and allowances for
+activations and the engine process (``WEIGHTS_WORK``, ``WEIGHTS_OVERHEAD``).
 
 Every context here is per slot: the engine's ``-c`` is ``ctx_per_slot * slots``.
 """
@@ -49,8 +52,10 @@ __all__ = [
     "default_ctx",
     "estimate",
     "estimate_files",
+    "estimate_weights",
     "fit",
     "fit_files",
+    "fit_weights",
     "kv_cache",
     "levers",
 ]
@@ -85,6 +90,16 @@ CPU (``compute_type="default"``; int8 would hold about half); onnxruntime keeps 
 graph's weights as stored."""
 SPEECH_WORK_MIN = 64 * MIB
 """Per slot, at least this much working memory for a speech model (see ``estimate_files``)."""
+WEIGHTS_WORK = {"image": 2048 * MIB}
+"""Activations beyond the weights and KV cache: for a text model on vLLM, SGLang or MLX
+(``WEIGHTS_WORK_TEXT``), for an image model the UNet/DiT and VAE buffers of a 1024x1024
+image on sd.cpp. Allowances, not measured here (no GPU)."""
+WEIGHTS_WORK_TEXT = 512 * MIB
+WEIGHTS_OVERHEAD = {"image": 256 * MIB}
+"""The engine process beyond its buffers: sd-server's C++ process and its GPU context;
+for a text lane (``WEIGHTS_OVERHEAD_TEXT``) Python, PyTorch or MLX and the CUDA or Metal
+context with its graphs. Allowances."""
+WEIGHTS_OVERHEAD_TEXT = 1024 * MIB
 CELL_PAD = 256
 """llama.cpp rounds each stream's KV cells up to a multiple of this."""
 DEFAULT_UBATCH = 512
@@ -267,15 +282,16 @@ def estimate(shape: ModelShape, settings: Settings) -> Estimate:
     )
 
 
-def estimate_files(kind: str, file_bytes: int, *, slots: int = 1) -> Estimate:
+def estimate_files(kind: str, file_bytes: int, *, slots: int = 1, widen: int | None = None) -> Estimate:
     """A speech model's memory from its files' size: the weights resident (``SPEECH_WIDEN``
     times the bytes stored), per slot a working allowance as large as the stored bytes and
     at least ``SPEECH_WORK_MIN`` (the encoder's output for a 30 s window and the decoder's
     beam cache; onnxruntime's arena while it synthesizes), and the host (``SPEECH_OVERHEAD``).
     Measured on the CPU (docs/fit.md): whisper tiny.en peaks at 351 MiB (this: 351 MiB),
-    piper's joe voice at 190 MiB (this: 220 MiB)."""
+    piper's joe voice at 190 MiB (this: 220 MiB). ``widen`` replaces ``SPEECH_WIDEN`` (a
+    whisper.cpp file keeps its weights as stored: 1)."""
     slots = max(1, slots)
-    weights = file_bytes * SPEECH_WIDEN.get(kind, 1)
+    weights = file_bytes * (widen if widen is not None else SPEECH_WIDEN.get(kind, 1))
     compute = max(SPEECH_WORK_MIN, file_bytes) * slots
     overhead = SPEECH_OVERHEAD.get(kind, HOST_OVERHEAD)
     return Estimate(
@@ -307,6 +323,66 @@ def fit_files(est: Estimate, memory: Memory) -> FitReport:
         headroom=ram - est.total,
         tight=est.total > _TIGHT * ram if ram else True,
         notes=["a speech model: its files' bytes, a working allowance per slot and its host (docs/fit.md)"],
+    )
+
+
+def estimate_weights(
+    kind: str, weights_bytes: int, *, kv_bytes_per_token: int, ctx_per_slot: int, slots: int = 1
+) -> Estimate:
+    """A safetensors or MLX directory's, or a diffusion checkpoint's, memory on its engine:
+    the weight files' bytes (loaded as stored: 16-bit, or packed 4-bit for AWQ/GPTQ/MLX),
+    a 16-bit KV cache of ``kv_bytes_per_token`` (from config.json; 0 for an image model) for
+    ``ctx_per_slot`` tokens in each of ``slots`` sequences, and the allowances
+    ``WEIGHTS_WORK`` and ``WEIGHTS_OVERHEAD``. vLLM and SGLang reserve a share of the GPU
+    up front whatever this says (their memory fraction); this is what the model needs."""
+    slots = max(1, slots)
+    kv = max(0, kv_bytes_per_token) * max(0, ctx_per_slot) * slots
+    compute = WEIGHTS_WORK.get(kind, WEIGHTS_WORK_TEXT)
+    overhead = WEIGHTS_OVERHEAD.get(kind, WEIGHTS_OVERHEAD_TEXT)
+    return Estimate(
+        settings=Settings(ctx_per_slot=ctx_per_slot, slots=slots),
+        weights=weights_bytes,
+        weights_by_type={kind: weights_bytes},
+        kv=kv,
+        k=kv // 2,
+        v=kv - kv // 2,
+        recurrent=0,
+        compute=compute,
+        overhead=overhead,
+        total=weights_bytes + kv + compute + overhead,
+        cells_per_slot=ctx_per_slot,
+    )
+
+
+def fit_weights(est: Estimate, memory: Memory) -> FitReport:
+    """``estimate_weights``'s verdict: against the GPUs' free memory when there are GPUs (the
+    model is not split between GPU and RAM), else against RAM (MLX's unified memory)."""
+    notes = ["weights from the files' sizes, KV cache from config.json, allowances for activations "
+             "and the engine (docs/fit.md)"]  # fmt: skip
+    if memory.gpu_free:
+        available = max(memory.gpu_free) - GPU_OVERHEAD
+        device: Device = "gpu"
+    else:
+        available = memory.ram_available
+        device = "cpu"
+        needs = (
+            "sd.cpp runs on the CPU too, slowly"
+            if "image" in est.weights_by_type
+            else ("vLLM and SGLang need a GPU; MLX shares RAM")
+        )
+        notes.append(f"no GPU measured here: checked against RAM ({needs})")
+    return FitReport(
+        verdict="fits" if est.total <= available else "no_fit",
+        device=device,
+        estimate=est,
+        available=available,
+        ram_available=memory.ram_available,
+        n_layers=0,
+        gpu_bytes=est.total if device == "gpu" else 0,
+        cpu_bytes=est.total if device == "cpu" else 0,
+        headroom=available - est.total,
+        tight=est.total > _TIGHT * available if available > 0 else True,
+        notes=notes,
     )
 
 

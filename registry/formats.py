@@ -1,6 +1,6 @@
 """What format a model is in, from its own files' headers: never by loading weights.
 
-Four kinds are told apart, so that routing can pick a lane:
+Five kinds are told apart, so that routing can pick a lane:
 
 * ``gguf``: a file that starts with the GGUF magic (llama.cpp, mistral.rs);
 * ``safetensors``: a Hugging Face directory, ``config.json`` beside ``*.safetensors``
@@ -12,7 +12,8 @@ Four kinds are told apart, so that routing can pick a lane:
   no ``quant_method``), or it holds a legacy ``weights.npz`` and no shards;
 * ``diffusion``: one checkpoint file (``.safetensors``, ``.ckpt`` or ``.gguf``) whose
   tensors are an image model's: a UNet or DiT (``model.diffusion_model.*``, or a
-  standalone Flux/SD3 transformer's blocks) — stable-diffusion.cpp's input.
+  standalone Flux/SD3 transformer's blocks) — stable-diffusion.cpp's input;
+* ``ggml-whisper``: a whisper.cpp model file (``ggml-*.bin``, ``registry.ggml``).
 
 A safetensors file starts with an 8-byte little-endian header length, then that
 many bytes of JSON: per tensor its dtype, shape and byte range, and an optional
@@ -37,9 +38,11 @@ import msgspec
 
 from . import gguf
 from .errors import InvalidModelFile
+from .ggml import read_whisper_header
 
 __all__ = [
     "DIFFUSION_PREFIXES",
+    "INDEX_FILE",
     "Format",
     "ModelFormat",
     "NeedMoreData",
@@ -51,7 +54,7 @@ __all__ = [
     "read_safetensors_header",
 ]
 
-Format = Literal["gguf", "safetensors", "mlx", "diffusion"]
+Format = Literal["gguf", "safetensors", "mlx", "diffusion", "ggml-whisper"]
 
 _HEADER_MAX = 100 << 20
 """A safetensors header longer than this is not one (real ones are well under 10 MiB)."""
@@ -340,9 +343,35 @@ def _kv_bytes_per_token(config: Mapping[str, Any]) -> int | None:
     return layers * kv_heads * head_dim * 2 * 2
 
 
+INDEX_FILE = "model.safetensors.index.json"
+"""The shard index of a sharded Hugging Face checkpoint: its ``weight_map`` names the shards."""
+
+
+def _shards(folder: Path) -> list[Path]:
+    """The weight shards of a directory: those its index names when it has one (a repo may
+    also carry other ``.safetensors``, e.g. Mistral's ``consolidated.safetensors``, the same
+    weights again), else every top-level ``*.safetensors``."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            doc = json.loads(index.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InvalidModelFile(f"{index}: not readable JSON ({exc})") from None
+        names = sorted(set((doc.get("weight_map") or {}).values())) if isinstance(doc, dict) else []
+        if names:
+            missing = [n for n in names if not (folder / n).is_file()]
+            if missing:
+                raise InvalidModelFile(
+                    f"{folder}: the shard index names {', '.join(missing[:3])}, which is not there — "
+                    "download the missing shards"
+                )
+            return [folder / n for n in names]
+    return sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+
+
 def _detect_dir(folder: Path) -> ModelFormat:
     config = _config(folder)
-    shards = sorted(p for p in folder.glob("*.safetensors") if p.is_file())
+    shards = _shards(folder)
     npz = folder / "weights.npz"
     if config is None:
         if len(shards) == 1:
@@ -374,7 +403,7 @@ def _detect_dir(folder: Path) -> ModelFormat:
         params, by_dtype = _count(
             tensors, packed_bits=bits or (4 if quant in ("awq", "gptq") else None), mlx=False
         )
-    files = [p.name for p in shards] or ([npz.name] if npz.is_file() else [])
+    files = [p.relative_to(folder).as_posix() for p in shards] or ([npz.name] if npz.is_file() else [])
     files = ["config.json", *files]
     size = sum((folder / f).stat().st_size for f in files)
     return ModelFormat(
@@ -422,6 +451,11 @@ def _detect_file(path: Path, *, root: Path | None = None) -> ModelFormat:
     name = path.name if root is None else path.relative_to(root).as_posix()
     if gguf.looks_like_gguf(path):
         return _detect_gguf(path, name)
+    whisper = read_whisper_header(path)
+    if whisper is not None:
+        return ModelFormat(format="ggml-whisper", architecture="whisper", quantization=whisper.quantization,
+                           parameters=None, size_bytes=path.stat().st_size, files=[name],
+                           context_length=whisper.n_text_ctx)  # fmt: skip
     if zipfile.is_zipfile(path):
         names = _ckpt_names(path)
         arch = classify_tensors(names)

@@ -18,11 +18,11 @@ from typing import Any
 
 import msgspec
 
-from . import fit
+from . import fit, weights
 from ._names import canonical_name
 from .catalog import CatalogEntry
 from .errors import InvalidModelFile, RegistryError
-from .store import TREE_MARKER, ModelFile, ModelRecord, SpeechFacts, Store, check_file_name
+from .store import TREE_MARKER, ModelFile, ModelRecord, SpeechFacts, Store, WeightFacts, check_file_name
 
 __all__ = ["FORMATS", "build_record", "entry_for", "estimate_path", "import_folder", "speech_facts"]
 
@@ -37,6 +37,7 @@ class _Marker(msgspec.Struct, frozen=True, kw_only=True):
     format: str
     entry: str = ""
     files: list[ModelFile]
+    facts: WeightFacts | None = None
 
 
 def entry_for(fmt: str, names: Sequence[str]) -> str:
@@ -136,9 +137,10 @@ def build_record(
     return msgspec.structs.replace(record, path=str(path), speech=facts)
 
 
-def estimate_path(path: str | Path, *, slots: int = 1) -> fit.Estimate | None:
+def estimate_path(path: str | Path, *, slots: int = 1, ctx_per_slot: int = 0) -> fit.Estimate | None:
     """The memory estimate of the model at ``path`` when it is a multi-file model's tree
-    (or its entry file), from the tree's marker; None for anything else (a GGUF file)."""
+    (or its entry file), from the tree's marker; None for anything else (a GGUF file).
+    ``ctx_per_slot`` sizes the KV cache of a safetensors or MLX directory."""
     p = Path(path)
     for folder in (p, p.parent):
         marker = folder / TREE_MARKER
@@ -150,7 +152,10 @@ def estimate_path(path: str | Path, *, slots: int = 1) -> fit.Estimate | None:
         doc = msgspec.json.decode(marker.read_bytes(), type=_Marker)
     except (OSError, msgspec.DecodeError):
         return None
-    return fit.estimate_files(doc.kind, sum(f.size for f in doc.files), slots=slots)
+    size = sum(f.size for f in doc.files)
+    if doc.format in weights.FORMATS:
+        return weights.estimate(doc.kind, doc.format, size, doc.facts, ctx_per_slot=ctx_per_slot, slots=slots)
+    return fit.estimate_files(doc.kind, size, slots=slots)
 
 
 def _local_files(src: Path) -> tuple[str, Path, list[Path]]:

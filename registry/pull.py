@@ -37,7 +37,7 @@ import httpx
 import msgspec
 import trio
 
-from . import multifile
+from . import multifile, weights
 from ._download import Fetch, Plan, PullProgress, Report, RetryPolicy, fetch_blob, free_bytes
 from ._download import Throttle as _Throttle
 from ._download import reason as _reason
@@ -54,6 +54,7 @@ from .errors import (
     PullFailed,
     RegistryError,
 )
+from .formats import classify_tensors
 from .gguf import check_complete, looks_like_gguf, read_header, read_model_info
 from .kinds import kind_of_capabilities
 from .reuse import find_reusable
@@ -538,6 +539,17 @@ def _commit_plan(
     first_sha, first_blob = parts[0][1], parts[0][2]
     if not looks_like_gguf(first_blob):
         raise PullFailed(f"{plan.source} is not a GGUF file (bad magic bytes)")
+    header = read_header(first_blob)
+    if len(parts) == 1 and classify_tensors(t.name for t in header.tensors) is not None:
+        # A diffusion checkpoint in GGUF form (Flux, SD): an image model, stored as one.
+        report(PullProgress(status="importing", source=plan.source, digest=f"sha256:{first_sha}"))
+        name = Path(parts[0][0]).name
+        record = weights.import_weights(store, first_blob, canonical, source=plan.source,
+                                        expected_sha256=first_sha, filename=name)  # fmt: skip
+        size = record.size
+        report(PullProgress(status="success", source=plan.source, digest=record.digest, total=size,
+                            completed=size, downloaded=downloaded))  # fmt: skip
+        return record
     if read_model_info(first_blob).architecture == "clip":
         raise PullFailed(f"{plan.source} is a vision projector (mmproj), not a model — pull the model file")
     checked = [

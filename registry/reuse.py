@@ -155,6 +155,17 @@ def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool =
     """
     if found.role != "model":
         raise InvalidModelFile(f"{found.path} is a vision projector, not a model")
+    if found.format != "gguf":
+        # A snapshot directory or a diffusion checkpoint: each file becomes a blob, linked from
+        # the other store's own (a Hugging Face snapshot's files are symlinks into its blobs/).
+        from .weights import import_weights
+
+        single = not Path(found.path).is_dir()
+        return import_weights(
+            store, Path(found.path), name or found.name, link=link, source=found.source,
+            expected_sha256=found.sha256 if single else None,
+            filename=Path(found.origin).name if single else None,
+        )  # fmt: skip
     projector = _pick_projector(found.companions)
     return store.import_file(
         Path(found.path),
@@ -179,7 +190,34 @@ def _pick_projector(companions: Sequence[Companion]) -> Companion | None:
     return min(companions, key=rank) if companions else None
 
 
+def _same_tree(installed: ModelRecord, found: FoundModel) -> bool:
+    """A directory model installed from the same snapshot files: the same names and sizes,
+    and the same sha256 where the other store names a file by it (no file is hashed)."""
+    from .formats import detect
+    from .weights import select_files
+
+    folder = Path(found.path)
+    try:
+        pairs = select_files(folder, detect(folder))
+        have = {f.name: f for f in installed.files}
+        if set(have) != {rel for rel, _ in pairs}:
+            return False
+        for rel, path in pairs:
+            real = path.resolve()
+            if real.stat().st_size != have[rel].size:
+                return False
+            if _HEX.fullmatch(real.name) and have[rel].digest != f"sha256:{real.name}":
+                return False
+    except (RegistryError, OSError):
+        return False
+    return True
+
+
 def _same_bytes(installed: ModelRecord, found: FoundModel, cache: _HashCache) -> bool:
+    if installed.format != found.format and found.format != "gguf":
+        return False
+    if Path(found.path).is_dir():
+        return _same_tree(installed, found)
     if found.sha256 is not None:
         return installed.digest == f"sha256:{found.sha256}"
     if installed.size != found.size:
@@ -242,6 +280,9 @@ def _adopt_one(store: Store, item: FoundModel, link: bool, cache: _HashCache) ->
     except (RegistryError, OSError) as exc:
         reason = exc.message if isinstance(exc, RegistryError) else f"{exc.strerror or exc}"
         return result("failed", reason=reason)
+    if record.files:
+        method, copied = _tree_placement(store, record, Path(item.path), before)
+        return result("adopted", method=method, bytes_copied=copied, record=record)
     method, copied = _placement(Path(record.path), Path(item.path), before, record.size)
     if record.projector is not None:
         projector = _pick_projector(item.companions)
@@ -261,6 +302,24 @@ def _placement(
     if blob.name in before:
         return "existing", 0
     return "copy", size
+
+
+def _tree_placement(
+    store: Store, record: ModelRecord, src: Path, before: set[str]
+) -> tuple[Literal["hardlink", "copy", "symlink", "existing"], int]:
+    """How a multi-file model's blobs came to hold ``src``'s files (a folder, or the one file),
+    and how many bytes that copied: ``copy`` when any was copied."""
+    methods = set()
+    copied = 0
+    for f in record.files:
+        origin = src / f.name if src.is_dir() else src
+        method, n = _placement(store.blob_path(f.digest), origin.resolve(), before, f.size)
+        methods.add(method)
+        copied += n
+    for method in ("copy", "symlink", "hardlink"):
+        if method in methods:
+            return method, copied
+    return "existing", copied
 
 
 def _inode(path: Path) -> tuple[int, int] | None:

@@ -7,7 +7,10 @@ Stores read (every root is a parameter; `default_roots()` reads the usual variab
     lmstudio     <models>/<publisher>/<repo>/<file>.gguf
     llama.cpp    <cache>/<org>_<repo>_<file>.gguf (+ a .json sidecar), or the hub layout
 
-Only GGUF files count; vision projectors (mmproj) are companions, never models. A broken
+GGUF files count everywhere; in a Hugging Face snapshot so do a safetensors or MLX directory
+(``config.json`` beside its shards) and a diffusion checkpoint (``.safetensors`` without a
+``config.json``), told apart by ``registry.formats`` from their headers. Vision projectors
+(mmproj) are companions, never models. A broken
 entry (unreadable manifest, dangling symlink, a blob shorter than its manifest or its own
 GGUF header says) is skipped with a warning:
 scanning never raises for what it finds on disk. A sha256 is reported only when the store
@@ -41,7 +44,8 @@ from ._ollama import (
     OllamaManifest,
     ollama_settings,
 )
-from .errors import InvalidModelName, ModelFileIncomplete, RegistryError
+from .errors import InvalidModelFile, InvalidModelName, ModelFileIncomplete, RegistryError
+from .formats import classify_tensors, detect, read_safetensors_header
 from .gguf import check_complete, looks_like_gguf, read_model_info
 from .store import ModelSettings
 
@@ -84,7 +88,8 @@ class Companion(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FoundModel(msgspec.Struct, frozen=True, kw_only=True):
-    """One GGUF file in another tool's store."""
+    """One model in another tool's store: a GGUF file, or (Hugging Face cache) a safetensors
+    or MLX snapshot directory or a diffusion checkpoint."""
 
     store: StoreKind
     root: str
@@ -94,10 +99,12 @@ class FoundModel(msgspec.Struct, frozen=True, kw_only=True):
     origin: str
     """What the other tool calls it: ``llama3.2:1b``, ``org/repo/file.gguf``…"""
     path: str
-    """The file itself, symlinks resolved."""
+    """The file itself, symlinks resolved; for a directory model, the snapshot folder."""
     size: int
     sha256: str | None = None
     """Known without hashing (the store names the file by it), else None."""
+    format: str = "gguf"
+    """``gguf``, ``safetensors``, ``mlx`` or ``diffusion`` (``registry.formats``)."""
     quantization: str | None = None
     family: str | None = None
     settings: ModelSettings | None = None
@@ -190,6 +197,9 @@ class _Entry:
     role: Literal["model", "projector"] = "model"
     settings: ModelSettings | None = None
     companions: list[Companion] = field(default_factory=list)
+    format: str = "gguf"
+    quantization: str | None = None
+    family: str | None = None
 
 
 @dataclass
@@ -449,6 +459,48 @@ def _scan_snapshot(root: Path, snapshot: Path, repo: str, col: _Collector, kind:
                 entry.sha256 = entry.path.name
             group.append(entry)
     _pair_projectors([group])
+    _scan_weights(root, snapshot, repo, col, kind)
+
+
+def _scan_weights(root: Path, snapshot: Path, repo: str, col: _Collector, kind: StoreKind) -> None:
+    """A snapshot that is a safetensors or MLX directory, or holds diffusion checkpoints."""
+    label = f"{kind} {repo}"
+    try:
+        top = sorted(p for p in snapshot.iterdir() if not p.name.startswith("."))
+    except OSError as exc:
+        col.warn(f"{label}: cannot list {snapshot} ({exc.strerror or exc})")
+        return
+    names = {p.name for p in top}
+    shards = [p for p in top if p.name.endswith(".safetensors")]
+    if "config.json" in names and (shards or "weights.npz" in names):
+        try:
+            fmt = detect(snapshot)
+        except (InvalidModelFile, OSError) as exc:
+            col.warn(f"{label}: {exc.message if isinstance(exc, RegistryError) else exc} — skipped")
+            return
+        if fmt.format in ("safetensors", "mlx"):
+            col.entries.append(
+                _Entry(
+                    store=kind, root=root, origin=repo, path=snapshot, size=fmt.size_bytes, base=repo,
+                    format=fmt.format, quantization=fmt.quantization, family=fmt.architecture,
+                )
+            )  # fmt: skip
+        return
+    for link in shards:
+        try:
+            real = link.resolve(strict=True)
+            arch = classify_tensors(read_safetensors_header(real).tensors)
+        except (InvalidModelFile, OSError, RuntimeError):
+            continue  # not readable, or not a checkpoint: another tool's business
+        if arch is None:
+            continue
+        col.entries.append(
+            _Entry(
+                store=kind, root=root, origin=f"{repo}/{link.name}", path=real, size=real.stat().st_size,
+                base=repo, filename=link.name, format="diffusion", family=arch,
+                sha256=real.name if real.parent.name == "blobs" and _HEX.fullmatch(real.name) else None,
+            )
+        )  # fmt: skip
 
 
 # -- LM Studio -------------------------------------------------------------------------------
@@ -563,6 +615,7 @@ def _found(
         path=str(entry.path),
         size=entry.size,
         sha256=entry.sha256,
+        format=entry.format,
         quantization=quantization,
         family=family,
         settings=entry.settings,
@@ -572,7 +625,8 @@ def _found(
 
 
 def scan(roots: Roots | None = None) -> ScanResult:
-    """Every GGUF model in the stores under `roots` (default: `default_roots()`), one per name."""
+    """Every model in the stores under `roots` (default: `default_roots()`), one per name: GGUF
+    files, and in Hugging Face caches safetensors/MLX snapshots and diffusion checkpoints."""
     col = _collect(roots if roots is not None else default_roots())
     models: list[FoundModel] = []
     seen: set[tuple[tuple[int, int] | None, str]] = set()
@@ -580,9 +634,18 @@ def scan(roots: Roots | None = None) -> ScanResult:
     for entry in col.entries:
         if entry.role != "model":
             continue
+        if entry.format != "gguf":  # read already, from its headers
+            name = canonical_name(_segment_path(entry.base)) if entry.path.is_dir() else _suggest(entry, None)
+            models.append(_found(entry, _unique_in(name, entry, names), entry.quantization, entry.family))
+            continue
         try:
             info = read_model_info(entry.path)
         except (RegistryError, OSError, ValueError) as exc:
+            if _diffusion_gguf(entry):  # sd.cpp's own conversions name no architecture
+                models.append(
+                    _found(entry, _unique_in(_suggest(entry, None), entry, names), None, entry.family)
+                )
+                continue
             message = exc.message if isinstance(exc, RegistryError) else str(exc)
             col.warn(f"{entry.store} {entry.origin}: not a readable GGUF file ({message}) — skipped")
             continue
@@ -604,9 +667,35 @@ def scan(roots: Roots | None = None) -> ScanResult:
             name = _unique(name, entry.store, names)
         names[name] = inode
         quant = info.file_type or _file_quant(entry.filename)
+        if classify_tensors(t.name for t in info.tensors) is not None:
+            entry.format = "diffusion"  # an image model in GGUF form: adopted as one
         models.append(_found(entry, name, quant, info.architecture))
     models.sort(key=lambda m: (_STORE_ORDER.index(m.store), m.name))
     return ScanResult(models=models, warnings=col.warnings)
+
+
+def _diffusion_gguf(entry: _Entry) -> bool:
+    """A GGUF without a text model's metadata that holds an image model's tensors."""
+    try:
+        found = detect(entry.path)
+    except (RegistryError, OSError, ValueError):
+        return False
+    if found.format != "diffusion":
+        return False
+    entry.format, entry.family = "diffusion", found.architecture
+    return True
+
+
+def _unique_in(name: str, entry: _Entry, names: dict[str, tuple[int, int] | None]) -> str:
+    """``name``, or a variant of it when another file has it already; then taken."""
+    if name in names:
+        name = _unique(name, entry.store, names)
+    names[name] = _inode(entry.path)
+    return name
+
+
+def _segment_path(base: str) -> str:
+    return "/".join(_segment(part) for part in base.split("/") if part) or "model"
 
 
 def _unique(name: str, kind: StoreKind, taken: Mapping[str, object]) -> str:
@@ -630,5 +719,6 @@ def files_of_size(size: int, roots: Roots | None = None, *, filename: str | None
         _found(entry, _suggest(entry, None))
         for entry in col.entries
         if entry.size == size
+        and not entry.path.is_dir()
         and (wanted is None or (entry.filename or Path(entry.origin).name).lower() == wanted)
     ]

@@ -6,7 +6,8 @@ Layout under the root (`<home>/models`):
     manifests/<name>.json     one ModelRecord per model name
     info/sha256-<hex>.json    cached GGUF header facts
     shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
-    trees/sha256-<hex>/       a multi-file model (whisper, piper) laid out as its engine opens it:
+    trees/sha256-<hex>/       a multi-file model (whisper, piper, a safetensors or MLX directory, a
+                              diffusion checkpoint) laid out as its engine opens it:
                               each file under its own name, a relative symlink to its blob
     partial/                  downloads in progress (resumable, never listed), with a .lock each
     reuse-hashes.json         hashes of files in other tools' stores (registry/reuse.py)
@@ -50,6 +51,7 @@ __all__ = [
     "ModelSettings",
     "SpeechFacts",
     "Store",
+    "WeightFacts",
     "canonical_name",
     "sha256_file",
     "tree_id",
@@ -102,15 +104,42 @@ class SpeechFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """How many voices a piper model has (1 for most)."""
 
 
+class WeightFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the weights' own headers say about a model that is not one GGUF file: a
+    safetensors or MLX directory, a diffusion checkpoint, a whisper.cpp ggml file
+    (``registry.formats``; nothing is loaded to learn it)."""
+
+    architecture: str | None = None
+    """``LlamaForCausalLM`` (config.json), ``sdxl``/``flux``… (diffusion), ``whisper``."""
+    quantization: str | None = None
+    """``awq``, ``gptq``, ``fp8``… (config.json), ``4bit`` (MLX), ``q5_1`` (ggml); None: plain."""
+    parameters: int | None = None
+    """Counted from the tensors' shapes (packed 4-bit tensors unpacked)."""
+    dtype: str | None = None
+    """The most common tensor dtype (``BF16``, ``F16``…)."""
+    container: str | None = None
+    """A diffusion checkpoint's own file format: ``safetensors``, ``ckpt``, ``gguf``."""
+    context_length: int | None = None
+    """Training context (config.json ``max_position_embeddings``)."""
+    kv_bytes_per_token: int | None = None
+    """KV cache bytes per token in a 16-bit cache, from config.json (the fit plan's KV term)."""
+    weights_bytes: int | None = None
+    """Bytes of the weight files alone (shards, checkpoint), without tokenizer and configs."""
+    hparams: dict[str, int] = {}
+    """Shape numbers the header gives: config.json's ``num_hidden_layers``, ``hidden_size``…;
+    a ggml whisper file's ``n_vocab``, ``n_audio_layer``…"""
+
+
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One installed model: the manifest ``manifests/<name>.json``.
 
     A GGUF model is one blob (``digest``, plus split parts and a projector in ``blobs``)
     and ``files`` is empty: the shape every manifest had before multi-file models, read
-    unchanged. A multi-file model (``stt`` whisper in CTranslate2 form, ``tts`` piper)
-    lists every file in ``files``; ``digest`` is its main file's (``model.bin``, the
-    ``.onnx``), ``blobs`` the others', and ``path`` what its engine opens, inside the
-    tree ``Store.materialize`` lays out."""
+    unchanged. A multi-file model (``stt`` whisper in CTranslate2 form or a whisper.cpp
+    file, ``tts`` piper, a safetensors or MLX directory, an ``image`` model's diffusion
+    checkpoint) lists every file in ``files``; ``digest`` is its main file's (``model.bin``,
+    the ``.onnx``, ``config.json``, the checkpoint), ``blobs`` the others', and ``path`` what
+    its engine opens, inside the tree ``Store.materialize`` lays out."""
 
     name: str
     digest: str
@@ -118,7 +147,9 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of every file together."""
     path: str
     format: str = "gguf"
-    """``gguf``; ``ctranslate2`` (a faster-whisper model folder) or ``onnx`` (a piper voice)."""
+    """``gguf``; ``ctranslate2`` (a faster-whisper model folder), ``onnx`` (a piper voice),
+    ``ggml-whisper`` (a whisper.cpp file), ``safetensors`` (a Hugging Face directory), ``mlx``
+    (an MLX directory) or ``diffusion`` (an image model's checkpoint)."""
     kind: str = "chat"
     """One of ``KINDS``: manifests written before kinds existed are GGUF chat models."""
     source: str
@@ -136,6 +167,8 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Which of ``files`` an engine opens (piper: the ``.onnx``); ``""``: the folder itself
     (faster-whisper)."""
     speech: SpeechFacts | None = None
+    facts: WeightFacts | None = None
+    """A safetensors/MLX directory's, a diffusion checkpoint's or a ggml file's header facts."""
 
     def digests(self) -> list[str]:
         """Every blob this model uses, its main file first."""
@@ -347,11 +380,13 @@ class Store:
         projector: Path | None = None,
         projector_sha256: str | None = None,
     ) -> ModelRecord:
-        """Add a local GGUF file under `name`, replacing any model already called so.
+        """Add a local GGUF file under `name`, replacing any model already called so (a GGUF
+        diffusion checkpoint goes to ``registry.weights.import_weights``: an image model).
 
         ``projector`` (a vision mmproj file) is placed the same way and recorded with
         the model; ``*_sha256`` are checked against the bytes when given. The manifest
         is written once, last."""
+        from .formats import classify_tensors
         from .gguf import check_complete, looks_like_gguf, model_info, read_header
 
         canonical = canonical_name(name)
@@ -361,6 +396,14 @@ class Store:
         if not looks_like_gguf(src):
             raise InvalidModelFile(f"{src} is not a GGUF file (bad magic bytes)")
         header = read_header(src)
+        if projector is None and classify_tensors(t.name for t in header.tensors) is not None:
+            # A diffusion checkpoint in GGUF form is an image model, never a chat model.
+            from .weights import import_weights
+
+            return import_weights(
+                self, src, name, link=link, source=source, expected_sha256=expected_sha256,
+                filename=src.name if src.suffix.lower() == ".gguf" else "model.gguf",
+            )  # fmt: skip
         info = model_info(header)
         if info.architecture == "clip":
             raise InvalidModelFile(
@@ -518,9 +561,11 @@ class Store:
             except OSError as exc:
                 raise _storage_error(exc, f"lay out the files of '{record.name}'") from exc
         marker = folder / TREE_MARKER
-        doc = msgspec.json.encode(
-            {"kind": record.kind, "format": record.format, "entry": record.entry, "files": record.files}
-        )
+        fields: dict[str, Any] = {"kind": record.kind, "format": record.format, "entry": record.entry}
+        fields["files"] = record.files
+        if record.facts is not None:
+            fields["facts"] = record.facts
+        doc = msgspec.json.encode(fields)
         try:
             if not marker.is_file() or marker.read_bytes() != doc:
                 _atomic_write(marker, doc)
@@ -557,9 +602,24 @@ class Store:
 
         record = self.get(name_or_record) if isinstance(name_or_record, str) else name_or_record
         if record.files:
-            # Not GGUF: what listings need, from the manifest (``record.speech`` has the rest).
-            arch = record.speech.architecture if record.speech else record.format
-            return ModelInfo(architecture=arch, parameter_count=0, tensor_count=0, data_offset=0)
+            # Not GGUF: what listings need, from the manifest (``record.speech`` and
+            # ``record.facts`` have the rest).
+            facts = record.facts or WeightFacts()
+            arch = record.speech.architecture if record.speech else facts.architecture or record.format
+            h = facts.hparams
+            return ModelInfo(
+                architecture=arch,
+                parameter_count=facts.parameters or 0,
+                file_type=facts.quantization or facts.dtype,
+                context_length=facts.context_length,
+                block_count=h.get("num_hidden_layers"),
+                head_count=h.get("num_attention_heads"),
+                head_count_kv=h.get("num_key_value_heads"),
+                embedding_length=h.get("hidden_size"),
+                vocab_size=h.get("vocab_size") or h.get("n_vocab"),
+                tensor_count=0,
+                data_offset=0,
+            )
         sha = _check_hex(record.digest)
         cache = self.info_dir / f"sha256-{sha}.json"
         with contextlib.suppress(OSError, msgspec.DecodeError):

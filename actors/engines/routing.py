@@ -19,7 +19,7 @@ from actors.engines.spec import LaunchSpec
 from actors.engines.versions import BUNDLED, EngineVersion, Versions
 from actors.errors import UnsupportedEngine
 
-__all__ = ["LANES", "Considered", "Route", "installed", "lane_for", "route"]
+__all__ = ["LANES", "LOADS", "Considered", "Route", "installed", "lane_for", "not_installed", "route"]
 
 LANES = ("llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp", "whisper", "whispercpp", "piper")
 """The lanes a model can be pinned to (``[models."NAME"] engine = …``), in default order."""
@@ -33,6 +33,20 @@ _INSTALL = {
     "whispercpp": "build whisper.cpp and put its whisper-server on PATH (docs/speech.md)",
     "piper": "pip install 'blazar[speech]' (piper-tts; docs/speech.md)",
 }
+
+LOADS: dict[str, frozenset[str]] = {
+    "llamacpp": frozenset({"gguf"}),
+    "mistralrs": frozenset(mistralrs.FORMATS),
+    "vllm": vllm.FORMATS,
+    "sglang": sglang.FORMATS,
+    "mlx": mlx.FORMATS,
+    "sdcpp": sdcpp.FORMATS,
+    "whisper": whisper.HOST_FORMATS,
+    "whispercpp": whisper.SERVER_FORMATS,
+    "piper": piper.FORMATS,
+}
+"""The formats each lane loads as shipped: what a lane that is not installed would take, so
+that a plan says which missing lane would run a model (an installed lane says its own)."""
 
 
 class Considered(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,7 +69,9 @@ def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[st
     usable: dict[str, str | None] = {}  # lane → why it cannot run the model (None: it can)
     for name in LANES:
         lane = lanes.get(name)
-        if lane is None:
+        if lane is None and fmt not in LOADS.get(name, frozenset({fmt})):
+            usable[name] = f"does not load {fmt} models (and is not installed)"
+        elif lane is None:
             usable[name] = f"not installed ({_INSTALL.get(name, 'install it')})"
         elif fmt not in lane.formats:
             usable[name] = f"does not load {fmt} models"
@@ -81,6 +97,23 @@ def route(fmt: str, *, needs: frozenset[str], pin: str | None, lanes: Mapping[st
             why = f"{chosen} comes first for {fmt} models"
         considered.append(Considered(lane=name, kind=kind, taken=name == chosen, why=why))
     return Route(lane=chosen, considered=considered)
+
+
+def not_installed(chosen: Route, pin: str | None = None) -> str:
+    """Why no lane runs a model, for a refusal: the pinned lane's reason, then the lanes that
+    would load its format but are not installed here, each with how to install it; with
+    neither, every lane's reason."""
+    parts = [f"{c.lane}: {c.why}" for c in chosen.considered if c.lane == pin]
+    missing = [
+        c for c in chosen.considered if c.kind is None and c.why.startswith("not installed") and c.lane != pin
+    ]
+    if missing:
+        names = " or ".join(c.lane for c in missing)
+        how = "; ".join(f"{c.lane}: {_INSTALL.get(c.lane, 'install it')}" for c in missing)
+        parts.append(f"it runs on {names}, not installed here — {how}")
+    if not parts:
+        parts = [f"{c.lane}: {c.why}" for c in chosen.considered]
+    return "; ".join(parts)
 
 
 def _gpu(make: Callable[[EngineConfig, str | None], Lane | None], path: str) -> _Maker:

@@ -59,7 +59,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     ctx_per_slot: int
     slots: int
     kind: str = "chat"
-    """What the model does (``registry.kinds``): ``chat``, ``embedding``, ``rerank``, ``stt``, ``tts``."""
+    """What the model does (``registry.kinds``): ``chat``, ``embedding``, ``rerank``, ``stt``, ``tts``,
+    ``image``."""
     embeddings: bool = False
     token_embeddings: bool = False
     """With ``embeddings``: the engine pools nothing (``--pooling none``) and answers a vector per

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+from rich.markup import escape
 from rich.table import Table
 
 from blazar.cli import app
@@ -53,11 +54,15 @@ def _shape_of(target: str, paths: Paths) -> tuple[Any, str, str]:
     return read_shape(record.path), record.name, record.path
 
 
-def _fit_speech(target: str, paths: Paths, slots: int | None, *, json_: bool) -> bool:
-    """``blazar fit`` of an installed speech model (no GGUF header: its files' sizes);
-    False when ``target`` is not one."""
+def _fit_files(
+    target: str, paths: Paths, config: Any, ctx: int | None, slots: int | None, *, json_: bool
+) -> bool:
+    """``blazar fit`` of an installed model that is not one GGUF (a speech model, a safetensors
+    or MLX directory, a diffusion checkpoint: its files' sizes and header facts); False when
+    ``target`` is not one."""
     from actors.census import take_census
     from registry import fit as fitting
+    from registry import weights
     from registry.errors import RegistryError
 
     try:
@@ -66,28 +71,51 @@ def _fit_speech(target: str, paths: Paths, slots: int | None, *, json_: bool) ->
         return False
     if record is None or not record.files:
         return False
-    est = fitting.estimate_files(record.kind, record.size, slots=slots or 1)
+    override = config.models.get(record.name)
+    text = record.kind in ("chat", "embedding")
+    slots = slots or (override.slots if override else None) or (config.slots if text else 1)
     census = take_census()
-    report = fitting.fit_files(est, census.memory())
+    facts = record.facts
+    if record.format in weights.FORMATS:
+        trained = facts.context_length if facts else None
+        asked = ctx or (override.ctx if override else None) or min(trained or 4096, config.default_ctx)
+        est = weights.estimate(record.kind, record.format, record.size, facts,
+                               ctx_per_slot=asked if text else 0, slots=slots)  # fmt: skip
+        report = (
+            fitting.fit_files(est, census.memory())
+            if record.format == "ggml-whisper"
+            else fitting.fit_weights(est, census.memory())
+        )
+    else:
+        est = fitting.estimate_files(record.kind, record.size, slots=slots)
+        report = fitting.fit_files(est, census.memory())
     notes = [*report.notes, *([census.note] if census.note else [])]
     if json_:
-        fields = {k: getattr(est, k) for k in ("weights", "compute", "overhead", "total")}
-        doc = {"model": record.name, "kind": record.kind, "path": record.path, "slots": est.settings.slots}
+        fields = {k: getattr(est, k) for k in ("weights", "kv", "compute", "overhead", "total")}
+        doc = {"model": record.name, "kind": record.kind, "format": record.format, "path": record.path}
+        doc |= {"ctx_per_slot": est.settings.ctx_per_slot, "slots": est.settings.slots}
         doc |= fields | {"verdict": report.verdict, "device": report.device, "available": report.available}
         print_json(doc | {"headroom": report.headroom, "tight": report.tight, "notes": notes})
         return True
-    out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} files")
+    out.print(f"[bold]{record.name}[/]  {record.kind} · {record.format} · {len(record.files)} file(s)")
+    weights_bytes = (facts.weights_bytes if facts else None) or record.size
+    kv_row = []
+    if est.kv:
+        per = f"{est.settings.ctx_per_slot} per slot x {est.settings.slots} slot(s), 16-bit"
+        kv_row = [("KV cache", est.kv, per)]
     table = Table(box=None, show_header=False)
     for key, value, detail in (
-        ("weights", est.weights, f"{human_size(record.size)} of files, resident"),
+        ("weights", est.weights, f"{human_size(weights_bytes)} of weight files, resident"),
+        *kv_row,
         ("working", est.compute, f"{est.settings.slots} slot(s): activations, caches (allowance)"),
-        ("overhead", est.overhead, "host process (allowance)"),
+        ("overhead", est.overhead, "engine process (allowance)"),
         ("total", est.total, ""),
     ):
         table.add_row(f"[bold]{key}[/]", _bin(value), f"[dim]{detail}[/]")
     out.print(table)
     verdict = "fits" if report.verdict == "fits" else "does not fit"
-    room = f"{_bin(report.available)} available RAM, headroom {_bin(report.headroom)}"
+    where = "free VRAM on one GPU" if report.device == "gpu" else "available RAM"
+    room = f"{_bin(report.available)} {where}, headroom {_bin(report.headroom)}"
     out.print(f"[bold]verdict[/]  {verdict} ({room})")
     for note in notes:
         out.print(f"[dim]note: {note}[/]")
@@ -114,7 +142,7 @@ def fit(
     from registry import fit as fitting
 
     paths, config = load_setup()
-    if _fit_speech(target, paths, slots, json_=json_):
+    if _fit_files(target, paths, config, ctx, slots, json_=json_):
         return
     shape, name, path = _shape_of(target, paths)
     override = config.models.get(name)
@@ -229,7 +257,10 @@ def plan(model: str, *, json_: Json = False) -> None:
         print_json(doc)
         return
     est, preview = doc["estimate"], doc["preview"]
-    lane = doc["lane"] + (f" ({doc['binary']})" if doc["binary"] else "")
+    if doc["lane"] is None:
+        lane = "none installed here (see the lanes below)"
+    else:
+        lane = doc["lane"] + (f" ({doc['binary']})" if doc["binary"] else "")
     context = f"{doc['ctx_per_slot']} per slot x {doc['slots']} slot(s) = {doc['ctx_total']}"
     if doc.get("ctx_served") is not None:
         context += f"; the engine serves {doc['ctx_served']} per slot"
@@ -272,7 +303,7 @@ def plan(model: str, *, json_: Json = False) -> None:
     rows.append(("decision", decision))
     table = Table(box=None, show_header=False)
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", escape(value))  # install hints hold [engine]
     out.print(f"[bold]{doc['model']}[/]" + ("" if daemon else "  [dim](no daemon running)[/]"))
     out.print(table)
 

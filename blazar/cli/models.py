@@ -172,8 +172,10 @@ def import_(
     link: Annotated[bool, Parameter(negative="", help="Symlink instead of hardlink/copy.")] = False,
     json_: Json = False,
 ) -> None:
-    """Add a local GGUF file to the store (hardlinked when possible, else copied), or a speech
-    model: a whisper folder in CTranslate2 form, or a piper voice's .onnx (its .onnx.json beside).
+    """Add a local model to the store (each file hardlinked when possible, else copied): a GGUF
+    file; a Hugging Face safetensors directory (config.json and shards) or an MLX directory; a
+    diffusion checkpoint (.safetensors, .ckpt, .gguf); a whisper.cpp ggml .bin; a whisper folder
+    in CTranslate2 form; or a piper voice's .onnx (its .onnx.json beside).
 
     With --scan, find the models other tools already keep on disk; --scan --all adopts them.
     """
@@ -192,21 +194,18 @@ def import_(
             "give a GGUF file and a name (`blazar import FILE --name NAME`), "
             "or look for models other tools keep with `blazar import --scan`"
         )
-    if file.is_dir() or file.suffix == ".onnx":  # a whisper folder (CTranslate2) or a piper voice
-        from registry.multifile import import_folder
+    if not file.exists():
+        raise CliError(f"no such file or folder: {file}")
+    from registry.weights import import_path
 
-        record = import_folder(open_store(paths), file.resolve(), name, link=link)
-    elif not file.is_file():
-        raise CliError(f"no such file: {file}")
-    else:
-        record = open_store(paths).import_file(
-            file.resolve(), name, link=link, source=f"import:{file.resolve()}"
-        )
+    record = import_path(open_store(paths), file.absolute(), name, link=link)
     forget(paths, record.name)
     if json_:
         print_json(record)
     else:
-        out.print(f"imported {record.name} ({human_size(record.size)}, {record.digest[:19]})")
+        many = f", {len(record.files)} files" if len(record.files) > 1 else ""
+        what = f"{record.kind}, {record.format}{many}"
+        out.print(f"imported {record.name} ({what}, {human_size(record.size)}, {record.digest[:19]})")
 
 
 def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
@@ -233,11 +232,12 @@ def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
             from rich.table import Column
 
             # Paths fold instead of ending in '…', so they can be copied from a narrow terminal.
-            table = Table("NAME", "STORE", "QUANT", "SIZE", Column("PATH", overflow="fold"), box=None)
+            table = Table(
+                "NAME", "STORE", "FORMAT", "QUANT", "SIZE", Column("PATH", overflow="fold"), box=None
+            )
             for m in found.models:
-                table.add_row(
-                    escape(m.name), m.store, m.quantization or "-", human_size(m.size), escape(m.path)
-                )
+                quant = m.quantization or "-"
+                table.add_row(escape(m.name), m.store, m.format, quant, human_size(m.size), escape(m.path))
             out.print(table)
             out.print(f"\nadopt them all with `blazar import --scan --all{' --link' if link else ''}`")
         return
@@ -278,11 +278,13 @@ def list_(*, json_: Json = False) -> None:
     if json_:
         print_json(records)
         return
-    table = Table("NAME", "KIND", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
+    table = Table("NAME", "KIND", "FORMAT", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
     for r in records:
+        quant = r.facts.quantization if r.facts else None
         table.add_row(
             r.name,
             r.kind,
+            f"{r.format} {quant}" if quant and r.format == "safetensors" else r.format,
             r.digest.removeprefix("sha256:")[:12],
             human_size(r.size),
             time_ago(r.modified_at),
@@ -294,7 +296,9 @@ def list_(*, json_: Json = False) -> None:
 @app.command
 def show(name: str, *, json_: Json = False) -> None:
     """Show a model's facts: for GGUF its architecture, parameters, quantization, context,
-    layers and heads; for a speech model its kind, language, sample rate and files."""
+    layers and heads; for a safetensors or MLX directory, a diffusion checkpoint or a
+    whisper.cpp file what their headers say; for a speech model its language, sample rate;
+    for every model of several files, its files."""
     paths = resolve_paths()
     store = open_store(paths)
     record = store.get(name)
@@ -333,12 +337,12 @@ def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:
     """``blazar show`` of a multi-file model: its facts from the manifest, its files."""
     from registry.kinds import describe
 
-    facts, files = record.speech, record.files
+    facts, weights, files = record.speech, record.facts, record.files
     doc: dict[str, Any] = {
         "name": record.name,
         "kind": record.kind,
         "format": record.format,
-        "architecture": facts.architecture if facts else None,
+        "architecture": facts.architecture if facts else weights.architecture if weights else None,
         "language": facts.language if facts else None,
         "sample_rate": facts.sample_rate if facts else None,
         "quality": facts.quality if facts else None,
@@ -347,6 +351,9 @@ def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:
         "size": record.size,
         "path": str(store.materialize(record)),
     }
+    if weights is not None:
+        doc |= {k: getattr(weights, k) for k in ("quantization", "parameters", "dtype", "container",
+                "context_length", "kv_bytes_per_token", "weights_bytes", "hparams")}  # fmt: skip
     if json_:
         print_json({"model": record, "facts": doc})
         return
@@ -355,8 +362,9 @@ def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:
         ("kind", f"{record.kind} ({describe(record.kind)})"),
         ("architecture", doc["architecture"] or "-"),
         ("format", record.format),
-        ("language", doc["language"] or "-"),
-        ("sample rate", f"{doc['sample_rate']} Hz" if doc["sample_rate"] else "-"),
+        *_weight_rows(record),
+        *([("language", doc["language"] or "-")] if facts else []),
+        *([("sample rate", f"{doc['sample_rate']} Hz" if doc["sample_rate"] else "-")] if facts else []),
         *([("quality", str(doc["quality"]))] if doc["quality"] else []),
         *([("speakers", str(doc["speakers"]))] if doc["speakers"] else []),
         ("files", f"{len(record.files)}: " + ", ".join(f"{f.name} {human_size(f.size)}" for f in files)),
@@ -369,6 +377,26 @@ def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", value)
     out.print(table)
+
+
+def _weight_rows(record: ModelRecord) -> list[tuple[str, str]]:
+    """``blazar show`` rows of what a directory's, checkpoint's or ggml file's headers say."""
+    w = record.facts
+    if w is None:
+        return []
+    rows = [("quantization", w.quantization or (f"none ({w.dtype})" if w.dtype else "-"))]
+    if w.parameters:
+        rows.append(("parameters", human_params(w.parameters)))
+    if w.context_length:
+        rows.append(("context length", str(w.context_length)))
+    if w.container:
+        rows.append(("container", w.container))
+    if w.kv_bytes_per_token:
+        rows.append(("KV cache", f"{human_size(w.kv_bytes_per_token)} per token (16-bit)"))
+    if w.weights_bytes:
+        rows.append(("weights", human_size(w.weights_bytes)))
+    rows += [(key.replace("_", " "), str(value)) for key, value in w.hparams.items()]
+    return rows
 
 
 @app.command

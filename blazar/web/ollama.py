@@ -43,7 +43,7 @@ from blazar.web.common import (
 from blazar.web.translate import Timings
 from registry.disk import copy_model
 from registry.gguf import ModelInfo
-from registry.store import ModelRecord, ModelSettings, Store
+from registry.store import ModelRecord, ModelSettings, Store, WeightFacts
 
 log = logging.getLogger("blazar.web")
 
@@ -306,14 +306,21 @@ async def show() -> Response:
     model_info = _model_info(info)
     # Tools work on every chat model: emulated when the template has none.
     capabilities = ollama_models.model_capabilities(tools=True, vision=record.projector is not None)
-    if record.files:  # a speech model: its facts, and its kind as its one capability
+    if record.files:  # not one GGUF: its facts, and for all but a text model its kind as its capability
         facts = msgspec.to_builtins(record.speech) if record.speech else {}
         model_info = {"general.architecture": info.architecture, "general.kind": record.kind}
         model_info |= {
             f"{info.architecture}.{key}": value for key, value in facts.items() if key != "architecture"
         }
         model_info["general.file_count"] = len(record.files)
-        capabilities = [record.kind]
+        if record.facts is not None:
+            model_info |= _weight_info(info.architecture, record.facts)
+        if record.kind == "chat":
+            capabilities = ollama_models.model_capabilities(tools=True)
+        elif record.kind == "embedding":
+            capabilities = ollama_models.model_capabilities(embedding=True)
+        else:
+            capabilities = [record.kind]
     body = ollama_models.encode_show(
         modelfile=modelfile,
         parameters="",
@@ -324,6 +331,18 @@ async def show() -> Response:
         modified_at=record.modified_at,
     )
     return json_response(body)
+
+
+def _weight_info(arch: str, facts: WeightFacts) -> dict[str, Any]:
+    """``model_info`` keys of what a directory's or checkpoint's headers say, in GGUF's names."""
+    doc: dict[str, Any] = {
+        "general.parameter_count": facts.parameters,
+        "general.quantization": facts.quantization,
+        "general.dtype": facts.dtype,
+        f"{arch}.context_length": facts.context_length,
+    }
+    doc |= {f"{arch}.{key}": value for key, value in facts.hparams.items()}
+    return {key: value for key, value in doc.items() if value is not None}
 
 
 async def embed() -> Response:

@@ -37,7 +37,11 @@ def test_a_gguf_goes_to_llama_cpp_unless_pinned() -> None:
     why = _why(r)
     assert why["llamacpp"] == (True, "the first lane that runs gguf models")
     assert why["mistralrs"] == (False, "llamacpp comes first for gguf models")
-    assert why["vllm"][0] is False and why["vllm"][1].startswith("not installed")
+    # a lane that is not installed says so only where it would load the model
+    assert why["vllm"] == (False, "does not load gguf models (and is not installed)")
+    assert _why(route("safetensors", needs=frozenset(), pin=None, lanes=BOTH))["vllm"][1].startswith(
+        "not installed (install vLLM"
+    )
     pinned = route("gguf", needs=frozenset(), pin="mistralrs", lanes=BOTH)
     assert pinned.lane == "mistralrs"
     assert _why(pinned)["llamacpp"] == (False, "the model is pinned to mistralrs")

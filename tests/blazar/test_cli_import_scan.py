@@ -117,9 +117,9 @@ def test_scan_lists_models_as_a_table(stores: Path, capsys: pytest.CaptureFixtur
     code, out, _ = run_cli(capsys, "import", "--scan")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "STORE", "QUANT", "SIZE", "PATH"]
-    assert lines[1].split()[:3] == ["llama3.2:1b", "ollama", "Q4_1"]
-    assert lines[2].split()[:3] == [HF_NAME, "huggingface", "Q4_1"]
+    assert lines[0].split() == ["NAME", "STORE", "FORMAT", "QUANT", "SIZE", "PATH"]
+    assert lines[1].split()[:4] == ["llama3.2:1b", "ollama", "gguf", "Q4_1"]
+    assert lines[2].split()[:4] == [HF_NAME, "huggingface", "gguf", "Q4_1"]
     assert "blazar import --scan --all" in out
 
 

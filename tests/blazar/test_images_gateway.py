@@ -167,7 +167,7 @@ async def test_a_text_model_is_refused_by_kind_and_an_image_model_reaches_its_la
             await sdk.images.generate(model=DIFFUSION, prompt="a cat")
         error = _error(caught.value)
         assert error["blazar_code"] == "MODEL_UNSUPPORTED_ENGINE"
-        assert "sdcpp: not installed (build stable-diffusion.cpp's sd-server" in str(error["message"])
+        assert "it runs on sdcpp, not installed here — sdcpp: build stable-diffusion.cpp's sd-server" in str(error["message"])
 
         with pytest.raises(openai.BadRequestError) as caught:  # and the way back: a text route
             await sdk.chat.completions.create(model=DIFFUSION, messages=[{"role": "user", "content": "hi"}])
@@ -315,7 +315,7 @@ async def test_a_video_job_that_fails_reads_as_a_failed_video(image_home: Path) 
                 pass
         video = await sdk.videos.retrieve(job.id)
         assert video.status == "failed" and video.error is not None
-        assert "sdcpp: not installed" in video.error.message and video.seconds == "4"
+        assert "it runs on sdcpp, not installed here" in video.error.message and video.seconds == "4"
         assert video.prompt == "waves" and video.completed_at is not None and video.progress == 0
         listed = await sdk.videos.list()
         assert [v.id for v in listed.data] == [job.id] and listed.has_more is False

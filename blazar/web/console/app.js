@@ -777,6 +777,7 @@ VIEWS.compute = {
       if (!plan) return el("span", { class: "muted" }, "…");
       if (plan.error) return el("span", { class: "error-text" }, plan.error);
       const p = plan.preview || {};
+      if (p.refused && p.code === "MODEL_UNSUPPORTED_ENGINE") return el("span", { class: "pill bad", title: p.refused }, "no engine here");
       if (p.refused) return el("span", { class: "pill bad", title: p.refused }, `won't fit · ${p.code}`);
       if ((p.evict || []).length) return el("span", { class: "pill warn" }, `fits after unloading ${p.evict.join(", ")}`);
       return el("span", { class: "pill ok" }, "fits now");
