@@ -167,7 +167,8 @@ async def test_a_text_model_is_refused_by_kind_and_an_image_model_reaches_its_la
             await sdk.images.generate(model=DIFFUSION, prompt="a cat")
         error = _error(caught.value)
         assert error["blazar_code"] == "MODEL_UNSUPPORTED_ENGINE"
-        assert "it runs on sdcpp, not installed here — sdcpp: build stable-diffusion.cpp's sd-server" in str(error["message"])
+        said = str(error["message"])
+        assert "it runs on sdcpp, not installed here — sdcpp: build stable-diffusion.cpp's sd-server" in said
 
         with pytest.raises(openai.BadRequestError) as caught:  # and the way back: a text route
             await sdk.chat.completions.create(model=DIFFUSION, messages=[{"role": "user", "content": "hi"}])
