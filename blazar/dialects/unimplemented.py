@@ -32,7 +32,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
         "only /v1/audio/transcriptions, /translations, /speech and /voices are served",
     ),
     Unimplemented("/v1/images", "openai", f"image generation and edits are {_PLANNED}"),
-    Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(
         "/v1/assistants",
         "openai",

@@ -49,6 +49,7 @@ from blazar.web import mcp_routes as web_mcp
 from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
+from blazar.web import realtime as web_realtime
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import vectors as web_vectors
@@ -215,6 +216,7 @@ def create_app(
         web_console_page,
         web_vectors,
         web_audio,
+        web_realtime,
     ):
         module.register(app)
     return app
