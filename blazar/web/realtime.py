@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ from blazar.web.call import current_or_none
 from blazar.web.common import app_runtime, error_response
 
 __all__ = ["register"]
+
+log = logging.getLogger("blazar.web")
 
 _BYTES_PER_MS = rt.PCM_HZ * 2 // 1000
 _MIN_COMMIT_MS = 100
@@ -139,6 +142,8 @@ class RealtimeSession:
             await self.fail(err, event_id or err.event_id)
         except BlazarError as exc:
             await self.fail(_as_event_error(exc), event_id)
+        except Exception as exc:  # a bug of ours: said, logged, and the socket stays usable
+            await self.fail(_as_event_error(_internal(exc, "an event")), event_id)
 
     async def _dispatch(self, kind: str, event: dict[str, Any], event_id: str | None) -> None:
         match kind:
@@ -209,8 +214,14 @@ class RealtimeSession:
         self.buffer_start_ms = event.audio_end_ms
         del self.buffer[:end]
         if td.create_response and item is not None:
-            if self.running is None:
-                await self._start_response(self.session)
+            if self.running is not None:  # interrupt_response off: the turn waits, and is said to
+                raise rt.EventError(
+                    "conversation_already_has_active_response",
+                    f"turn {item.id} is committed but not answered: response {self.running.id} is "
+                    "still running (interrupt_response is off) — send response.create after its "
+                    "response.done",
+                )
+            await self._start_response(self.session)
 
     async def _commit_by_hand(self) -> None:
         ms = len(self.buffer) // _BYTES_PER_MS
@@ -243,9 +254,9 @@ class RealtimeSession:
         try:
             model = await voice.first_installed(self.runtime, "stt", self.session.transcription_model)
             item.text = await voice.transcribe(self.runtime, model, pcm, rt.PCM_HZ)
-        except BlazarError as exc:
+        except Exception as exc:
             item.text = ""
-            err = _as_event_error(exc)
+            err = _as_event_error(exc if isinstance(exc, BlazarError) else _internal(exc, "a transcription"))
             error = {"type": "transcription_error", "code": err.code, "message": err.message, "param": None}
             await self.emit(
                 "conversation.item.input_audio_transcription.failed",
@@ -337,8 +348,8 @@ class RealtimeSession:
                 usage = await turn.run(settings)
             if running.scope.cancelled_caught:
                 status, details = "cancelled", {"type": "cancelled", "reason": running.reason}
-        except BlazarError as exc:
-            err = _as_event_error(exc)
+        except Exception as exc:
+            err = _as_event_error(exc if isinstance(exc, BlazarError) else _internal(exc, "a response"))
             status = "failed"
             error = {"type": "server_error", "code": err.code, "message": err.message}
             details = {"type": "failed", "error": error}
@@ -457,6 +468,11 @@ def _response_json(
         "output": output or [],
         "usage": None,
     }
+
+
+def _internal(exc: Exception, what: str) -> BlazarError:
+    log.error("realtime: %s failed", what, exc_info=exc)
+    return BlazarError("INTERNAL", f"internal error in {what} ({type(exc).__name__}): see the daemon's log")
 
 
 def _as_event_error(exc: BlazarError) -> rt.EventError:
