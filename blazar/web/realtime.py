@@ -28,7 +28,7 @@ from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import realtime as rt
-from blazar.dialects.neutral import ChatRequest, Message, Usage
+from blazar.dialects.neutral import ChatRequest, Message
 from blazar.dialects.vad import SpeechStarted, Vad, VadEvent
 from blazar.errors import CATALOG, BlazarError
 from blazar.web import voice
@@ -342,12 +342,14 @@ class RealtimeSession:
         turn = _Turn(self, running, answer, audio)
         status: rt.Status = "completed"
         details: dict[str, Any] | None = None
-        usage = None
+        out = voice.ChatText()
         try:
             with running.scope:
-                usage = await turn.run(settings)
+                await turn.run(settings, out)
             if running.scope.cancelled_caught:
                 status, details = "cancelled", {"type": "cancelled", "reason": running.reason}
+            elif out.finish_reason == "length":  # cut by max_response_output_tokens
+                status, details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
         except Exception as exc:
             err = _as_event_error(exc if isinstance(exc, BlazarError) else _internal(exc, "a response"))
             status = "failed"
@@ -357,7 +359,7 @@ class RealtimeSession:
         finally:
             self.running = None
         answer.ready.set()
-        await turn.finish(status, details, usage)
+        await turn.finish(status, details, out.usage)
 
 
 class _Turn:
@@ -372,7 +374,7 @@ class _Turn:
         key = "transcript" if self.audio else "text"
         return {"type": "audio" if self.audio else "text", key: self.item.text or ""}
 
-    async def run(self, settings: rt.Session) -> Usage | None:
+    async def run(self, settings: rt.Session, out: voice.ChatText) -> None:
         s = self.s
         for item in list(s.items):
             await item.ready.wait()
@@ -400,7 +402,6 @@ class _Turn:
         await s.emit("conversation.item.created", previous_item_id=previous, item=pending)
         await s.emit("response.content_part.added", **self.ids, part=self._part())
         tts_model = await voice.first_installed(s.runtime, "tts", settings.voice) if self.audio else None
-        out = voice.ChatText()
         send, receive = trio.open_memory_channel[str](math.inf)
         async with trio.open_nursery() as nursery:
             if tts_model is not None:
@@ -417,7 +418,6 @@ class _Turn:
                         send.send_nowait(sentence)
                 for sentence in sentences.flush():
                     send.send_nowait(sentence)
-        return out.usage
 
     async def _speak(self, model: str, sentences: trio.MemoryReceiveChannel[str]) -> None:
         async with sentences:

@@ -132,6 +132,7 @@ class ChatText:
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
+        self.finish_reason: str | None = None
         self.failure: BlazarError | None = None
 
     def start(self, prompt: Usage | None) -> bytes:
@@ -141,7 +142,7 @@ class ChatText:
         return delta.text.encode()
 
     def finish(self, final: Delta, timings: Timings) -> bytes:
-        self.usage = final.usage
+        self.usage, self.finish_reason = final.usage, final.finish_reason
         return final.text.encode()
 
     def error(self, code: str, message: str) -> bytes:

@@ -192,7 +192,8 @@ async def test_a_spoken_question_is_heard_answered_and_spoken(
         assert heard["item_id"] == committed["item_id"]
         assert {"capital", "france"} <= _words(heard["transcript"]), heard["transcript"]
         done = seen[-1]["response"]
-        assert done["status"] == "completed" and done["usage"]["output_tokens"] > 0
+        assert done["usage"]["output_tokens"] > 0
+        assert done["status"] == "completed" or done["status_details"]["reason"] == "max_output_tokens"
         text = "".join(e["delta"] for e in seen if e["type"] == "response.audio_transcript.delta")
         said = next(e for e in seen if e["type"] == "response.audio_transcript.done")["transcript"]
         assert text.strip() and said == text
@@ -266,6 +267,32 @@ async def test_response_cancel_by_the_client(daemon: DaemonProc) -> None:
         assert done["response"]["id"] == created["response"]["id"]
         assert done["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
     await trio.to_thread.run_sync(wait_idle, daemon)
+
+
+async def test_an_answer_cut_by_its_token_limit_is_incomplete(daemon: DaemonProc) -> None:
+    async with open_websocket_url(_ws_url(daemon)) as ws:
+        text = "Count from one to fifty, in words."
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        await send(ws, "conversation.item.create", item=item)
+        await send(ws, "response.create", response={"modalities": ["text"], "max_response_output_tokens": 5})
+        with trio.fail_after(120):
+            done = (await until(ws, "response.done"))["response"]
+        assert done["status"] == "incomplete"
+        assert done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+        assert done["usage"]["output_tokens"] == 5 and done["output"][0]["status"] == "incomplete"
+
+
+async def test_a_closed_socket_cancels_its_response_and_frees_the_engines(daemon: DaemonProc) -> None:
+    story = "Tell me a very long story about a dragon and a knight, with many sentences."
+    async with open_websocket_url(_ws_url(daemon)) as ws:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": story}]}
+        await send(ws, "conversation.item.create", item=item)
+        await send(ws, "response.create", response={"max_response_output_tokens": 300})
+        with trio.fail_after(180):
+            await until(ws, "response.audio.delta")  # chat and synthesis are running
+        assert busy(daemon)
+    # the client is gone mid-answer: both engines' leases are released, nothing keeps running
+    await trio.to_thread.run_sync(wait_idle, daemon, 10.0)
 
 
 async def test_bad_events_get_error_events_and_the_socket_stays_usable(daemon: DaemonProc) -> None:
