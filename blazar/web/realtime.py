@@ -256,7 +256,7 @@ class RealtimeSession:
             item.text = await voice.transcribe(self.runtime, model, pcm, rt.PCM_HZ)
         except Exception as exc:
             item.text = ""
-            err = _as_event_error(exc if isinstance(exc, BlazarError) else _internal(exc, "a transcription"))
+            err = _as_event_error(_blazar_error(exc, "a transcription"))
             error = {"type": "transcription_error", "code": err.code, "message": err.message, "param": None}
             await self.emit(
                 "conversation.item.input_audio_transcription.failed",
@@ -351,7 +351,7 @@ class RealtimeSession:
             elif out.finish_reason == "length":  # cut by max_response_output_tokens
                 status, details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
         except Exception as exc:
-            err = _as_event_error(exc if isinstance(exc, BlazarError) else _internal(exc, "a response"))
+            err = _as_event_error(_blazar_error(exc, "a response"))
             status = "failed"
             error = {"type": "server_error", "code": err.code, "message": err.message}
             details = {"type": "failed", "error": error}
@@ -468,6 +468,21 @@ def _response_json(
         "output": output or [],
         "usage": None,
     }
+
+
+def _blazar_error(exc: Exception, what: str) -> BlazarError:
+    """The error to report: ours, also from inside a task group (the chat and the synthesis
+    run side by side), else an internal one."""
+    if isinstance(exc, ExceptionGroup):
+        ours, _ = exc.split(BlazarError)
+        found: BaseException | None = ours
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        if isinstance(found, BlazarError):
+            return found
+    if isinstance(exc, BlazarError):
+        return exc
+    return _internal(exc, what)
 
 
 def _internal(exc: Exception, what: str) -> BlazarError:

@@ -282,6 +282,23 @@ async def test_an_answer_cut_by_its_token_limit_is_incomplete(daemon: DaemonProc
         assert done["usage"]["output_tokens"] == 5 and done["output"][0]["status"] == "incomplete"
 
 
+async def test_an_engine_refusal_fails_the_response_with_its_code(daemon: DaemonProc) -> None:
+    async with open_websocket_url(_ws_url(daemon)) as ws:
+        await send(ws, "session.update", session={"instructions": "word " * 20000})  # beyond the context
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi there."}]}
+        await send(ws, "conversation.item.create", item=item)
+        await send(ws, "response.create")
+        with trio.fail_after(120):
+            error = await until(ws, "error")
+            done = (await until(ws, "response.done"))["response"]
+        assert error["error"]["blazar_code"] == "PROMPT_TOO_LONG"
+        assert done["status"] == "failed" and done["status_details"]["type"] == "failed"
+        assert done["status_details"]["error"]["code"] == error["error"]["code"]
+        # the session goes on
+        await send(ws, "session.update", session={"instructions": "Be brief."})
+        assert (await until(ws, "session.updated"))["session"]["instructions"] == "Be brief."
+
+
 async def test_a_closed_socket_cancels_its_response_and_frees_the_engines(daemon: DaemonProc) -> None:
     story = "Tell me a very long story about a dragon and a knight, with many sentences."
     async with open_websocket_url(_ws_url(daemon)) as ws:
