@@ -196,6 +196,9 @@ def create_app(
     app.extensions[CARDS_KEY] = cards
     app.extensions[TELEMETRY_KEY] = telemetry
     app.extensions[_AUTH_KEY] = auth
+    app.extensions[web_realtime.DEFAULTS_KEY] = web_realtime.Defaults(
+        transcription_model=config.realtime_transcription_model, voice=config.realtime_voice
+    )
     _register(app)
     for module in (
         web_openai,

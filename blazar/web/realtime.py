@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from quart import websocket
+from quart import current_app, websocket
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
@@ -35,7 +35,7 @@ from blazar.web import voice
 from blazar.web.call import current_or_none
 from blazar.web.common import app_runtime, error_response
 
-__all__ = ["register"]
+__all__ = ["DEFAULTS_KEY", "Defaults", "register"]
 
 log = logging.getLogger("blazar.web")
 
@@ -43,6 +43,17 @@ _BYTES_PER_MS = rt.PCM_HZ * 2 // 1000
 _MIN_COMMIT_MS = 100
 _MAX_BUFFER_MS = 10 * 60 * 1000
 _OUT_BUFFER = 64
+
+
+DEFAULTS_KEY = "blazar.realtime"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a session starts with, from config.toml (``realtime_*``)."""
+
+    transcription_model: str | None = None
+    voice: str | None = None
 
 
 @dataclass(eq=False)
@@ -509,7 +520,13 @@ async def realtime() -> Any:
             await runtime.engine_for(model)  # an unknown model is refused before the upgrade
         except BlazarError as exc:
             return error_response(exc.code, exc.message)
-    session = rt.Session(id=rt.new_id("sess"), model=model)
+    defaults = current_app.extensions.get(DEFAULTS_KEY) or Defaults()
+    session = rt.Session(
+        id=rt.new_id("sess"),
+        model=model,
+        voice=defaults.voice,
+        transcription_model=defaults.transcription_model,
+    )
     # OpenAI's browser clients offer "realtime" beside the subprotocol that carries their key
     # (read by the gateway): the upgrade must choose one they offered.
     offered = websocket.requested_subprotocols

@@ -399,3 +399,28 @@ async def test_keys_apply_before_the_upgrade(daemon: DaemonProc) -> None:
         store.remove("voice", force=True)
         store.remove("chatonly", force=True)
         store.close()
+
+
+async def test_the_configured_voice_and_transcription_model_start_each_session(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    config = 'realtime_voice = "no-such-voice"\nrealtime_transcription_model = "whisper-tiny.en"\n'
+    home = make_home(tmp_path_factory.mktemp("realtime-config") / "home", ensure_model(), config=config)
+    d = start_daemon(home)
+    try:
+        async with open_websocket_url(_ws_url(d)) as ws:
+            session = (await until(ws, "session.created"))["session"]
+            assert session["voice"] == "no-such-voice"
+            assert session["input_audio_transcription"] == {"model": "whisper-tiny.en"}
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello."}]}
+            await send(ws, "conversation.item.create", item=item)
+            await send(ws, "response.create")
+            with trio.fail_after(60):
+                error = await until(ws, "error")
+                done = (await until(ws, "response.done"))["response"]
+            assert (
+                error["error"]["code"] == "model_not_found" and "no-such-voice" in error["error"]["message"]
+            )
+            assert done["status"] == "failed"
+    finally:
+        d.stop()
