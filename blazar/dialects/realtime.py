@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import secrets
 from typing import Any, Literal
 
@@ -48,6 +49,47 @@ CLIENT_EVENTS = frozenset(
     }
 )
 _UNSUPPORTED = "unsupported"
+_SESSION_FIELDS = frozenset(
+    {
+        "model",
+        "modalities",
+        "instructions",
+        "voice",
+        "input_audio_format",
+        "output_audio_format",
+        "input_audio_transcription",
+        "turn_detection",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "max_response_output_tokens",
+        "speed",
+        "input_audio_noise_reduction",
+        "tracing",
+    }
+)
+_ONLY: dict[str, tuple[Any, ...]] = {
+    # the values of these fields that this server does (no tools; no noise reduction; no tracing)
+    "tool_choice": ("auto", "none", None),
+    "input_audio_noise_reduction": (None,),
+    "tracing": (None,),
+}
+_RESPONSE_FIELDS = frozenset(
+    {
+        "modalities",
+        "instructions",
+        "voice",
+        "output_audio_format",
+        "tools",
+        "tool_choice",
+        "temperature",
+        "max_response_output_tokens",
+        "max_output_tokens",
+        "conversation",
+        "metadata",
+        "input",
+    }
+)
 _NOT_SERVED = frozenset(
     {
         "conversation.item.truncate",
@@ -86,9 +128,15 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     """The text-to-speech model (an installed voice); None: the first installed."""
     transcription_model: str | None = None
     """``input_audio_transcription.model``: the speech-to-text model; None: the first installed."""
+    transcription_language: str | None = None
+    transcription_prompt: str | None = None
     turn_detection: TurnDetection | None = TurnDetection()
     temperature: float = 0.8
     max_output_tokens: int | None = None
+    speed: float = 1.0
+    """The voice's speed (piper's length scale is its inverse)."""
+    metadata: dict[str, Any] | None = None
+    """A response's own ``metadata``, echoed in its events (never set on the session)."""
 
 
 def session_json(s: Session) -> dict[str, Any]:
@@ -101,12 +149,19 @@ def session_json(s: Session) -> dict[str, Any]:
         "voice": s.voice,
         "input_audio_format": "pcm16",
         "output_audio_format": "pcm16",
-        "input_audio_transcription": {"model": s.transcription_model},
+        "input_audio_transcription": {
+            "model": s.transcription_model,
+            "language": s.transcription_language,
+            "prompt": s.transcription_prompt,
+        },
         "turn_detection": msgspec.to_builtins(s.turn_detection) if s.turn_detection else None,
         "tools": [],
         "tool_choice": "auto",
         "temperature": s.temperature,
         "max_response_output_tokens": "inf" if s.max_output_tokens is None else s.max_output_tokens,
+        "speed": s.speed,
+        "input_audio_noise_reduction": None,
+        "tracing": None,
     }
 
 
@@ -153,6 +208,13 @@ def update_session(s: Session, raw: Any) -> Session:
     field is bad, or asks for what this server cannot do."""
     if not isinstance(raw, dict):
         raise EventError("invalid_value", "session.update needs a `session` object", param="session")
+    _known(raw, _SESSION_FIELDS, "session")
+    for name, allowed in _ONLY.items():
+        if name in raw and raw[name] not in allowed:
+            served = " or ".join(json.dumps(v) for v in allowed)
+            raise _refuse(
+                name, f"session.{name} {raw[name]!r} is not served here: send {served}", _UNSUPPORTED
+            )
     changes: dict[str, Any] = {}
     if "model" in raw and raw["model"] is not None:
         if not isinstance(raw["model"], str) or not raw["model"]:
@@ -175,11 +237,7 @@ def update_session(s: Session, raw: Any) -> Session:
         if raw.get(fmt, "pcm16") != "pcm16":
             raise _refuse(fmt, f"{fmt} {raw[fmt]!r} is not served here: only 'pcm16' (24 kHz mono)")
     if "input_audio_transcription" in raw:
-        asked = raw["input_audio_transcription"]
-        model = asked.get("model") if isinstance(asked, dict) else None
-        if asked is not None and not isinstance(asked, dict):
-            raise _refuse("input_audio_transcription", "input_audio_transcription must be an object or null")
-        changes["transcription_model"] = model if isinstance(model, str) and model else None
+        changes.update(_transcription(raw["input_audio_transcription"]))
     if "turn_detection" in raw:
         changes["turn_detection"] = _turn_detection(raw["turn_detection"], s.turn_detection)
     if raw.get("tools"):
@@ -190,7 +248,35 @@ def update_session(s: Session, raw: Any) -> Session:
         changes["temperature"] = temperature
     if "max_response_output_tokens" in raw:
         changes["max_output_tokens"] = _max_tokens(raw["max_response_output_tokens"], "session")
+    if (speed := _number(raw, "speed", 0.25, 1.5)) is not None:
+        changes["speed"] = speed
     return msgspec.structs.replace(s, **changes)
+
+
+def _known(raw: dict[str, Any], fields: frozenset[str], where: str) -> None:
+    """OpenAI refuses a field it does not know; so does this server (none is ignored)."""
+    unknown = sorted(set(raw) - fields)
+    if unknown:
+        raise EventError(
+            "unknown_parameter", f"Unknown parameter: '{where}.{unknown[0]}'.", f"{where}.{unknown[0]}"
+        )
+
+
+def _transcription(asked: Any) -> dict[str, Any]:
+    if asked is None:
+        return {"transcription_model": None, "transcription_language": None, "transcription_prompt": None}
+    if not isinstance(asked, dict):
+        raise _refuse("input_audio_transcription", "input_audio_transcription must be an object or null")
+    _known(asked, frozenset({"model", "language", "prompt"}), "session.input_audio_transcription")
+    out: dict[str, Any] = {}
+    for name in ("model", "language", "prompt"):
+        value = asked.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _refuse(
+                f"input_audio_transcription.{name}", f"input_audio_transcription.{name} must be a string"
+            )
+        out[f"transcription_{name}"] = value or None
+    return out
 
 
 def _max_tokens(value: Any, where: str) -> int | None:
@@ -211,6 +297,18 @@ def response_options(s: Session, raw: Any) -> Session:
         return s
     if not isinstance(raw, dict):
         raise EventError("invalid_value", "response must be an object", param="response")
+    _known(raw, _RESPONSE_FIELDS, "response")
+    if raw.get("input"):
+        raise EventError(_UNSUPPORTED, "a response's own `input` items are not served here", "response.input")
+    if raw.get("output_audio_format", "pcm16") != "pcm16":
+        raise EventError("invalid_value", "only 'pcm16' audio is served here", "response.output_audio_format")
+    if raw.get("tool_choice") not in _ONLY["tool_choice"]:
+        raise EventError(
+            _UNSUPPORTED, "tool_choice needs tools, which are not served here", "response.tool_choice"
+        )
+    metadata = raw.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise EventError("invalid_value", "response.metadata must be an object", "response.metadata")
     if raw.get("tools"):
         raise EventError(_UNSUPPORTED, "function calling is not served on /v1/realtime yet", "response.tools")
     if raw.get("conversation") not in (None, "auto"):
@@ -219,7 +317,7 @@ def response_options(s: Session, raw: Any) -> Session:
             "out-of-band responses (conversation: none) are not served here",
             "response.conversation",
         )
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"metadata": metadata}
     for name in ("instructions", "voice"):
         if isinstance(raw.get(name), str):
             changes[name] = raw[name]

@@ -264,7 +264,14 @@ class RealtimeSession:
     async def _transcribe(self, item: Item, pcm: bytes) -> None:
         try:
             model = await voice.first_installed(self.runtime, "stt", self.session.transcription_model)
-            item.text = await voice.transcribe(self.runtime, model, pcm, rt.PCM_HZ)
+            item.text = await voice.transcribe(
+                self.runtime,
+                model,
+                pcm,
+                rt.PCM_HZ,
+                language=self.session.transcription_language,
+                prompt=self.session.transcription_prompt,
+            )
         except Exception as exc:
             item.text = ""
             err = _as_event_error(_blazar_error(exc, "a transcription"))
@@ -332,7 +339,8 @@ class RealtimeSession:
                 param="session.model",
             )
         running = self.running = Running(id=rt.new_id("resp"))
-        await self.emit("response.created", response=_response_json(running.id, "in_progress"))
+        created = _response_json(running.id, "in_progress", metadata=settings.metadata)
+        await self.emit("response.created", response=created)
         self.nursery.start_soon(self._respond, running, settings)
 
     async def _cancel_by_hand(self, response_id: Any) -> None:
@@ -347,10 +355,9 @@ class RealtimeSession:
 
     async def _respond(self, running: Running, settings: rt.Session) -> None:
         answer = Item(id=rt.new_id("item"), role="assistant", content_type="audio", text="")
-        audio = "audio" in settings.modalities
-        if not audio:
+        if "audio" not in settings.modalities:
             answer.content_type = "text"
-        turn = _Turn(self, running, answer, audio)
+        turn = _Turn(self, running, answer, settings)
         status: rt.Status = "completed"
         details: dict[str, Any] | None = None
         out = voice.ChatText()
@@ -376,8 +383,9 @@ class RealtimeSession:
 class _Turn:
     """One response's output: the answer item, its text deltas and its audio deltas."""
 
-    def __init__(self, session: RealtimeSession, running: Running, item: Item, audio: bool) -> None:
-        self.s, self.running, self.item, self.audio = session, running, item, audio
+    def __init__(self, session: RealtimeSession, running: Running, item: Item, settings: rt.Session) -> None:
+        self.s, self.running, self.item, self.settings = session, running, item, settings
+        self.audio = "audio" in settings.modalities
         self.started = False
         self.ids = {"response_id": running.id, "item_id": item.id, "output_index": 0, "content_index": 0}
 
@@ -433,7 +441,8 @@ class _Turn:
     async def _speak(self, model: str, sentences: trio.MemoryReceiveChannel[str]) -> None:
         async with sentences:
             async for sentence in sentences:
-                async with contextlib.aclosing(voice.speak(self.s.runtime, model, sentence)) as chunks:
+                spoken = voice.speak(self.s.runtime, model, sentence, speed=self.settings.speed)
+                async with contextlib.aclosing(spoken) as chunks:
                     async for pcm in chunks:
                         delta = base64.b64encode(pcm).decode()
                         await self.s.emit("response.audio.delta", **self.ids, delta=delta)
@@ -452,7 +461,7 @@ class _Turn:
             done = item.json(item_status)
             await s.emit("response.output_item.done", response_id=self.running.id, output_index=0, item=done)
             output.append(done)
-        body = _response_json(self.running.id, status, details, output)
+        body = _response_json(self.running.id, status, details, output, self.settings.metadata)
         if usage is not None:
             body["usage"] = {
                 "total_tokens": usage.prompt_tokens + usage.completion_tokens,
@@ -469,7 +478,11 @@ class _Turn:
 
 
 def _response_json(
-    response_id: str, status: str, details: dict[str, Any] | None = None, output: list[Any] | None = None
+    response_id: str,
+    status: str,
+    details: dict[str, Any] | None = None,
+    output: list[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": response_id,
@@ -477,6 +490,7 @@ def _response_json(
         "status": status,
         "status_details": details,
         "output": output or [],
+        "metadata": metadata,
         "usage": None,
     }
 

@@ -69,12 +69,26 @@ class _Transcript(msgspec.Struct):
     text: str = ""
 
 
-async def transcribe(runtime: Runtime, model: str, pcm: bytes, rate_hz: int) -> str:
-    """The text of a turn's audio (16-bit mono PCM at ``rate_hz``)."""
+async def transcribe(
+    runtime: Runtime,
+    model: str,
+    pcm: bytes,
+    rate_hz: int,
+    *,
+    language: str | None = None,
+    prompt: str | None = None,
+) -> str:
+    """The text of a turn's audio (16-bit mono PCM at ``rate_hz``); ``language`` and
+    ``prompt`` are whisper's."""
     engine = await runtime.engine_for(model, kinds=STT)
     wav = wav_header(rate_hz, len(pcm)) + pcm
     # Greedy decoding: a voice turn waits on it, and beam search costs several times as much.
-    body, content_type = _form({"model": model, "response_format": "json", "beam_size": "1"}, wav)
+    fields = {"model": model, "response_format": "json", "beam_size": "1"}
+    if language:
+        fields["language"] = language
+    if prompt:
+        fields["prompt"] = prompt
+    body, content_type = _form(fields, wav)
     claim = await claim_engine(runtime, engine)
     try:
         try:
@@ -94,11 +108,15 @@ async def transcribe(runtime: Runtime, model: str, pcm: bytes, rate_hz: int) -> 
     return msgspec.json.decode(content, type=_Transcript).text.strip()
 
 
-async def speak(runtime: Runtime, model: str, text: str) -> AsyncGenerator[bytes, None]:
+async def speak(
+    runtime: Runtime, model: str, text: str, *, speed: float = 1.0
+) -> AsyncGenerator[bytes, None]:
     """The sentence as PCM chunks (24 kHz, 16-bit, mono) as the engine makes them; each
     chunk holds whole samples."""
     engine = await runtime.engine_for(model, kinds=TTS)
-    body = msgspec.json.encode({"model": model, "input": text, "response_format": "pcm", "stream": True})
+    body = msgspec.json.encode(
+        {"model": model, "input": text, "response_format": "pcm", "stream": True, "speed": speed}
+    )
     claim = await claim_engine(runtime, engine)
     try:
         try:

@@ -141,3 +141,62 @@ def test_short_sentences_join_the_next_and_numbers_do_not_cut() -> None:
     assert cut.feed("It costs 3.50 dollars today. ") == ["Hi. It costs 3.50 dollars today."]
     assert cut.feed("A line without an end mark\nand more") == ["A line without an end mark"]
     assert cut.flush() == ["and more"]
+
+
+def test_every_session_field_is_known_or_refused_as_openai_does() -> None:
+    with pytest.raises(rt.EventError) as err:
+        rt.update_session(_session(), {"instructions": "x", "colour": "blue"})
+    assert (err.value.code, err.value.param) == ("unknown_parameter", "session.colour")
+    assert err.value.message == "Unknown parameter: 'session.colour'."
+    for field, value in [
+        ("tool_choice", "required"),
+        ("input_audio_noise_reduction", {"type": "near_field"}),
+        ("tracing", "auto"),
+    ]:
+        with pytest.raises(rt.EventError) as err:
+            rt.update_session(_session(), {field: value})
+        assert err.value.code == "unsupported" and err.value.param == f"session.{field}"
+    # the values this server does are accepted as they are
+    same = rt.update_session(
+        _session(), {"tool_choice": "auto", "tools": [], "input_audio_noise_reduction": None}
+    )
+    assert same == _session()
+
+
+def test_speed_and_whisper_language_and_prompt_are_honoured() -> None:
+    s = rt.update_session(
+        _session(),
+        {"speed": 1.25, "input_audio_transcription": {"model": "w", "language": "en", "prompt": "Blazar"}},
+    )
+    assert (s.speed, s.transcription_model, s.transcription_language, s.transcription_prompt) == (
+        1.25,
+        "w",
+        "en",
+        "Blazar",
+    )
+    assert rt.session_json(s)["input_audio_transcription"] == {
+        "model": "w",
+        "language": "en",
+        "prompt": "Blazar",
+    }
+    for bad in ({"speed": 3}, {"input_audio_transcription": {"model": "w", "beam": 2}}):
+        with pytest.raises(rt.EventError):
+            rt.update_session(s, bad)
+    cleared = rt.update_session(s, {"input_audio_transcription": None})
+    assert cleared.transcription_model is None and cleared.transcription_language is None
+
+
+def test_a_response_refuses_what_it_cannot_do_and_keeps_its_metadata() -> None:
+    base = _session()
+    one = rt.response_options(base, {"metadata": {"topic": "weather"}})
+    assert one.metadata == {"topic": "weather"} and base.metadata is None
+    for bad, param in [
+        ({"input": [{"type": "message"}]}, "response.input"),
+        ({"tool_choice": "required"}, "response.tool_choice"),
+        ({"output_audio_format": "g711_ulaw"}, "response.output_audio_format"),
+        ({"metadata": "x"}, "response.metadata"),
+        ({"stream": True}, "response.stream"),
+    ]:
+        with pytest.raises(rt.EventError) as err:
+            rt.response_options(base, bad)
+        assert err.value.param == param

@@ -144,6 +144,7 @@ async def test_a_spoken_question_is_heard_answered_and_spoken(
                 "max_response_output_tokens": 40,
                 "temperature": 0.2,
                 "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                "input_audio_transcription": {"model": "whisper-tiny.en", "language": "en"},
             },
         )
         seen: list[dict[str, Any]] = []
@@ -258,14 +259,17 @@ async def test_response_cancel_by_the_client(daemon: DaemonProc) -> None:
             "content": [{"type": "input_text", "text": "Count to fifty."}],
         }
         await send(ws, "conversation.item.create", item=item)
-        await send(ws, "response.create", response={"modalities": ["text"], "max_output_tokens": 200})
+        response = {"modalities": ["text"], "max_output_tokens": 200, "metadata": {"topic": "numbers"}}
+        await send(ws, "response.create", response=response)
         created = await until(ws, "response.created")
+        assert created["response"]["metadata"] == {"topic": "numbers"}
         with trio.fail_after(120):
             await until(ws, "response.text.delta")
             await send(ws, "response.cancel")
             done = await until(ws, "response.done")
         assert done["response"]["id"] == created["response"]["id"]
         assert done["response"]["status_details"] == {"type": "cancelled", "reason": "client_cancelled"}
+        assert done["response"]["metadata"] == {"topic": "numbers"}
     await trio.to_thread.run_sync(wait_idle, daemon)
 
 
@@ -332,6 +336,7 @@ async def test_bad_events_get_error_events_and_the_socket_stays_usable(daemon: D
             (ev("session.update", session={"input_audio_format": "g711_ulaw"}), "invalid_value", None),
             (ev("session.update", session={"voice": "alloy"}), "model_not_found", None),
             (ev("session.update", session={"tools": [{"type": "function"}]}), "unsupported", None),
+            (ev("session.update", session={"colour": "blue"}), "unknown_parameter", None),
             (ev("response.create"), "invalid_value", None),  # nothing said yet
         ]
         for raw, code, event_id in cases:
@@ -411,7 +416,7 @@ async def test_the_configured_voice_and_transcription_model_start_each_session(
         async with open_websocket_url(_ws_url(d)) as ws:
             session = (await until(ws, "session.created"))["session"]
             assert session["voice"] == "no-such-voice"
-            assert session["input_audio_transcription"] == {"model": "whisper-tiny.en"}
+            assert session["input_audio_transcription"]["model"] == "whisper-tiny.en"
             item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello."}]}
             await send(ws, "conversation.item.create", item=item)
             await send(ws, "response.create")
