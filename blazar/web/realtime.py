@@ -88,6 +88,10 @@ class Running:
 
 
 class RealtimeSession:
+    """One socket's session: its settings, input buffer, VAD, conversation and the response
+    running (at most one); every task it starts runs in its nursery, so the socket's end
+    ends them."""
+
     def __init__(self, runtime: Runtime, session: rt.Session) -> None:
         self.runtime = runtime
         self.session = session
