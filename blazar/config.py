@@ -112,6 +112,11 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Serve a non-loopback address with no API key (anyone who reaches the port may do anything)."""
     key_concurrency: Literal["reject", "queue"] = "reject"
     """A key over its ``max_concurrent``: 429 at once, or wait for one of its requests to end."""
+    # -- the realtime voice loop (docs/speech.md#realtime) --
+    realtime_transcription_model: str | None = None
+    """The speech-to-text model a realtime session starts with; None: the first installed."""
+    realtime_voice: str | None = None
+    """The voice (text-to-speech model) a realtime session starts with; None: the first installed."""
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}

@@ -8,8 +8,10 @@ loads the voice (its ``VOICE.onnx.json`` beside it) and serves ``GET /health``
 mp3 / opus / aac / flac through an ``ffmpeg`` child when one is installed;
 ``speed`` 0.25 to 4; ``stream``). PCM and the ffmpeg formats stream as synthesis runs,
 one sentence at a time (chunked transfer); WAV is sent whole with its length.
-PCM is mono signed 16-bit little-endian at the voice's own rate, which the
-``X-Sample-Rate`` header states.
+PCM is mono signed 16-bit little-endian at 24 kHz, OpenAI's ``pcm`` (resampled from the
+voice's own rate as each sentence comes, ``actors.engines.resample``); the
+``X-Sample-Rate`` header states the rate of every format (WAV and the ffmpeg formats keep
+the voice's).
 
 The lifetime rules are the other hosts' (``actors.engines.speech_host``).
 """
@@ -27,12 +29,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from actors.engines import synthesis as sx
+from actors.engines.resample import Resampler
 from actors.engines.speech_host import BaseHandler, Gone, HostState, add_common_args, run_host
 from actors.engines.transcript import BadRequest
 
 __all__ = ["Engine", "main", "parse_args"]
 
 _READ = 16 * 1024
+PCM_HZ = 24_000
+"""OpenAI's ``pcm``: 24 kHz, 16-bit, mono."""
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -186,6 +191,8 @@ class Handler(BaseHandler):
             self.send_body(200, sx.CONTENT_TYPES["wav"], sx.wav_header(rate, len(pcm)) + pcm, headers)
             return
         if ffmpeg is None:
+            audio = _resampled(audio, rate, PCM_HZ)
+            headers["X-Sample-Rate"] = str(PCM_HZ)
             first = next(audio, b"")  # a failure before the first sentence still gets its status
             self.start_chunked(sx.CONTENT_TYPES["pcm"], headers)
             self.write_chunk(first)
@@ -241,6 +248,16 @@ class Handler(BaseHandler):
         state = self.state
         assert isinstance(state, PiperState)
         return state
+
+
+def _resampled(audio: Iterator[bytes], src_hz: int, dst_hz: int) -> Iterator[bytes]:
+    """Each sentence at ``dst_hz`` as it comes; the resampler's state runs across them."""
+    resampler = Resampler(src_hz, dst_hz)
+    for pcm in audio:
+        if out := resampler.feed(pcm):
+            yield out
+    if tail := resampler.flush():
+        yield tail
 
 
 def load(ns: argparse.Namespace) -> tuple[sx.Voice, dict[str, Any]]:

@@ -36,7 +36,6 @@ UNIMPLEMENTED: tuple[Unimplemented, ...] = (
         "openai",
         "only /v1/images/generations, /edits, /variations, /upscale and /files/{file_id} are served",
     ),
-    Unimplemented("/v1/realtime", "openai", f"realtime sessions are {_PLANNED}"),
     Unimplemented(
         "/v1/assistants",
         "openai",

@@ -50,6 +50,7 @@ from blazar.web import mcp_routes as web_mcp
 from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
+from blazar.web import realtime as web_realtime
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
@@ -207,6 +208,9 @@ def create_app(
     app.extensions[CARDS_KEY] = cards
     app.extensions[TELEMETRY_KEY] = telemetry
     app.extensions[_AUTH_KEY] = auth
+    app.extensions[web_realtime.DEFAULTS_KEY] = web_realtime.Defaults(
+        transcription_model=config.realtime_transcription_model, voice=config.realtime_voice
+    )
     _register(app)
     for module in (
         web_openai,
@@ -229,6 +233,7 @@ def create_app(
         web_audio,
         web_images,
         web_videos,
+        web_realtime,
     ):
         module.register(app)
     return app

@@ -86,6 +86,7 @@ _EXACT = {
     "/rerank": "embeddings",
     "/reranking": "embeddings",
     "/api/rerank": "embeddings",
+    "/v1/realtime": "audio",  # a voice loop: speech in and out (its chat model is checked by name)
     "/api/pull": ADMIN,
     "/api/delete": ADMIN,
     "/api/create": ADMIN,

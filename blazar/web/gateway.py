@@ -42,6 +42,7 @@ _BODY_TIMEOUT_S = 60.0
 JOB_ROUTE = "job:/v1/responses"
 """The ``route`` label of a background response's own facts (its job, not its HTTP request)."""
 _ANSWER_KEEP = 256 * 1024
+_KEY_PROTOCOL = "openai-insecure-api-key."
 """The most reply bytes kept for an audit log that records answers."""
 
 
@@ -124,6 +125,9 @@ class GatewayMiddleware:
         await self._idle.wait()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -292,6 +296,58 @@ class GatewayMiddleware:
             if tracer is not None and span is not None:
                 tracer.end(span, status=record.status, model=call.model, code=code, card=card)
 
+    async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """A WebSocket (``/v1/realtime``): the host guard and the key check of any request
+        (a browser, which cannot send headers on a WebSocket, may give its key as the
+        ``openai-insecure-api-key.KEY`` subprotocol, as OpenAI's clients do), then the app;
+        one ledger record when the socket ends."""
+        trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        call = Call({**scope, "method": "GET"}, trace_id=trace_id, max_body=self.max_body)
+        if "authorization" not in call.headers and "x-api-key" not in call.headers:
+            for proto in call.headers.get("sec-websocket-protocol", "").split(","):
+                if (proto := proto.strip()).startswith(_KEY_PROTOCOL):
+                    call.headers["authorization"] = "Bearer " + proto[len(_KEY_PROTOCOL) :]
+        started_at, t0 = time.time(), time.perf_counter()
+        status = 101
+        self.in_flight += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            with call:
+                refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                if refusal is None and self.auth is not None:
+                    refusal = await self.auth.enter(call)
+                if refusal is not None:
+                    reply = exception_reply(call, refusal)
+                    status = reply.status
+                    await _deny_websocket(scope, reply, send)
+                    return
+                await self.app(scope, receive, send)
+        finally:
+            if self.auth is not None:
+                self.auth.leave(call)
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+            record = RequestRecord(
+                trace_id=trace_id,
+                started_at=started_at,
+                method="GET",
+                path=scope["path"],
+                model=call.model,
+                status=status,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                ttft_ms=None,
+                blazar_code=call.code,
+                bytes_out=0,
+                client=call.client,
+                dialect=dialect_label(scope["path"], call.headers),
+                key=call.key,
+                error=scrub(call.error) if call.error else None,
+            )
+            if self.ledger is not None:
+                self.ledger.record_nowait(record)
+
     def record_job(self, record: RequestRecord) -> None:
         """The facts of work that ran outside any HTTP request (a background response):
         into the ledger and telemetry like a request's, its tokens charged to its key."""
@@ -364,6 +420,20 @@ class GatewayMiddleware:
                     else card.enders.cancelled(card.end_code, message)
                 )
             await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _deny_websocket(scope: dict[str, Any], reply: Reply, send: Any) -> None:
+    """Refuse a WebSocket before its upgrade: the JSON error as an HTTP answer where the
+    server can send one (ASGI's ``websocket.http.response``), else a close (403)."""
+    if "websocket.http.response" not in (scope.get("extensions") or {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    assert isinstance(reply.body, bytes)
+    headers = [(b"content-type", reply.content_type.encode()), (b"content-length", b"%d" % len(reply.body))]
+    if reply.headers:
+        headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
+    await send({"type": "websocket.http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": reply.body, "more_body": False})
 
 
 async def _send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:

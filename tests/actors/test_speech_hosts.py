@@ -257,7 +257,7 @@ def test_pcm_streams_one_sentence_at_a_time(tts: Host) -> None:
         "POST", tts.url + "/v1/audio/speech", headers=AUTH, json=body, timeout=_START_S
     ) as resp:
         assert resp.status_code == 200 and resp.headers["transfer-encoding"] == "chunked"
-        assert resp.headers["content-type"] == "audio/pcm" and resp.headers["x-sample-rate"] == "22050"
+        assert resp.headers["content-type"] == "audio/pcm" and resp.headers["x-sample-rate"] == "24000"
         chunks = [c for c in resp.iter_raw() if c]
     pcm = b"".join(chunks)
     assert len(chunks) >= 2 and len(pcm) % 2 == 0
