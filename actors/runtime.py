@@ -304,7 +304,7 @@ class Runtime:
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self.mcp = McpServers(config.mcp, config.mcp_default)
         """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
-        self.failover = FailoverChains(config.failover)
+        self.failover = FailoverChains(config.failover, federated=bool(config.remotes))
         """The ``[[failover]]`` chains and their targets' health (actors/failover.py)."""
         self.peers = Peers(config.remotes)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no

@@ -109,6 +109,11 @@ name = "plain"
 url = "http://127.0.0.1:{inst_port}"
 poll_s = 0.5
 poll_max_s = 1
+
+[[failover]]
+name = "duo"
+targets = ["remote:b/{MODEL}", "remote:plain/instant-model"]
+bench_s = 60
 """
     )
     caller = _add_key(a_home, "caller")
@@ -207,10 +212,29 @@ def test_unknown_peer_and_unknown_model_are_clear_errors(pool: Pool) -> None:
     assert e.value.body["blazar_code"] == "MODEL_NOT_FOUND"  # type: ignore[index]
 
 
-def test_b_killed_is_marked_down_then_up_again_once_back(pool: Pool) -> None:
+def test_a_chain_of_remote_targets_is_served_by_its_first(pool: Pool) -> None:
+    raw = pool.oai().chat.completions.with_raw_response.create(model="duo", messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    assert raw.headers["x-blazar-target"] == f"remote:b/{MODEL}" and raw.headers["x-blazar-peer"] == "b"
+    assert "x-blazar-failover" not in raw.headers
+
+
+def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool) -> None:
     client = pool.oai()
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell a long story about a lighthouse."}],
+        max_tokens=2000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = iter(stream)
+    next(chunks)
     os.kill(pool.b.proc.pid, signal.SIGKILL)
     pool.b.proc.wait()
+    with pytest.raises(openai.APIError) as failed:
+        for _ in chunks:
+            pass
+    assert "PEER_FAILED" in str(failed.value.body) or "failed during the answer" in failed.value.message
     _wait(lambda: pool.peers()["b"]["state"] == "down", timeout_s=20, what="B marked down")
     with pytest.raises(openai.APIStatusError) as e:
         client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
@@ -219,6 +243,11 @@ def test_b_killed_is_marked_down_then_up_again_once_back(pool: Pool) -> None:
     route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
     assert route["winner"] is None
     assert next(c for c in route["candidates"] if c["where"] == "b")["skipped"].startswith("down")
+    # the chain moves on to its next target, and benches the one that is down
+    raw = client.chat.completions.with_raw_response.create(model="duo", messages=HI)  # type: ignore[arg-type]
+    assert raw.headers["x-blazar-target"] == "remote:plain/instant-model"
+    assert raw.headers["x-blazar-failover"] == f"remote:b/{MODEL}=PEER_UNAVAILABLE"
+    assert raw.parse().choices[0].message.content == REPLY
     pool.b = start_daemon(pool.b.home, port=pool.b_port)
     _wait(lambda: pool.peers()["b"]["state"] == "up", timeout_s=30, what="B marked up again")
     raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
