@@ -1,10 +1,12 @@
-"""Federation on loopback: daemon A has no model and two peers, daemon B (the test model, warm)
-and the instant upstream as a plain OpenAI server (a pass-through peer).
+"""Federation on loopback: daemon A has no model and three peers: daemon B (the test model,
+warm), daemon C (the same model, cold) and the instant upstream as a plain OpenAI server (a
+pass-through peer).
 
-A request to A for the model only B has is served by B in the three dialects with the
-official clients, streaming included; B's audit log names A's peer key, never the caller's;
-``kill -9`` of B marks it down and A answers PEER_UNAVAILABLE; B back on its port is marked
-up and used again. Answers are a few tokens: nothing here looks at speed."""
+A request to A for the model is served by B, where it is warm, in the three dialects with
+the official clients, streaming included; B's audit log names A's peer key, never the
+caller's; ``kill -9`` of B mid-stream ends the stream with the dialect's error event, B is
+marked down and the next request goes to C; B back on its port is marked up and used again.
+Answers are a few tokens: nothing here looks at speed."""
 
 from __future__ import annotations
 
@@ -55,10 +57,8 @@ def _wait(cond: Any, timeout_s: float = 60.0, what: str = "") -> Any:
 
 
 class Pool:
-    def __init__(
-        self, a: DaemonProc, b: DaemonProc, b_port: int, caller: str, instant: subprocess.Popen[bytes]
-    ):
-        self.a, self.b, self.b_port, self.caller, self.instant = a, b, b_port, caller, instant
+    def __init__(self, a: DaemonProc, b: DaemonProc, c: DaemonProc, b_port: int, caller: str) -> None:
+        self.a, self.b, self.c, self.b_port, self.caller = a, b, c, b_port, caller
 
     def peers(self) -> dict[str, dict[str, Any]]:
         doc = httpx.get(f"{self.a.url}/api/peers", headers=self.auth, timeout=30).json()
@@ -93,6 +93,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator
     peer_key = _add_key(b_home, "peer-a")
     b_port = free_port()
     b = start_daemon(b_home, port=b_port)
+    c_home = make_home(root / "c", model_path)
+    c_key = _add_key(c_home, "peer-a")
+    c = start_daemon(c_home)
     a_home = root / "a"
     a_home.mkdir()
     (a_home / "config.toml").write_text(
@@ -101,6 +104,13 @@ def pool(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator
 name = "b"
 url = "http://127.0.0.1:{b_port}"
 key = "{peer_key}"
+poll_s = 0.5
+poll_max_s = 1
+
+[[remotes]]
+name = "c"
+url = "{c.url}"
+key = "{c_key}"
 poll_s = 0.5
 poll_max_s = 1
 
@@ -119,7 +129,7 @@ bench_s = 60
     caller = _add_key(a_home, "caller")
     a = start_daemon(a_home)
     a.env["COLUMNS"] = "200"  # the CLI's tables unabridged
-    p = Pool(a, b, b_port, caller, instant)
+    p = Pool(a, b, c, b_port, caller)
     try:
         _wait(lambda: all(v["state"] == "up" for v in p.peers().values()), what="both peers up")
         # B's model warm (preloaded) before the tests look at the decision
@@ -128,6 +138,7 @@ bench_s = 60
     finally:
         p.a.stop()
         p.b.stop()
+        p.c.stop()
         instant.kill()
         instant.wait()
 
@@ -139,7 +150,7 @@ def test_peers_and_route_explain_where_the_model_goes(pool: Pool) -> None:
     assert installed == [MODEL]
     listed = pool.a.cli("peers", "--json")
     doc = json.loads(listed.stdout)
-    assert {p["name"] for p in doc["peers"]} == {"b", "plain"}
+    assert {p["name"] for p in doc["peers"]} == {"b", "c", "plain"}
     table = pool.a.cli("peers").stdout
     assert f"{MODEL}*" in table and "pass-through" in table
     route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
@@ -148,11 +159,12 @@ def test_peers_and_route_explain_where_the_model_goes(pool: Pool) -> None:
     assert rows["local"]["skipped"] == "does not have the model"
     assert rows["plain"]["skipped"] == "does not have the model"
     assert rows["b"]["warm"] is True and rows["b"]["expected_wait_s"] == 0.0
+    assert (rows["b"]["rank"], rows["c"]["rank"], rows["c"]["warm"]) == (1, 2, False)
     said = pool.a.cli("route", MODEL).stdout
     assert "→ b:" in said
 
 
-def test_a_model_only_b_has_is_served_by_b_in_the_openai_dialect(pool: Pool) -> None:
+def test_the_model_warm_on_b_is_served_by_b_in_the_openai_dialect(pool: Pool) -> None:
     client = pool.oai()
     raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
     assert raw.headers["x-blazar-peer"] == "b"
@@ -236,13 +248,17 @@ def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool
             pass
     assert "PEER_FAILED" in str(failed.value.body) or "failed during the answer" in failed.value.message
     _wait(lambda: pool.peers()["b"]["state"] == "down", timeout_s=20, what="B marked down")
+    route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
+    assert route["winner"] == "c"
+    assert next(c for c in route["candidates"] if c["where"] == "b")["skipped"].startswith("down")
+    # the next request goes to C, which has the model cold
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    assert raw.headers["x-blazar-peer"] == "c" and raw.parse().choices[0].message.content
+    # asked of B by name, it is a clear error
     with pytest.raises(openai.APIStatusError) as e:
-        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
+        client.chat.completions.create(model=f"remote:b/{MODEL}", messages=HI, max_tokens=4)  # type: ignore[arg-type]
     assert e.value.status_code == 503
     assert e.value.body["blazar_code"] == "PEER_UNAVAILABLE"  # type: ignore[index]
-    route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
-    assert route["winner"] is None
-    assert next(c for c in route["candidates"] if c["where"] == "b")["skipped"].startswith("down")
     # the chain moves on to its next target, and benches the one that is down
     raw = client.chat.completions.with_raw_response.create(model="duo", messages=HI)  # type: ignore[arg-type]
     assert raw.headers["x-blazar-target"] == "remote:plain/instant-model"
@@ -250,5 +266,11 @@ def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool
     assert raw.parse().choices[0].message.content == REPLY
     pool.b = start_daemon(pool.b.home, port=pool.b_port)
     _wait(lambda: pool.peers()["b"]["state"] == "up", timeout_s=30, what="B marked up again")
-    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
+    _wait(pool.b_ready, timeout_s=120, what="B's model warm again")
+    route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
+    rows = {c["where"]: c for c in route["candidates"]}
+    assert rows["b"]["rank"] is not None and rows["b"]["warm"] and rows["c"]["warm"]  # both warm now
+    raw = client.chat.completions.with_raw_response.create(
+        model=f"remote:b/{MODEL}", messages=HI, max_tokens=4
+    )  # type: ignore[arg-type]
     assert raw.headers["x-blazar-peer"] == "b" and raw.parse().choices[0].message.content
