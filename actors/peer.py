@@ -309,6 +309,10 @@ class Peers:
     def get(self, name: str) -> PeerActor | None:
         return self.actors.get(name)
 
+    def members(self, remote: str) -> list[PeerActor]:
+        """The peers a ``dns`` remote named ``remote`` has now (empty for any other name)."""
+        return [a for a in self.actors.values() if a.remote.name == remote and a.remote.dns is not None]
+
     def views(self) -> list[PeerView]:
         return [a.view() for a in self.actors.values()]
 

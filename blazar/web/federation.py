@@ -28,7 +28,7 @@ from quart_trio import QuartTrio
 from actors.census import take_census
 from actors.config import FailoverChain, FailoverTarget
 from actors.engine import EngineState
-from actors.federation import LOCAL, Candidate, Decision, decide, expected_wait_s
+from actors.federation import LOCAL, Candidate, Decision, Ranked, decide, expected_wait_s
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
@@ -283,16 +283,55 @@ def _code_of(body: bytes) -> str | None:
 # -- the wrapper ------------------------------------------------------------------------------------
 
 
-def _targets(runtime: Runtime, decision: Decision, model: str) -> list[tuple[PeerActor, str]]:
-    """The ranked peers of ``decision`` (this machine excluded) with their actors."""
+_OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+"""What a pass-through peer (any OpenAI-compatible server) can be asked."""
+
+
+def _speaks(call: Call, row: Ranked) -> bool:
+    return not row.pass_through or (call.path in _OPENAI_PATHS and "anthropic-version" not in call.headers)
+
+
+def _targets(runtime: Runtime, call: Call, decision: Decision, model: str) -> list[tuple[PeerActor, str]]:
+    """The ranked peers of ``decision`` (this machine excluded) that speak the call's dialect."""
     out = []
     for row in decision.candidates:
-        if row.rank is None or row.where == LOCAL:
+        if row.rank is None or row.where == LOCAL or not _speaks(call, row):
             continue
         actor = runtime.peers.get(row.where)
         if actor is not None:
             out.append((actor, model))
     return out
+
+
+def peer_targets(runtime: Runtime, call: Call, peer: str, model: str) -> list[tuple[PeerActor, str]]:
+    """Where ``remote:PEER/MODEL`` goes: that peer, or for the name of a ``dns`` remote its
+    peers that have the model, best first; raises ``PEER_NOT_FOUND`` or ``PEER_UNAVAILABLE``."""
+    actor = runtime.peers.get(peer)
+    if actor is not None:
+        if actor.state == "down":
+            raise BlazarError(
+                "PEER_UNAVAILABLE",
+                f"peer '{peer}' is down ({actor.last_error}) — see `blazar peers`; it is used again "
+                "once a poll finds it up",
+            )
+        return [(actor, model)]
+    group = runtime.peers.members(peer)
+    if not group:
+        known = ", ".join(runtime.peers.actors) or "none is configured"
+        raise BlazarError(
+            "PEER_NOT_FOUND",
+            f"no peer named '{peer}' (peers: {known}) — add a [[remotes]] entry to config.toml "
+            "or see `blazar peers`",
+            param="model",
+        )
+    decision = decide(model, [peer_candidate(a.view(), model) for a in group])
+    members = {a.peer: a for a in group}
+    ranked = [
+        (members[r.where], model) for r in decision.candidates if r.rank is not None and _speaks(call, r)
+    ]
+    if not ranked:
+        raise BlazarError("PEER_UNAVAILABLE", f"no peer of '{peer}' can serve '{model}' now: {decision.why}")
+    return ranked
 
 
 async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
@@ -309,33 +348,26 @@ async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
         peer, name = remote
         call.set_model(model)
         call.check_model(name)
-        actor = runtime.peers.get(peer)
-        if actor is None:
-            known = ", ".join(runtime.peers.actors) or "none is configured"
-            raise BlazarError(
-                "PEER_NOT_FOUND",
-                f"no peer named '{peer}' (peers: {known}) — add a [[remotes]] entry to config.toml "
-                "or see `blazar peers`",
-                param="model",
-            )
-        if actor.state == "down":
-            raise BlazarError(
-                "PEER_UNAVAILABLE",
-                f"peer '{peer}' is down ({actor.last_error}) — see `blazar peers`; it is used again "
-                "once a poll finds it up",
-            )
-        return await relay(call, [(actor, name)])
+        return await relay(call, peer_targets(runtime, call, peer, name))
     engine = runtime.engine_named(model)
     if engine is not None and engine.state in (EngineState.READY, EngineState.STARTING):
         return await local(call)  # warm here: local wins, no census, no peer consulted
     decision = await decision_for(runtime, model)
     if decision.winner == LOCAL:
         return await local(call)
-    targets = _targets(runtime, decision, model)
+    targets = _targets(runtime, call, decision, model)
+    here = any(c.where == LOCAL and c.rank is not None for c in decision.candidates)
     if not targets:
         down = [c.where for c in decision.candidates if c.skipped and c.skipped.startswith("down")]
-        if down and not any(c.where == LOCAL and c.skipped is None for c in decision.candidates):
-            call.set_model(model)
+        elsewhere = [c.where for c in decision.candidates if c.rank is not None and c.where != LOCAL]
+        call.set_model(model)
+        if elsewhere and not here:  # only pass-through peers have it, and this route is not OpenAI's
+            raise BlazarError(
+                "MODEL_NOT_FOUND",
+                f"model '{model}' is not installed here; the pass-through peer {', '.join(elsewhere)} has "
+                "it, which is reached only through /v1/chat/completions, /v1/completions and /v1/responses",
+            )
+        if down and not here:
             raise BlazarError(
                 "PEER_UNAVAILABLE",
                 f"model '{model}' is not installed here and no reachable peer has it (down: "
@@ -345,7 +377,14 @@ async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
     call.set_model(model)
     if call.card is not None:
         call.card.failover.append(f"federation: {decision.why}")
-    return await relay(call, targets)
+    try:
+        return await relay(call, targets)
+    except BlazarError as exc:
+        if exc.code != "PEER_UNAVAILABLE" or not here:
+            raise
+        if call.card is not None:
+            call.card.failover.append(f"federation: served here after the peers failed: {exc.message}")
+        return await local(call)  # installed here (cold): the next candidate after the peers
 
 
 async def walk_chain(runtime: Runtime, call: Call, chain: FailoverChain, local: Handler) -> Reply:
@@ -366,12 +405,7 @@ async def walk_chain(runtime: Runtime, call: Call, chain: FailoverChain, local: 
     async def attempt(target: FailoverTarget) -> Reply:
         call.headers.pop("x-blazar-engine", None)
         if target.peer is not None:
-            actor = runtime.peers.get(target.peer)
-            if actor is None:
-                raise BlazarError("PEER_NOT_FOUND", f"no peer named '{target.peer}' is configured")
-            if actor.state == "down":
-                raise BlazarError("PEER_UNAVAILABLE", f"peer '{target.peer}' is down ({actor.last_error})")
-            return await relay(call, [(actor, target.model)])
+            return await relay(call, peer_targets(runtime, call, target.peer, target.model))
         call.body = body if target.model == chain.name else _rewrite_model(body, target.model)
         if target.lane is not None:
             call.headers["x-blazar-engine"] = target.lane

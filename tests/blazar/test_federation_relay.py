@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
+from typing import cast
 
 import msgspec
 import pytest
@@ -15,9 +17,10 @@ import trio
 
 from actors.config import Remote
 from actors.peer import RELAYED_HEADER, Peers
+from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect
 from blazar.web.call import Call
-from blazar.web.federation import relay, split_remote, stream_error
+from blazar.web.federation import peer_targets, relay, split_remote, stream_error
 from tests.support import ROOT, free_port, unreachable_url
 
 REPLY = "relayed bytes"
@@ -137,3 +140,24 @@ def test_remote_names_and_stream_errors() -> None:
     line = stream_error(Dialect.OLLAMA, "PEER_FAILED", "x")
     assert msgspec.json.decode(line) == {"error": "x", "blazar_code": "PEER_FAILED"}
     assert RELAYED_HEADER == "x-blazar-relayed-by"
+
+
+async def test_remote_with_a_dns_remote_s_name_goes_to_one_of_its_peers(upstream: int) -> None:
+    remote = Remote(name="pool", dns="localhost", port=upstream, poll_s=0.2, poll_max_s=1, resolve_s=60)
+    peers = Peers([remote])
+    runtime = cast(Runtime, SimpleNamespace(peers=peers))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        await _until(
+            lambda: "pool-127.0.0.1" in peers.actors and peers.actors["pool-127.0.0.1"].state == "up"
+        )
+        call = _call({"model": "remote:pool/tiny", "messages": []})
+        ((actor, model),) = peer_targets(runtime, call, "pool", "tiny")
+        assert (actor.peer, model) == ("pool-127.0.0.1", "tiny")
+        with pytest.raises(BlazarError) as e:
+            peer_targets(runtime, call, "pool", "not-there")
+        assert e.value.code == "PEER_UNAVAILABLE"
+        with pytest.raises(BlazarError) as e:
+            peer_targets(runtime, call, "elsewhere", "tiny")
+        assert e.value.code == "PEER_NOT_FOUND" and "pool-127.0.0.1" in e.value.message
+        nursery.cancel_scope.cancel()

@@ -212,6 +212,11 @@ def test_a_pass_through_peer_is_routed_to_by_model_name(pool: Pool) -> None:
     raw = pool.oai().chat.completions.with_raw_response.create(model="instant-model", messages=HI)  # type: ignore[arg-type]
     assert raw.headers["x-blazar-peer"] == "plain"
     assert raw.parse().choices[0].message.content == REPLY
+    # it speaks only the OpenAI routes: asked through Ollama's, the answer says where to go
+    oll = ollama.Client(host=pool.a.url, headers={"authorization": f"Bearer {pool.caller}"}, timeout=60)
+    with pytest.raises(ollama.ResponseError) as e:
+        oll.chat(model="instant-model", messages=HI)
+    assert e.value.status_code == 404 and "pass-through peer plain" in e.value.error
 
 
 def test_unknown_peer_and_unknown_model_are_clear_errors(pool: Pool) -> None:
