@@ -57,8 +57,11 @@ def _wait(cond: Any, timeout_s: float = 60.0, what: str = "") -> Any:
 
 
 class Pool:
-    def __init__(self, a: DaemonProc, b: DaemonProc, c: DaemonProc, b_port: int, caller: str) -> None:
+    def __init__(
+        self, a: DaemonProc, b: DaemonProc, c: DaemonProc, b_port: int, caller: str, peer_key: str
+    ) -> None:
         self.a, self.b, self.c, self.b_port, self.caller = a, b, c, b_port, caller
+        self.b_auth = {"Authorization": f"Bearer {peer_key}"}
 
     def peers(self) -> dict[str, dict[str, Any]]:
         doc = httpx.get(f"{self.a.url}/api/peers", headers=self.auth, timeout=30).json()
@@ -129,7 +132,7 @@ bench_s = 60
     caller = _add_key(a_home, "caller")
     a = start_daemon(a_home)
     a.env["COLUMNS"] = "200"  # the CLI's tables unabridged
-    p = Pool(a, b, c, b_port, caller)
+    p = Pool(a, b, c, b_port, caller, peer_key)
     try:
         _wait(lambda: all(v["state"] == "up" for v in p.peers().values()), what="both peers up")
         # B's model warm (preloaded) before the tests look at the decision
@@ -185,6 +188,29 @@ def test_the_anthropic_and_ollama_dialects_are_relayed_too(pool: Pool) -> None:
     oll = ollama.Client(host=pool.a.url, headers={"authorization": f"Bearer {pool.caller}"}, timeout=120)
     parts = list(oll.chat(model=MODEL, messages=HI, stream=True, options={"num_predict": 4}))
     assert parts[-1].done and "".join(p.message.content or "" for p in parts)
+
+
+def test_a_client_that_disconnects_cancels_the_request_on_the_peer(pool: Pool) -> None:
+    def b_busy() -> int:  # asked of B itself, with the key A uses there
+        cap = httpx.get(f"{pool.b.url}/api/capacity", headers=pool.b_auth, timeout=30).json()
+        return sum(m["in_flight"] for m in cap["models"])
+
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell a long story about a lighthouse."}],
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", f"{pool.a.url}/v1/chat/completions", json=body, headers=pool.auth, timeout=60
+    ) as r:
+        assert r.status_code == 200 and r.headers["x-blazar-peer"] == "b"
+        chunks = r.iter_raw()  # kept: a dropped generator would close the response at once
+        next(chunks)
+        _wait(lambda: b_busy() == 1, timeout_s=60, what="the request running on B")
+    # closed after one chunk: B's slot is released long before 4000 tokens could be written
+    _wait(lambda: b_busy() == 0, timeout_s=60, what="B to let the request go")
 
 
 def test_b_sees_a_s_peer_key_never_the_caller_s(pool: Pool) -> None:
