@@ -115,6 +115,10 @@ class PeerActor(Actor[PeerMessage]):
     def __repr__(self) -> str:
         return f"<PeerActor {self.peer} {self.state} failures={self.failures}>"
 
+    async def on_start(self) -> None:
+        if self.client.is_closed:  # restarted by its supervisor: the last run closed it
+            self.client = _client(self.remote, self.url)
+
     async def on_stop(self) -> None:
         with trio.move_on_after(1):
             await self.client.aclose()

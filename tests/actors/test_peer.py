@@ -88,3 +88,17 @@ async def test_a_peer_nobody_answers_for_is_down_and_polled_with_a_backoff() -> 
 def test_no_remote_no_peer() -> None:
     peers = Peers([])
     assert not peers and peers.views() == []
+
+
+async def test_a_restarted_peer_actor_has_a_usable_client_again(upstream: int) -> None:
+    peers = Peers([Remote(name="one", url=f"http://127.0.0.1:{upstream}", poll_s=60, poll_max_s=60)])
+    actor = peers.actors.get("one")
+    assert actor is None  # made when the group runs
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        actor = peers.actors["one"]
+        await actor.client.aclose()  # as a crashed run's on_stop leaves it
+        await actor.on_start()
+        assert not actor.client.is_closed
+        assert (await actor.ask(PollNow())).state == "up"
+        nursery.cancel_scope.cancel()
