@@ -14,6 +14,7 @@ __all__ = [
     "FailoverTarget",
     "McpServer",
     "ModelOverride",
+    "Remote",
     "RuntimeConfig",
     "Tunables",
     "parse_target",
@@ -237,6 +238,54 @@ def _check_pattern(pattern: str, where: str) -> None:
         raise ValueError(f"{where}: {pattern!r} is not a regular expression ({exc})") from None
 
 
+PeerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+
+
+class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[remotes]]`` entry: a peer daemon (or any OpenAI-compatible server) that requests
+    may be relayed to (docs/federation.md). Either ``url``, or ``dns`` with ``port``: every
+    address the name resolves to is a peer, named ``NAME-ADDRESS``."""
+
+    name: PeerName
+    """What ``remote:NAME/MODEL`` and the listings call the peer (no ``/``, ``:`` or ``@``)."""
+    url: str | None = None
+    """The peer's base URL (``http://host:port``), without ``/v1``."""
+    dns: str | None = None
+    """A DNS name whose A/AAAA records are the peers (a Kubernetes headless service)."""
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    """With ``dns``: the port the peers listen on."""
+    scheme: Literal["http", "https"] = "http"
+    """With ``dns``: how the peers are reached."""
+    key: str | None = None
+    """The key this daemon presents to the peer (``Authorization: Bearer``); a caller's key is
+    never forwarded. Unset: none (a peer on loopback without keys)."""
+    tls_verify: bool = True
+    """Check the peer's TLS certificate (``https``)."""
+    ca_file: str | None = None
+    """A PEM bundle to check the peer's certificate against, instead of the system's."""
+    poll_s: Annotated[float, msgspec.Meta(gt=0)] = 2.0
+    """How often the peer's capacity is read; a peer that fails is polled with a backoff
+    that doubles up to ``poll_max_s``."""
+    poll_max_s: Annotated[float, msgspec.Meta(gt=0)] = 15.0
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """Longest a capacity poll, or the connection of a relayed request, may take."""
+    resolve_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """With ``dns``: how often the name is resolved again."""
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.dns is None):
+            raise ValueError(f"remote {self.name!r} needs exactly one of url or dns")
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"remote {self.name!r}: url must start with http:// or https://")
+            if self.port is not None:
+                raise ValueError(f"remote {self.name!r}: port goes with dns (put it in the url)")
+        elif self.port is None:
+            raise ValueError(f"remote {self.name!r}: dns needs port = the port the peers listen on")
+        if self.poll_max_s < self.poll_s:
+            raise ValueError(f"remote {self.name!r}: poll_max_s must be at least poll_s")
+
+
 McpSelection = str | list[str]
 """``"none"``, ``"all"``, one server's name, or a list of names."""
 
@@ -287,9 +336,16 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Cascades (``[[cascade]]`` entries): cheap models first, escalation on a failed answer."""
     cascade_refusals: list[str] = []
     """Refusal patterns (regular expressions, case-insensitive) for cascades without their own."""
+    remotes: list[Remote] = []
+    """Peers (``[[remotes]]`` entries) requests may be relayed to (docs/federation.md); none:
+    nothing ever leaves this machine."""
 
     def __post_init__(self) -> None:
         _check_chains(self.failover)
+        peers = [r.name for r in self.remotes]
+        if len(set(peers)) != len(peers):
+            twice = sorted({n for n in peers if peers.count(n) > 1})
+            raise ValueError(f"remote names must be unique; given more than once: {', '.join(twice)}")
         cascades = [c.name for c in self.cascade]
         if len(set(cascades)) != len(cascades):
             raise ValueError(f"cascade names must be unique; given more than once: {sorted(cascades)}")

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 REMOTE_REASON = (
-    "remote targets need the federation, which this daemon does not have yet: the target is skipped"
+    "remote targets need the federation: no [[remotes]] entry is configured, so the target is skipped"
 )
 
 Action = Literal["try", "probe", "last-resort", "pinned", "skip"]
@@ -83,14 +83,20 @@ def bench_for(failures: int, base_s: float, max_s: float) -> float:
 
 
 def plan(
-    chain: FailoverChain, states: Mapping[str, TargetState], now: float, *, pinned: str | None = None
+    chain: FailoverChain,
+    states: Mapping[str, TargetState],
+    now: float,
+    *,
+    pinned: str | None = None,
+    federated: bool = False,
 ) -> list[Step]:
     """The order a request for ``chain`` tries its targets at ``now`` (trio time).
 
     Healthy targets and those whose bench is over are tried in the chain's order; benched
     ones are skipped, unless every local target is benched: then they are all tried in order
-    rather than refusing without trying. ``remote:`` targets are always skipped (no federation
-    yet). A pin puts its target alone."""
+    rather than refusing without trying. ``remote:`` targets are skipped without the
+    federation (``federated``: ``[[remotes]]`` are configured); with it they are benched and
+    probed like the others. A pin puts its target alone."""
     targets = chain.parsed()
     if pinned is not None:
         target = next(t for t in targets if t.text == pinned)
@@ -98,7 +104,7 @@ def plan(
     steps: list[Step] = []
     for target in targets:
         state = states.get(target.text) or TargetState()
-        if target.peer is not None:
+        if target.peer is not None and not federated:
             steps.append(Step(target=target, action="skip", reason=REMOTE_REASON))
         elif state.benched_until is not None and state.benched_until > now:
             why = f"benched for {state.benched_until - now:.1f} s more after: {state.last_error}"
@@ -109,7 +115,9 @@ def plan(
             steps.append(Step(target=target, action="try"))
     if not any(s.action in ("try", "probe") for s in steps):
         steps = [
-            Step(target=s.target, action="last-resort", reason=s.reason) if s.target.peer is None else s
+            Step(target=s.target, action="last-resort", reason=s.reason)
+            if s.target.peer is None or federated
+            else s
             for s in steps
         ]
     return steps
@@ -155,7 +163,9 @@ class FailoverStatistics(msgspec.Struct, frozen=True, kw_only=True):
 class FailoverChains:
     """The runtime's chains and the one record of their targets' health (see the module doc)."""
 
-    def __init__(self, chains: list[FailoverChain]) -> None:
+    def __init__(self, chains: list[FailoverChain], *, federated: bool = False) -> None:
+        self.federated = federated
+        """``[[remotes]]`` are configured: ``remote:`` targets are served, not skipped."""
         self.chains: dict[str, FailoverChain] = {c.name: c for c in chains}
         """Chain name → chain: the one lookup a request for any model pays."""
         self._states: dict[str, dict[str, TargetState]] = {
@@ -176,7 +186,9 @@ class FailoverChains:
         return self._states[chain][target]
 
     def plan(self, name: str, now: float) -> list[Step]:
-        return plan(self.chains[name], self._states[name], now, pinned=self._pins.get(name))
+        return plan(
+            self.chains[name], self._states[name], now, pinned=self._pins.get(name), federated=self.federated
+        )
 
     def failed(
         self, chain: str, target: str, code: str, message: str, now: float, *, crashes: int = 0
@@ -207,7 +219,7 @@ class FailoverChains:
         return state.failures == 0 and crashes > state.crashes_seen
 
     def pin(self, chain: str, target: str) -> None:
-        """Send every request of ``chain`` to ``target`` (one of its local targets)."""
+        """Send every request of ``chain`` to ``target`` (a local one, or a remote one when federated)."""
         c = self.chains[chain]
         if target not in c.targets:
             raise KeyError(target)
@@ -225,9 +237,10 @@ class FailoverChains:
         for name, chain in self.chains.items():
             pinned = self._pins.get(name)
             rows = []
-            for step, target in zip(plan(chain, self._states[name], now), chain.parsed(), strict=True):
+            steps = plan(chain, self._states[name], now, federated=self.federated)
+            for step, target in zip(steps, chain.parsed(), strict=True):
                 s = self._states[name][target.text]
-                if target.peer is not None:
+                if target.peer is not None and not self.federated:
                     state: Literal["healthy", "benched", "probing", "unavailable"] = "unavailable"
                 elif s.benched_until is not None and s.benched_until > now:
                     state = "benched"

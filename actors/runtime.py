@@ -8,6 +8,8 @@
     │   └ engine[model] → child process (llama.cpp)
     ├ mcp (supervisor)
     │   └ mcp[server]   → MCP server (stdio child or HTTP session), started on first use
+    ├ peers (supervisor, only with [[remotes]])
+    │   └ peer[name]    → polls the peer's capacity (actors/peer.py)
     └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
 
 
@@ -60,6 +62,7 @@ from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
+from actors.peer import Peers
 from actors.process import reap_orphans
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
 from actors.supervisor import ChildSpec, Restart, Supervisor
@@ -328,8 +331,11 @@ class Runtime:
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self.mcp = McpServers(config.mcp, config.mcp_default)
         """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
-        self.failover = FailoverChains(config.failover)
+        self.failover = FailoverChains(config.failover, federated=bool(config.remotes))
         """The ``[[failover]]`` chains and their targets' health (actors/failover.py)."""
+        self.peers = Peers(config.remotes)
+        """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
+        federation, nothing leaves the machine."""
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
@@ -693,6 +699,8 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
         # Last started, first stopped: MCP servers end before the engines do.
         await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
+        if config.remotes:
+            await root.start_child(ChildSpec(name="peers", start=runtime.peers.run))
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
         if config.preload:

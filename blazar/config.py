@@ -191,3 +191,9 @@ def _check_transport(path: Path, config: Config) -> None:
         raise ConfigError(f"{path}: max_connections and max_connections_per_client must be at least 1")
     if config.max_header_kb < 1:
         raise ConfigError(f"{path}: max_header_kb must be at least 1")
+    for remote in config.remotes:
+        if remote.ca_file is not None and not Path(remote.ca_file).expanduser().is_file():
+            raise ConfigError(
+                f"{path}: [[remotes]] {remote.name!r}: ca_file = {remote.ca_file!r} is not a readable file "
+                "— give the path of a PEM bundle (docs/federation.md)"
+            )

@@ -157,6 +157,22 @@ CATALOG: dict[str, CodeInfo] = {
             "The API key's `mcp:` scopes do not allow the MCP server the request named (docs/mcp.md).",
         ),
         _c(
+            "PEER_UNAVAILABLE",
+            503,
+            "The peer that would serve the model is down or failed before answering, and no other "
+            "machine has the model: see `blazar peers` and `blazar route MODEL`.",
+        ),
+        _c(
+            "PEER_NOT_FOUND",
+            404,
+            "A `remote:PEER/MODEL` name names a peer that no [[remotes]] entry defines: see `blazar peers`.",
+        ),
+        _c(
+            "PEER_FAILED",
+            502,
+            "The peer failed during the answer (its stream ended early): retry; see `blazar peers`.",
+        ),
+        _c(
             "FAILOVER_EXHAUSTED",
             503,
             "Every target of the failover chain failed or was skipped; the message names each one's reason.",

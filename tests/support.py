@@ -197,16 +197,24 @@ def home_env(home: Path) -> dict[str, str]:
     return env
 
 
-def start_daemon(home: Path, *extra: str, timeout_s: float = 60.0) -> DaemonProc:
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a daemon that must come back on the same one)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_daemon(home: Path, *extra: str, timeout_s: float = 60.0, port: int = 0) -> DaemonProc:
     env = home_env(home)
+    info = home / "run" / "daemon.json"
+    info.unlink(missing_ok=True)  # left by a daemon killed with -9: not this one's
     proc = subprocess.Popen(
-        [sys.executable, "-m", "blazar", "serve", "--port", "0", *extra],
+        [sys.executable, "-m", "blazar", "serve", "--port", str(port), *extra],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    info = home / "run" / "daemon.json"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

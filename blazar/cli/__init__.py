@@ -24,7 +24,21 @@ __all__ = ["app", "main"]
 app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
 
 # Imported for their side effect: each module's @app.command decorators register its commands.
-from blazar.cli import disk, doctor, engine, fit, jobs, keys, mcp, models, serving, speech, watch, why  # noqa: E402, F401
+from blazar.cli import (  # noqa: E402, F401
+    disk,
+    doctor,
+    engine,
+    federation,
+    fit,
+    jobs,
+    keys,
+    mcp,
+    models,
+    serving,
+    speech,
+    watch,
+    why,
+)
 
 
 def main(argv: list[str] | None = None) -> None:

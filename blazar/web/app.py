@@ -43,6 +43,7 @@ from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
 from blazar.web import diagnostics as web_diagnostics
 from blazar.web import failover as web_failover
+from blazar.web import federation as web_federation
 from blazar.web import images as web_images
 from blazar.web import jobs as web_jobs
 from blazar.web import lifecycle_routes as web_lifecycle
@@ -116,6 +117,7 @@ def build_gateway(
         web_utilities,
     ):
         module.register_routes(routes, runtime)
+    web_federation.wrap_routes(routes, runtime)  # only with [[remotes]]
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
     auth = open_auth(runtime, config)
@@ -219,6 +221,7 @@ def create_app(
         web_lifecycle,
         web_mcp,
         web_failover,
+        web_federation,
         web_capacity,
         web_diagnostics,
         web_responses,

@@ -19,6 +19,9 @@ from quart_trio import QuartTrio
 
 from actors.census import Census, take_census, tree_rss
 from actors.engine import EngineState
+from actors.engines.routing import installed as installed_lanes
+from actors.federation import InstalledModel, expected_wait_s
+from blazar import __version__
 from blazar.web.common import JSON, app_runtime, error_response
 
 __all__ = ["register"]
@@ -34,14 +37,30 @@ class ResidentModel(msgspec.Struct, frozen=True, kw_only=True):
     rss_bytes: int | None
     """What the engine's process tree holds in RAM now (weights are memory-mapped, so
     pages not touched yet do not count)."""
+    slots: int = 0
+    """Requests the engine runs at once."""
+    queued: int = 0
+    """Requests waiting for one of its slots."""
+    expected_wait_s: float = 0.0
+    """How long a new request would wait for a slot (0: one is free)."""
 
 
 class Capacity(msgspec.Struct, frozen=True, kw_only=True):
+    daemon: str = "blazar"
+    """Says to a peer that this is a Blazar daemon (federation, docs/federation.md)."""
+    version: str = __version__
     census: Census
     memory_budget_bytes: int | None
     """What all models may use together now (config ``memory_budget_mb``, else available
     RAM plus what the loaded models hold); None: no memory check."""
+    free_bytes: int | None = None
+    """What a new model could use now: free GPU memory when there are GPUs, else available
+    RAM, capped by the memory budget."""
     models: list[ResidentModel]
+    installed: list[InstalledModel] = []
+    """Every model in the store, with its size (what a peer may route here)."""
+    lanes: list[str] = []
+    """The engine lanes this machine runs (``llamacpp-host``, ``mistralrs-host``, …)."""
 
 
 async def capacity() -> Response:
@@ -50,23 +69,55 @@ async def capacity() -> Response:
     stats = [e.statistics() for e in engines]
     pids = [s.pid for s in stats if s.pid]
 
-    def measure() -> tuple[Census, list[int | None]]:
-        return take_census(pids), [tree_rss(s.pid) if s.pid else None for s in stats]
+    config = runtime.config
 
-    census, rss = await trio.to_thread.run_sync(measure)
-    models = [
-        ResidentModel(
-            model=s.model,
-            state=str(s.state),
-            pid=s.pid,
-            in_flight=s.in_flight,
-            estimated_bytes=runtime.memory.footprint(s.model),
-            rss_bytes=r,
+    def measure() -> tuple[Census, list[int | None], list[InstalledModel], list[str]]:
+        records = runtime.store.list()
+        lanes = sorted({lane.kind for lane in installed_lanes(config.engine, config.home).values() if lane})
+        return (
+            take_census(pids),
+            [tree_rss(s.pid) if s.pid else None for s in stats],
+            [InstalledModel(name=r.name, size_bytes=r.size, kind=r.kind) for r in records],
+            lanes,
         )
-        for s, r in zip(stats, rss, strict=True)
-    ]
+
+    census, rss, store, lanes = await trio.to_thread.run_sync(measure)
+    queues = {q.model: q for q in runtime.admission.statistics().queues}
+    models = []
+    for s, e, r in zip(stats, engines, rss, strict=True):
+        q = queues.get(s.model)
+        slots = e.spec.slots
+        models.append(
+            ResidentModel(
+                model=s.model,
+                state=str(s.state),
+                pid=s.pid,
+                in_flight=s.in_flight,
+                estimated_bytes=runtime.memory.footprint(s.model),
+                rss_bytes=r,
+                slots=slots,
+                queued=q.queued if q is not None else 0,
+                expected_wait_s=expected_wait_s(
+                    slots=slots,
+                    running=q.running if q is not None else s.in_flight,
+                    queued=q.queued if q is not None else 0,
+                    service_s=q.service_s if q is not None else None,
+                ),
+            )
+        )
     held = sum(m.estimated_bytes or 0 for m in models)
-    body = Capacity(census=census, memory_budget_bytes=runtime.memory.budget(held), models=models)
+    budget = runtime.memory.budget(held)
+    free = sum(g.free for g in census.gpus) if census.gpus else census.ram_available
+    if budget is not None:
+        free = max(0, min(free, budget - held))
+    body = Capacity(
+        census=census,
+        memory_budget_bytes=budget,
+        free_bytes=free,
+        models=models,
+        installed=store,
+        lanes=lanes,
+    )
     return Response(msgspec.json.encode(body), content_type=JSON)
 
 

@@ -51,6 +51,9 @@ FAILOVER_CODES = frozenset(
         "MAX_LOADED_MODELS",
         "MODEL_NOT_FOUND",
         "MODEL_UNSUPPORTED_ENGINE",
+        "PEER_UNAVAILABLE",
+        "PEER_NOT_FOUND",
+        "PEER_FAILED",
     }
 )
 """The failures that are a target's, not the request's: they move a request to the next target."""
@@ -104,6 +107,9 @@ class ChainRun:
             target = step.target
             if step.action == "skip":
                 self._pass(target.text, "skipped", step.reason or "")
+                continue
+            if target.peer is not None:  # the federation walks chains with remote targets itself
+                self._pass(target.text, "skipped", "a remote target is not served on this route")
                 continue
             if self.call is not None:
                 try:
@@ -266,9 +272,12 @@ async def pin(name: str) -> Response:
             f"(its targets: {', '.join(chain.targets)})",
             param="target",
         )
-    if target.peer is not None:
+    if target.peer is not None and not runtime.failover.federated:
         raise BlazarError(
-            "BAD_REQUEST", f"cannot pin '{body.target}': remote targets are not served yet", param="target"
+            "BAD_REQUEST",
+            f"cannot pin '{body.target}': no [[remotes]] entry is configured, so remote targets are "
+            "not served (docs/federation.md)",
+            param="target",
         )
     runtime.failover.pin(name, body.target)
     return json_response({"chain": name, "pinned": body.target})

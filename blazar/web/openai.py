@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 import trio
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.engine import EngineActor
@@ -30,7 +30,7 @@ from blazar.dialects.llamacpp import (
 )
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
-from blazar.errors import Dialect
+from blazar.errors import BlazarError, Dialect
 from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
@@ -46,6 +46,7 @@ from blazar.web.common import (
     set_stream_enders,
     stream_reply,
 )
+from blazar.web.federation import remote_models
 from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
 
@@ -85,6 +86,13 @@ async def list_models() -> Response:
         if model_visible(r.name) and r.name not in chains  # a chain of that name wins
     ]
     data += [openai.encode_model(name, created=0) for name in chains if model_visible(name)]
+    include = request.args.get("include")
+    if include == "remote":
+        data += [m for m in remote_models(runtime) if model_visible(str(m["id"]))]
+    elif include is not None:
+        raise BlazarError(
+            "BAD_REQUEST", f"include={include!r} is not known: write include=remote", param="include"
+        )
     return json_response(openai.encode_model_list(data))
 
 

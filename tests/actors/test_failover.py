@@ -130,3 +130,21 @@ def test_pins_and_what_the_report_says_of_remote_targets_and_shadowed_models() -
     assert (c.state, c.peer, c.reason) == ("unavailable", "peer", REMOTE_REASON)
     assert chains.unpin("smart") and not chains.unpin("smart")
     assert chains.report(0.0)[0].pinned is None
+
+
+def test_with_the_federation_remote_targets_are_tried_benched_and_probed_like_local_ones() -> None:
+    chains = FailoverChains([_chain("remote:peer/c", "a")], federated=True)
+    assert [(s.target.text, s.action) for s in chains.plan("smart", 0.0)] == [
+        ("remote:peer/c", "try"),
+        ("a", "try"),
+    ]
+    chains.failed("smart", "remote:peer/c", "PEER_UNAVAILABLE", "peer 'peer' is down", 0.0)
+    assert [(s.target.text, s.action) for s in chains.plan("smart", 1.0)] == [
+        ("remote:peer/c", "skip"),
+        ("a", "try"),
+    ]
+    (report,) = chains.report(1.0)
+    c = report.targets[0]
+    assert (c.state, c.last_code) == ("benched", "PEER_UNAVAILABLE")
+    chains.pin("smart", "remote:peer/c")  # a remote target may be pinned once it is served
+    assert chains.plan("smart", 1.0)[0].action == "pinned"

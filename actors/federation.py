@@ -1,0 +1,275 @@
+"""The federation's decision: which machine serves a model, from what each peer last published.
+
+Pure functions, no I/O and no trio: ``parse_capacity`` and ``parse_models`` turn a peer's
+``GET /api/capacity`` (a Blazar daemon) or ``GET /v1/models`` (any OpenAI-compatible server:
+a pass-through peer) into a ``Snapshot``; ``decide`` ranks the candidates for one model.
+
+The rule, in order: a down peer, or one that does not have the model, is skipped; the model
+warm here wins outright; then warm before cold; then the shortest expected queue wait; then
+the most memory left once the model's estimate is taken from the machine's free memory; then
+this machine before a peer, a Blazar peer before a pass-through one, and the name.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "LOCAL",
+    "Candidate",
+    "Decision",
+    "InstalledModel",
+    "LoadedModel",
+    "Ranked",
+    "Snapshot",
+    "SnapshotError",
+    "decide",
+    "expected_wait_s",
+    "parse_capacity",
+    "parse_models",
+    "same_model",
+]
+
+LOCAL = "local"
+"""The name this machine has among the candidates."""
+
+
+class SnapshotError(ValueError):
+    """A peer's answer could not be read as capacity or as a model list."""
+
+
+class LoadedModel(msgspec.Struct, frozen=True, kw_only=True):
+    """One model running on a peer, as ``GET /api/capacity`` publishes it."""
+
+    model: str
+    state: str = "ready"
+    slots: int = 0
+    in_flight: int = 0
+    queued: int = 0
+    expected_wait_s: float = 0.0
+    estimated_bytes: int | None = None
+
+
+class InstalledModel(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    size_bytes: int | None = None
+    kind: str = "chat"
+
+
+class _CapacityDoc(msgspec.Struct, kw_only=True):
+    """The parts of a peer's capacity the decision reads (older daemons lack some: defaults)."""
+
+    census: dict[str, object]
+    daemon: str = "blazar"
+    version: str | None = None
+    free_bytes: int | None = None
+    memory_budget_bytes: int | None = None
+    models: list[LoadedModel] = []
+    installed: list[InstalledModel] = []
+    lanes: list[str] = []
+
+
+class _ModelEntry(msgspec.Struct, kw_only=True):
+    id: str
+
+
+class _ModelsDoc(msgspec.Struct, kw_only=True):
+    data: list[_ModelEntry]
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What one peer last said about itself."""
+
+    kind: Literal["blazar", "openai"]
+    """``openai``: a pass-through peer (its model list only, no capacity)."""
+    version: str | None = None
+    free_bytes: int | None = None
+    memory_budget_bytes: int | None = None
+    loaded: list[LoadedModel] = []
+    installed: list[InstalledModel] = []
+    lanes: list[str] = []
+
+    def has(self, model: str) -> bool:
+        return any(same_model(m.name, model) for m in self.installed)
+
+    def loaded_model(self, model: str) -> LoadedModel | None:
+        return next(
+            (m for m in self.loaded if same_model(m.model, model) and m.state in ("ready", "starting")), None
+        )
+
+    def size_of(self, model: str) -> int | None:
+        return next((m.size_bytes for m in self.installed if same_model(m.name, model)), None)
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two names are one model (``name`` and ``name:latest`` are)."""
+    return a.removesuffix(":latest") == b.removesuffix(":latest")
+
+
+def parse_capacity(body: bytes) -> Snapshot:
+    try:
+        doc = msgspec.json.decode(body, type=_CapacityDoc)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"not a Blazar capacity document: {exc}") from None
+    free = doc.free_bytes
+    if free is None:  # a daemon from before free_bytes: the census's RAM
+        ram = doc.census.get("ram_available")
+        free = ram if isinstance(ram, int) else None
+    return Snapshot(
+        kind="blazar",
+        version=doc.version,
+        free_bytes=free,
+        memory_budget_bytes=doc.memory_budget_bytes,
+        loaded=doc.models,
+        installed=doc.installed,
+        lanes=doc.lanes,
+    )
+
+
+def parse_models(body: bytes) -> Snapshot:
+    """A pass-through peer's ``/v1/models`` (OpenAI's list shape)."""
+    try:
+        doc = msgspec.json.decode(body, type=_ModelsDoc)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"not an OpenAI model list: {exc}") from None
+    return Snapshot(kind="openai", installed=[InstalledModel(name=m.id) for m in doc.data])
+
+
+def expected_wait_s(*, slots: int, running: int, queued: int, service_s: float | None) -> float:
+    """How long a new request would wait for a slot: nothing while one is free; else its place
+    in the queue over the slots, times a request's measured service time (1 s unmeasured)."""
+    if slots <= 0 or (running < slots and queued == 0):
+        return 0.0
+    return round((queued + 1) / slots * (service_s if service_s is not None else 1.0), 3)
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """A machine that could serve the model, as the decision sees it."""
+
+    where: str
+    """``local``, or the peer's name."""
+    up: bool = True
+    reason: str | None = None
+    """Why a peer is down (with ``up`` false)."""
+    has_model: bool = True
+    warm: bool = False
+    expected_wait_s: float | None = None
+    free_bytes: int | None = None
+    fit_bytes: int | None = None
+    """The model's estimated need there (its size when nothing better is known)."""
+    pass_through: bool = False
+    age_s: float | None = None
+    """How old the snapshot it was built from is."""
+
+
+class Ranked(msgspec.Struct, frozen=True, kw_only=True):
+    where: str
+    rank: int | None
+    """1 for the winner; None for a skipped candidate."""
+    warm: bool
+    expected_wait_s: float | None
+    free_bytes: int | None
+    fit_bytes: int | None
+    headroom_bytes: int | None
+    """Free memory once the model's estimate is taken from it."""
+    pass_through: bool
+    age_s: float | None
+    skipped: str | None = None
+    """Why it is not a candidate (down, does not have the model)."""
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    model: str
+    winner: str | None
+    """``local``, a peer's name, or None: nowhere can serve it."""
+    why: str
+    candidates: list[Ranked]
+
+
+def _headroom(c: Candidate) -> int | None:
+    if c.free_bytes is None:
+        return None
+    return c.free_bytes - (c.fit_bytes or 0)
+
+
+def _key(c: Candidate) -> tuple[int, float, float, int, int, str]:
+    local = c.where == LOCAL
+    head = _headroom(c)
+    return (
+        0 if (local and c.warm) else 1 if c.warm else 2,
+        c.expected_wait_s if c.expected_wait_s is not None else math.inf,
+        -head if head is not None else math.inf,
+        0 if local else 1,
+        1 if c.pass_through else 0,
+        c.where,
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _why(winner: Candidate, runner: Candidate | None) -> str:
+    name = "this machine" if winner.where == LOCAL else f"peer '{winner.where}'"
+    if runner is None:
+        state = "warm" if winner.warm else "cold"
+        return f"{name}: the only candidate that has the model ({state} there)"
+    other = "this machine" if runner.where == LOCAL else f"'{runner.where}'"
+    if winner.where == LOCAL and winner.warm:
+        return f"{name}: the model is warm here (local is preferred when warm)"
+    if winner.warm and not runner.warm:
+        return f"{name}: the model is warm there ({other} would have to load it)"
+    w, r = winner.expected_wait_s, runner.expected_wait_s
+    if w is not None and (r is None or w < r):
+        against = f"{r:.1f} s on {other}" if r is not None else f"unknown on {other}"
+        return f"{name}: the shortest expected queue wait ({w:.1f} s against {against})"
+    hw, hr = _headroom(winner), _headroom(runner)
+    if hw is not None and (hr is None or hw > hr):
+        against = _gib(hr) if hr is not None else "unknown"
+        return (
+            f"{name}: the most free memory after the model's estimate "
+            f"({_gib(hw)} against {against} on {other})"
+        )
+    return f"{name}: equal on warmth, queue wait and memory; picked by order (this machine, then by name)"
+
+
+def decide(model: str, candidates: list[Candidate]) -> Decision:
+    """Rank ``candidates`` for ``model`` (see the module doc); every one is reported with its
+    numbers, the skipped ones with why."""
+    usable = [c for c in candidates if c.up and c.has_model]
+    ordered = sorted(usable, key=_key)
+    rows: list[Ranked] = []
+    for i, c in enumerate(ordered):
+        rows.append(_row(c, rank=i + 1))
+    for c in candidates:
+        if not c.up:
+            rows.append(_row(c, skipped=f"down: {c.reason or 'not reachable'}"))
+        elif not c.has_model:
+            rows.append(_row(c, skipped="does not have the model"))
+    if not ordered:
+        down = [c.where for c in candidates if not c.up]
+        why = "no machine has the model"
+        if down:
+            why += f" among those reachable (down: {', '.join(down)})"
+        return Decision(model=model, winner=None, why=why, candidates=rows)
+    winner = ordered[0]
+    runner = ordered[1] if len(ordered) > 1 else None
+    return Decision(model=model, winner=winner.where, why=_why(winner, runner), candidates=rows)
+
+
+def _row(c: Candidate, *, rank: int | None = None, skipped: str | None = None) -> Ranked:
+    return Ranked(
+        where=c.where,
+        rank=rank,
+        warm=c.warm,
+        expected_wait_s=c.expected_wait_s,
+        free_bytes=c.free_bytes,
+        fit_bytes=c.fit_bytes,
+        headroom_bytes=_headroom(c),
+        pass_through=c.pass_through,
+        age_s=c.age_s,
+        skipped=skipped,
+    )

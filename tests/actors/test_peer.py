@@ -1,0 +1,104 @@
+"""Peer actors against real servers on loopback: the instant upstream as a pass-through peer
+found through DNS (``localhost``), and a port where nothing listens."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import trio
+
+from actors.config import Remote
+from actors.peer import Peers, PollNow
+from tests.support import ROOT, free_port, unreachable_url
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "instant_upstream.py"), "--port", str(port), "--alias", "tiny"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:  # listening before the tests poll it
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def _until(cond: Callable[[], bool], what: str) -> None:
+    with trio.fail_after(30):
+        while True:
+            if cond():
+                return
+            await trio.sleep(0.05)
+
+
+async def test_a_dns_remote_makes_a_peer_per_address_and_reads_a_plain_server_as_pass_through(
+    upstream: int,
+) -> None:
+    remote = Remote(name="pool", dns="localhost", port=upstream, poll_s=0.2, resolve_s=0.2)
+    peers = Peers([remote])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        await _until(lambda: "pool-127.0.0.1" in peers.actors, "the DNS answer")
+        actor = peers.actors["pool-127.0.0.1"]
+        assert actor.url == f"http://127.0.0.1:{upstream}"
+        view = await actor.ask(PollNow())
+        assert view.state == "up" and view.kind == "openai"
+        assert view.snapshot is not None and view.snapshot.has("tiny") and view.snapshot.free_bytes is None
+        assert view.snapshot_age_s is not None and view.snapshot_age_s < 5
+        # the name stops answering with that address: its peer is dropped
+        await peers.reconcile(remote, [])
+        assert "pool-127.0.0.1" not in peers.actors
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_nobody_answers_for_is_down_and_polled_with_a_backoff() -> None:
+    peers = Peers([Remote(name="gone", url=unreachable_url(), poll_s=0.1, poll_max_s=0.4)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        actor = peers.actors["gone"]
+        view = await actor.ask(PollNow())
+        assert view.state == "down" and view.snapshot is None and "connect" in (view.last_error or "")
+        await _until(lambda: actor.failures >= 4, "more failed polls")
+        stats = actor.statistics()
+        assert stats.state == "down" and stats.polls >= 4
+        (listed,) = await peers.poll_all()
+        assert listed.name == "gone" and listed.state == "down"
+        nursery.cancel_scope.cancel()
+
+
+def test_no_remote_no_peer() -> None:
+    peers = Peers([])
+    assert not peers and peers.views() == []
+
+
+async def test_a_restarted_peer_actor_has_a_usable_client_again(upstream: int) -> None:
+    peers = Peers([Remote(name="one", url=f"http://127.0.0.1:{upstream}", poll_s=60, poll_max_s=60)])
+    actor = peers.actors.get("one")
+    assert actor is None  # made when the group runs
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        actor = peers.actors["one"]
+        await actor.client.aclose()  # as a crashed run's on_stop leaves it
+        await actor.on_start()
+        assert not actor.client.is_closed
+        assert (await actor.ask(PollNow())).state == "up"
+        nursery.cancel_scope.cancel()

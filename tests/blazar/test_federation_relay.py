@@ -1,0 +1,163 @@
+"""The relay against real servers on loopback: a peer that cannot be reached before the answer
+starts is passed over for the next (and marked down); the answer's bytes are the peer's."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import SimpleNamespace
+from typing import cast
+
+import msgspec
+import pytest
+import trio
+
+from actors.config import Remote
+from actors.peer import RELAYED_HEADER, Peers
+from actors.runtime import Runtime
+from blazar.errors import BlazarError, Dialect
+from blazar.web.call import Call
+from blazar.web.federation import peer_targets, relay, split_remote, stream_error
+from tests.support import ROOT, free_port, unreachable_url
+
+REPLY = "relayed bytes"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, str(ROOT / "bench" / "instant_upstream.py")),
+            *("--port", str(port), "--alias", "tiny", "--reply", REPLY),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _call(body: dict[str, object], *, path: str = "/v1/chat/completions") -> Call:
+    scope = {
+        "method": "POST",
+        "path": path,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"authorization", b"Bearer the-callers-own-key"),
+        ],
+        "client": ("127.0.0.1", 5555),
+    }
+    call = Call(scope, trace_id="blz-test-1", max_body=1 << 20)
+    call.body = msgspec.json.encode(body)
+    return call
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    with trio.fail_after(30):
+        while True:
+            if cond():
+                return
+            await trio.sleep(0.02)
+
+
+async def _drain(body: bytes | AsyncIterator[bytes]) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    return b"".join([chunk async for chunk in body])
+
+
+async def test_a_peer_unreachable_before_the_answer_is_passed_over_for_the_next(upstream: int) -> None:
+    peers = Peers(
+        [
+            Remote(name="dead", url=unreachable_url(), poll_s=60, poll_max_s=60),
+            Remote(name="live", url=f"http://127.0.0.1:{upstream}", poll_s=60, poll_max_s=60),
+        ]
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        dead, live = peers.actors["dead"], peers.actors["live"]
+        await _until(lambda: live.state == "up")
+        dead.state = "up"  # as if its last poll had found it, just before it went away
+        call = _call({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+        with call, trio.fail_after(30):
+            reply = await relay(call, [(dead, "tiny"), (live, "tiny")])
+            assert reply.status == 200 and reply.content_type.startswith("text/event-stream")
+            assert reply.headers is not None and reply.headers["X-Blazar-Peer"] == "live"
+            assert reply.headers["X-Blazar-Peers-Passed"] == "dead"
+            text = (await _drain(reply.body)).decode()
+        assert "relayed" in text and text.rstrip().endswith("data: [DONE]")
+        await _until(lambda: dead.state == "down")  # the relay told it
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_remote_model_name_is_rewritten_for_the_peer(upstream: int) -> None:
+    peers = Peers([Remote(name="live", url=f"http://127.0.0.1:{upstream}", poll_s=60, poll_max_s=60)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        call = _call({"model": "remote:live/tiny", "messages": [{"role": "user", "content": "hi"}]})
+        with call, trio.fail_after(30):
+            reply = await relay(call, [(peers.actors["live"], "tiny")])
+        doc = msgspec.json.decode(await _drain(reply.body))
+        assert doc["choices"][0]["message"]["content"] == REPLY
+        nursery.cancel_scope.cancel()
+
+
+async def test_no_peer_reachable_is_peer_unavailable() -> None:
+    peers = Peers([Remote(name="dead", url=unreachable_url(), poll_s=60, poll_max_s=60)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        call = _call({"model": "tiny", "messages": []})
+        with call, pytest.raises(BlazarError) as e, trio.fail_after(30):
+            await relay(call, [(peers.actors["dead"], "tiny")])
+        assert e.value.code == "PEER_UNAVAILABLE" and "dead" in e.value.message
+        nursery.cancel_scope.cancel()
+
+
+def test_remote_names_and_stream_errors() -> None:
+    assert split_remote("remote:b/qwen3:8b") == ("b", "qwen3:8b")
+    assert split_remote("qwen3") is None
+    with pytest.raises(BlazarError):
+        split_remote("remote:b")
+    assert stream_error(Dialect.OPENAI, "PEER_FAILED", "x").startswith(b"data: {")
+    assert stream_error(Dialect.ANTHROPIC, "PEER_FAILED", "x").startswith(b"event: error\ndata: ")
+    line = stream_error(Dialect.OLLAMA, "PEER_FAILED", "x")
+    assert msgspec.json.decode(line) == {"error": "x", "blazar_code": "PEER_FAILED"}
+    assert RELAYED_HEADER == "x-blazar-relayed-by"
+
+
+async def test_remote_with_a_dns_remote_s_name_goes_to_one_of_its_peers(upstream: int) -> None:
+    remote = Remote(name="pool", dns="localhost", port=upstream, poll_s=0.2, poll_max_s=1, resolve_s=60)
+    peers = Peers([remote])
+    runtime = cast(Runtime, SimpleNamespace(peers=peers))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        await _until(
+            lambda: "pool-127.0.0.1" in peers.actors and peers.actors["pool-127.0.0.1"].state == "up"
+        )
+        call = _call({"model": "remote:pool/tiny", "messages": []})
+        ((actor, model),) = peer_targets(runtime, call, "pool", "tiny")
+        assert (actor.peer, model) == ("pool-127.0.0.1", "tiny")
+        with pytest.raises(BlazarError) as e:
+            peer_targets(runtime, call, "pool", "not-there")
+        assert e.value.code == "PEER_UNAVAILABLE"
+        with pytest.raises(BlazarError) as e:
+            peer_targets(runtime, call, "elsewhere", "tiny")
+        assert e.value.code == "PEER_NOT_FOUND" and "pool-127.0.0.1" in e.value.message
+        nursery.cancel_scope.cancel()
