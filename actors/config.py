@@ -77,6 +77,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     prompt_batch: Annotated[int, msgspec.Meta(ge=16, le=8192)] | None = None
     """Prompt tokens the engine reads per step (llama.cpp ``-b``/``-ub``). Unset: 256 on
     the CPU, llama.cpp's own on a GPU. A cancelled prompt keeps its slot for up to one step."""
+    late_chunking_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Most tokens of one late-chunked input to this model (overrides the top-level limit)."""
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]
