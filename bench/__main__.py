@@ -21,7 +21,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, cancel, console, engine, mcp, memory, mistralrs, overhead, prefill, scale, startup
+from bench import (
+    batch,
+    cancel,
+    console,
+    engine,
+    mcp,
+    memory,
+    mistralrs,
+    overhead,
+    prefill,
+    scale,
+    speech,
+    startup,
+)
 from bench._harness import Context, run_benchmark
 from bench._rigs import log
 from bench._system import ROOT
@@ -38,6 +51,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "console": (console.TITLE, console.run),
     "mistralrs": (mistralrs.TITLE, mistralrs.run),
     "mcp": (mcp.TITLE, mcp.run),
+    "speech": (speech.TITLE, speech.run),
 }
 
 
