@@ -12,10 +12,14 @@ Each run sends the same requests through the gateway (A) and straight to the dir
 - TTS: ``POST /v1/audio/speech`` of the paragraph (``wav``): wall time ÷ the duration of
   the audio it returned.
 
-A run's figure for a path is the median over its requests; each run gives the gateway ÷
-direct ratio of those medians (1.0: the gateway adds nothing; above: slower), and the
-result is the median of the runs with their range. The gateway's own time per request
-(A - B, in ms) is reported beside the ratios.
+A run's real-time factor for a path is the median over its requests; its gateway ÷ direct
+ratio is the median over its pairs (each request against its neighbour on the other path,
+so that the machine's load drifting over a run cancels out; 1.0: the gateway adds nothing,
+above: slower). The result is the median of the runs with their range. Beside the ratios:
+the wall time the gateway adds to an STT request (A - B over the pairs, in ms) and the
+daemon's own CPU per request through it (its process alone, not its engine children,
+summed over the run's gateway requests and divided by their number), which the
+machine's load does not inflate the way it does wall time.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ import httpx
 
 from bench._harness import Context
 from bench._rigs import DirectEngine, daemon_commands, engine_config, engine_of, log, redact
-from bench._stats import ratio, summarize
-from bench._system import ROOT
+from bench._stats import summarize
+from bench._system import ROOT, cpu_seconds
 from tests.support import DaemonProc, descendants, ensure_model, make_home, start_daemon, wait_gone
 
 __all__ = ["TITLE", "run"]
@@ -117,23 +121,39 @@ Target = tuple[str, dict[str, str]]
 
 
 def _one_run(
-    client: httpx.Client, targets: dict[str, dict[str, Target]], clip: bytes, count: int
+    client: httpx.Client,
+    targets: dict[str, dict[str, Target]],
+    clip: bytes,
+    count: int,
+    daemon_pid: int,
 ) -> dict[str, Any]:
     duration = _duration_s(clip)
     rtf: dict[str, dict[str, list[float]]] = {v: {"stt": [], "tts": []} for v in targets}
+    cpu = {"stt": 0.0, "tts": 0.0}
     for n in range(count):
         # A B, then B A: whichever goes second does not always find the machine as the first left it
         order = list(targets.items()) if n % 2 == 0 else list(reversed(targets.items()))
-        for variant, lanes in order:
-            seconds, _text = _hear(client, *lanes["stt"], clip)
-            rtf[variant]["stt"].append(seconds / duration)
-        for variant, lanes in order:
-            seconds, spoken = _speak(client, *lanes["tts"])
-            rtf[variant]["tts"].append(seconds / spoken)
+        for lane in ("stt", "tts"):
+            for variant, lanes in order:
+                cpu0 = cpu_seconds([daemon_pid])
+                if lane == "stt":
+                    seconds, _text = _hear(client, *lanes["stt"], clip)
+                    rtf[variant]["stt"].append(seconds / duration)
+                else:
+                    seconds, spoken = _speak(client, *lanes["tts"])
+                    rtf[variant]["tts"].append(seconds / spoken)
+                if variant == "gateway":  # summed: the kernel counts CPU in 10 ms ticks
+                    cpu[lane] += cpu_seconds([daemon_pid]) - cpu0
     out: dict[str, Any] = {v: {lane: median(xs) for lane, xs in lanes.items()} for v, lanes in rtf.items()}
     for lane in ("stt", "tts"):
-        out[f"{lane}_ratio"] = ratio(out["gateway"][lane], out["direct"][lane])
-    out["stt_added_ms"] = (out["gateway"]["stt"] - out["direct"]["stt"]) * duration * 1000
+        # each request against its neighbour on the other path: drift in the machine's load
+        # over a run cancels out of the pairs
+        pairs = zip(rtf["gateway"][lane], rtf["direct"][lane], strict=True)
+        out[f"{lane}_ratio"] = median(a / b for a, b in pairs)
+        out[f"{lane}_daemon_cpu_ms"] = cpu[lane] * 1000 / count
+    out["stt_added_ms"] = median(
+        (a - b) * duration * 1000 for a, b in zip(rtf["gateway"]["stt"], rtf["direct"]["stt"], strict=True)
+    )
     return out
 
 
@@ -164,10 +184,10 @@ def run(ctx: Context) -> dict[str, Any]:
                     "tts": (tts_direct.url, {"Authorization": f"Bearer {tts_direct.api_key}"}),
                 },
             }
-            _one_run(client, targets, clip, 1)  # warm both paths
+            _one_run(client, targets, clip, 1, daemon.proc.pid)  # warm both paths
             for n in range(ctx.runs):
                 log(f"speech: run {n + 1}/{ctx.runs}")
-                runs.append(_one_run(client, targets, clip, count))
+                runs.append(_one_run(client, targets, clip, count, daemon.proc.pid))
             commands = daemon_commands(engine_config(1)) | {
                 "stt engine (the daemon's)": redact(stt_info.argv),
                 "stt engine (direct)": redact(stt_direct.argv),
@@ -207,9 +227,16 @@ def run(ctx: Context) -> dict[str, Any]:
                 ],
             },
             {
-                "title": "The gateway's own time per STT request (ms, median of A less median of B)",
-                "columns": ["lane", "ms"],
-                "rows": [["STT", summarize(r["stt_added_ms"] for r in runs)]],
+                "title": "What the gateway itself spends per request (ms, median [min, max] over runs)",
+                "columns": ["lane", "wall time added (A - B, pairs)", "daemon CPU"],
+                "rows": [
+                    [
+                        "STT",
+                        summarize(r["stt_added_ms"] for r in runs),
+                        summarize(r["stt_daemon_cpu_ms"] for r in runs),
+                    ],
+                    ["TTS", None, summarize(r["tts_daemon_cpu_ms"] for r in runs)],
+                ],
             },
         ],
         "plots": [],
