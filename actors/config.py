@@ -97,6 +97,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     vae_tiling: bool | None = None
     weight_type: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_]+$")] | None = None
     """Convert the weights at load (``q8_0``, ``f16``…)."""
+    late_chunking_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Most tokens of one late-chunked input to this model (overrides the top-level limit)."""
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]

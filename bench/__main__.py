@@ -33,6 +33,7 @@ from bench import (
     prefill,
     realtime,
     scale,
+    speech,
     startup,
 )
 from bench._harness import Context, run_benchmark
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "mistralrs": (mistralrs.TITLE, mistralrs.run),
     "mcp": (mcp.TITLE, mcp.run),
     "realtime": (realtime.TITLE, realtime.run),
+    "speech": (speech.TITLE, speech.run),
 }
 
 

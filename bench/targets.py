@@ -120,6 +120,8 @@ TARGETS = [
     Target(
         "console_lag_p99_ms", "console", "console: main-thread lag p99, under that load", "<=", 50.0, "ms"
     ),
+    Target("stt_rtf_ratio", "speech", "STT real-time factor, gateway ÷ whisper host alone", "<=", 1.05),
+    Target("tts_rtf_ratio", "speech", "TTS real-time factor, gateway ÷ piper host alone", "<=", 1.05),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
 ]
 

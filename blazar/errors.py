@@ -97,6 +97,12 @@ CATALOG: dict[str, CodeInfo] = {
         ),
         _c("JOB_NOT_FOUND", 404, "No job has this id: see `blazar jobs` (finished jobs are pruned in time)."),
         _c("JOB_FINISHED", 409, "The job has already ended: there is nothing to cancel."),
+        _c(
+            "JOB_NO_RESULT",
+            409,
+            "The job has no result to fetch: it has not completed yet (poll it), it failed or was "
+            "cancelled (its error says why), or its kind keeps its answer elsewhere.",
+        ),
         _c("BATCH_FILE_INVALID", 400, "A batch input file line is malformed: the message names the line."),
         _c(
             "BATCH_ENDPOINT_MISMATCH",

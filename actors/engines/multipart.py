@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FormError", "Part", "boundary_of", "parse_form"]
+__all__ = ["FormError", "Part", "boundary_of", "encode_form", "parse_form"]
 
 
 class FormError(ValueError):
@@ -114,3 +114,23 @@ def _headers(raw: bytes) -> dict[str, str]:
         if sep:
             out[key.strip().lower()] = value.strip()
     return out
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "") + '"'
+
+
+def encode_form(parts: list[Part], boundary: str) -> bytes:
+    """``parts`` as a ``multipart/form-data`` body delimited by ``boundary`` (``parse_form``
+    reads it back to the same parts): a stored upload replayed without some of its fields."""
+    delimiter = b"--" + boundary.encode("latin-1")
+    out = bytearray()
+    for part in parts:
+        head = f"Content-Disposition: form-data; name={_quoted(part.name)}"
+        if part.filename is not None:
+            head += f"; filename={_quoted(part.filename)}"
+        if part.content_type is not None:
+            head += f"\r\nContent-Type: {part.content_type}"
+        out += delimiter + b"\r\n" + head.encode("utf-8") + b"\r\n\r\n" + part.data + b"\r\n"
+    out += delimiter + b"--\r\n"
+    return bytes(out)

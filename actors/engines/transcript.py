@@ -30,6 +30,7 @@ __all__ = [
     "done_event",
     "error_event",
     "language_name",
+    "parse_flag",
     "parse_request",
     "render",
     "srt",
@@ -118,7 +119,8 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
 
-def _flag(value: str, param: str) -> bool:
+def parse_flag(value: str, param: str) -> bool:
+    """A form's boolean field (true/false, 1/0, yes/no, on/off; empty is false)."""
     low = value.strip().lower()
     if low in _TRUE:
         return True
@@ -200,8 +202,8 @@ def parse_request(
         temperature=_number(temperature, "temperature", 0.0, 1.0) if temperature not in (None, "") else None,
         response_format=fmt,
         granularities=granularities or (frozenset({"segment"}) if fmt == "verbose_json" else frozenset()),
-        stream=_flag(one("stream") or "", "stream"),
-        vad_filter=_flag(one("vad_filter") or "", "vad_filter"),
+        stream=parse_flag(one("stream") or "", "stream"),
+        vad_filter=parse_flag(one("vad_filter") or "", "vad_filter"),
         vad_threshold=_number(vad_threshold, "vad_threshold", 0.0, 1.0) if vad_threshold else None,
         vad_min_silence_ms=_whole(vad_silence, "vad_min_silence_ms", 0, 60_000) if vad_silence else None,
         beam_size=_whole(beam, "beam_size", 1, 16) if beam else None,

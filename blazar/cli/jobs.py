@@ -1,8 +1,9 @@
-"""``blazar jobs``: list, show, follow and cancel the daemon's durable jobs."""
+"""``blazar jobs``: list, show, follow and cancel the daemon's durable jobs, and print their results."""
 
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Literal
@@ -232,3 +233,16 @@ def cancel(job_id: str, /) -> None:
     """Cancel a queued or running job; prints its final status."""
     job = _call(_daemon(), "POST", job_id, "/cancel")
     out.print(f"job {job_id} {job['status']}")
+
+
+@jobs.command
+def result(job_id: str, /) -> None:
+    """Print a completed job's result (an async transcription's transcript, in its format)."""
+    daemon = _daemon()
+    resp = daemon.http.get(_path(job_id, "/result"))
+    if resp.status_code == 404:
+        raise CliError(f"no job '{job_id}' — see `blazar jobs` (finished jobs are pruned after a while)")
+    if resp.status_code >= 400:
+        raise CliError(_message(resp))
+    text = resp.text
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -54,6 +54,13 @@ def whisper(
     format: Annotated[Transcript, Parameter(help="What to print.")] = "text",
     language: str | None = None,
     translate: Annotated[bool, Parameter(help="Into English (/v1/audio/translations).")] = False,
+    async_: Annotated[
+        bool,
+        Parameter(
+            name="--async",
+            help="Run it as a job: print its id at once (`blazar jobs result ID` prints the transcript).",
+        ),
+    ] = False,
 ) -> None:
     """Transcribe FILE (any audio ffmpeg can read) with a speech-to-text model and print it."""
     if not file.is_file():
@@ -62,6 +69,8 @@ def whisper(
     fields = {"model": name, "response_format": format}
     if language is not None:
         fields["language"] = language
+    if async_:
+        fields["async"] = "true"
     route = "/v1/audio/translations" if translate else "/v1/audio/transcriptions"
     daemon = _daemon()
     with file.open("rb") as audio:
@@ -72,6 +81,12 @@ def whisper(
             if resp.headers.get("content-type", "").startswith("application/json")
             else resp.text
         )
+    if async_:
+        job = resp.json()
+        job_id = job["id"]
+        sys.stdout.write(job_id + "\n")
+        err.print(f"[dim]{job['status']}: `blazar jobs follow {job_id}`; `blazar jobs result {job_id}`[/]")
+        return
     sys.stdout.write(resp.text if resp.text.endswith("\n") else resp.text + "\n")
 
 

@@ -152,17 +152,21 @@ def encode_ps(entries: Sequence[PsEntry]) -> bytes:
 def model_capabilities(
     *,
     embedding: bool = False,
+    rerank: bool = False,
     tools: bool = False,
     insert: bool = False,
     vision: bool = False,
     thinking: bool = False,
 ) -> list[str]:
-    """Ollama's capability list: ``embedding`` models only embed, others complete."""
-    caps = ["embedding"] if embedding else ["completion"]
+    """Ollama's capability list: ``embedding`` models only embed and rerankers only rank (each
+    its one capability, as Ollama lists an embedding model's); others complete."""
+    if embedding or rerank:
+        return ["embedding"] if embedding else ["rerank"]
+    caps = ["completion"]
     caps += [
         name
         for name, on in (("tools", tools), ("insert", insert), ("vision", vision), ("thinking", thinking))
-        if on and not embedding
+        if on
     ]
     return caps
 

@@ -90,7 +90,8 @@ def late_chunks(
     if len(tokens) > max_tokens:
         raise DecodeError(
             f"the late-chunked input has {len(tokens)} tokens, more than late_chunking_max_tokens "
-            f"({max_tokens}): send fewer or shorter chunks, or raise the limit in config.toml",
+            f"({max_tokens}): send fewer or shorter chunks, or raise the limit in config.toml "
+            '(`late_chunking_max_tokens`, or the model\'s own under `[models."NAME"]`)',
             code="LATE_CHUNKING_TOO_LONG",
         )
     return LateChunks(tokens=tokens, spans=spans)

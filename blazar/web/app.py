@@ -35,7 +35,7 @@ from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import audio as web_audio
-from blazar.web import background, batch_runner
+from blazar.web import background, batch_runner, speech_jobs
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import console_api as web_console
@@ -138,6 +138,7 @@ def build_gateway(
     background.register_runner(runtime, record=gateway.record_job)  # background responses
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
+    speech_jobs.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
     return gateway
 
 

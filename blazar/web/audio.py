@@ -21,11 +21,12 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from actors.engine import EngineActor
-from actors.engines.multipart import FormError, parse_form
+from actors.engines.multipart import FormError, Part, parse_form
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.errors import BlazarError
+from blazar.web import speech_jobs
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import JSON, app_runtime, json_response, stream_reply
@@ -41,7 +42,8 @@ class _Model(msgspec.Struct):
     model: str | None = None
 
 
-def _form_model(call: Call) -> str:
+def _form(call: Call) -> tuple[str, dict[str, list[Part]]]:
+    """The form's ``model`` and its parts."""
     content_type = call.headers.get("content-type", "")
     try:
         form = parse_form(call.body, content_type)
@@ -51,7 +53,7 @@ def _form_model(call: Call) -> str:
     model = parts[0].data.decode("utf-8", "replace").strip() if parts else ""
     if not model:
         raise BlazarError("BAD_REQUEST", "missing required field `model`: name a speech-to-text model")
-    return model
+    return model, form
 
 
 def _json_model(call: Call) -> str:
@@ -107,9 +109,11 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     def transcribing(path: str) -> Any:
         async def handler(call: Call) -> Reply:
-            model = _form_model(call)
+            model, form = _form(call)
             call.set_model(model)
             engine = await runtime.engine_for(model, kinds=STT)
+            if speech_jobs.wants_async(form):
+                return await speech_jobs.submit(runtime, call, path, model, form)
             return await _relay(runtime, call, engine, path, call.headers.get("content-type", ""))
 
         return handler

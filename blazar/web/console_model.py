@@ -132,7 +132,14 @@ def _model_row(
         "quant": info.file_type if info is not None else None,
         "ctx_train": info.context_length if info is not None else None,
         "capabilities": (
-            model_capabilities(tools=True, vision=record.projector is not None) if record is not None else []
+            model_capabilities(
+                embedding=record.kind == "embedding",
+                rerank=record.kind == "rerank",
+                tools=True,
+                vision=record.projector is not None,
+            )
+            if record is not None
+            else []
         ),
         "source": record.source if record is not None else None,
         "loaded": loaded,

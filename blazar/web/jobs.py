@@ -1,4 +1,4 @@
-"""``/v1/jobs``: every durable job (background responses, batches), one shape.
+"""``/v1/jobs``: every durable job (background responses, batches, pulls, transcriptions), one shape.
 
 Jobs are read straight from the ledger file; a cancel goes to the jobs actor,
 which owns them.
@@ -7,6 +7,7 @@ which owns them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -101,6 +102,38 @@ async def _sse(runtime: Runtime, job_id: str, after: int) -> AsyncIterator[bytes
         yield b"id: %d\nevent: %s\ndata: %s\n\n" % (e.seq, e.kind.encode(), msgspec.json.encode(e.data))
 
 
+_ELSEWHERE = {
+    "response": "a background response's answer is the response: GET /v1/responses/{id}",
+    "batch": "a batch's answers are its output file: GET /v1/batches/{id}",
+}
+
+
+async def job_result(job_id: str) -> Response:
+    """A completed job's result as its runner made it (a transcript in the format asked for)."""
+    job = await _job(job_id)
+    if job.state != "completed":
+        why = {
+            "queued": "it is queued: poll GET /v1/jobs/{id} until its status is completed",
+            "running": "it is running: poll GET /v1/jobs/{id} until its status is completed",
+            "failed": f"it failed: {job.error or 'no reason was recorded'}",
+            "cancelled": "it was cancelled",
+        }[job.state]
+        raise BlazarError("JOB_NO_RESULT", f"job '{job.id}' has no result: {why.replace('{id}', job.id)}")
+    data = job.result
+    if job.artifact is not None:
+        try:
+            data = await trio.to_thread.run_sync(Path(job.artifact).read_bytes)
+        except FileNotFoundError:
+            raise BlazarError(
+                "JOB_NO_RESULT", f"job '{job.id}': its result file {job.artifact} is gone from the data dir"
+            ) from None
+    if data is None:
+        elsewhere = _ELSEWHERE.get(job.kind, "this kind of job keeps no result").replace("{id}", job.id)
+        raise BlazarError("JOB_NO_RESULT", f"job '{job.id}' has no result: {elsewhere}")
+    content_type = job.progress.get("content_type") or "text/plain; charset=utf-8"
+    return Response(data, 200, content_type=content_type)
+
+
 async def cancel_job(job_id: str) -> Response:
     return json_response(encode_job(await app_runtime().jobs.cancel(job_id)))
 
@@ -109,4 +142,5 @@ def register(app: QuartTrio) -> None:
     app.get("/v1/jobs")(list_jobs)
     app.get("/v1/jobs/<job_id>")(get_job)
     app.get("/v1/jobs/<job_id>/events")(job_events)
+    app.get("/v1/jobs/<job_id>/result")(job_result)
     app.post("/v1/jobs/<job_id>/cancel")(cancel_job)

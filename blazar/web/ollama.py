@@ -305,7 +305,12 @@ async def show() -> Response:
         modelfile += f'TEMPLATE """{template}"""\n'
     model_info = _model_info(info)
     # Tools work on every chat model: emulated when the template has none.
-    capabilities = ollama_models.model_capabilities(tools=True, vision=record.projector is not None)
+    capabilities = ollama_models.model_capabilities(
+        embedding=record.kind == "embedding",
+        rerank=record.kind == "rerank" or info.reranker,
+        tools=True,
+        vision=record.projector is not None,
+    )
     if record.files:  # not one GGUF: its facts, and for all but a text model its kind as its capability
         facts = msgspec.to_builtins(record.speech) if record.speech else {}
         model_info = {"general.architecture": info.architecture, "general.kind": record.kind}

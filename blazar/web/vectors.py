@@ -117,7 +117,11 @@ async def _late_chunked(call: EngineCall, req: EmbedRequest) -> tuple[list[list[
         prefix, suffix = await _specials(call, texts[0], chunks[0])
     else:  # token arrays: the caller's tokens, as they are
         chunks, prefix, suffix = [list(map(int, x)) for x in inputs], [], []
-    limit = call.runtime.config.late_chunking_max_tokens
+    config = call.runtime.config
+    over = config.models.get(call.engine.spec.alias or call.engine.spec.model)
+    limit = config.late_chunking_max_tokens
+    if over is not None and over.late_chunking_max_tokens is not None:
+        limit = over.late_chunking_max_tokens
     plan: LateChunks = late_chunks(chunks, prefix=prefix, suffix=suffix, max_tokens=limit)
     ctx = call.context or call.engine.spec.ctx_per_slot
     if len(plan.tokens) > ctx:

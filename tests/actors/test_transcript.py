@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from actors.engines import transcript as tx
-from actors.engines.multipart import FormError, parse_form
+from actors.engines.multipart import FormError, encode_form, parse_form
 from actors.engines.synthesis import wav_header
 
 CT = "multipart/form-data; boundary=XyZ"
@@ -39,6 +39,24 @@ def test_a_form_keeps_binary_files_and_repeated_fields() -> None:
     assert form["file"][0].content_type == "audio/wav"
     assert [p.text for p in form["timestamp_granularities[]"]] == ["word", "segment"]
     assert form["model"][0].text == "whisper-1" and form["model"][0].filename is None
+
+
+def test_a_form_encoded_again_reads_back_to_the_same_parts() -> None:
+    audio = bytes(range(256)) * 3 + b"\r\n--XyZ-not-a-boundary\r\n"
+    body = _form(("file", audio, 'q"uote\\d.wav'), ("model", b"whisper-1", None), ("async", b"true", None))
+    form = parse_form(body, CT)
+    kept = [p for name, parts in form.items() if name != "async" for p in parts]
+    again = parse_form(encode_form(kept, "XyZ"), CT)
+    assert list(again) == ["file", "model"]
+    assert again["file"] == form["file"] and again["model"] == form["model"]
+    assert again["file"][0].filename == 'q"uote\\d.wav'
+
+
+def test_a_flag_takes_the_usual_spellings() -> None:
+    assert tx.parse_flag("True", "async") and tx.parse_flag(" on ", "async") and tx.parse_flag("1", "async")
+    assert not tx.parse_flag("", "async") and not tx.parse_flag("no", "async")
+    with pytest.raises(tx.BadRequest, match="'async' must be true or false"):
+        tx.parse_flag("maybe", "async")
 
 
 @pytest.mark.parametrize(

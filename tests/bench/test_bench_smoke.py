@@ -102,3 +102,22 @@ def test_py_spy_report_reads_collapsed_stacks(tmp_path: Path) -> None:
     assert "4 samples" in report
     assert " 75.0%  the relay route" in report and " 25.0%  hypercorn: read" in report
     assert "blazar" in report and "hypercorn" in report
+
+
+@pytest.mark.slow
+def test_quick_speech_run_writes_a_result(tmp_path: Path) -> None:
+    pytest.importorskip("faster_whisper", reason="the speech lanes need `pip install 'blazar[speech]'`")
+    pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[speech]'`")
+    cmd = [sys.executable, "-m", "bench", "run", "--quick", "--only", "speech", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = tmp_path.glob("*-speech.json")
+    doc = json.loads(path.read_text())
+    assert doc["name"] == "speech" and doc["quick"] is True
+    assert {t["id"] for t in doc["targets"]} == {"stt_rtf_ratio", "tts_rtf_ratio"}
+    [run] = doc["raw_runs"]
+    for variant in ("gateway", "direct"):
+        assert run[variant]["stt"] > 0 and run[variant]["tts"] > 0, run
+    assert run["stt_ratio"] > 0 and run["tts_ratio"] > 0
+    assert {"stt engine (direct)", "tts engine (direct)"} <= doc["commands"].keys()
+    assert "--api-key" in doc["commands"]["stt engine (direct)"]

@@ -64,12 +64,13 @@ def test_context_and_output_limits_are_read(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "config.toml").write_text(
         "strict = true\nmax_output_tokens = 512\n"
         '[models."smollm2-135m"]\nctx = 16384\nrope_scaling = "yarn"\nrope_scale = 2.0\n'
-        "max_output_tokens = 0\n"
+        "max_output_tokens = 0\nlate_chunking_max_tokens = 64\n"
     )
     paths = resolve_paths()
     config = load_config(paths)
     model = config.models["smollm2-135m"]
     assert (model.rope_scaling, model.rope_scale, model.max_output_tokens) == ("yarn", 2.0, 0)
+    assert model.late_chunking_max_tokens == 64
     runtime = config.runtime(paths)
     assert runtime.strict and runtime.max_output_tokens == 512
     assert Config().max_output_tokens is None and not Config().strict  # unset: no cap, not strict
@@ -84,6 +85,8 @@ def test_context_and_output_limits_are_read(tmp_path: Path, monkeypatch: pytest.
         ("max_output_tokens = -1\n", "max_output_tokens"),
         ('[models."m"]\nmax_output_tokens = -5\n', "max_output_tokens"),
         ('strict = "yes"\n', "strict"),
+        ('[models."m"]\nlate_chunking_max_tokens = 0\n', "late_chunking_max_tokens"),
+        ('[models."m"]\nlate_chunking_max_tokens = "big"\n', "late_chunking_max_tokens"),
     ],
 )
 def test_bad_limits_name_the_key(

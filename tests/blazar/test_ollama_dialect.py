@@ -220,6 +220,7 @@ def test_model_capabilities() -> None:
         "thinking",
     ]
     assert ollama_models.model_capabilities(embedding=True, tools=True) == ["embedding"]
+    assert ollama_models.model_capabilities(rerank=True, tools=True, vision=True) == ["rerank"]
 
 
 # --- tool-call accumulation ----------------------------------------------------------------

@@ -201,3 +201,25 @@ def test_rerank_routes_are_in_the_embeddings_key_scope_and_have_cards() -> None:
 
     for path in (*RERANK_ROUTES, "/api/rerank"):
         assert family_of(path) == "embeddings" and path in INFERENCE_PATHS
+
+
+async def test_ollama_show_names_a_rerankers_one_capability(vector_home: Path) -> None:
+    async with gateway() as gw:
+        r = await gw.client.post("/api/show", json={"model": RERANKER})
+        assert r.status_code == 200, r.text
+        assert r.json()["capabilities"] == ["rerank"]  # as an embedding model's is ["embedding"]
+        r = await gw.client.post("/api/show", json={"model": MODEL})
+        assert r.json()["capabilities"] == ["completion", "tools"]
+
+
+async def test_a_models_own_late_chunking_limit_overrides_the_global_one(vector_home: Path) -> None:
+    from actors.config import ModelOverride
+
+    over = {MODEL: ModelOverride(late_chunking_max_tokens=4)}
+    async with gateway(late_chunking_max_tokens=100, models=over) as gw:
+        body = {"model": MODEL, "input": [[10, 11], [12]], "late_chunking": True}
+        r = await gw.client.post("/v1/embeddings", json=body)
+        assert r.status_code == 200, r.text  # 3 tokens: under the model's 4
+        r = await gw.client.post("/v1/embeddings", json={**body, "input": [[10, 11], [12, 13, 14]]})
+        assert r.status_code == 413 and r.json()["error"]["blazar_code"] == "LATE_CHUNKING_TOO_LONG"
+        assert "late_chunking_max_tokens (4)" in r.json()["error"]["message"]
