@@ -19,6 +19,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
 _CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models"))
+TEST_CACHE = _CACHE
+"""Where the test models are fetched once (``scripts/fetch_test_models.py``)."""
+WHEEL_CACHE = _CACHE / "cache"
+"""The PyPI wheels the models were pulled from: a home's pulls read them offline."""
+SPEECH_MODELS = ("whisper-tiny.en", "piper-joe-us")
 
 
 def cached_model() -> Path | None:
@@ -195,6 +200,27 @@ def home_env(home: Path) -> dict[str, str]:
     for var, sub in (("OLLAMA_MODELS", "ollama"), ("HF_HUB_CACHE", "hf"), ("LLAMA_CACHE", "llama.cpp")):
         env[var] = str(home / "other-stores" / sub)
     return env
+
+
+def pull_env(home: Path) -> dict[str, str]:
+    """``home_env`` with the wheel cache, so that ``blazar pull`` works offline."""
+    env = home_env(home)
+    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
+    return env
+
+
+def pull_speech(home: Path, names: tuple[str, ...] = SPEECH_MODELS) -> None:
+    """Pull the speech test models into ``home`` with the real ``blazar pull`` (offline)."""
+    env = pull_env(home)
+    for name in names:
+        pulled = subprocess.run(
+            [sys.executable, "-m", "blazar", "pull", name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert pulled.returncode == 0, pulled.stderr
 
 
 def free_port() -> int:

@@ -20,17 +20,13 @@ import trio
 from quart import Response
 from quart_trio import QuartTrio
 
-from actors.engine import EngineActor
 from actors.engines.multipart import FormError, Part, parse_form
 from actors.runtime import Runtime
-from actors.upstream import UpstreamError
-from blazar.dialects import openai
 from blazar.errors import BlazarError
 from blazar.web import speech_jobs
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.claim import claim_engine
-from blazar.web.common import JSON, app_runtime, json_response, stream_reply
-from blazar.web.relay import UpstreamStream, crash_error
+from blazar.web.common import app_runtime, json_response
+from blazar.web.passthrough import relay_call
 
 __all__ = ["register", "register_routes"]
 
@@ -66,44 +62,6 @@ def _json_model(call: Call) -> str:
     return model
 
 
-async def _relay(runtime: Runtime, call: Call, engine: EngineActor, path: str, content_type: str) -> Reply:
-    """Send the request's own bytes to the engine and answer with what it answers."""
-    lease = await claim_engine(runtime, engine)
-    handle = lease.handle
-    try:
-        upstream = await handle.upstream.request(
-            "POST", path, body=call.body, headers={"content-type": content_type}
-        )
-    except UpstreamError as exc:
-        lease.release()
-        raise await crash_error(engine, handle, exc) from exc
-    except BaseException:
-        lease.release()
-        raise
-    head = {k.decode("latin-1"): v.decode("latin-1") for k, v in upstream.headers}
-    kind = head.get("content-type", JSON)
-    if upstream.status_code != 200:
-        try:
-            content = await upstream.aread()
-        finally:
-            await upstream.aclose()
-            lease.release()
-        code = "BAD_REQUEST" if upstream.status_code < 500 else "BAD_GATEWAY"
-        call.code = code
-        return Reply(openai.merge_error_code(content, code), upstream.status_code, content_type=kind)
-
-    async def on_error(exc: Exception) -> bytes:
-        err = await crash_error(engine, handle, exc)
-        if call.card is not None:
-            call.card.note_failure(err.code, err.message)
-        return b""  # audio has no error event: the stream ends short
-
-    relayed = UpstreamStream(upstream, lease, on_error, background=runtime.start_soon)
-    call.on_cleanup(relayed.aclose)
-    headers = {k: v for k, v in head.items() if k.startswith("x-")}  # the sample rate of pcm
-    return stream_reply(relayed, content_type=kind, headers=headers)
-
-
 def register_routes(routes: Routes, runtime: Runtime) -> None:
     """The audio routes, served by the gateway layer itself."""
 
@@ -114,7 +72,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             engine = await runtime.engine_for(model, kinds=STT)
             if speech_jobs.wants_async(form):
                 return await speech_jobs.submit(runtime, call, path, model, form)
-            return await _relay(runtime, call, engine, path, call.headers.get("content-type", ""))
+            # Audio has no error event: a stream the engine fails midway ends short.
+            return await relay_call(
+                runtime, call, engine, path, content_type=call.headers.get("content-type", "")
+            )
 
         return handler
 
@@ -122,7 +83,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         model = _json_model(call)
         call.set_model(model)
         engine = await runtime.engine_for(model, kinds=TTS)
-        return await _relay(runtime, call, engine, "/v1/audio/speech", JSON)
+        return await relay_call(runtime, call, engine, "/v1/audio/speech")
 
     for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
         routes.add(path, transcribing(path))

