@@ -261,6 +261,9 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     key: str | None = None
     """The key this daemon presents to the peer (``Authorization: Bearer``); a caller's key is
     never forwarded. Unset: none (a peer on loopback without keys)."""
+    key_file: str | None = None
+    """A file holding that key (a mounted Kubernetes Secret, say): read when the config is
+    loaded, which moves its content to ``key``. At most one of ``key`` and ``key_file``."""
     tls_verify: bool = True
     """Check the peer's TLS certificate (``https``)."""
     ca_file: str | None = None
@@ -277,6 +280,8 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     def __post_init__(self) -> None:
         if (self.url is None) == (self.dns is None):
             raise ValueError(f"remote {self.name!r} needs exactly one of url or dns")
+        if self.key is not None and self.key_file is not None:
+            raise ValueError(f"remote {self.name!r}: give key or key_file, not both")
         if self.url is not None:
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"remote {self.name!r}: url must start with http:// or https://")

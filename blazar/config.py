@@ -161,6 +161,7 @@ def load_config(paths: Paths) -> Config:
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
     _check_transport(path, config)
+    config = _read_remote_keys(path, config)
     for name, model in config.models.items():
         if model.rope_scale is not None and model.rope_scaling is None:
             raise ConfigError(
@@ -197,3 +198,28 @@ def _check_transport(path: Path, config: Config) -> None:
                 f"{path}: [[remotes]] {remote.name!r}: ca_file = {remote.ca_file!r} is not a readable file "
                 "— give the path of a PEM bundle (docs/federation.md)"
             )
+
+
+def _read_remote_keys(path: Path, config: Config) -> Config:
+    """Put each ``key_file``'s content in its remote's ``key`` (surrounding whitespace dropped,
+    as a file written by ``echo`` or a Secret ends with a newline)."""
+    if not any(r.key_file is not None for r in config.remotes):
+        return config
+    remotes = []
+    for remote in config.remotes:
+        if remote.key_file is not None:
+            try:
+                key = Path(remote.key_file).expanduser().read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(
+                    f"{path}: [[remotes]] {remote.name!r}: key_file = {remote.key_file!r} cannot be read "
+                    f"({exc.__class__.__name__}) — give the path of a file that holds the key alone"
+                ) from None
+            if not key or any(c.isspace() for c in key):
+                raise ConfigError(
+                    f"{path}: [[remotes]] {remote.name!r}: key_file = {remote.key_file!r} holds no key "
+                    "(it is empty, or more than one word) — write the key alone in it"
+                )
+            remote = msgspec.structs.replace(remote, key=key, key_file=None)
+        remotes.append(remote)
+    return msgspec.structs.replace(config, remotes=remotes)

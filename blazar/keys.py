@@ -44,6 +44,7 @@ __all__ = [
     "new_secret",
     "parse_expiry",
     "parse_scopes",
+    "valid_secret",
 ]
 
 SECRET_PREFIX = "blz-"
@@ -154,6 +155,17 @@ def keys_path(data_dir: str | os.PathLike[str]) -> Path:
 
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9_-]{43}")
+MAKE_SECRET = "python3 -c 'import secrets; print(\"blz-\" + secrets.token_urlsafe(32))'"
+"""A shell line that makes a secret of the right form where Blazar is not installed."""
+
+
+def valid_secret(secret: str) -> bool:
+    """Whether ``secret`` has the form of the secrets Blazar makes (so 256 random bits, which
+    is why a plain SHA-256 of it is enough to store)."""
+    return _SECRET.fullmatch(secret) is not None
 
 
 def digest_of(secret: str) -> str:
@@ -309,13 +321,27 @@ class KeyStore:
         max_concurrent: int = 0,
         expires_at: float | None = None,
         now: float | None = None,
+        secret: str | None = None,
+        replace: bool = False,
     ) -> tuple[Key, str]:
-        """A new key and its secret (which nothing keeps: show it once)."""
+        """A new key and its secret (which nothing keeps: show it once).
+
+        ``secret``: take this one instead of making one (it must have the form of Blazar's own,
+        ``blz-`` and 43 URL-safe characters), so that a secret kept elsewhere — a Kubernetes
+        Secret given to every replica — is a key on each daemon. ``replace``: a key of that name
+        that exists takes the new secret, scopes, limits and expiry instead of being an error
+        (a start script can then run the same command on every boot)."""
         if not _NAME.fullmatch(name):
             raise KeyStoreError(f"a key name is 1 to 64 of A-Z a-z 0-9 . _ - (got {name!r})")
         if name == LOCAL_NAME:
             raise KeyStoreError(f"{LOCAL_NAME!r} is the name of the daemon's local token: pick another")
-        secret = new_secret()
+        if secret is None:
+            secret = new_secret()
+        elif not valid_secret(secret):
+            raise KeyStoreError(
+                f"the secret given for key {name!r} is not a Blazar secret: it must be `blz-` and 43 "
+                f"URL-safe characters (256 random bits) — make one with `{MAKE_SECRET}`"
+            )
         key = Key(
             name=name,
             digest=digest_of(secret),
@@ -329,6 +355,11 @@ class KeyStore:
             expires_at=expires_at,
             created_at=time.time() if now is None else now,
         )
+        taken = self._conn.execute("SELECT name FROM keys WHERE digest = ?", (key.digest,)).fetchone()
+        if taken is not None and taken[0] != name:
+            raise KeyStoreError(f"that secret is already key {taken[0]!r}'s: give each key its own secret")
+        if replace and self._conn.execute("SELECT 1 FROM keys WHERE name = ?", (name,)).fetchone():
+            return self._replace(key), secret
         try:
             self._conn.execute(
                 "INSERT INTO keys (name, digest, hint, families, models, rpm, tpm, max_concurrent, "
@@ -352,6 +383,30 @@ class KeyStore:
                 f"a key named {name!r} exists — `blazar keys rotate {name}` gives it a new secret"
             ) from None
         return key, secret
+
+    def _replace(self, key: Key) -> Key:
+        """Give the existing key ``key.name`` everything of ``key`` but its creation time; a new
+        secret counts as a rotation."""
+        self._conn.execute(
+            "UPDATE keys SET rotated_at = CASE WHEN digest != ? THEN ? ELSE rotated_at END, "
+            "digest = ?, hint = ?, families = ?, models = ?, rpm = ?, tpm = ?, "
+            "max_concurrent = ?, expires_at = ?, mcp = ? WHERE name = ?",
+            (
+                key.digest,
+                key.created_at,
+                key.digest,
+                key.hint,
+                ",".join(key.families),
+                msgspec.json.encode(list(key.models)).decode(),
+                key.rpm,
+                key.tpm,
+                key.max_concurrent,
+                key.expires_at,
+                msgspec.json.encode(list(key.mcp)).decode(),
+                key.name,
+            ),
+        )
+        return self.get(key.name)
 
     def rotate(self, name: str) -> tuple[Key, str]:
         """A new secret for ``name``; the old one stops working at once. Scopes and limits stay."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import cyclopts
@@ -61,8 +62,25 @@ def add(
         str | None,
         Parameter(help="When the key stops working: 2026-12-31 (through that day), 2026-12-31T18:00, 30d."),
     ] = None,
+    secret_file: Annotated[
+        Path | None,
+        Parameter(
+            help="Take the key's secret from this file (`-`: stdin) instead of making one, e.g. a "
+            "mounted Kubernetes Secret; it must have the form Blazar's own secrets have. Nothing "
+            "is printed then.",
+        ),
+    ] = None,
+    replace: Annotated[
+        bool,
+        Parameter(
+            negative="",
+            help="If NAME exists, give it this secret, scopes, limits and expiry instead of "
+            "failing (so a start script may run the same command on every boot).",
+        ),
+    ] = False,
 ) -> None:
     """Make the key NAME and print its secret (once)."""
+    given = _read_secret(secret_file) if secret_file is not None else None
     try:
         families, models, mcp = parse_scopes(scope)
         expires_at = parse_expiry(expires) if expires is not None else None
@@ -75,11 +93,25 @@ def add(
             tpm=tpm,
             max_concurrent=max_concurrent,
             expires_at=expires_at,
+            secret=given,
+            replace=replace,
         )
     except KeyStoreError as exc:
         raise CliError(str(exc)) from None
+    if given is not None:
+        err.print(f"key {key.name}: the secret from {secret_file} (scopes {','.join(key.scopes)})")
+        return
     _print_secret(key.name, secret)
     err.print(f"[dim]scopes {','.join(key.scopes)}; send it as `Authorization: Bearer …` or `x-api-key`[/]")
+
+
+def _read_secret(path: Path) -> str:
+    """The secret in ``path`` (``-``: stdin), without the newline a Secret or ``echo`` adds."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read the secret from {path}: {exc.__class__.__name__} — {exc}") from None
+    return text.strip()
 
 
 @keys.command

@@ -195,6 +195,7 @@ port = 11435
         ('name = "a/b"\nurl = "http://x"', r"remotes\[0\].name"),
         ('name = "a"\nurl = "http://x"\nsecret = 1', "unknown field"),
         ('name = "a"\nurl = "http://x"\npoll_s = 5\npoll_max_s = 1', "poll_max_s"),
+        ('name = "a"\nurl = "http://x"\nkey = "k"\nkey_file = "/f"', "key or key_file, not both"),
     ],
 )
 def test_a_bad_remote_is_refused_with_what_to_fix(toml: str, said: str) -> None:

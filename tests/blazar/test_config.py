@@ -97,3 +97,35 @@ def test_bad_limits_name_the_key(
     with pytest.raises(ConfigError) as info:
         load_config(resolve_paths())
     assert fragment in str(info.value)
+
+
+def test_a_remote_key_file_is_read_into_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    secret = tmp_path / "peer-key"
+    secret.write_text("blz-from-a-secret\n")  # a mounted Secret or `echo` ends with a newline
+    (tmp_path / "config.toml").write_text(
+        f'[[remotes]]\nname = "pool"\ndns = "blazar.ns.svc.cluster.local"\nport = 11435\n'
+        f'key_file = "{secret}"\n'
+        '[[remotes]]\nname = "box"\nurl = "http://box:11435"\nkey = "blz-inline"\n'
+    )
+    pool, box = load_config(resolve_paths()).remotes
+    assert (pool.key, pool.key_file) == ("blz-from-a-secret", None)
+    assert box.key == "blz-inline"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"), [(None, "cannot be read"), ("", "holds no key"), ("a b", "holds no key")]
+)
+def test_a_bad_remote_key_file_stops_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str | None, said: str
+) -> None:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    secret = tmp_path / "peer-key"
+    if content is not None:
+        secret.write_text(content)
+    (tmp_path / "config.toml").write_text(
+        f'[[remotes]]\nname = "box"\nurl = "http://box:11435"\nkey_file = "{secret}"\n'
+    )
+    with pytest.raises(ConfigError, match=said) as info:
+        load_config(resolve_paths())
+    assert "'box'" in str(info.value) and "key_file" in str(info.value)

@@ -17,6 +17,7 @@ from blazar.keys import (
     LastKeyError,
     digest_of,
     keys_path,
+    new_secret,
     parse_expiry,
     parse_scopes,
 )
@@ -304,3 +305,39 @@ def test_a_keys_file_from_before_mcp_scopes_opens(tmp_path: Path) -> None:
     conn.close()
     [old] = KeyStore(path).list()
     assert old.name == "old" and old.mcp == () and old.allows_mcp("anything", "at-all")
+
+
+def test_a_given_secret_becomes_the_key_and_replace_makes_it_idempotent(tmp_path: Path) -> None:
+    store = KeyStore(keys_path(tmp_path))
+    given = new_secret()
+    key, secret = store.add("pool-peer", secret=given)
+    assert secret == given and key.digest == digest_of(given) and key.rotated_at is None
+    with pytest.raises(KeyStoreError, match="exists"):
+        store.add("pool-peer", secret=given)
+    # The same command on the next boot: nothing changes but what it sets.
+    again, _ = store.add("pool-peer", secret=given, replace=True, rpm=5)
+    assert again.digest == key.digest and again.rpm == 5 and again.created_at == key.created_at
+    assert again.rotated_at is None
+    # A new secret in the Secret: the old one stops working, as after `rotate`.
+    newer = new_secret()
+    rotated, _ = store.add("pool-peer", secret=newer, replace=True, families=("chat",))
+    assert rotated.digest == digest_of(newer) and rotated.families == ("chat",)
+    assert rotated.rotated_at is not None and [k.name for k in store.list()] == ["pool-peer"]
+
+
+@pytest.mark.parametrize("secret", ["", "blz-short", "sk-" + "a" * 43, "blz-" + "a" * 42 + "!"])
+def test_a_given_secret_must_have_the_form_of_blazars_own(tmp_path: Path, secret: str) -> None:
+    store = KeyStore(keys_path(tmp_path))
+    with pytest.raises(KeyStoreError, match="43 URL-safe characters") as info:
+        store.add("pool-peer", secret=secret)
+    assert "secrets.token_urlsafe(32)" in str(info.value)
+    assert store.count() == 0
+
+
+def test_one_secret_cannot_be_two_keys(tmp_path: Path) -> None:
+    store = KeyStore(keys_path(tmp_path))
+    given = new_secret()
+    store.add("pool-peer", secret=given)
+    with pytest.raises(KeyStoreError, match="already key 'pool-peer'"):
+        store.add("clients", secret=given, replace=True)
+    assert [k.name for k in store.list()] == ["pool-peer"]
