@@ -28,6 +28,10 @@ def read_daemon_info(paths: Paths) -> dict[str, object] | None:
     try:
         info = json.loads(Path(paths.daemon_file).read_text())
         pid = int(info["pid"])
+        if pid == os.getpid():
+            # A file left by a daemon that was killed, naming the pid this process now has: in
+            # a container restarted on the same volume, pids repeat from one boot to the next.
+            return None
         os.kill(pid, 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -40,6 +40,14 @@ def serve(
             "the port may use every model and admin route.",
         ),
     ] = False,
+    log_stderr: Annotated[
+        bool,
+        Parameter(
+            negative="",
+            help="Also write the daemon log to stderr when it is not a terminal (in a container, "
+            "where the orchestrator collects stderr).",
+        ),
+    ] = False,
 ) -> None:
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
     import trio
@@ -57,7 +65,7 @@ def serve(
     running = find_daemon(paths)
     if running is not None:
         raise CliError(f"a daemon already runs at {running.url} (pid {running.pid}) — `blazar stop` it first")
-    setup_logging(paths, config, to_stderr=sys.stderr.isatty())
+    setup_logging(paths, config, to_stderr=log_stderr or sys.stderr.isatty())
     try:
         trio.run(run_server, config, paths)
     except BindError as exc:
