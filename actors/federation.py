@@ -65,6 +65,7 @@ class _CapacityDoc(msgspec.Struct, kw_only=True):
     census: dict[str, object]
     daemon: str = "blazar"
     version: str | None = None
+    instance: str | None = None
     free_bytes: int | None = None
     memory_budget_bytes: int | None = None
     models: list[LoadedModel] = []
@@ -86,6 +87,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     kind: Literal["blazar", "openai"]
     """``openai``: a pass-through peer (its model list only, no capacity)."""
     version: str | None = None
+    instance: str | None = None
+    """The daemon's id for this boot: a daemon that finds its own among its peers skips it."""
     free_bytes: int | None = None
     memory_budget_bytes: int | None = None
     loaded: list[LoadedModel] = []
@@ -121,6 +124,7 @@ def parse_capacity(body: bytes) -> Snapshot:
     return Snapshot(
         kind="blazar",
         version=doc.version,
+        instance=doc.instance,
         free_bytes=free,
         memory_budget_bytes=doc.memory_budget_bytes,
         loaded=doc.models,

@@ -38,7 +38,9 @@ __all__ = ["PeerActor", "PeerStatistics", "PeerView", "Peers", "PollNow"]
 
 log = logging.getLogger("blazar.peers")
 
-PeerState = Literal["unknown", "up", "down"]
+PeerState = Literal["unknown", "up", "down", "self"]
+"""``self``: the peer is this daemon (its own address in a ``dns`` remote's answer, as a
+Kubernetes headless service gives every pod): never routed to."""
 
 RELAYED_HEADER = "x-blazar-relayed-by"
 """Set on every request a daemon relays: the peer serves it itself, never relays it on."""
@@ -94,9 +96,11 @@ def _client(remote: Remote, url: str) -> httpx.AsyncClient:
 
 
 class PeerActor(Actor[PeerMessage]):
-    def __init__(self, name: str, url: str, remote: Remote) -> None:
+    def __init__(self, name: str, url: str, remote: Remote, *, instance: str | None = None) -> None:
         super().__init__(f"peer[{name}]")
         self.peer = name
+        self.instance = instance
+        """This daemon's id for this boot: a peer that publishes the same one is this daemon."""
         self.url = url.rstrip("/")
         self.remote = remote
         self.client = _client(remote, self.url)
@@ -140,7 +144,13 @@ class PeerActor(Actor[PeerMessage]):
                 env.answer(None)
             case _Polled(snapshot=snapshot, error=error):
                 self._polling = False
-                if snapshot is not None:
+                if snapshot is not None and self.instance is not None and snapshot.instance == self.instance:
+                    if self.state != "self":
+                        log.info("peer '%s' is this daemon itself: not routed to", self.peer)
+                    self.state, self.snapshot, self.snapshot_at = "self", None, None
+                    self.failures, self.last_error = 0, None
+                    self._next_poll = trio.current_time() + self.remote.poll_max_s
+                elif snapshot is not None:
                     if self.state != "up":
                         log.info("peer '%s' is up (%s)", self.peer, snapshot.kind)
                     self.state, self.snapshot, self.snapshot_at = "up", snapshot, time.time()
@@ -245,8 +255,11 @@ def _host_url(scheme: str, address: str, port: int) -> str:
 class Peers:
     """The ``[[remotes]]`` and their actors, under one supervisor (``run``)."""
 
-    def __init__(self, remotes: list[Remote]) -> None:
+    def __init__(self, remotes: list[Remote], *, instance: str | None = None) -> None:
         self.remotes = remotes
+        self.instance = instance
+        """This daemon's id for this boot (``GET /api/capacity`` publishes it): how a peer that
+        is this daemon is told apart."""
         self.supervisor = Supervisor("peers", max_restarts=5, window_s=30.0)
         self.actors: dict[str, PeerActor] = {}
         """Peer name → its actor (a ``dns`` remote adds one per address)."""
@@ -272,7 +285,7 @@ class Peers:
             task_status.started(self)
 
     async def _add(self, name: str, url: str, remote: Remote) -> None:
-        actor = PeerActor(name, url, remote)
+        actor = PeerActor(name, url, remote, instance=self.instance)
         await self.supervisor.start_child(ChildSpec(name=name, start=actor.run, restart=Restart.PERMANENT))
         self.actors[name] = actor
 

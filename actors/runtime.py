@@ -26,6 +26,7 @@ ready engine, a lease; released once, then the keep-alive timer re-armed):
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -333,7 +334,11 @@ class Runtime:
         """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
         self.failover = FailoverChains(config.failover, federated=bool(config.remotes))
         """The ``[[failover]]`` chains and their targets' health (actors/failover.py)."""
-        self.peers = Peers(config.remotes)
+        self.instance = secrets.token_hex(8)
+        """This boot's id, published in ``GET /api/capacity``: a ``dns`` remote's answer holds this
+        daemon's own address too (a Kubernetes headless service lists every pod), and the peer
+        actor that reads its own id back marks that peer ``self``."""
+        self.peers = Peers(config.remotes, instance=self.instance)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
         federation, nothing leaves the machine."""
         self._engines: dict[str, EngineActor] = {}

@@ -49,6 +49,9 @@ class Capacity(msgspec.Struct, frozen=True, kw_only=True):
     daemon: str = "blazar"
     """Says to a peer that this is a Blazar daemon (federation, docs/federation.md)."""
     version: str = __version__
+    instance: str | None = None
+    """This boot's id: a daemon that polls itself (its own address among a ``dns`` remote's)
+    knows it by this."""
     census: Census
     memory_budget_bytes: int | None
     """What all models may use together now (config ``memory_budget_mb``, else available
@@ -111,6 +114,7 @@ async def capacity() -> Response:
     if budget is not None:
         free = max(0, min(free, budget - held))
     body = Capacity(
+        instance=runtime.instance,
         census=census,
         memory_budget_bytes=budget,
         free_bytes=free,

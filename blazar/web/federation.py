@@ -141,7 +141,9 @@ async def local_candidate(runtime: Runtime, model: str, *, measure: bool) -> Can
 
 async def decision_for(runtime: Runtime, model: str, *, measure: bool = True) -> Decision:
     local = await local_candidate(runtime, model, measure=measure)
-    peers = [peer_candidate(v, model) for v in runtime.peers.views()]
+    # A peer that is this daemon (its own address in a dns remote's answer) is no candidate:
+    # this machine already is one.
+    peers = [peer_candidate(v, model) for v in runtime.peers.views() if v.state != "self"]
     return decide(model, [local, *peers])
 
 
@@ -308,6 +310,13 @@ def peer_targets(runtime: Runtime, call: Call, peer: str, model: str) -> list[tu
     peers that have the model, best first; raises ``PEER_NOT_FOUND`` or ``PEER_UNAVAILABLE``."""
     actor = runtime.peers.get(peer)
     if actor is not None:
+        if actor.state == "self":
+            raise BlazarError(
+                "BAD_REQUEST",
+                f"peer '{peer}' is this daemon itself — ask for '{model}' without remote: to have it "
+                "served here",
+                param="model",
+            )
         if actor.state == "down":
             raise BlazarError(
                 "PEER_UNAVAILABLE",
@@ -324,7 +333,7 @@ def peer_targets(runtime: Runtime, call: Call, peer: str, model: str) -> list[tu
             "or see `blazar peers`",
             param="model",
         )
-    decision = decide(model, [peer_candidate(a.view(), model) for a in group])
+    decision = decide(model, [peer_candidate(a.view(), model) for a in group if a.state != "self"])
     members = {a.peer: a for a in group}
     ranked = [
         (members[r.where], model) for r in decision.candidates if r.rank is not None and _speaks(call, r)

@@ -102,3 +102,50 @@ async def test_a_restarted_peer_actor_has_a_usable_client_again(upstream: int) -
         assert not actor.client.is_closed
         assert (await actor.ask(PollNow())).state == "up"
         nursery.cancel_scope.cancel()
+
+
+async def _serve_capacity(
+    instance: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """A server that answers every request with a Blazar capacity document of boot ``instance``."""
+    body = (
+        b'{"daemon": "blazar", "version": "0.1.0", "instance": "' + instance.encode() + b'", '
+        b'"census": {}, "models": [], "installed": [{"name": "tiny", "size_bytes": 1}]}'
+    )
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+    async def handle(stream: trio.SocketStream) -> None:
+        data = b""
+        while True:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            data += chunk
+            while b"\r\n\r\n" in data:
+                _, data = data.split(b"\r\n\r\n", 1)
+                await stream.send_all(answer)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(handle, listeners)
+
+
+async def test_a_peer_that_publishes_this_daemons_boot_id_is_itself() -> None:
+    # A Kubernetes headless service lists every pod, this one's too: the peer whose capacity
+    # carries this daemon's own boot id is marked `self`, never `up`.
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_serve_capacity, "boot-a")
+        remote = Remote(name="pool", dns="localhost", port=port, poll_s=0.2, resolve_s=60)
+        own = Peers([remote], instance="boot-a")
+        other = Peers([remote], instance="boot-b")
+        await nursery.start(own.run)
+        await nursery.start(other.run)
+        await _until(lambda: "pool-127.0.0.1" in own.actors and "pool-127.0.0.1" in other.actors, "DNS")
+        itself = await own.actors["pool-127.0.0.1"].ask(PollNow())
+        assert itself.state == "self" and itself.snapshot is None and itself.last_error is None
+        peer = await other.actors["pool-127.0.0.1"].ask(PollNow())
+        assert peer.state == "up" and peer.snapshot is not None and peer.snapshot.instance == "boot-a"
+        nursery.cancel_scope.cancel()

@@ -313,18 +313,21 @@ def test_the_pods_config_serves_and_the_probe_request_is_answered(tmp_path: Path
         for key in secrets.values():
             answer = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"})
             assert answer.status_code == 200, answer.text
-        # The `dns` remote found this daemon, and the peer key from the file was accepted by it
-        # (a peer whose key is refused is down). The name is resolved in the background.
+        # The `dns` remote found this daemon, which reads its capacity with the peer key from the
+        # file (a refused key would leave the peer down) and knows itself in it: in a pod the
+        # headless service's answer holds the pod's own address, never a peer to route to.
+        auth = {"Authorization": f"Bearer {secrets['api-key']}"}
         deadline = time.monotonic() + 30
         while True:
-            answer = httpx.get(
-                f"{url}/api/peers", headers={"Authorization": f"Bearer {secrets['api-key']}"}, timeout=30
-            )
+            answer = httpx.get(f"{url}/api/peers", headers=auth, timeout=30)
             assert answer.status_code == 200, answer.text
             listed = answer.json()["peers"]
-            if any(p["state"] == "up" for p in listed) or time.monotonic() > deadline:
+            if any(p["state"] == "self" for p in listed) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert any(p["state"] == "up" and p["name"].startswith("pool-") for p in listed), listed
+        assert any(p["state"] == "self" and p["name"] == "pool-127.0.0.1" for p in listed), listed
+        route = httpx.get(f"{url}/api/route/smollm2-135m", headers=auth, timeout=30).json()
+        where = [c["where"] for c in route["candidates"]]
+        assert "local" in where and "pool-127.0.0.1" not in where, route
     finally:
         daemon.stop()
