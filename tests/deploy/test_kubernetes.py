@@ -329,5 +329,17 @@ def test_the_pods_config_serves_and_the_probe_request_is_answered(tmp_path: Path
         route = httpx.get(f"{url}/api/route/smollm2-135m", headers=auth, timeout=30).json()
         where = [c["where"] for c in route["candidates"]]
         assert "local" in where and "pool-127.0.0.1" not in where, route
+        itself = httpx.post(
+            f"{url}/v1/chat/completions",
+            headers=auth,
+            json={
+                "model": "remote:pool-127.0.0.1/smollm2-135m",
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+        assert itself.status_code == 400 and itself.json()["error"]["blazar_code"] == "BAD_REQUEST", (
+            itself.text
+        )
+        assert "this daemon itself" in itself.json()["error"]["message"]
     finally:
         daemon.stop()
