@@ -64,6 +64,7 @@ from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.peer import Peers
 from actors.process import reap_orphans
+from actors.rpc import plan_split
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
@@ -73,6 +74,7 @@ from registry.kinds import TEXT_KINDS, mismatch
 from registry.kinds import require as require_kind
 from registry.multifile import estimate_path
 from registry.shape import read_shape
+from registry.split import RpcSplit
 from registry.store import ModelRecord, Store
 
 __all__ = [
@@ -133,6 +135,8 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     loaded: bool
     estimate: fit.Estimate | None
     preview: LoadPreview
+    rpc: RpcSplit | None = None
+    """How the model is spread over this machine and its RPC workers (``rpc``); None: here alone."""
 
 
 def launch_spec_for(
@@ -163,6 +167,7 @@ def resolve_for(
         lanes=installed(config.engine, config.home),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
         plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
+        plan_rpc=lambda ctx, slots: plan_split(config, record.name, record.path, ctx, slots),
         unrouted=unrouted,
     )
 
@@ -235,6 +240,7 @@ def make_plan(
     route: Route | None = None,
     lane: Lane | None = None,
     runnable: bool = True,
+    rpc: RpcSplit | None = None,
 ) -> LoadPlan:
     """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH);
     not ``runnable``: no lane here runs it (``route`` says why)."""
@@ -260,6 +266,7 @@ def make_plan(
         loaded=loaded,
         estimate=memory.estimate_of(spec.model),
         preview=preview,
+        rpc=rpc,
     )
 
 
@@ -279,7 +286,16 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
     preview = _unsupported(preview, resolved)
     runnable = resolved.refusal is None
-    return make_plan(spec, config, memory, preview, loaded=False, route=resolved.route, runnable=runnable)
+    return make_plan(
+        spec,
+        config,
+        memory,
+        preview,
+        loaded=False,
+        route=resolved.route,
+        runnable=runnable,
+        rpc=resolved.rpc_split,
+    )
 
 
 async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
@@ -377,6 +393,7 @@ class Runtime:
             route=resolved.route,
             lane=lane,
             runnable=runnable,
+            rpc=resolved.rpc_split,
         )
 
     async def coreside(self, models: list[str]) -> Coresidence:

@@ -172,6 +172,12 @@ def fit(
     report = fitting.fit(shape, settings, census.memory())
     est = report.estimate
     notes = [*context_notes, *report.notes, *([census.note] if census.note else [])]
+    rpc_split = None
+    if override is not None and override.rpc:
+        from actors.rpc import workers_of
+        from registry.split import split
+
+        rpc_split = split(shape, settings, census.memory(), workers_of(override, census.memory()))
     if json_:
         doc = {
             "model": name,
@@ -196,6 +202,7 @@ def fit(
             "levers": report.levers,
             "census": census,
             "notes": notes,
+            "rpc": rpc_split,
         }
         print_json(doc)
         return
@@ -241,6 +248,13 @@ def fit(
         out.print(table)
     for note in notes:
         out.print(f"[dim]note: {note}[/]")
+    if rpc_split is not None:
+        import msgspec
+
+        from blazar.cli.rpc import print_split
+
+        out.print(f"[bold]RPC split[/] over this machine and {len(rpc_split.parts) - 1} part(s) (rpc)")
+        print_split(msgspec.to_builtins(rpc_split))
 
 
 @app.command
@@ -306,6 +320,11 @@ def plan(model: str, *, json_: Json = False) -> None:
         table.add_row(f"[bold]{key}[/]", escape(value))  # install hints hold [engine]
     out.print(f"[bold]{doc['model']}[/]" + ("" if daemon else "  [dim](no daemon running)[/]"))
     out.print(table)
+    if doc.get("rpc"):
+        from blazar.cli.rpc import print_split
+
+        out.print("[bold]RPC split[/] (rpc workers in config.toml)")
+        print_split(doc["rpc"])
 
 
 @app.command
