@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 import trio
 
 from actors.census import take_census
@@ -39,6 +40,7 @@ __all__ = [
     "plan_split",
     "run_worker",
     "takes_mem",
+    "within_budget",
     "worker_argv",
     "workers_of",
 ]
@@ -176,8 +178,9 @@ async def run_worker(
 def plan_split(config: RuntimeConfig, model: str, path: str, ctx: int, slots: int) -> RpcSplit | None:
     """The split of ``model`` (its GGUF at ``path``) over this machine and its ``rpc``
     workers, at ``ctx`` per slot and ``slots``; None when it has no workers or its header
-    cannot be read. A worker without ``rpc_memory_mb`` is taken to offer what this machine
-    has available (an even split between like machines)."""
+    cannot be read. This machine offers its available RAM (or its GPUs), within
+    ``memory_budget_mb`` when that is set; a worker without ``rpc_memory_mb`` is taken to
+    offer what this machine has available (an even split between like machines)."""
     over = config.models.get(model)
     if over is None or not over.rpc:
         return None
@@ -185,8 +188,16 @@ def plan_split(config: RuntimeConfig, model: str, path: str, ctx: int, slots: in
         shape = read_shape(path)
     except (RegistryError, OSError, ValueError):
         return None
-    memory = take_census().memory()
+    memory = within_budget(take_census().memory(), config.memory_budget_mb)
     return split(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), memory, workers_of(over, memory))
+
+
+def within_budget(memory: fit.Memory, budget_mb: float | None) -> fit.Memory:
+    """This machine's share of a split: its memory, capped by ``memory_budget_mb`` when set
+    (the operator's cap on what models hold here)."""
+    if budget_mb is None or budget_mb <= 0:
+        return memory
+    return msgspec.structs.replace(memory, ram_available=min(memory.ram_available, int(budget_mb * 2**20)))
 
 
 def workers_of(over: ModelOverride, memory: fit.Memory) -> list[Worker]:

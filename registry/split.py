@@ -188,15 +188,14 @@ def split(
 def local_share(shape: ModelShape, settings: Settings, gpu_layers: int) -> int:
     """Bytes this machine's RAM holds for a split model started with ``-ngl gpu_layers``: the
     token embeddings, the engine process, the output logits, and the layers (with their KV
-    cache and a compute buffer) the devices do not take."""
+    cache) the devices do not take, with the output layer and a compute buffer unless every
+    layer went to the devices."""
     n = shape.n_layer
     on_devices = max(0, min(gpu_layers, n + 1))
     kept = n - min(on_devices, n)
     kvc = kv_cache(shape, settings)
     layers = sum(w + kv for w, kv in list(zip(shape.layer_weights, kvc.per_layer, strict=True))[:kept])
     held = shape.input_weights + HOST_OVERHEAD + shape.n_vocab * 4 * settings.slots + MIB + layers
-    if kept:
-        held += compute_buffer(shape, settings)
-    if on_devices <= n:
-        held += shape.output_weights
+    if on_devices <= n:  # the output layer stays here, and with it a compute buffer
+        held += shape.output_weights + compute_buffer(shape, settings)
     return held

@@ -174,10 +174,11 @@ def fit(
     notes = [*context_notes, *report.notes, *([census.note] if census.note else [])]
     rpc_split = None
     if override is not None and override.rpc:
-        from actors.rpc import workers_of
+        from actors.rpc import within_budget, workers_of
         from registry.split import split
 
-        rpc_split = split(shape, settings, census.memory(), workers_of(override, census.memory()))
+        here = within_budget(census.memory(), config.memory_budget_mb)
+        rpc_split = split(shape, settings, here, workers_of(override, census.memory()))
     if json_:
         doc = {
             "model": name,
@@ -253,7 +254,7 @@ def fit(
 
         from blazar.cli.rpc import print_split
 
-        out.print(f"[bold]RPC split[/] over this machine and {len(rpc_split.parts) - 1} part(s) (rpc)")
+        out.print("[bold]RPC split[/] (rpc workers in config.toml)")
         print_split(msgspec.to_builtins(rpc_split))
 
 

@@ -3,6 +3,7 @@ backend, and the split's table for ``blazar fit`` and ``blazar plan``."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from rich.markup import escape
@@ -22,7 +23,8 @@ def print_split(split: dict[str, Any]) -> None:
     table = Table("PART", "LAYERS", "HOLDS", "HAS", "HEADROOM", box=None)
     for part in split["parts"]:
         first = part["first_layer"]
-        layers = f"{first}-{first + part['layers'] - 1}" if part["layers"] else "-"
+        count = part["layers"]
+        layers = "-" if not count else str(first) if count == 1 else f"{first}-{first + count - 1}"
         if part["output"]:
             layers += " + output"
         table.add_row(
@@ -86,6 +88,27 @@ def rpc_worker(
     if not is_loopback(host):
         err.print(f"[bold yellow]warning:[/] {UNSAFE_BIND.format(address=address)}")
     err.print(f'rpc-worker: {binary} on {address}; on the main machine: rpc = ["{address}"]')
-    code = trio.run(lambda: run_worker(argv, say=lambda line: err.print(f"rpc-worker: {line}")))
+
+    def say(line: str) -> None:
+        err.print(f"rpc-worker: {line}")
+
+    async def main() -> int:
+        code = 0
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def serve() -> None:
+                    nonlocal code
+                    code = await run_worker(argv, say=say)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(serve)
+                async for signum in signals:
+                    say(f"{signal.Signals(signum).name}: stopping rpc-server")
+                    nursery.cancel_scope.cancel()
+                    break
+        return code
+
+    code = trio.run(main)
     if code:
         raise SystemExit(code)

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from registry.fit import GPU_OVERHEAD, HOST_OVERHEAD, MIB, Memory, Settings, compute_buffer, kv_cache
+from registry.fit import (
+    GPU_OVERHEAD,
+    HOST_OVERHEAD,
+    MIB,
+    Memory,
+    Settings,
+    compute_buffer,
+    estimate,
+    kv_cache,
+)
 from registry.shape import ModelShape
-from registry.split import RPC_WORKER_OVERHEAD, Worker, split
+from registry.split import RPC_WORKER_OVERHEAD, Worker, local_share, split
 
 GIB = 1 << 30
 
@@ -111,3 +120,13 @@ def test_local_gpus_come_after_the_workers() -> None:
 def test_a_split_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="at least one RPC worker"):
         split(shape(), SETTINGS, Memory(ram_available=GIB), [])
+
+
+@pytest.mark.parametrize("ram_mib", [64 + 110, 1024, 4096])
+def test_the_local_share_is_what_the_plan_leaves_here(ram_mib: int) -> None:
+    """What admission counts against this machine's budget for a split model (``local_share``
+    at the plan's -ngl) is the plan's own local part, whichever way the output layer went."""
+    s = shape(n_layer=16, layer_mib=100)
+    plan = split(s, SETTINGS, Memory(ram_available=ram_mib * MIB), [Worker(address="a:1", memory=2 * GIB)])
+    assert local_share(s, SETTINGS, plan.gpu_layers) == plan.parts[0].bytes
+    assert local_share(s, SETTINGS, plan.gpu_layers) < estimate(s, SETTINGS).total
