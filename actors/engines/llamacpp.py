@@ -120,31 +120,36 @@ WHEEL_NO_RPC = (
 )
 
 
+def _said(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not run it: {exc}"
+    return done.stdout + done.stderr
+
+
 def rpc_problem(binary: str | None) -> str | None:
     """Why this llama.cpp engine cannot split a model over ``rpc-server`` workers, or None.
 
-    A ``llama-server`` is asked directly: ``--rpc`` is parsed before ``--version`` exits,
-    and a build without the backend refuses it ("RPC not supported in this build"; older
-    builds do not know the flag at all). A worker address nothing listens on is enough:
-    registering it fails only later, at load. Cached per binary."""
+    A ``llama-server`` is asked directly: ``--rpc`` is handled before ``--version`` exits,
+    and a build without the backend refuses it ("RPC not supported in this build"; builds
+    older than the flag call it an invalid argument). A build with the backend tries to
+    reach the worker named (nothing listens on port 9) and fails in its own way, which is
+    not a refusal. Cached per binary."""
     if binary is None:
         return WHEEL_NO_RPC
     if binary not in _rpc_cache:
-        try:
-            done = subprocess.run(
-                [binary, "--rpc", "127.0.0.1:9", "--version"],
-                capture_output=True, text=True, timeout=20, check=False,
-            )  # fmt: skip
-            said = done.stdout + done.stderr
-        except (OSError, subprocess.SubprocessError) as exc:
-            said = f"could not run it: {exc}"
-        lowered = said.lower()
         problem = None
-        if "not supported in this build" in lowered or "failed to find rpc backend" in lowered:
-            problem = f"{binary} is built without llama.cpp's RPC backend; rebuild it with -DGGML_RPC=ON"
-        elif "version:" not in lowered:
-            last = (said.strip().splitlines() or ["no output"])[-1][:200]
-            problem = f"{binary} did not take --rpc ({last})"
+        version = _said([binary, "--version"])
+        if "version:" not in version:
+            last = (version.strip().splitlines() or ["no output"])[-1][:200]
+            problem = f"{binary} does not answer --version as llama-server does ({last})"
+        else:
+            said = _said([binary, "--rpc", "127.0.0.1:9", "--version"]).lower()
+            if "not supported in this build" in said or "failed to find rpc backend" in said:
+                problem = f"{binary} is built without llama.cpp's RPC backend; rebuild it with -DGGML_RPC=ON"
+            elif "--rpc" in said and ("invalid argument" in said or "unknown argument" in said):
+                problem = f"{binary} predates llama.cpp's --rpc flag: install a build with -DGGML_RPC=ON"
         _rpc_cache[binary] = problem
     return _rpc_cache[binary]
 

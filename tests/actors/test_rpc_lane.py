@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import sys
 from pathlib import Path
 
 import msgspec
 import pytest
+import trio
 
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.engines import llamacpp, vllm
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 from actors.errors import UnsupportedEngine
-from actors.rpc import WorkerOptions, is_loopback, worker_argv, workers_of
+from actors.rpc import WorkerOptions, is_loopback, run_worker, worker_argv, workers_of
 from actors.settings import RPC_ALL_LAYERS, Resolved, resolve_launch
 from blazar.config import ConfigError, load_config, resolve_paths
 from registry.fit import Memory
@@ -135,7 +137,7 @@ def test_the_wheel_has_no_rpc_backend_and_the_lane_says_so() -> None:
 def test_a_binary_that_cannot_run_is_not_taken_for_an_rpc_build(tmp_path: Path) -> None:
     missing = str(tmp_path / "llama-server")
     problem = llamacpp.rpc_problem(missing)
-    assert problem is not None and "did not take --rpc" in problem
+    assert problem is not None and "does not answer --version as llama-server does" in problem
 
 
 def test_a_lane_that_does_not_read_rpc_shows_it_unused() -> None:
@@ -203,3 +205,20 @@ def test_the_config_takes_workers_and_refuses_bad_ones(
     ):
         with pytest.raises(ConfigError, match=said):
             _load(tmp_path, monkeypatch, f'[models."{NAME}"]\n{bad}\n')
+
+
+async def test_the_worker_is_restarted_after_a_crash_and_given_up_on_after_too_many(tmp_path: Path) -> None:
+    """``run_worker``'s supervision on a real child process: a crashing child is started again
+    with a doubling wait until it crashes more than ``max_restarts`` times in the window; one
+    that exits cleanly is not restarted."""
+    runs = tmp_path / "runs"
+    crash = [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x'); raise SystemExit(3)", "x"]
+    said: list[str] = []
+    with trio.fail_after(60):
+        code = await run_worker(crash, say=said.append, max_restarts=2, backoff_s=0.01, backoff_max_s=0.02)
+    assert code == 3 and runs.read_text() == "xxx"
+    assert sum("restarting" in line for line in said) == 2 and "giving up" in said[-1]
+    clean = [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('y')", "x"]
+    with trio.fail_after(60):
+        assert await run_worker(clean, say=said.append) == 0
+    assert runs.read_text() == "xxxy" and said[-1] == "rpc-server stopped"
