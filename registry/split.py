@@ -1,11 +1,11 @@
 """Splitting one GGUF model over this machine and llama.cpp RPC workers: a pure plan.
 
 llama.cpp's RPC backend makes each ``rpc-server`` a device of the main engine. The
-engine places layers as it places them on GPUs: the first ``n_layer - ngl`` repeating
-layers (and the output layer, unless every layer is offloaded) stay on the local CPU;
-the last ``ngl`` go to the devices in order, the RPC devices first (llama.cpp puts
-them at the front of its device list), then the local GPUs; ``--tensor-split`` gives
-each device its share. Each layer's KV cache lives with the layer.
+engine places layers as it places them on GPUs, counting the output layer as the last
+of ``n_layer + 1``: the first ``n_layer + 1 - ngl`` stay on the local CPU, the last
+``ngl`` (the output layer among them) go to the devices in order, the RPC devices first
+(llama.cpp puts them at the front of its device list), then the local GPUs;
+``--tensor-split`` gives each device its share. Each layer's KV cache lives with it.
 
 ``split`` decides how many layers each part holds so that each part's share of the
 model is proportional to the memory it has, and checks every part against its
@@ -132,18 +132,14 @@ def split(
     fixed = [local_fixed + compute]
     fixed += [RPC_WORKER_OVERHEAD + compute] * len(workers) + [compute] * len(gpus)
     caps = [a - f for a, f in zip(available, fixed, strict=True)]
-    # With no repeating layer on the CPU, every layer and the output layer go to the devices
-    # (-ngl n_layer+1); otherwise llama.cpp keeps the output layer on the CPU beside them.
+    # llama.cpp counts the output layer as the last of n_layer + 1 and offloads from the end:
+    # -ngl k puts the last k of them on the devices, so the output layer goes first, to the
+    # last device (checked against its load log: -ngl 29 of 30 layers keeps layers 0-1 here).
     combined = _targets([*layer, shape.output_weights], caps)
-    if combined[0] == 0:
-        device_counts = combined[1:]
-        output_on = max(j for j, c in enumerate(combined) if c)
-        counts = list(combined)
-        counts[output_on] -= 1
-    else:
-        counts = _targets(layer, [caps[0] - shape.output_weights, *caps[1:]])
-        output_on = 0
-        device_counts = counts[1:]
+    output_on = max(j for j, c in enumerate(combined) if c)
+    device_counts = combined[1:]
+    counts = list(combined)
+    counts[output_on] -= 1
     parts: list[Part] = []
     start = 0
     for j, ((name, kind), count) in enumerate(zip(names, counts, strict=True)):
@@ -187,15 +183,17 @@ def split(
 
 def local_share(shape: ModelShape, settings: Settings, gpu_layers: int) -> int:
     """Bytes this machine's RAM holds for a split model started with ``-ngl gpu_layers``: the
-    token embeddings, the engine process, the output logits, and the layers (with their KV
-    cache) the devices do not take, with the output layer and a compute buffer unless every
-    layer went to the devices."""
+    token embeddings, the engine process, the output logits, and the first
+    ``n_layer + 1 - gpu_layers`` layers (with their KV cache and a compute buffer); the
+    output layer too when nothing is offloaded."""
     n = shape.n_layer
     on_devices = max(0, min(gpu_layers, n + 1))
-    kept = n - min(on_devices, n)
+    kept = min(n, n + 1 - on_devices)
     kvc = kv_cache(shape, settings)
     layers = sum(w + kv for w, kv in list(zip(shape.layer_weights, kvc.per_layer, strict=True))[:kept])
     held = shape.input_weights + HOST_OVERHEAD + shape.n_vocab * 4 * settings.slots + MIB + layers
-    if on_devices <= n:  # the output layer stays here, and with it a compute buffer
-        held += shape.output_weights + compute_buffer(shape, settings)
+    if on_devices == 0:
+        held += shape.output_weights
+    if kept or on_devices == 0:
+        held += compute_buffer(shape, settings)
     return held

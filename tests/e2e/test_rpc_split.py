@@ -8,7 +8,9 @@ It runs where the binaries exist:
 * ``rpc-server`` (``ggml-rpc-server`` in newer llama.cpp) on ``PATH``, or its path in
   ``BLAZAR_RPC_SERVER``: the worker tests;
 * also a ``llama-server`` built with RPC support on ``PATH``, or in ``BLAZAR_LLAMA_SERVER``:
-  the split model test.
+  the split model test (``BLAZAR_TEST_LLAMA_ARGS``: extra flags for it, e.g. ``--no-repack``
+  where a native build's AMX weight repacking crashes under a hypervisor that does not
+  grant AMX).
 
 Build both from llama.cpp with ``cmake -B build -DGGML_RPC=ON`` and ``cmake --build build
 --target ggml-rpc-server llama-server``. Elsewhere each test skips with the reason (the
@@ -195,6 +197,7 @@ ctx = 2048
 slots = 1
 rpc = ["127.0.0.1:{port}"]
 rpc_memory_mb = [4096]
+extra_args = {json.dumps(os.environ.get("BLAZAR_TEST_LLAMA_ARGS", "").split())}
 """
     home = make_home(tmp_path / "main", ensure_model(), config=config)
     daemon = start_daemon(home)

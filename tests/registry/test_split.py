@@ -57,11 +57,11 @@ def test_layers_follow_each_parts_memory_and_the_flags_say_so() -> None:
     assert local.first_layer == 0 and worker.first_layer == local.layers
     # about a third here and two thirds there (their memory after fixed costs)
     assert 2 <= local.layers <= 4
-    # some layers stay on the CPU: llama.cpp keeps the output layer there, and -ngl counts
-    # only the worker's repeating layers
-    assert local.output and not worker.output
-    assert plan.gpu_layers == worker.layers
-    assert plan.tensor_split == [worker.layers]
+    # llama.cpp offloads from the end, the output layer first: it goes to the worker, and
+    # -ngl and the split count it beside the worker's repeating layers
+    assert worker.output and not local.output
+    assert plan.gpu_layers == worker.layers + 1 == plan.n_layers - local.layers
+    assert plan.tensor_split == [worker.layers + 1]
     assert plan.verdict == "fits"
     assert all(p.headroom >= 0 for p in plan.parts)
 
@@ -73,8 +73,8 @@ def test_bytes_are_weights_kv_compute_and_overheads() -> None:
     per_layer = 100 * MIB + kv_cache(s, SETTINGS).per_layer[0]
     compute = compute_buffer(s, SETTINGS)
     logits = 1000 * 4 * 1 + MIB
-    assert worker.bytes == worker.layers * per_layer + compute + RPC_WORKER_OVERHEAD
-    assert local.bytes == local.layers * per_layer + 50 * MIB + 50 * MIB + HOST_OVERHEAD + logits + compute
+    assert worker.bytes == worker.layers * per_layer + 50 * MIB + compute + RPC_WORKER_OVERHEAD
+    assert local.bytes == local.layers * per_layer + 50 * MIB + HOST_OVERHEAD + logits + compute
     assert plan.total == local.bytes + worker.bytes
 
 
@@ -91,7 +91,7 @@ def test_a_model_too_large_for_this_machine_fits_over_two_workers() -> None:
     local, a, b = plan.parts
     assert local.layers + a.layers + b.layers == 32
     assert abs(a.layers - b.layers) <= 1  # equal workers, equal shares
-    assert plan.tensor_split == [a.layers, b.layers] if local.layers else True
+    assert plan.tensor_split == [a.layers, b.layers + 1] and b.output
 
 
 def test_everything_on_the_workers_puts_the_output_layer_on_the_last_one() -> None:
