@@ -301,8 +301,9 @@ def plan(model: str, *, json_: Json = False) -> None:
         rows.append(
             (
                 "memory",
-                f"{_bin(est['total'])} (weights {_bin(est['weights'])}, KV {_bin(est['kv'])}, "
-                f"compute {_bin(est['compute'])})",
+                f"{_bin(est['total'])}{' here, its share of the split' if doc.get('rpc') else ''} "
+                f"({'the whole model: ' if doc.get('rpc') else ''}weights {_bin(est['weights'])}, "
+                f"KV {_bin(est['kv'])}, compute {_bin(est['compute'])})",
             )
         )
     if preview.get("budget_bytes") is not None:
