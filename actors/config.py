@@ -35,6 +35,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The ``mlx_lm.server`` program (or a ``python`` that has mlx-lm). Unset: found."""
     sd_server: str | None = None
     """stable-diffusion.cpp's ``sd-server``. Unset: found on PATH."""
+    rpc_server: str | None = None
+    """llama.cpp's ``rpc-server`` (``ggml-rpc-server`` in newer builds), run by ``blazar
+    rpc-worker``. Unset: found on PATH."""
     start_timeout_s: float = 120.0
     stop_grace_s: float = 5.0
     threads: int | None = None
@@ -45,6 +48,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 
 OutputCap = Annotated[int, msgspec.Meta(ge=0)]
+RpcAddress = Annotated[
+    str, msgspec.Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$", max_length=260)
+]
+"""``host:port`` (``[v6]:port``) of an ``rpc-server``."""
 
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -99,6 +106,26 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Convert the weights at load (``q8_0``, ``f16``…)."""
     late_chunking_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """Most tokens of one late-chunked input to this model (overrides the top-level limit)."""
+    # llama.cpp's RPC backend (docs/federation.md#rpc-splitting)
+    rpc: Annotated[list[RpcAddress], msgspec.Meta(min_length=1, max_length=16)] | None = None
+    """``host:port`` of each ``rpc-server`` (``blazar rpc-worker``) the model's layers are
+    split over, beside this machine; needs a ``llama-server`` built with RPC support."""
+    rpc_memory_mb: list[Annotated[int, msgspec.Meta(ge=1)]] | None = None
+    """The memory each of ``rpc`` offers (MiB, in the same order): the fit plan splits the
+    layers by it. Unset: each is taken to offer as much as this machine has available."""
+
+    def __post_init__(self) -> None:
+        if self.rpc is None:
+            if self.rpc_memory_mb is not None:
+                raise ValueError('rpc_memory_mb goes with rpc = ["host:port", ...] (the workers it sizes)')
+            return
+        if len(set(self.rpc)) != len(self.rpc):
+            raise ValueError(f"rpc names a worker more than once: {self.rpc}")
+        if self.rpc_memory_mb is not None and len(self.rpc_memory_mb) != len(self.rpc):
+            raise ValueError(
+                f"rpc_memory_mb has {len(self.rpc_memory_mb)} value(s) for {len(self.rpc)} worker(s) in rpc: "
+                "give one per worker, in the same order"
+            )
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import msgspec
 import trio
 
 from actors.census import ram_available
@@ -23,6 +24,7 @@ from registry import fit
 from registry.errors import RegistryError
 from registry.multifile import estimate_path
 from registry.shape import ModelShape, read_shape
+from registry.split import local_share
 
 __all__ = ["MemoryPlanner"]
 
@@ -63,7 +65,12 @@ class MemoryPlanner:
             except (RegistryError, OSError, ValueError) as exc:
                 log.warning("no memory estimate for '%s' (%s): loading it unchecked", spec.model, exc)
                 return None
-        return shape, fit.estimate(shape, self._settings(spec))
+        settings = self._settings(spec)
+        est = fit.estimate(shape, settings)
+        if spec.rpc and spec.gpu_layers is not None:
+            # Split over RPC workers: this machine holds only its own share.
+            est = msgspec.structs.replace(est, total=local_share(shape, settings, spec.gpu_layers))
+        return shape, est
 
     async def need(self, spec: LaunchSpec) -> int | None:
         """Estimated bytes ``spec``'s engine will hold; None when unknown or unchecked."""

@@ -65,6 +65,7 @@ from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.peer import Peers
 from actors.process import reap_orphans
+from actors.rpc import plan_split
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
@@ -74,6 +75,7 @@ from registry.kinds import TEXT_KINDS, mismatch
 from registry.kinds import require as require_kind
 from registry.multifile import estimate_path
 from registry.shape import read_shape
+from registry.split import RpcSplit
 from registry.store import ModelRecord, Store
 
 __all__ = [
@@ -134,6 +136,8 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
     loaded: bool
     estimate: fit.Estimate | None
     preview: LoadPreview
+    rpc: RpcSplit | None = None
+    """How the model is spread over this machine and its RPC workers (``rpc``); None: here alone."""
 
 
 def launch_spec_for(
@@ -164,6 +168,7 @@ def resolve_for(
         lanes=installed(config.engine, config.home),
         plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
         plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
+        plan_rpc=lambda ctx, slots: plan_split(config, record.name, record.path, ctx, slots),
         unrouted=unrouted,
     )
 
@@ -236,6 +241,7 @@ def make_plan(
     route: Route | None = None,
     lane: Lane | None = None,
     runnable: bool = True,
+    rpc: RpcSplit | None = None,
 ) -> LoadPlan:
     """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH);
     not ``runnable``: no lane here runs it (``route`` says why)."""
@@ -261,6 +267,7 @@ def make_plan(
         loaded=loaded,
         estimate=memory.estimate_of(spec.model),
         preview=preview,
+        rpc=rpc,
     )
 
 
@@ -280,7 +287,16 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
     preview = _unsupported(preview, resolved)
     runnable = resolved.refusal is None
-    return make_plan(spec, config, memory, preview, loaded=False, route=resolved.route, runnable=runnable)
+    return make_plan(
+        spec,
+        config,
+        memory,
+        preview,
+        loaded=False,
+        route=resolved.route,
+        runnable=runnable,
+        rpc=resolved.rpc_split,
+    )
 
 
 async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
@@ -382,6 +398,7 @@ class Runtime:
             route=resolved.route,
             lane=lane,
             runnable=runnable,
+            rpc=resolved.rpc_split,
         )
 
     async def coreside(self, models: list[str]) -> Coresidence:

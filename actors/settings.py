@@ -35,6 +35,7 @@ from actors.errors import UnsupportedEngine
 from registry.errors import RegistryError
 from registry.formats import detect
 from registry.gguf import ModelInfo
+from registry.split import RpcSplit
 from registry.store import ModelRecord
 from registry.template import allows_system_turns
 from registry.weights import lane_format
@@ -75,6 +76,8 @@ class Resolved(msgspec.Struct, frozen=True, kw_only=True):
     refusal: str | None = None
     """Why no lane here can run it (``resolve_launch(..., unrouted=True)`` only): the spec
     then names the lane that would, for a plan to show."""
+    rpc_split: RpcSplit | None = None
+    """How the model's layers are spread over this machine and its RPC workers (``rpc``)."""
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +122,7 @@ def resolve_launch(
     lanes: Mapping[str, Lane | None],
     plan_gpu_layers: Callable[[int, int], int | None],
     plan_memory_fraction: Callable[[int, int, int], float | None] = lambda ctx, slots, tp: None,
+    plan_rpc: Callable[[int, int], RpcSplit | None] = lambda ctx, slots: None,
     unrouted: bool = False,
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
@@ -126,7 +130,9 @@ def resolve_launch(
     ``lanes`` are the lanes installed here (``actors.engines.routing.installed``);
     ``plan_gpu_layers(ctx_per_slot, slots)`` offloads from the fit plan (None: CPU);
     ``plan_memory_fraction(ctx_per_slot, slots, tensor_parallel)`` sizes a GPU serving
-    engine's share of each GPU from the fit plan (None: not measurable).
+    engine's share of each GPU from the fit plan (None: not measurable);
+    ``plan_rpc(ctx_per_slot, slots)`` splits a model with ``rpc`` workers (None: the header
+    cannot be read).
     Raises ``UnsupportedEngine`` when no lane here can run the model, unless ``unrouted``
     (a plan): then the spec is for the lane that would run it, and ``refusal`` says why not."""
     name = record.name
@@ -219,9 +225,18 @@ def resolve_launch(
         )
     else:
         add("engine", lane.kind, "default", None, f"no {lane.name} binary: its wheel, run by our host module")
+    rpc, rpc_split, refusal = _rpc_settings(
+        name, over, lane_key, lane, add, lambda: plan_rpc(choice.ctx, slots), refusal, unrouted=unrouted
+    )
     gpu_layers = over.gpu_layers
     if gpu_layers is not None:
         add("gpu_layers", gpu_layers, "override", _override(name, "gpu_layers"))
+    elif rpc:
+        gpu_layers = rpc_split.gpu_layers if rpc_split is not None else RPC_ALL_LAYERS
+        why = "the split could not be planned: every layer to the devices"
+        if rpc_split is not None:
+            why = "layers on the RPC workers (and GPUs), from the split"
+        add("gpu_layers", gpu_layers, "derived", None, why)
     else:
         gpu_layers = plan_gpu_layers(choice.ctx, slots)
         if gpu_layers is None:
@@ -340,8 +355,55 @@ def resolve_launch(
         architecture=info.architecture or None,
         gpu=gpu,
         diffusion=diffusion,
+        rpc=rpc,
+        tensor_split=rpc_split.tensor_split if rpc_split is not None else [],
     )
-    return Resolved(spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen, refusal=refusal)
+    return Resolved(
+        spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen, refusal=refusal, rpc_split=rpc_split
+    )
+
+
+RPC_ALL_LAYERS = 999
+"""``-ngl`` when a model has RPC workers but no plan: every layer to the devices."""
+
+
+def _rpc_settings(
+    name: str,
+    over: ModelOverride,
+    lane_key: str,
+    lane: Lane,
+    add: Callable[..., None],
+    plan: Callable[[], RpcSplit | None],
+    refusal: str | None,
+    *,
+    unrouted: bool,
+) -> tuple[list[str], RpcSplit | None, str | None]:
+    """A model's RPC workers: on the llama.cpp lane, the addresses and the split; on a lane
+    without RPC support, a refusal (a model too large for one machine must not start on one)."""
+    if not over.rpc:
+        return [], None, refusal
+    key = _override(name, "rpc")
+    if lane_key != "llamacpp":
+        add("rpc", over.rpc, "override", key, f"unused: the {lane_key} lane does not read it")
+        return [], None, refusal
+    problem = None if refusal else lane.rpc_problem()
+    if problem:
+        refusal = f"model '{name}' is split over RPC workers ({key} = {over.rpc}), but {problem}"
+        if not unrouted:
+            raise UnsupportedEngine(refusal)
+    add("rpc", over.rpc, "override", key, problem or "llama.cpp --rpc: each worker's rpc-server is a device")
+    if over.rpc_memory_mb is not None:
+        add("rpc_memory_mb", over.rpc_memory_mb, "override", _override(name, "rpc_memory_mb"))
+    else:
+        add("rpc_memory_mb", None, "default", None, "each worker taken to offer what this machine has")
+    split = plan()
+    if split is None:
+        why = "the header cannot be read: llama.cpp splits by free memory"
+        add("tensor_split", None, "default", None, why)
+    else:
+        note = f"fit plan: layers per device by its memory ({split.verdict})"
+        add("tensor_split", split.tensor_split, "derived", None, note)
+    return list(over.rpc), split, refusal
 
 
 def _absent(chosen: Route, pin: str | None) -> Lane:

@@ -28,6 +28,10 @@ def _no_env(spec: LaunchSpec) -> dict[str, str]:
     return {}
 
 
+def _no_rpc() -> str | None:
+    return "this lane has no llama.cpp RPC backend"
+
+
 @dataclass(frozen=True, slots=True)
 class Lane:
     name: str
@@ -66,6 +70,9 @@ class Lane:
     (a GPU engine that compiles kernels at start takes minutes)."""
     release: str | None = None
     """The installed version it runs (``blazar engine``); None: what the daemon was installed with."""
+    rpc_problem: Callable[[], str | None] = _no_rpc
+    """Why the engine cannot split a model over llama.cpp ``rpc-server`` workers (``--rpc``),
+    or None when it can; blocking (it may ask the binary)."""
     request_model: str | None = None
     """The name a request's ``model`` must carry for this engine (MLX's server loads whatever
     model a request names; ``default_model`` is the one it was started with), which its

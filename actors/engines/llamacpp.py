@@ -29,6 +29,7 @@ __all__ = [
     "find_llama_server",
     "lane",
     "prompt_batch_for",
+    "rpc_problem",
     "served_context",
 ]
 
@@ -110,6 +111,49 @@ def gpu_backend(binary: str) -> str | None:
     return _gpu_backend_cache[binary]
 
 
+_rpc_cache: dict[str, str | None] = {}
+
+WHEEL_NO_RPC = (
+    "llama.cpp's server from the xllamacpp wheel has no RPC backend (the wheel is built without "
+    "GGML_RPC: llama_supports_rpc() is false, and its parameters have no RPC servers); install a "
+    "llama-server built with -DGGML_RPC=ON and set [engine] llama_server to it"
+)
+
+
+def _said(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"could not run it: {exc}"
+    return done.stdout + done.stderr
+
+
+def rpc_problem(binary: str | None) -> str | None:
+    """Why this llama.cpp engine cannot split a model over ``rpc-server`` workers, or None.
+
+    A ``llama-server`` is asked directly: ``--rpc`` is handled before ``--version`` exits,
+    and a build without the backend refuses it ("RPC not supported in this build"; builds
+    older than the flag call it an invalid argument). A build with the backend tries to
+    reach the worker named (nothing listens on port 9) and fails in its own way, which is
+    not a refusal. Cached per binary."""
+    if binary is None:
+        return WHEEL_NO_RPC
+    if binary not in _rpc_cache:
+        problem = None
+        version = _said([binary, "--version"])
+        if "version:" not in version:
+            last = (version.strip().splitlines() or ["no output"])[-1][:200]
+            problem = f"{binary} does not answer --version as llama-server does ({last})"
+        else:
+            said = _said([binary, "--rpc", "127.0.0.1:9", "--version"]).lower()
+            if "not supported in this build" in said or "failed to find rpc backend" in said:
+                problem = f"{binary} is built without llama.cpp's RPC backend; rebuild it with -DGGML_RPC=ON"
+            elif "--rpc" in said and ("invalid argument" in said or "unknown argument" in said):
+                problem = f"{binary} predates llama.cpp's --rpc flag: install a build with -DGGML_RPC=ON"
+        _rpc_cache[binary] = problem
+    return _rpc_cache[binary]
+
+
 async def served_context(client: httpx.AsyncClient) -> int | None:
     """The per-slot context a healthy llama.cpp server really gives each slot (it caps
     ``-c / -np`` at what the model can serve); None when it does not say."""
@@ -159,6 +203,10 @@ def build_argv(
     batch = spec.prompt_step  # a whole input per step where the engine embeds or ranks
     if batch:
         flags += ["-b", str(batch), "-ub", str(batch)]
+    if spec.rpc:
+        flags += ["--rpc", ",".join(spec.rpc)]
+        if spec.tensor_split:
+            flags += ["--tensor-split", ",".join(str(n) for n in spec.tensor_split)]
     if spec.gpu_layers is not None and binary is not None:
         flags += ["-ngl", str(spec.gpu_layers)]
     if spec.rope_scaling:
@@ -203,4 +251,5 @@ def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:
         formats=frozenset({"gguf"}),
         served_context=served_context,
         llguidance=binary is None,  # the wheel's build reads them; a binary may not
+        rpc_problem=lambda: rpc_problem(binary),
     )

@@ -110,6 +110,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     ``architectures``, a diffusion family): lanes pick parsers and roles by it."""
     gpu: GpuSettings = GpuSettings()
     diffusion: DiffusionSettings = DiffusionSettings()
+    rpc: list[str] = []
+    """``host:port`` of each llama.cpp ``rpc-server`` the model's layers are split over
+    (``--rpc``); empty: this machine alone."""
+    tensor_split: list[int] = []
+    """With ``rpc``: layers per device (``--tensor-split``), the workers first, from the fit plan."""
 
     @property
     def prompt_step(self) -> int | None:

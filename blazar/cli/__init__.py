@@ -34,6 +34,7 @@ from blazar.cli import (  # noqa: E402, F401
     keys,
     mcp,
     models,
+    rpc,
     serving,
     speech,
     watch,

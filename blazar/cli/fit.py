@@ -172,6 +172,13 @@ def fit(
     report = fitting.fit(shape, settings, census.memory())
     est = report.estimate
     notes = [*context_notes, *report.notes, *([census.note] if census.note else [])]
+    rpc_split = None
+    if override is not None and override.rpc:
+        from actors.rpc import within_budget, workers_of
+        from registry.split import split
+
+        here = within_budget(census.memory(), config.memory_budget_mb)
+        rpc_split = split(shape, settings, here, workers_of(override, census.memory()))
     if json_:
         doc = {
             "model": name,
@@ -196,6 +203,7 @@ def fit(
             "levers": report.levers,
             "census": census,
             "notes": notes,
+            "rpc": rpc_split,
         }
         print_json(doc)
         return
@@ -241,6 +249,13 @@ def fit(
         out.print(table)
     for note in notes:
         out.print(f"[dim]note: {note}[/]")
+    if rpc_split is not None:
+        import msgspec
+
+        from blazar.cli.rpc import print_split
+
+        out.print("[bold]RPC split[/] (rpc workers in config.toml)")
+        print_split(msgspec.to_builtins(rpc_split))
 
 
 @app.command
@@ -286,8 +301,9 @@ def plan(model: str, *, json_: Json = False) -> None:
         rows.append(
             (
                 "memory",
-                f"{_bin(est['total'])} (weights {_bin(est['weights'])}, KV {_bin(est['kv'])}, "
-                f"compute {_bin(est['compute'])})",
+                f"{_bin(est['total'])}{' here, its share of the split' if doc.get('rpc') else ''} "
+                f"({'the whole model: ' if doc.get('rpc') else ''}weights {_bin(est['weights'])}, "
+                f"KV {_bin(est['kv'])}, compute {_bin(est['compute'])})",
             )
         )
     if preview.get("budget_bytes") is not None:
@@ -306,6 +322,11 @@ def plan(model: str, *, json_: Json = False) -> None:
         table.add_row(f"[bold]{key}[/]", escape(value))  # install hints hold [engine]
     out.print(f"[bold]{doc['model']}[/]" + ("" if daemon else "  [dim](no daemon running)[/]"))
     out.print(table)
+    if doc.get("rpc"):
+        from blazar.cli.rpc import print_split
+
+        out.print("[bold]RPC split[/] (rpc workers in config.toml)")
+        print_split(doc["rpc"])
 
 
 @app.command

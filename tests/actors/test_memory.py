@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import msgspec
 import trio
 
 from actors.engines.llamacpp import LaunchSpec
 from actors.memory import MemoryPlanner
 from registry import fit
 from registry.shape import read_shape
+from registry.split import local_share
 
 MIB = 1 << 20
 
@@ -27,6 +29,21 @@ async def test_need_is_the_fit_estimate_at_the_launch_settings(model_path: Path)
     assert planner.footprint("smol") == need and planner.footprint("other") is None
     bigger = await planner.need(_spec(model_path, ctx=8192, slots=2))
     assert bigger is not None and bigger > need  # more context, more KV cache
+
+
+async def test_a_split_model_needs_only_this_machines_share(model_path: Path) -> None:
+    """A model split over RPC workers holds here only what the devices do not take: the
+    footprint admission checks against the budget is the split's local share."""
+    planner = MemoryPlanner(None, available=lambda: 8 << 30)
+    whole = await planner.need(_spec(model_path, ctx=2048, slots=1))
+    split = msgspec.structs.replace(
+        _spec(model_path, ctx=2048, slots=1), rpc=["10.0.0.2:50052"], gpu_layers=29
+    )
+    local = await planner.need(split)
+    shape = read_shape(model_path)
+    assert local == local_share(shape, fit.Settings(ctx_per_slot=2048, slots=1), 29)
+    assert whole is not None and local is not None and local < whole
+    assert planner.footprint("smol") == local
 
 
 async def test_budget_configured_automatic_or_off(model_path: Path) -> None:

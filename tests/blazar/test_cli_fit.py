@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,29 @@ def test_plan_and_fit_clamp_a_context_above_the_training_length(
     assert exc.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ctx 32768 exceeds the 8192-token context") and len(err.splitlines()) == 1
+
+
+def test_fit_and_plan_show_the_split_of_a_model_with_rpc_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path
+) -> None:
+    (home / "config.toml").write_text(
+        f'memory_budget_mb = 200\n[models."{MODEL}"]\nctx = 2048\nslots = 1\n'
+        'rpc = ["10.0.0.2:50052"]\nrpc_memory_mb = [4096]\n'
+    )
+    doc = json.loads(run_fit(monkeypatch, capsys, home, MODEL, "--json"))
+    split = doc["rpc"]
+    local, worker = split["parts"]
+    assert worker["name"] == "10.0.0.2:50052" and worker["output"] and worker["available"] == 4096 << 20
+    assert local["available"] == 200 << 20  # this machine's share is capped by the budget
+    assert split["gpu_layers"] == 31 - local["layers"] == sum(split["tensor_split"])
+    assert split["verdict"] == "fits" and local["bytes"] < doc["total"]
+    text = " ".join(run_fit(monkeypatch, capsys, home, MODEL).split())
+    assert (
+        "RPC split" in text
+        and f"-ngl {split['gpu_layers']} --tensor-split {split['tensor_split'][0]}" in text
+    )
+    plan = json.loads(run_cli(monkeypatch, capsys, home, "plan", MODEL, "--json"))
+    assert plan["rpc"] == split
+    if shutil.which("llama-server") is None:  # the xllamacpp wheel's lane: no RPC backend
+        assert plan["preview"]["code"] == "MODEL_UNSUPPORTED_ENGINE"
+        assert "no RPC backend" in plan["preview"]["refused"]

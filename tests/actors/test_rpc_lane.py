@@ -1,0 +1,224 @@
+"""llama.cpp's RPC backend as a lane option: ``[models."NAME"] rpc`` reaches the engine's argv
+as ``--rpc`` with the split's ``--tensor-split`` and ``-ngl``, ``blazar explain`` names where
+each came from, a lane without RPC support refuses the model (it must not start on one
+machine as if the workers were not there), and the config is checked strictly."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from actors.config import EngineConfig, ModelOverride, RuntimeConfig
+from actors.engines import llamacpp, vllm
+from actors.engines.lane import Lane
+from actors.engines.spec import LaunchSpec
+from actors.errors import UnsupportedEngine
+from actors.rpc import WorkerOptions, is_loopback, run_worker, worker_argv, workers_of
+from actors.settings import RPC_ALL_LAYERS, Resolved, resolve_launch
+from blazar.config import ConfigError, load_config, resolve_paths
+from registry.fit import Memory
+from registry.gguf import ModelInfo
+from registry.split import Part, RpcSplit
+from registry.store import ModelFile, ModelRecord
+
+NAME = "big-model"
+WORKERS = ["10.0.0.2:50052", "10.0.0.3:50052"]
+
+
+def _gguf_record() -> ModelRecord:
+    return ModelRecord(name=NAME, digest="sha256:" + "0" * 64, size=1, path=f"/m/{NAME}.gguf", source="t",
+                       created_at=0, modified_at=0)  # fmt: skip
+
+
+def _info() -> ModelInfo:
+    return ModelInfo(
+        architecture="llama", parameter_count=1, context_length=8192, tensor_count=0, data_offset=0
+    )
+
+
+def _split() -> RpcSplit:
+    def part(name: str, layers: int, first: int) -> Part:
+        kind = "local" if name == "local" else "worker"
+        return Part(name=name, kind=kind, layers=layers, first_layer=first, output=name == "local",
+                    bytes=1, available=2, headroom=1)  # fmt: skip
+
+    parts = [part("local", 10, 0), part(WORKERS[0], 12, 10), part(WORKERS[1], 10, 22)]
+    return RpcSplit(verdict="fits", parts=parts, gpu_layers=22, tensor_split=[12, 10], n_layers=33, total=3)
+
+
+def _config(over: ModelOverride) -> RuntimeConfig:
+    config = RuntimeConfig.in_home("/h")
+    return msgspec.structs.replace(config, models={NAME: over})
+
+
+def _rpc_lane(binary: str = "/opt/llama/llama-server") -> Lane:
+    """The llama.cpp lane on a llama-server whose RPC support was established (the probe itself
+    is exercised against real builds: the wheel below, a built llama-server in the e2e test)."""
+    return dataclasses.replace(llamacpp.lane(EngineConfig(llama_server=binary)), rpc_problem=lambda: None)
+
+
+def _resolve(over: ModelOverride, lane: Lane, split: RpcSplit | None = None, **kw: object) -> Resolved:
+    asked: list[tuple[int, int]] = []
+
+    def plan(ctx: int, slots: int) -> RpcSplit | None:
+        asked.append((ctx, slots))
+        return split
+
+    resolved = resolve_launch(_config(over), _gguf_record(), _info(), lanes={"llamacpp": lane},
+                              plan_gpu_layers=lambda ctx, slots: None, plan_rpc=plan, **kw)  # type: ignore[arg-type]  # fmt: skip
+    if over.rpc and resolved.refusal is None and resolved.spec.lane == "llamacpp":
+        assert asked == [(resolved.spec.ctx_per_slot, resolved.spec.slots)]
+    return resolved
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_the_workers_and_the_split_reach_llama_server() -> None:
+    lane = _rpc_lane()
+    r = _resolve(ModelOverride(rpc=WORKERS, rpc_memory_mb=[8192, 6144]), lane, _split())
+    assert r.spec.rpc == WORKERS and r.spec.tensor_split == [12, 10] and r.spec.gpu_layers == 22
+    assert r.rpc_split == _split()
+    argv = lane.argv(r.spec, 8080, "k")
+    assert argv[3] == "/opt/llama/llama-server"  # under the watchdog
+    assert _flag(argv, "--rpc") == "10.0.0.2:50052,10.0.0.3:50052"
+    assert _flag(argv, "--tensor-split") == "12,10"
+    assert _flag(argv, "-ngl") == "22"
+    by = {s.name: s for s in r.settings}
+    assert (by["rpc"].value, by["rpc"].source, by["rpc"].key) == (WORKERS, "override", f'models."{NAME}".rpc')
+    assert (by["rpc_memory_mb"].value, by["rpc_memory_mb"].source) == ([8192, 6144], "override")
+    assert (by["tensor_split"].value, by["tensor_split"].source) == ([12, 10], "derived")
+    assert (by["gpu_layers"].value, by["gpu_layers"].source) == (22, "derived")
+
+
+def test_without_a_plan_every_layer_goes_to_the_devices_and_an_override_wins() -> None:
+    lane = _rpc_lane()
+    r = _resolve(ModelOverride(rpc=WORKERS[:1]), lane, None)
+    argv = lane.argv(r.spec, 8080, "k")
+    assert _flag(argv, "-ngl") == str(RPC_ALL_LAYERS) and "--tensor-split" not in argv
+    assert _flag(argv, "--rpc") == WORKERS[0]
+    by = {s.name: s for s in r.settings}
+    assert by["rpc_memory_mb"].source == "default" and by["tensor_split"].value is None
+    r = _resolve(ModelOverride(rpc=WORKERS, gpu_layers=7), lane, _split())
+    assert _flag(lane.argv(r.spec, 8080, "k"), "-ngl") == "7"
+
+
+def test_a_model_without_workers_gets_no_rpc_flags() -> None:
+    lane = _rpc_lane()
+    r = _resolve(ModelOverride(), lane)
+    argv = lane.argv(r.spec, 8080, "k")
+    assert "--rpc" not in argv and "--tensor-split" not in argv
+    assert "rpc" not in {s.name for s in r.settings}
+
+
+def test_the_wheel_has_no_rpc_backend_and_the_lane_says_so() -> None:
+    xllamacpp = pytest.importorskip("xllamacpp")
+    library = ctypes.CDLL(str(next(Path(xllamacpp.__file__).parent.glob("xllamacpp*.so"))))
+    library.llama_supports_rpc.restype = ctypes.c_bool
+    assert library.llama_supports_rpc() is False  # what WHEEL_NO_RPC says of the installed wheel
+    wheel = llamacpp.lane(EngineConfig())
+    if wheel.binary is not None:
+        pytest.skip(f"a llama-server is on PATH ({wheel.binary}): the wheel lane is not the one taken")
+    assert wheel.rpc_problem() == llamacpp.WHEEL_NO_RPC
+    with pytest.raises(UnsupportedEngine, match="xllamacpp wheel has no RPC backend") as caught:
+        _resolve(ModelOverride(rpc=WORKERS), wheel)
+    assert "-DGGML_RPC=ON" in str(caught.value) and f'models."{NAME}".rpc' in str(caught.value)
+    plan = _resolve(ModelOverride(rpc=WORKERS), wheel, unrouted=True)  # a plan shows it refused
+    assert plan.refusal is not None and "no RPC backend" in plan.refusal
+
+
+def test_a_binary_that_cannot_run_is_not_taken_for_an_rpc_build(tmp_path: Path) -> None:
+    missing = str(tmp_path / "llama-server")
+    problem = llamacpp.rpc_problem(missing)
+    assert problem is not None and "does not answer --version as llama-server does" in problem
+
+
+def test_a_lane_that_does_not_read_rpc_shows_it_unused() -> None:
+    file = ModelFile(name="config.json", digest="sha256:" + "1" * 64, size=1)
+    record = msgspec.structs.replace(_gguf_record(), path=f"/m/{NAME}", files=[file], format="safetensors")
+    lanes: dict[str, Lane | None] = {"llamacpp": _rpc_lane(), "vllm": vllm.lane(EngineConfig(), "/opt/vllm")}
+    r = resolve_launch(_config(ModelOverride(rpc=WORKERS)), record, _info(), lanes=lanes,
+                       plan_gpu_layers=lambda ctx, slots: None)  # fmt: skip
+    assert r.spec.lane == "vllm" and r.spec.rpc == []
+    by = {s.name: s for s in r.settings}
+    assert by["rpc"].note == "unused: the vllm lane does not read it"
+
+
+def test_the_llamacpp_argv_pins_the_flags_of_a_split() -> None:
+    spec = LaunchSpec(model="m", path="/m.gguf", ctx_per_slot=1024, slots=2, rpc=["a:1", "[::1]:2"],
+                      tensor_split=[5, 3, 1], gpu_layers=9)  # fmt: skip
+    argv = llamacpp.build_argv(spec, port=1, api_key="k", binary="/bin/llama-server")
+    tail = argv[argv.index("--rpc") :]
+    assert tail[:6] == ["--rpc", "a:1,[::1]:2", "--tensor-split", "5,3,1", "-ngl", "9"]
+
+
+def test_workers_offer_their_configured_memory_or_this_machines() -> None:
+    memory = Memory(ram_available=5 << 30)
+    sized = workers_of(ModelOverride(rpc=WORKERS, rpc_memory_mb=[1024, 2048]), memory)
+    assert [(w.address, w.memory) for w in sized] == [(WORKERS[0], 1 << 30), (WORKERS[1], 2 << 30)]
+    assert [w.memory for w in workers_of(ModelOverride(rpc=WORKERS), memory)] == [5 << 30, 5 << 30]
+
+
+def test_the_worker_command_line() -> None:
+    argv = worker_argv("/opt/rpc-server", WorkerOptions(), mem_flag=False)
+    assert argv[1:4] == ["-m", "actors.engines.watchdog", "/opt/rpc-server"]
+    assert argv[4:] == ["--host", "127.0.0.1", "--port", "50052"]
+    full = WorkerOptions(host="10.0.0.2", port=6000, mem_mb=4096, threads=8, device="CUDA0", cache=True)
+    assert worker_argv("/opt/rpc-server", full, mem_flag=True)[4:] == [
+        "--host", "10.0.0.2", "--port", "6000", "--mem", "4096",
+        "--threads", "8", "--device", "CUDA0", "--cache",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="has no --mem"):
+        worker_argv("/opt/rpc-server", WorkerOptions(mem_mb=4096), mem_flag=False)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.2") and not is_loopback("gpu-box")
+
+
+def _load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> object:
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(text)
+    return load_config(resolve_paths())
+
+
+def test_the_config_takes_workers_and_refuses_bad_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _load(tmp_path, monkeypatch, f'[engine]\nrpc_server = "/opt/rpc-server"\n[models."{NAME}"]\n'
+                   'rpc = ["10.0.0.2:50052", "[fd00::2]:50052"]\nrpc_memory_mb = [8192, 4096]\n')  # fmt: skip
+    over = config.models[NAME]  # type: ignore[attr-defined]
+    assert over.rpc == ["10.0.0.2:50052", "[fd00::2]:50052"] and over.rpc_memory_mb == [8192, 4096]
+    assert config.engine.rpc_server == "/opt/rpc-server"  # type: ignore[attr-defined]
+    for bad, said in (
+        ('rpc = ["10.0.0.2"]', "matching regex"),
+        ('rpc = ["a:1"]\nrpc_memory_mb = [1, 2]', "one per worker"),
+        ("rpc_memory_mb = [1024]", "rpc_memory_mb goes with rpc"),
+        ('rpc = ["a:1", "a:1"]', "more than once"),
+        ("rpc = []", "length"),
+        ('rpc_workers = ["a:1"]', "unknown field"),
+    ):
+        with pytest.raises(ConfigError, match=said):
+            _load(tmp_path, monkeypatch, f'[models."{NAME}"]\n{bad}\n')
+
+
+async def test_the_worker_is_restarted_after_a_crash_and_given_up_on_after_too_many(tmp_path: Path) -> None:
+    """``run_worker``'s supervision on a real child process: a crashing child is started again
+    with a doubling wait until it crashes more than ``max_restarts`` times in the window; one
+    that exits cleanly is not restarted."""
+    runs = tmp_path / "runs"
+    crash = [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('x'); raise SystemExit(3)", "x"]
+    said: list[str] = []
+    with trio.fail_after(60):
+        code = await run_worker(crash, say=said.append, max_restarts=2, backoff_s=0.01, backoff_max_s=0.02)
+    assert code == 3 and runs.read_text() == "xxx"
+    assert sum("restarting" in line for line in said) == 2 and "giving up" in said[-1]
+    clean = [sys.executable, "-c", f"open({str(runs)!r}, 'a').write('y')", "x"]
+    with trio.fail_after(60):
+        assert await run_worker(clean, say=said.append) == 0
+    assert runs.read_text() == "xxxy" and said[-1] == "rpc-server stopped"
