@@ -21,8 +21,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,7 +35,17 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 from bench._harness import Context
 from bench._rigs import log
 from bench._stats import summarize
-from tests.support import MODEL, DaemonProc, descendants, ensure_model, make_home, start_daemon, wait_gone
+from tests.support import (
+    MODEL,
+    SPEECH_MODELS,
+    DaemonProc,
+    descendants,
+    ensure_model,
+    make_home,
+    pull_speech,
+    start_daemon,
+    wait_gone,
+)
 
 __all__ = ["TITLE", "run"]
 
@@ -46,20 +54,13 @@ QUESTION = "What is the capital of France?"
 RATE = 24_000
 CHUNK = RATE * 2 // 10  # 100 ms of pcm16
 SILENCE_MS = 500
-SPEECH_MODELS = ("whisper-tiny.en", "piper-joe-us")
-_CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", Path(__file__).resolve().parents[1] / ".cache/test-models"))
 
 
 @contextmanager
 def _voice_daemon() -> Iterator[DaemonProc]:
     tmp = Path(tempfile.mkdtemp(prefix="blazar-bench-realtime-"))
     home = make_home(tmp / "home", ensure_model())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BLAZAR_")}
-    env.update(BLAZAR_HOME=str(home), BLAZAR_CACHE_DIR=str(_CACHE / "cache"), HF_HUB_OFFLINE="1")
-    for name in SPEECH_MODELS:
-        subprocess.run(
-            [sys.executable, "-m", "blazar", "pull", name], env=env, check=True, capture_output=True
-        )
+    pull_speech(home)
     daemon = start_daemon(home, timeout_s=120.0)
     try:
         yield daemon

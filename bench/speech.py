@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import wave
@@ -43,8 +40,16 @@ import httpx
 from bench._harness import Context
 from bench._rigs import DirectEngine, daemon_commands, engine_config, engine_of, log, redact
 from bench._stats import summarize
-from bench._system import ROOT, cpu_seconds
-from tests.support import DaemonProc, descendants, ensure_model, make_home, start_daemon, wait_gone
+from bench._system import cpu_seconds
+from tests.support import (
+    DaemonProc,
+    descendants,
+    ensure_model,
+    make_home,
+    pull_speech,
+    start_daemon,
+    wait_gone,
+)
 
 __all__ = ["TITLE", "run"]
 
@@ -57,7 +62,8 @@ TEXT = (
     "is the engine's own. This paragraph is long enough to make both sides work for a while, "
     "and short enough to repeat several times in one run."
 )
-WHEELS = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models")) / "cache"
+QUICK_TEXT = "The quick brown fox jumps over the lazy dog."
+"""What ``--quick`` (the smoke test) speaks and hears: the plumbing, not the figures."""
 
 
 @contextlib.contextmanager
@@ -67,15 +73,7 @@ def _speech_daemon() -> Iterator[DaemonProc]:
     home = make_home(tmp / "home", ensure_model(), config=engine_config(1))
     daemon = start_daemon(home, timeout_s=120.0)
     try:
-        env = {**daemon.env, "BLAZAR_CACHE_DIR": str(WHEELS)}
-        for name in (STT, TTS):
-            subprocess.run(
-                [sys.executable, "-m", "blazar", "pull", name],
-                env=env,
-                check=True,
-                capture_output=True,
-                timeout=600,
-            )
+        pull_speech(home, (STT, TTS))
         yield daemon
     finally:
         engines = descendants(daemon.proc.pid)
@@ -89,12 +87,12 @@ def _duration_s(wav_bytes: bytes) -> float:
         return w.getnframes() / w.getframerate()
 
 
-def _speak(client: httpx.Client, url: str, headers: dict[str, str]) -> tuple[float, float]:
+def _speak(client: httpx.Client, url: str, headers: dict[str, str], text: str) -> tuple[float, float]:
     """Wall time and audio duration of one synthesis of the paragraph."""
     t0 = time.perf_counter()
     r = client.post(
         f"{url}/v1/audio/speech",
-        json={"model": TTS, "input": TEXT, "response_format": "wav"},
+        json={"model": TTS, "input": text, "response_format": "wav"},
         headers=headers,
     )
     took = time.perf_counter() - t0
@@ -126,6 +124,7 @@ def _one_run(
     clip: bytes,
     count: int,
     daemon_pid: int,
+    text: str,
 ) -> dict[str, Any]:
     duration = _duration_s(clip)
     rtf: dict[str, dict[str, list[float]]] = {v: {"stt": [], "tts": []} for v in targets}
@@ -140,7 +139,7 @@ def _one_run(
                     seconds, _text = _hear(client, *lanes["stt"], clip)
                     rtf[variant]["stt"].append(seconds / duration)
                 else:
-                    seconds, spoken = _speak(client, *lanes["tts"])
+                    seconds, spoken = _speak(client, *lanes["tts"], text)
                     rtf[variant]["tts"].append(seconds / spoken)
                 if variant == "gateway":  # summed: the kernel counts CPU in 10 ms ticks
                     cpu[lane] += cpu_seconds([daemon_pid]) - cpu0
@@ -158,11 +157,11 @@ def _one_run(
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    count = ctx.pick(4, 1)
+    count, text = ctx.pick(4, 1), ctx.pick(TEXT, QUICK_TEXT)
     runs: list[dict[str, Any]] = []
     with _speech_daemon() as daemon, httpx.Client(timeout=600) as client:
         r = client.post(
-            f"{daemon.url}/v1/audio/speech", json={"model": TTS, "input": TEXT, "response_format": "wav"}
+            f"{daemon.url}/v1/audio/speech", json={"model": TTS, "input": text, "response_format": "wav"}
         )
         r.raise_for_status()
         clip = r.content  # the engines are started by these two first requests
@@ -184,10 +183,10 @@ def run(ctx: Context) -> dict[str, Any]:
                     "tts": (tts_direct.url, {"Authorization": f"Bearer {tts_direct.api_key}"}),
                 },
             }
-            _one_run(client, targets, clip, 1, daemon.proc.pid)  # warm both paths
+            _one_run(client, targets, clip, 1, daemon.proc.pid, text)  # warm both paths
             for n in range(ctx.runs):
                 log(f"speech: run {n + 1}/{ctx.runs}")
-                runs.append(_one_run(client, targets, clip, count, daemon.proc.pid))
+                runs.append(_one_run(client, targets, clip, count, daemon.proc.pid, text))
             commands = daemon_commands(engine_config(1)) | {
                 "stt engine (the daemon's)": redact(stt_info.argv),
                 "stt engine (direct)": redact(stt_direct.argv),
@@ -209,7 +208,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "stt_model": STT,
             "tts_voice": TTS,
             "clip_s": round(clip_s, 2),
-            "text_chars": len(TEXT),
+            "text_chars": len(text),
             "requests_per_run": count,
         },
         "values": {
