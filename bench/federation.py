@@ -3,11 +3,13 @@
 Two daemons on loopback: C holds the test model (warm, its engine started before the runs);
 A has no model and C as its one ``[[remotes]]`` peer, so A's routing decision sends every
 request for the model to C and relays C's bytes back (docs/federation.md). Each run sends the
-same streamed requests through A (relayed) and straight to C (direct), one after the other:
-relayed, direct, relayed, direct … Output is fixed (temperature 0, a fixed ``max_tokens``
-and ``ignore_eos``), so every request decodes the same number of tokens. One stream at a
-time: what is measured is the hop A adds (its decision, its relay of each chunk), not C's
-own gateway, which both paths cross.
+same streamed request through A (relayed) and straight to C (direct) in pairs of
+neighbouring requests, the first of a pair alternating (relayed-direct, direct-relayed, …);
+a run's ratio and added TTFT are the medians over its pairs, so a slow drift of the shared
+machine's speed falls on both halves of a pair alike. Output is fixed (temperature 0, a
+fixed ``max_tokens`` and ``ignore_eos``), so every request decodes the same number of
+tokens. One stream at a time: what is measured is the hop A adds (its decision, its relay
+of each chunk), not C's own gateway, which both paths cross.
 """
 
 from __future__ import annotations
@@ -66,9 +68,46 @@ def _wait_peer_up(a_url: str, timeout_s: float = 60.0) -> None:
     raise RuntimeError("daemon A never saw peer C up with the model warm")
 
 
+def _one_run(lg: LoadGen, targets: dict[str, str], a_pid: int, max_tokens: int, count: int) -> dict[str, Any]:
+    """``count`` pairs of neighbouring requests, one relayed and one direct, the first of a
+    pair alternating; each path's figures over its requests, and the pairs' own ratios."""
+    req = chat_request("openai", max_tokens=max_tokens, ignore_eos=True)
+    tokens: dict[str, list[list[float]]] = {v: [] for v in targets}
+    errors = dict.fromkeys(targets, 0)
+    cpu_s = dict.fromkeys(targets, 0.0)
+    pairs: list[dict[str, dict[str, Any]]] = []
+    order = list(targets)
+    for i in range(count):
+        pair: dict[str, dict[str, Any]] = {}
+        for variant in order if i % 2 == 0 else order[::-1]:
+            cpu0 = cpu_seconds([a_pid])
+            res = lg.run(job(targets[variant], [req], concurrency=1, count=1, events=True))
+            cpu_s[variant] += cpu_seconds([a_pid]) - cpu0
+            tokens[variant] += res.get("tokens") or []
+            errors[variant] += res.get("errors", 0)
+            pair[variant] = token_metrics(res)
+        pairs.append(pair)
+    one: dict[str, Any] = {}
+    for variant in targets:
+        metrics = token_metrics({"tokens": tokens[variant], "errors": errors[variant]})
+        n = metrics["tokens_per_request"] * metrics["requests"]
+        metrics["a_cpu_us_per_token"] = cpu_s[variant] * 1e6 / n if n else None
+        one[variant] = metrics
+    one["pair_decode_ratio"] = summarize(
+        ratio(p["relayed"]["decode_tps"], p["direct"]["decode_tps"]) for p in pairs
+    )["median"]
+    ttft = [
+        p["relayed"]["ttft_p50_ms"] - p["direct"]["ttft_p50_ms"]
+        for p in pairs
+        if p["relayed"]["ttft_p50_ms"] is not None and p["direct"]["ttft_p50_ms"] is not None
+    ]
+    one["pair_ttft_added_ms"] = summarize(ttft)["median"]
+    return one
+
+
 def run(ctx: Context) -> dict[str, Any]:
     max_tokens = ctx.pick(48, 8)
-    count = ctx.pick(4, 1)
+    count = ctx.pick(8, 2)
     runs: list[dict[str, Any]] = []
     c_config = engine_config(1)
     with running_daemon(c_config, tag="federation-c") as c:
@@ -88,16 +127,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 lg.run(job(url, [chat_request("openai", max_tokens=4)], concurrency=1, count=2))
             for r in range(ctx.runs):
                 log(f"federation: run {r + 1}/{ctx.runs}")
-                one: dict[str, Any] = {}
-                for variant, url in targets.items():
-                    req = chat_request("openai", max_tokens=max_tokens, ignore_eos=True)
-                    cpu0 = cpu_seconds([a.proc.pid])
-                    metrics = token_metrics(lg.run(job(url, [req], concurrency=1, count=count, events=True)))
-                    tokens = metrics["tokens_per_request"] * metrics["requests"]
-                    cpu_s = cpu_seconds([a.proc.pid]) - cpu0
-                    metrics["a_cpu_us_per_token"] = cpu_s * 1e6 / tokens if tokens else None
-                    one[variant] = metrics
-                runs.append(one)
+                runs.append(_one_run(lg, targets, a.proc.pid, max_tokens, count))
             commands = {
                 "daemon C": daemon_commands(c_config)["daemon"],
                 "daemon C config.toml": c_config,
@@ -123,12 +153,8 @@ def run(ctx: Context) -> dict[str, Any]:
         "method": __doc__ or "",
         "params": {"model": MODEL, "max_tokens": max_tokens, "requests_per_run": count, "slots on C": 1},
         "values": {
-            "federation_decode_ratio_c1": summarize(
-                ratio(r["relayed"]["decode_tps"], r["direct"]["decode_tps"]) for r in runs
-            ),
-            "federation_ttft_added_p50_ms": summarize(
-                r["relayed"]["ttft_p50_ms"] - r["direct"]["ttft_p50_ms"] for r in runs
-            ),
+            "federation_decode_ratio_c1": summarize(r["pair_decode_ratio"] for r in runs),
+            "federation_ttft_added_p50_ms": summarize(r["pair_ttft_added_ms"] for r in runs),
         },
         "tables": [
             {
