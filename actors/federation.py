@@ -57,6 +57,8 @@ class InstalledModel(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     size_bytes: int | None = None
     kind: str = "chat"
+    digest: str | None = None
+    """Its main file's ``sha256:`` digest (None from a pass-through peer or an older daemon)."""
 
 
 class _CapacityDoc(msgspec.Struct, kw_only=True):

@@ -26,6 +26,7 @@ from bench import (
     cancel,
     console,
     engine,
+    federation,
     mcp,
     memory,
     mistralrs,
@@ -54,6 +55,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "mcp": (mcp.TITLE, mcp.run),
     "realtime": (realtime.TITLE, realtime.run),
     "speech": (speech.TITLE, speech.run),
+    "federation": (federation.TITLE, federation.run),
 }
 
 

@@ -122,6 +122,21 @@ TARGETS = [
     ),
     Target("stt_rtf_ratio", "speech", "STT real-time factor, gateway ÷ whisper host alone", "<=", 1.05),
     Target("tts_rtf_ratio", "speech", "TTS real-time factor, gateway ÷ piper host alone", "<=", 1.05),
+    Target(
+        "federation_decode_ratio_c1",
+        "federation",
+        "federated path: decode tok/s, relayed A → C ÷ C directly, C=1",
+        ">=",
+        0.98,
+    ),
+    Target(
+        "federation_ttft_added_p50_ms",
+        "federation",
+        "federated path: TTFT p50 added by the relay through A",
+        "<=",
+        5.0,
+        "ms",
+    ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
 ]
 

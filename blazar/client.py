@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     import httpx
 
-__all__ = ["CliError", "Daemon", "ensure_daemon", "find_daemon"]
+__all__ = ["CliError", "Daemon", "ensure_daemon", "error_message", "find_daemon"]
 
 _START_TIMEOUT_S = 60.0
 _POLL_S = 0.01
@@ -50,7 +50,7 @@ class Daemon:
 
     def _check(self, resp: httpx.Response) -> Any:
         if resp.status_code >= 400:
-            raise CliError(_error_message(resp))
+            raise CliError(error_message(resp))
         return resp.json()
 
     def get(self, path: str) -> Any:
@@ -62,14 +62,14 @@ class Daemon:
     def delete(self, path: str, body: dict[str, Any]) -> None:
         resp = self.http.request("DELETE", path, json=body)
         if resp.status_code >= 400:
-            raise CliError(_error_message(resp))
+            raise CliError(error_message(resp))
 
     def stream_chat(self, body: dict[str, Any]) -> Iterator[str]:
         """Yield the text deltas of a streamed chat completion."""
         with self.http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:
             if resp.status_code >= 400:
                 resp.read()
-                raise CliError(_error_message(resp))
+                raise CliError(error_message(resp))
             for line in resp.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
@@ -107,7 +107,7 @@ def _trust(tls_cert: str | None) -> ssl.SSLContext:
     return context
 
 
-def _error_message(resp: httpx.Response) -> str:
+def error_message(resp: httpx.Response) -> str:
     try:
         doc = resp.json()
         err = doc.get("error")

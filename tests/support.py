@@ -230,8 +230,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_daemon(home: Path, *extra: str, timeout_s: float = 60.0, port: int = 0) -> DaemonProc:
-    env = home_env(home)
+def start_daemon(
+    home: Path, *extra: str, timeout_s: float = 60.0, port: int = 0, env: dict[str, str] | None = None
+) -> DaemonProc:
+    """``blazar serve`` on ``home`` (``env``: its whole environment, ``home_env`` by default)."""
+    env = env if env is not None else home_env(home)
     info = home / "run" / "daemon.json"
     info.unlink(missing_ok=True)  # left by a daemon killed with -9: not this one's
     proc = subprocess.Popen(

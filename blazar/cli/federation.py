@@ -1,21 +1,25 @@
-"""``blazar peers`` and ``blazar route``: the federation as the running daemon sees it.
+"""``blazar peers``, ``route``, ``warm`` and ``replicate``: the federation as the running
+daemon sees it, and the operator verbs on its peers.
 
-Both ask the daemon (``GET /api/peers``, ``GET /api/route/MODEL``): the peers' states and
-snapshots live in it. ``peers`` polls every peer first, so what it prints is current.
+All ask the daemon (``GET /api/peers``, ``GET /api/route/MODEL``, ``POST /admin/peers/PEER/…``):
+the peers' states, snapshots and keys live in it. ``peers`` polls every peer first, so what it
+prints is current.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any
 
+from cyclopts import Parameter
 from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, out, print_json
-from blazar.client import CliError, find_daemon
+from blazar.client import CliError, error_message, find_daemon
 from blazar.config import resolve_paths
 
-__all__ = ["peers", "route"]
+__all__ = ["peers", "replicate", "route", "warm"]
 
 
 def _daemon() -> Any:
@@ -78,3 +82,81 @@ def route(model: str, /, *, json_: Json = False) -> None:
         out.print(f"nowhere: {doc['why']}")
     else:
         out.print(f"→ {doc['winner']}: {doc['why']}")
+
+
+@app.command
+def warm(
+    model: str,
+    /,
+    *,
+    on: Annotated[str, Parameter(help="The peer to load it on (a name from `blazar peers`).")],
+    keep_alive: Annotated[str | None, Parameter(help="How long it stays loaded there (`10m`, `-1`).")] = None,
+    json_: Json = False,
+) -> None:
+    """Load MODEL on peer ON now (with this daemon's key for it); its next snapshot shows it warm."""
+    body: dict[str, Any] = {"model": model}
+    if keep_alive is not None:
+        body["keep_alive"] = keep_alive
+    doc = _daemon().post(f"/admin/peers/{on}/warm", body)
+    if json_:
+        print_json(doc)
+        return
+    state = doc["state"] or "not listed yet"
+    out.print(f"{on}: {model} loaded in {doc['load_s']:.1f} s (state there: {state})", markup=False)
+
+
+def _progress(doc: dict[str, Any]) -> str:
+    status = doc["status"]
+    if status == "success":
+        how = {"pull": "the peer pulled it itself", "stream": "streamed from here"}.get(
+            doc.get("via", ""), "already there with the same files"
+        )
+        return f"success: {how}, {doc['digest'][:19]}"
+    if "digest" in doc and "total" in doc:
+        done = doc.get("completed", 0)
+        return f"{status} {doc['digest'][:19]} {human_size(done)} / {human_size(doc['total'])}"
+    if "digest" in doc:
+        return f"{status} {doc['digest'][:19]}"
+    return status + (f": {doc['message']}" if doc.get("message") else "")
+
+
+@app.command
+def replicate(
+    model: str,
+    /,
+    *,
+    to: Annotated[str, Parameter(help="The peers to copy it to, comma-separated.")],
+    from_here: Annotated[
+        bool,
+        Parameter(negative="", help="Stream it from this machine's store; do not ask the peer to pull."),
+    ] = False,
+    json_: Json = False,
+) -> None:
+    """Put MODEL on each peer of TO: the peer pulls it from its own sources, or (when that fails,
+    or with --from-here) this daemon streams it from its store and the peer verifies each
+    file's sha256 before installing it. Needs a key with the admin scope on each peer."""
+    daemon = _daemon()
+    failed: dict[str, str] = {}
+    for peer in [p.strip() for p in to.split(",") if p.strip()]:
+        last: dict[str, Any] = {}
+        body = {"model": model, "from_here": from_here}
+        with daemon.http.stream("POST", f"/admin/peers/{peer}/replicate", json=body) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                failed[peer] = error_message(resp)
+                out.print(f"{peer}: failed: {failed[peer]}", markup=False)
+                continue
+            for line in resp.iter_lines():
+                if not line.strip():
+                    continue
+                last = json.loads(line)
+                if json_:
+                    out.print(line, markup=False)
+                else:
+                    out.print(f"{peer}: {_progress(last)}", markup=False)
+        if last.get("status") != "success":
+            failed[peer] = last.get("error") or "the answer broke off before it said success"
+            if not json_:
+                out.print(f"{peer}: failed: {failed[peer]}", markup=False)
+    if failed:
+        raise CliError("not replicated to " + "; ".join(f"{p} ({why})" for p, why in failed.items()))

@@ -270,18 +270,26 @@ def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
         raise CliError(f"{len(failed)} model(s) could not be adopted — see the lines above")
 
 
+Remote = Annotated[
+    bool,
+    Parameter(negative="", help="Add the peers' models (from the running daemon), marked with their peer."),
+]
+
+
 @app.command(name="list")
-def list_(*, json_: Json = False) -> None:
-    """List installed models."""
+def list_(*, remote: Remote = False, json_: Json = False) -> None:
+    """List installed models (with --remote, the [[remotes]] peers' models beside them)."""
     paths = resolve_paths()
     records = open_store(paths).list()
+    peers = _remote_models(paths) if remote else []
     if json_:
-        print_json(records)
+        print_json({"local": records, "remote": peers} if remote else records)
         return
-    table = Table("NAME", "KIND", "FORMAT", "DIGEST", "SIZE", "MODIFIED", "SOURCE", box=None)
+    columns = ("NAME", "KIND", "FORMAT", "DIGEST", "SIZE", "MODIFIED", "SOURCE")
+    table = Table(*(("WHERE", *columns) if remote else columns), box=None)
     for r in records:
         quant = r.facts.quantization if r.facts else None
-        table.add_row(
+        row = (
             r.name,
             r.kind,
             f"{r.format} {quant}" if quant and r.format == "safetensors" else r.format,
@@ -290,7 +298,42 @@ def list_(*, json_: Json = False) -> None:
             time_ago(r.modified_at),
             r.source,
         )
+        table.add_row(*(("here", *row) if remote else row))
+    for m in peers:
+        digest = (m["digest"] or "").removeprefix("sha256:")[:12] or "-"
+        size = human_size(m["size_bytes"]) if m["size_bytes"] is not None else "-"
+        where = m["peer"] + ("" if m["peer_state"] == "up" else f" ({m['peer_state']})")
+        name = m["name"] + ("*" if m["warm"] else "")
+        table.add_row(where, name, m["kind"], "-", digest, size, "-", f"remote:{m['peer']}/{m['name']}")
     out.print(table)
+    if peers:
+        out.print("[dim]* warm on that peer; ask for a peer's model by name, or as remote:PEER/MODEL[/]")
+
+
+def _remote_models(paths: Paths) -> list[dict[str, Any]]:
+    """Every model of every peer, as the running daemon's fresh poll of them says."""
+    from blazar.client import find_daemon
+
+    daemon = find_daemon(paths)
+    if daemon is None:
+        raise CliError("--remote needs the running daemon (it polls the peers) — start it: `blazar serve`")
+    rows: list[dict[str, Any]] = []
+    for p in daemon.get("/api/peers")["peers"]:
+        snap = p["snapshot"] or {}
+        warm = {m["model"] for m in snap.get("loaded", [])}
+        for m in snap.get("installed", []):
+            rows.append(
+                {
+                    "peer": p["name"],
+                    "peer_state": p["state"],
+                    "name": m["name"],
+                    "kind": m.get("kind", "chat"),
+                    "size_bytes": m.get("size_bytes"),
+                    "digest": m.get("digest"),
+                    "warm": m["name"] in warm,
+                }
+            )
+    return rows
 
 
 @app.command

@@ -51,6 +51,7 @@ from blazar.web import mcp_routes as web_mcp
 from blazar.web import message_batches as web_message_batches
 from blazar.web import ollama as web_ollama
 from blazar.web import openai as web_openai
+from blazar.web import pool_verbs as web_pool_verbs
 from blazar.web import realtime as web_realtime
 from blazar.web import responses as web_responses
 from blazar.web import telemetry_routes as web_telemetry
@@ -223,6 +224,7 @@ def create_app(
         web_mcp,
         web_failover,
         web_federation,
+        web_pool_verbs,
         web_capacity,
         web_diagnostics,
         web_responses,

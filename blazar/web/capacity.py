@@ -80,7 +80,7 @@ async def capacity() -> Response:
         return (
             take_census(pids),
             [tree_rss(s.pid) if s.pid else None for s in stats],
-            [InstalledModel(name=r.name, size_bytes=r.size, kind=r.kind) for r in records],
+            [InstalledModel(name=r.name, size_bytes=r.size, kind=r.kind, digest=r.digest) for r in records],
             lanes,
         )
 

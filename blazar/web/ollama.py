@@ -8,7 +8,6 @@ work on the store. Errors use Ollama's ``{"error": "…"}`` shape.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -42,10 +41,15 @@ from blazar.web.common import (
 )
 from blazar.web.translate import Timings
 from registry.disk import copy_model
+from registry.errors import ChecksumMismatch
 from registry.gguf import ModelInfo
+from registry.replica import BlobReceiver
 from registry.store import ModelRecord, ModelSettings, Store, WeightFacts
 
 log = logging.getLogger("blazar.web")
+
+_WRITE_BYTES = 1 << 20
+"""An upload's bytes are written to disk (in a worker thread) a MiB at a time."""
 
 __all__ = ["OLLAMA_API_VERSION", "register", "register_routes"]
 
@@ -441,19 +445,21 @@ async def blob_upload(digest: str) -> Response:
         async for _ in request.body:
             pass
         return Response(b"", 200)
-    partial = await trio.to_thread.run_sync(store.partial_path, sha)
-    hasher = hashlib.sha256()
-    async with await trio.open_file(partial, "wb") as f:
+    # Hashed as it is written; bytes that are not the digest are deleted, never stored.
+    with BlobReceiver(store, sha) as receiver:
+        pending: list[bytes] = []
+        size = 0
         async for chunk in request.body:
-            hasher.update(chunk)
-            await f.write(chunk)
-    if hasher.hexdigest() != sha:
-        await trio.Path(partial).unlink(missing_ok=True)
-        raise BlazarError(
-            "BAD_REQUEST",
-            f"the uploaded bytes hash to sha256:{hasher.hexdigest()}, not {digest} — upload again",
-        )
-    await trio.to_thread.run_sync(store.add_blob, partial, sha)
+            pending.append(chunk)
+            size += len(chunk)
+            if size >= _WRITE_BYTES:
+                await trio.to_thread.run_sync(receiver.write, b"".join(pending))
+                pending, size = [], 0
+        await trio.to_thread.run_sync(receiver.write, b"".join(pending))
+        try:
+            await trio.to_thread.run_sync(receiver.finish)
+        except ChecksumMismatch as exc:
+            raise BlazarError("BAD_REQUEST", f"blob {digest}: {exc} — upload again") from exc
     return Response(b"", 201)
 
 
@@ -519,8 +525,9 @@ async def create() -> Response:
 async def push() -> Response:
     raise BlazarError(
         "LOCAL_ONLY",
-        "Blazar never sends models off this machine: push is refused by design "
-        "(copy the files from `blazar show NAME --json` instead)",
+        "Blazar never pushes models to a registry: push is refused by design (copy a model to "
+        "another Blazar daemon with `blazar replicate NAME --to PEER`, or copy the files from "
+        "`blazar show NAME --json`)",
     )
 
 
