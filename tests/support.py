@@ -11,13 +11,16 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
+T = TypeVar("T")
 _CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models"))
 TEST_CACHE = _CACHE
 """Where the test models are fetched once (``scripts/fetch_test_models.py``)."""
@@ -221,6 +224,30 @@ def pull_speech(home: Path, names: tuple[str, ...] = SPEECH_MODELS) -> None:
             timeout=300,
         )
         assert pulled.returncode == 0, pulled.stderr
+
+
+def add_key(home: Path, name: str, scope: str | None = None) -> str:
+    """A new API key in ``home``'s key store (``blazar keys add``); its secret."""
+    done = subprocess.run(
+        [sys.executable, "-m", "blazar", "keys", "add", name, *(("--scope", scope) if scope else ())],
+        env=home_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def wait_until(cond: Callable[[], T], timeout_s: float = 60.0, what: str = "") -> T:
+    """``cond()``'s first truthy answer, asked every 0.2 s; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:

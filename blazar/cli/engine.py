@@ -175,18 +175,17 @@ def use(
     margin: Annotated[
         float, Parameter(help="The regression gate: decode speed may drop by this much.")
     ] = 0.10,
-    rounds: Annotated[int, Parameter(help="Timed answers per version, alternating between the two.")] = 5,
+    rounds: Annotated[int, Parameter(help="Timed answers per version; their median is compared.")] = 3,
     json_: Json = False,
 ) -> None:
     """Switch LANE@VERSION in (``bundled``: what the daemon was installed with), only if a probe
-    against a real model passes and its decode speed is within --margin of the active version's,
-    both running at once and timed in alternating rounds (--rounds each), so that other work on
-    the machine slows both alike. A running daemon's engines finish their requests, then restart
-    on it."""
+    against a real model passes and its decode speed (the median of --rounds answers) is within
+    --margin of the active version's, both measured now, one after the other. A running daemon's
+    engines finish their requests, then restart on it."""
     import msgspec
     import trio
 
-    from actors.engines.probe import gate, probe_against
+    from actors.engines.probe import gate, probe
     from actors.engines.routing import lane_for
     from actors.engines.versions import BUNDLED, Receipt
     from actors.runtime import launch_spec_for
@@ -213,7 +212,13 @@ def use(
         spec = msgspec.structs.replace(base, engine_version=None if name == BUNDLED else name)
         return lane_for(spec, runtime.engine, runtime.home), spec
 
-    new, old = trio.run(lambda: probe_against(at(version), at(current), runtime.engine, rounds=rounds))
+    async def both() -> tuple[Any, Any]:
+        return (
+            await probe(*at(version), runtime.engine, rounds=rounds),
+            await probe(*at(current), runtime.engine, rounds=rounds),
+        )
+
+    new, old = trio.run(both)
     for report, name in ((new, version), (old, current)):
         if report.decode_tps is not None:
             versions.add_receipt(

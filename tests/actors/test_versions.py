@@ -81,14 +81,8 @@ def test_the_gate_allows_a_drop_within_the_margin() -> None:
     assert gate([50.0], [], 0.10)[0] is True  # nothing to compare with
 
 
-def test_the_gate_compares_rounds_pair_by_pair() -> None:
-    # Other work slowed the machine in rounds 2 to 4 (and the current version's round 4 missed
-    # it): compared by their medians the new version would look three times slower; pair by
-    # pair it is as fast.
-    new = [100.0, 30.0, 31.0, 29.0, 100.0]
-    current = [100.0, 32.0, 30.0, 100.0, 99.0]
-    ok, why = gate(new, current, 0.10)
-    assert ok is True and "over 5 rounds" in why
-    # One wild round does not decide it either way.
-    assert gate([100.0, 100.0, 10.0], [100.0, 100.0, 100.0], 0.10)[0] is True
-    assert gate([50.0, 50.0, 100.0], [100.0, 100.0, 100.0], 0.10)[0] is False
+def test_one_slow_answer_does_not_decide() -> None:
+    # Other work on the machine slowed one answer of each version: the medians still agree.
+    ok, why = gate([100.0, 12.0, 99.0], [101.0, 100.0, 9.0], 0.10)
+    assert ok is True and "medians of 3 and 3 answers" in why
+    assert gate([50.0, 52.0, 100.0], [100.0, 100.0, 100.0], 0.10)[0] is False

@@ -80,10 +80,12 @@ def test_a_switch_under_load_drains_then_a_rollback_returns(home: Path, daemon: 
     for t in threads:
         t.start()
     try:
-        # Both versions run at once and are timed in alternating rounds, so the traffic slows
-        # both alike; the margin still allows for two shared cores (the gate's arithmetic:
-        # tests/actors/test_versions.py).
-        done = blazar(home, "engine", "use", f"llamacpp@{OLDER}", "--model", MODEL, "--margin", "0.5")
+        # Each version's speed is the median of three answers, measured in turn on two cores
+        # the traffic also uses: a wide margin, as the two can still differ by chance (the
+        # gate's arithmetic: tests/actors/test_versions.py).
+        done = blazar(
+            home, "engine", "use", f"llamacpp@{OLDER}", "--model", MODEL, "--margin", "0.8", "--rounds", "3"
+        )
     finally:
         stop.set()
         for t in threads:
@@ -91,7 +93,7 @@ def test_a_switch_under_load_drains_then_a_rollback_returns(home: Path, daemon: 
     assert done.returncode == 0, done.stdout + done.stderr
     text = " ".join(done.stdout.split())
     assert "PASS chat" in text and "PASS tool call" in text and "PASS embeddings" in text, text
-    assert "PASS regression gate" in text and "timed in turn over 5 rounds" in text, text
+    assert "PASS regression gate" in text and "medians of 3 and 3 answers" in text, text
     assert f"llamacpp@{OLDER} is active" in text and MODEL in text
     assert statuses and set(statuses) == {200}, statuses  # the switch drained: no request failed
     assert _version(daemon) == f"xllamacpp {OLDER}"

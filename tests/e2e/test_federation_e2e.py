@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,34 +25,21 @@ import ollama
 import openai
 import pytest
 
-from tests.support import MODEL, ROOT, DaemonProc, free_port, home_env, make_home, start_daemon
+from tests.support import (
+    MODEL,
+    ROOT,
+    DaemonProc,
+    add_key,
+    free_port,
+    make_home,
+    start_daemon,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
 HI = [{"role": "user", "content": "Say hello."}]
 REPLY = "hello from the pass-through peer"
-
-
-def _add_key(home: Path, name: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "blazar", "keys", "add", name],
-        env=home_env(home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
-def _wait(cond: Any, timeout_s: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Pool:
@@ -93,11 +79,11 @@ def pool(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator
         stderr=subprocess.DEVNULL,
     )
     b_home = make_home(root / "b", model_path, config=f'audit_log = true\npreload = ["{MODEL}"]\n')
-    peer_key = _add_key(b_home, "peer-a")
+    peer_key = add_key(b_home, "peer-a")
     b_port = free_port()
     b = start_daemon(b_home, port=b_port)
     c_home = make_home(root / "c", model_path)
-    c_key = _add_key(c_home, "peer-a")
+    c_key = add_key(c_home, "peer-a")
     c = start_daemon(c_home)
     a_home = root / "a"
     a_home.mkdir()
@@ -129,14 +115,14 @@ targets = ["remote:b/{MODEL}", "remote:plain/instant-model"]
 bench_s = 60
 """
     )
-    caller = _add_key(a_home, "caller")
+    caller = add_key(a_home, "caller")
     a = start_daemon(a_home)
     a.env["COLUMNS"] = "200"  # the CLI's tables unabridged
     p = Pool(a, b, c, b_port, caller, peer_key)
     try:
-        _wait(lambda: all(v["state"] == "up" for v in p.peers().values()), what="both peers up")
+        wait_until(lambda: all(v["state"] == "up" for v in p.peers().values()), what="both peers up")
         # B's model warm (preloaded) before the tests look at the decision
-        _wait(lambda: p.b_ready(), timeout_s=120, what="B's engine")
+        wait_until(lambda: p.b_ready(), timeout_s=120, what="B's engine")
         yield p
     finally:
         p.a.stop()
@@ -208,14 +194,14 @@ def test_a_client_that_disconnects_cancels_the_request_on_the_peer(pool: Pool) -
         assert r.status_code == 200 and r.headers["x-blazar-peer"] == "b"
         chunks = r.iter_raw()  # kept: a dropped generator would close the response at once
         next(chunks)
-        _wait(lambda: b_busy() == 1, timeout_s=60, what="the request running on B")
+        wait_until(lambda: b_busy() == 1, timeout_s=60, what="the request running on B")
     # closed after one chunk: B's slot is released long before 4000 tokens could be written
-    _wait(lambda: b_busy() == 0, timeout_s=60, what="B to let the request go")
+    wait_until(lambda: b_busy() == 0, timeout_s=60, what="B to let the request go")
 
 
 def test_b_sees_a_s_peer_key_never_the_caller_s(pool: Pool) -> None:
     audit = pool.b.home / "logs" / "audit.jsonl"
-    lines = _wait(lambda: audit.exists() and audit.read_text().splitlines(), what="B's audit log")
+    lines = wait_until(lambda: audit.exists() and audit.read_text().splitlines(), what="B's audit log")
     relayed = [json.loads(line) for line in lines if "/v1/" in line or "/api/chat" in line]
     inference = [r for r in relayed if r.get("model")]
     assert inference, lines
@@ -278,7 +264,7 @@ def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool
         for _ in chunks:
             pass
     assert "PEER_FAILED" in str(failed.value.body) or "failed during the answer" in failed.value.message
-    _wait(lambda: pool.peers()["b"]["state"] == "down", timeout_s=20, what="B marked down")
+    wait_until(lambda: pool.peers()["b"]["state"] == "down", timeout_s=20, what="B marked down")
     route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
     assert route["winner"] == "c"
     assert next(c for c in route["candidates"] if c["where"] == "b")["skipped"].startswith("down")
@@ -296,8 +282,8 @@ def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool
     assert raw.headers["x-blazar-failover"] == f"remote:b/{MODEL}=PEER_UNAVAILABLE"
     assert raw.parse().choices[0].message.content == REPLY
     pool.b = start_daemon(pool.b.home, port=pool.b_port)
-    _wait(lambda: pool.peers()["b"]["state"] == "up", timeout_s=30, what="B marked up again")
-    _wait(pool.b_ready, timeout_s=120, what="B's model warm again")
+    wait_until(lambda: pool.peers()["b"]["state"] == "up", timeout_s=30, what="B marked up again")
+    wait_until(pool.b_ready, timeout_s=120, what="B's model warm again")
     route = json.loads(pool.a.cli("route", MODEL, "--json").stdout)
     rows = {c["where"]: c for c in route["candidates"]}
     assert rows["b"]["rank"] is not None and rows["b"]["warm"] and rows["c"]["warm"]  # both warm now

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,33 +20,11 @@ import httpx
 import openai
 import pytest
 
-from tests.support import MODEL, DaemonProc, home_env, make_home, pull_env, start_daemon
+from tests.support import MODEL, DaemonProc, add_key, home_env, make_home, pull_env, start_daemon, wait_until
 
 pytestmark = pytest.mark.slow
 
 HI = [{"role": "user", "content": "Say hello."}]
-
-
-def _add_key(home: Path, name: str, scope: str | None = None) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "blazar", "keys", "add", name, *(("--scope", scope) if scope else ())],
-        env=home_env(home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
-def _wait(cond: Any, timeout_s: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _remote(name: str, url: str, key: str) -> str:
@@ -76,12 +51,12 @@ def pool(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator
     root = tmp_path_factory.mktemp("poolverbs")
     b_home = root / "b"
     b_home.mkdir()
-    b_key = _add_key(b_home, "peer-a", "chat,admin")
+    b_key = add_key(b_home, "peer-a", "chat,admin")
     b = start_daemon(b_home, env=pull_env(b_home))  # its own source: the wheel cache
     c_home = root / "c"
     c_home.mkdir()
-    c_key = _add_key(c_home, "peer-a", "chat,admin")
-    c_chat_key = _add_key(c_home, "peer-a-chat")
+    c_key = add_key(c_home, "peer-a", "chat,admin")
+    c_chat_key = add_key(c_home, "peer-a-chat")
     # no network there: pip finds no index and no wheel, and Hugging Face is offline
     no_network = home_env(c_home) | {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
     c = start_daemon(c_home, env=no_network)
@@ -93,7 +68,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator
     a.env["COLUMNS"] = "200"  # the CLI's tables unabridged
     p = Pool(a, b, c, b_key, c_key)
     try:
-        _wait(lambda: all(v["state"] == "up" for v in p.peers().values()), what="the peers up")
+        wait_until(lambda: all(v["state"] == "up" for v in p.peers().values()), what="the peers up")
         yield p
     finally:
         p.a.stop()
