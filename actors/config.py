@@ -280,9 +280,12 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     url: str | None = None
     """The peer's base URL (``http://host:port``), without ``/v1``."""
     dns: str | None = None
-    """A DNS name whose A/AAAA records are the peers (a Kubernetes headless service)."""
+    """A DNS name whose A/AAAA records are the peers (a Kubernetes headless service), or an
+    SRV name (``_http._tcp.NAME``: it starts with ``_``) whose records give hosts and ports."""
+    dns_server: str | None = None
+    """With ``dns``: ask this nameserver (``HOST[:PORT]``) instead of the system's resolver."""
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
-    """With ``dns``: the port the peers listen on."""
+    """With ``dns``: the port the peers listen on (an SRV name's records give their own)."""
     scheme: Literal["http", "https"] = "http"
     """With ``dns``: how the peers are reached."""
     key: str | None = None
@@ -314,8 +317,13 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                 raise ValueError(f"remote {self.name!r}: url must start with http:// or https://")
             if self.port is not None:
                 raise ValueError(f"remote {self.name!r}: port goes with dns (put it in the url)")
-        elif self.port is None:
+        elif self.port is None and not (self.dns or "").startswith("_"):
             raise ValueError(f"remote {self.name!r}: dns needs port = the port the peers listen on")
+        if self.dns_server is not None:
+            if self.dns is None:
+                raise ValueError(f"remote {self.name!r}: dns_server goes with dns")
+            if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(:\d{1,5})?", self.dns_server):
+                raise ValueError(f"remote {self.name!r}: dns_server is HOST or HOST:PORT")
         if self.poll_max_s < self.poll_s:
             raise ValueError(f"remote {self.name!r}: poll_max_s must be at least poll_s")
 

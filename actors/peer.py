@@ -17,17 +17,18 @@ at once so the next decision skips it. Nothing here runs when no remote is confi
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, assert_never
 
 import httpx
 import msgspec
 import trio
 
+from actors import discovery
 from actors.actor import Actor, ActorStatistics
 from actors.config import Remote
 from actors.federation import Snapshot, SnapshotError, parse_capacity, parse_models
@@ -242,11 +243,6 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _resolve(name: str) -> list[str]:
-    infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-    return sorted({str(info[4][0]) for info in infos})
-
-
 def _host_url(scheme: str, address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address else address
     return f"{scheme}://{host}:{port}"
@@ -295,24 +291,31 @@ class Peers:
 
     def _resolver(self, remote: Remote) -> Callable[..., Awaitable[None]]:
         async def resolve(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            assert remote.dns is not None and remote.port is not None
+            assert remote.dns is not None
+            server = remote.dns_server
+            lookup = functools.partial(discovery.resolve, remote.dns, port=remote.port, server=server)
             task_status.started()
             while True:
                 try:
-                    addresses = await trio.to_thread.run_sync(_resolve, remote.dns, abandon_on_cancel=True)
-                except OSError as exc:
+                    endpoints = await trio.to_thread.run_sync(lookup, abandon_on_cancel=True)
+                except discovery.LookupFailed as exc:
                     log.warning("remote '%s': cannot resolve %s: %s", remote.name, remote.dns, exc)
-                    addresses = None
-                if addresses is not None:
-                    await self.reconcile(remote, addresses)
+                else:
+                    await self.reconcile(remote, endpoints)
                 await trio.sleep(remote.resolve_s)
 
         return resolve
 
-    async def reconcile(self, remote: Remote, addresses: list[str]) -> None:
-        """Make the peers of ``dns`` remote ``remote`` be those at ``addresses``."""
-        assert remote.port is not None
-        wanted = {f"{remote.name}-{a}": _host_url(remote.scheme, a, remote.port) for a in addresses}
+    async def reconcile(self, remote: Remote, endpoints: Sequence[discovery.Endpoint | str]) -> None:
+        """Make the peers of ``dns`` remote ``remote`` be those at ``endpoints`` (a bare
+        address is on the remote's ``port``). A peer is named ``NAME-ADDRESS``, or
+        ``NAME-ADDRESS-PORT`` when its port came from an SRV record."""
+        wanted: dict[str, str] = {}
+        for e in endpoints:
+            address, port = (e, remote.port) if isinstance(e, str) else e
+            assert port is not None
+            name = f"{remote.name}-{address}" if port == remote.port else f"{remote.name}-{address}-{port}"
+            wanted[name] = _host_url(remote.scheme, address, port)
         prefix = f"{remote.name}-"
         for name in [n for n, a in self.actors.items() if n.startswith(prefix) and a.remote is remote]:
             if name not in wanted:

@@ -14,6 +14,7 @@ import trio
 
 from actors.config import Remote
 from actors.peer import Peers, PollNow
+from tests.stub_dns import stub_dns
 from tests.support import ROOT, free_port, unreachable_url
 
 
@@ -105,9 +106,14 @@ async def test_a_restarted_peer_actor_has_a_usable_client_again(upstream: int) -
 
 
 async def _serve_capacity(
-    instance: str, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    instance: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """A server that answers every request with a Blazar capacity document of boot ``instance``."""
+    """A server on ``host``:``port`` that answers every request with a Blazar capacity
+    document of boot ``instance``."""
     body = (
         b'{"daemon": "blazar", "version": "0.1.0", "instance": "' + instance.encode() + b'", '
         b'"census": {}, "models": [], "installed": [{"name": "tiny", "size_bytes": 1}]}'
@@ -128,7 +134,7 @@ async def _serve_capacity(
                 _, data = data.split(b"\r\n\r\n", 1)
                 await stream.send_all(answer)
 
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    listeners = await trio.open_tcp_listeners(port, host=host)
     task_status.started(listeners[0].socket.getsockname()[1])
     await trio.serve_listeners(handle, listeners)
 
@@ -149,3 +155,48 @@ async def test_a_peer_that_publishes_this_daemons_boot_id_is_itself() -> None:
         peer = await other.actors["pool-127.0.0.1"].ask(PollNow())
         assert peer.state == "up" and peer.snapshot is not None and peer.snapshot.instance == "boot-a"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_dns_remote_follows_the_names_a_nameserver_it_is_pointed_at_gives() -> None:
+    # Two daemons on 127.0.0.2 and 127.0.0.3 (the whole of 127/8 is loopback), one port, one
+    # name with both A records in a nameserver the test controls; then a pod goes away, and an
+    # SRV name gives two more on 127.0.0.1 with their own ports.
+    port = free_port()
+    with stub_dns() as dns:
+        dns.records[("pool.test", "A")] = ["127.0.0.2", "127.0.0.3"]
+        plain = Remote(
+            name="pool", dns="pool.test", dns_server=dns.server, port=port, poll_s=0.2, resolve_s=0.1
+        )
+        async with trio.open_nursery() as nursery:
+            for n in (2, 3):
+                await nursery.start(_serve_capacity, f"boot-{n}", f"127.0.0.{n}", port)
+            peers = Peers([plain], instance="boot-a")
+            await nursery.start(peers.run)
+            await _until(lambda: {"pool-127.0.0.2", "pool-127.0.0.3"} <= set(peers.actors), "both A records")
+            for n in (2, 3):
+                view = await peers.actors[f"pool-127.0.0.{n}"].ask(PollNow())
+                assert view.state == "up" and view.snapshot is not None
+                assert view.snapshot.instance == f"boot-{n}"
+            dns.records[("pool.test", "A")] = ["127.0.0.2"]
+            await _until(lambda: "pool-127.0.0.3" not in peers.actors, "the record that went away")
+            assert [a.peer for a in peers.members("pool")] == ["pool-127.0.0.2"]
+            # the name stops resolving at all: the peers found before are kept
+            del dns.records[("pool.test", "A")]
+            queried = len(dns.queries)
+            await _until(lambda: len(dns.queries) > queried + 2, "more lookups")
+            assert [a.peer for a in peers.members("pool")] == ["pool-127.0.0.2"]
+
+            one = await nursery.start(_serve_capacity, "boot-s1")
+            two = await nursery.start(_serve_capacity, "boot-s2")
+            srv_name = "_blazar._tcp.pool.test"
+            dns.records[(srv_name, "SRV")] = [f"0 0 {one} a.pool.test.", f"0 0 {two} b.pool.test."]
+            dns.records[("a.pool.test", "A")] = ["127.0.0.1"]
+            dns.records[("b.pool.test", "A")] = ["127.0.0.1"]
+            srv = Remote(name="srv", dns=srv_name, dns_server=dns.server, poll_s=0.2, resolve_s=60)
+            by_srv = Peers([srv])
+            await nursery.start(by_srv.run)
+            names = {f"srv-127.0.0.1-{one}", f"srv-127.0.0.1-{two}"}
+            await _until(lambda: set(by_srv.actors) == names, "both SRV records")
+            view = await by_srv.actors[f"srv-127.0.0.1-{two}"].ask(PollNow())
+            assert view.state == "up" and view.snapshot is not None and view.snapshot.instance == "boot-s2"
+            nursery.cancel_scope.cancel()

@@ -25,6 +25,7 @@ import ollama
 import openai
 import pytest
 
+from tests.stub_dns import stub_dns
 from tests.support import (
     MODEL,
     ROOT,
@@ -245,6 +246,51 @@ def test_a_chain_of_remote_targets_is_served_by_its_first(pool: Pool) -> None:
     raw = pool.oai().chat.completions.with_raw_response.create(model="duo", messages=HI, max_tokens=4)  # type: ignore[arg-type]
     assert raw.headers["x-blazar-target"] == f"remote:b/{MODEL}" and raw.headers["x-blazar-peer"] == "b"
     assert "x-blazar-failover" not in raw.headers
+
+
+def test_a_daemon_finds_its_peers_through_a_dns_name_the_test_answers(pool: Pool, tmp_path: Path) -> None:
+    # D knows no URL: an SRV name, asked of a nameserver the test runs, names B and C (one
+    # host, two ports). D routes the model to B, where it is warm, in D's own peer names.
+    home = tmp_path / "d"
+    home.mkdir()
+    b_key = pool.b_auth["Authorization"].removeprefix("Bearer ")
+    c_port = int(pool.c.url.rsplit(":", 1)[1])
+    with stub_dns() as dns:
+        dns.records[("_blazar._tcp.pool.test", "SRV")] = [
+            f"0 0 {pool.b_port} b.pool.test.",
+            f"0 0 {c_port} c.pool.test.",
+        ]
+        dns.records[("b.pool.test", "A")] = ["127.0.0.1"]
+        dns.records[("c.pool.test", "A")] = ["127.0.0.1"]
+        (home / "config.toml").write_text(
+            f"""
+[[remotes]]
+name = "pool"
+dns = "_blazar._tcp.pool.test"
+dns_server = "{dns.server}"
+key = "{b_key}"
+poll_s = 0.5
+resolve_s = 1
+"""
+        )
+        d = start_daemon(home)
+        try:
+            b_name, c_name = f"pool-127.0.0.1-{pool.b_port}", f"pool-127.0.0.1-{c_port}"
+
+            def peers() -> dict[str, Any]:
+                doc = json.loads(d.cli("peers", "--json").stdout)
+                return {p["name"]: p for p in doc["peers"]}
+
+            wait_until(lambda: peers().get(b_name, {}).get("state") == "up", what="B found through DNS")
+            assert set(peers()) == {b_name, c_name}
+            client = openai.OpenAI(base_url=f"{d.url}/v1", api_key="unused", max_retries=0, timeout=120)
+            raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
+            assert raw.headers["x-blazar-peer"] == b_name and raw.parse().choices[0].message.content
+            # C leaves the SRV answer: D drops it at the next lookup
+            dns.records[("_blazar._tcp.pool.test", "SRV")] = [f"0 0 {pool.b_port} b.pool.test."]
+            wait_until(lambda: set(peers()) == {b_name}, what="C dropped from the pool")
+        finally:
+            d.stop()
 
 
 def test_b_killed_mid_stream_then_marked_down_then_up_again_once_back(pool: Pool) -> None:
