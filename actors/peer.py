@@ -69,6 +69,8 @@ class PeerView(msgspec.Struct, frozen=True, kw_only=True):
     """One peer as ``blazar peers`` and the decision see it."""
 
     name: str
+    remote: str
+    """The ``[[remotes]]`` entry it comes from: its own name, or a ``dns`` remote's."""
     url: str
     state: PeerState
     kind: Literal["blazar", "openai"] | None
@@ -222,6 +224,7 @@ class PeerActor(Actor[PeerMessage]):
         age = time.time() - self.snapshot_at if self.snapshot_at is not None else None
         return PeerView(
             name=self.peer,
+            remote=self.remote.name,
             url=self.url,
             state=self.state,
             kind=self.snapshot.kind if self.snapshot is not None else None,

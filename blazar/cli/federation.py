@@ -16,13 +16,13 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, out, print_json
-from blazar.client import CliError, error_message, find_daemon
+from blazar.client import CliError, Daemon, error_message, find_daemon
 from blazar.config import resolve_paths
 
 __all__ = ["peers", "replicate", "route", "warm"]
 
 
-def _daemon() -> Any:
+def _daemon() -> Daemon:
     daemon = find_daemon(resolve_paths())
     if daemon is None:
         raise CliError("no daemon is running — start one with `blazar serve` (peers live in the daemon)")
@@ -97,12 +97,34 @@ def warm(
     body: dict[str, Any] = {"model": model}
     if keep_alive is not None:
         body["keep_alive"] = keep_alive
-    doc = _daemon().post(f"/admin/peers/{on}/warm", body)
-    if json_:
-        print_json(doc)
-        return
-    state = doc["state"] or "not listed yet"
-    out.print(f"{on}: {model} loaded in {doc['load_s']:.1f} s (state there: {state})", markup=False)
+    daemon = _daemon()
+    failed: dict[str, str] = {}
+    for peer in _members(daemon, [on]):
+        try:
+            doc = daemon.post(f"/admin/peers/{peer}/warm", body)
+        except CliError as exc:
+            failed[peer] = str(exc)
+            out.print(f"{peer}: failed: {exc}", markup=False)
+            continue
+        if json_:
+            out.print(json.dumps(doc), markup=False)
+            continue
+        state = doc["state"] or "not listed yet"
+        out.print(f"{peer}: {model} loaded in {doc['load_s']:.1f} s (state there: {state})", markup=False)
+    if failed:
+        raise CliError("not loaded on " + "; ".join(f"{p} ({why})" for p, why in failed.items()))
+
+
+def _members(daemon: Daemon, names: list[str]) -> list[str]:
+    """Each of ``names`` as peers: a peer's own name, or a ``dns`` remote's name standing for
+    every peer it found (this daemon itself left out)."""
+    peers = daemon.get("/api/peers")["peers"]
+    known = {p["name"] for p in peers}
+    out: list[str] = []
+    for name in names:
+        group = [p["name"] for p in peers if p["remote"] == name != p["name"] and p["state"] != "self"]
+        out += [name] if name in known or not group else group
+    return list(dict.fromkeys(out))
 
 
 def _progress(doc: dict[str, Any]) -> str:
@@ -137,7 +159,7 @@ def replicate(
     file's sha256 before installing it. Needs a key with the admin scope on each peer."""
     daemon = _daemon()
     failed: dict[str, str] = {}
-    for peer in [p.strip() for p in to.split(",") if p.strip()]:
+    for peer in _members(daemon, [p.strip() for p in to.split(",") if p.strip()]):
         last: dict[str, Any] = {}
         body = {"model": model, "from_here": from_here}
         with daemon.http.stream("POST", f"/admin/peers/{peer}/replicate", json=body) as resp:

@@ -116,6 +116,7 @@ def build_gateway(
         web_images,
         web_videos,
         web_utilities,
+        web_vectors,
     ):
         module.register_routes(routes, runtime)
     web_federation.wrap_routes(routes, runtime)  # only with [[remotes]]
@@ -235,7 +236,6 @@ def create_app(
         web_telemetry,
         web_console,
         web_console_page,
-        web_vectors,
         web_audio,
         web_images,
         web_videos,

@@ -28,6 +28,7 @@ from quart_trio import QuartTrio
 from actors.census import take_census
 from actors.config import FailoverChain, FailoverTarget
 from actors.engine import EngineState
+from actors.engines.multipart import FormError, Part, boundary_of, encode_form, parse_form
 from actors.federation import LOCAL, Candidate, Decision, Ranked, decide, expected_wait_s
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
@@ -35,6 +36,7 @@ from blazar.errors import BlazarError, Dialect, error_body
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.common import SSE_CACHE, app_runtime, dialect_for, json_response
 from blazar.web.failover import FAILED_OVER_HEADER, TARGET_HEADER, failover_code
+from blazar.web.vectors import RERANK_ROUTES
 
 __all__ = ["PEER_HEADER", "decision_for", "register", "relay", "stream_error", "wrap_routes"]
 
@@ -48,6 +50,14 @@ FEDERATED_PATHS = (
     "/v1/responses",
     "/api/chat",
     "/api/generate",
+    "/v1/embeddings",
+    "/api/embed",
+    "/api/embeddings",
+    *RERANK_ROUTES,
+    "/api/rerank",
+    "/v1/audio/speech",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
 )
 """The routes whose requests may be relayed (each peer serves the same ones)."""
 
@@ -71,7 +81,18 @@ class _ModelOnly(msgspec.Struct):
     model: str | None = None
 
 
-def _model_of(body: bytes) -> str | None:
+def _form_type(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
+
+
+def _model_of(body: bytes, content_type: str = "application/json") -> str | None:
+    """The ``model`` of a JSON body or of a multipart form (a transcription's upload)."""
+    if _form_type(content_type):
+        try:
+            parts = parse_form(body, content_type).get("model") or []
+        except FormError:
+            return None
+        return parts[0].text.strip() if parts else None
     try:
         return msgspec.json.decode(body, type=_ModelOnly).model
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -162,7 +183,12 @@ def stream_error(dialect: Dialect, code: str, message: str) -> bytes:
             return b"data: " + body + b"\n\n"
 
 
-def _rewrite_model(body: bytes, model: str) -> bytes:
+def _rewrite_model(body: bytes, model: str, content_type: str = "application/json") -> bytes:
+    """``body`` naming ``model`` (a form keeps its boundary, so its Content-Type still holds)."""
+    if _form_type(content_type):
+        form = parse_form(body, content_type)
+        form["model"] = [Part(name="model", data=model.encode())]
+        return encode_form([p for ps in form.values() for p in ps], boundary_of(content_type))
     doc = msgspec.json.decode(body)
     doc["model"] = model
     return msgspec.json.encode(doc)
@@ -227,7 +253,11 @@ async def relay(call: Call, targets: list[tuple[PeerActor, str]]) -> Reply:
     passed: list[str] = []
     for i, (actor, model) in enumerate(targets):
         last = i == len(targets) - 1
-        body = call.body if _model_of(call.body) == model else _rewrite_model(call.body, model)
+        content_type = call.headers.get("content-type", "application/json")
+        if _model_of(call.body, content_type) == model:
+            body = call.body
+        else:
+            body = _rewrite_model(call.body, model, content_type)
         request = actor.client.build_request("POST", call.path, content=body, headers=_headers_for(call))
         try:
             response = await actor.client.send(request, stream=True)
@@ -285,7 +315,17 @@ def _code_of(body: bytes) -> str | None:
 # -- the wrapper ------------------------------------------------------------------------------------
 
 
-_OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+_OPENAI_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/embeddings",
+        "/v1/audio/speech",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+    }
+)
 """What a pass-through peer (any OpenAI-compatible server) can be asked."""
 
 
@@ -345,7 +385,7 @@ def peer_targets(runtime: Runtime, call: Call, peer: str, model: str) -> list[tu
 
 async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
     """Serve ``call`` here with ``local``, or relay it to a peer (see the module doc)."""
-    model = _model_of(call.body)
+    model = _model_of(call.body, call.headers.get("content-type", "application/json"))
     if model is None or RELAYED_HEADER in call.headers:
         return await local(call)
     if (chain := runtime.failover.chains.get(model)) is not None:
@@ -374,7 +414,7 @@ async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
             raise BlazarError(
                 "MODEL_NOT_FOUND",
                 f"model '{model}' is not installed here; the pass-through peer {', '.join(elsewhere)} has "
-                "it, which is reached only through /v1/chat/completions, /v1/completions and /v1/responses",
+                f"it, which is reached only through OpenAI's routes ({', '.join(sorted(_OPENAI_PATHS))})",
             )
         if down and not here:
             raise BlazarError(

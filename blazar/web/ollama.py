@@ -25,7 +25,7 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import BlazarError
-from blazar.web import candidates, mcp_loop, pull_job, translate, vectors
+from blazar.web import candidates, mcp_loop, pull_job, translate
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -35,7 +35,6 @@ from blazar.web.common import (
     json_response,
     on_cleanup,
     read_body,
-    set_model,
     stream_reply,
     stream_response,
 )
@@ -354,26 +353,6 @@ def _weight_info(arch: str, facts: WeightFacts) -> dict[str, Any]:
     return {key: value for key, value in doc.items() if value is not None}
 
 
-async def embed() -> Response:
-    runtime = app_runtime()
-    req = ollama.decode_embed_request(await read_body())
-    set_model(req.model)
-    resp, call = await vectors.embed(runtime, req)
-    t = _timings(call.timings)
-    body = ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns)
-    return json_response(body, headers=call.headers())
-
-
-async def embeddings_legacy() -> Response:
-    runtime = app_runtime()
-    req = ollama.decode_legacy_embeddings_request(await read_body())
-    set_model(req.model)
-    if not req.inputs:
-        return json_response(ollama.encode_legacy_embedding([]))
-    resp, call = await vectors.embed(runtime, req)
-    return json_response(ollama.encode_legacy_embedding(resp.embeddings[0]), headers=call.headers())
-
-
 # -- model verbs -------------------------------------------------------
 
 
@@ -538,8 +517,6 @@ def register(app: QuartTrio) -> None:
     app.get("/api/tags")(tags)
     app.get("/api/ps")(ps)
     app.post("/api/show")(show)
-    app.post("/api/embed")(embed)
-    app.post("/api/embeddings")(embeddings_legacy)
     app.post("/api/pull")(pull_model)
     app.delete("/api/delete")(delete)
     app.post("/api/copy")(copy)

@@ -31,18 +31,15 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import BlazarError, Dialect
-from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate, vectors
+from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
 from blazar.web.common import (
-    JSON,
     LOADING_NS,
     app_runtime,
     json_response,
-    read_body,
     requested_lane,
-    set_model,
     set_stream_enders,
     stream_reply,
 )
@@ -107,15 +104,6 @@ async def get_model(name: str) -> Response:
     return json_response(body)
 
 
-async def embeddings() -> Response:
-    runtime = app_runtime()
-    req, fmt = openai.decode_embeddings_request(await read_body())
-    set_model(req.model)
-    resp, engine_call = await vectors.embed(runtime, req)
-    body = openai.encode_embeddings(resp, encoding_format=fmt)
-    return Response(body, headers=engine_call.headers(), content_type=JSON)
-
-
 class _Outcome(NamedTuple):
     """What a relayed request's parameters come to, for its headers."""
 
@@ -137,10 +125,9 @@ def _chat_encoder(req: ChatRequest) -> _Encoder:
 
 
 def register(app: QuartTrio) -> None:
-    """The model listings and embeddings, served by the framework."""
+    """The model listings, served by the framework (embeddings: ``blazar.web.vectors``)."""
     app.get("/v1/models")(list_models)
     app.get("/v1/models/<path:name>")(get_model)
-    app.post("/v1/embeddings")(embeddings)
 
 
 def _usage_reader(call: Call) -> Callable[[bytes], None] | None:

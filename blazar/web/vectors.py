@@ -9,21 +9,25 @@ A reranker (a GGUF whose pooling type is rank) starts with ``--reranking`` and s
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
-from quart import Response
-from quart_trio import QuartTrio
-
 from actors.runtime import Runtime
-from blazar.dialects import engine_usage, rerank
+from blazar.dialects import engine_usage, ollama, openai, rerank
 from blazar.dialects.neutral import ChatRequest, EmbedRequest, EmbedResponse, RerankRequest
 from blazar.dialects.pooling import LateChunks, fit_dimensions, late_chunks, mean_pool
 from blazar.errors import BlazarError
-from blazar.web.call import current_or_none
-from blazar.web.common import JSON, app_runtime, json_response, read_body, set_model
+from blazar.web.call import Call, Handler, Reply, Routes, current_or_none
 from blazar.web.translate import EngineCall, Purpose
 
-__all__ = ["LATE_CHUNKING_HEADER", "RERANK_ROUTES", "embed", "late_chunking_asked", "register", "run_rerank"]
+__all__ = [
+    "LATE_CHUNKING_HEADER",
+    "RERANK_ROUTES",
+    "embed",
+    "late_chunking_asked",
+    "register_routes",
+    "run_rerank",
+]
 
 LATE_CHUNKING_HEADER = "x-blazar-late-chunking"
 RERANK_ROUTES = ("/v1/rerank", "/v1/reranking", "/rerank", "/reranking")
@@ -154,22 +158,45 @@ async def run_rerank(runtime: Runtime, req: RerankRequest) -> tuple[bytes, Engin
     return rerank.encode_response(resp, req, response_id=f"rerank-{secrets.token_hex(12)}"), call
 
 
-async def rerank_route() -> Response:
-    req = rerank.decode_request(await read_body())
-    set_model(req.model)
-    body, call = await run_rerank(app_runtime(), req)
-    return Response(body, headers=call.headers(), content_type=JSON)
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """Embeddings (OpenAI's and Ollama's two) and reranking, served by the gateway layer
+    itself, where the federation can relay them to a peer as it does chat."""
 
+    async def openai_embeddings(call: Call) -> Reply:
+        req, fmt = openai.decode_embeddings_request(call.body)
+        call.set_model(req.model)
+        resp, engine_call = await embed(runtime, req)
+        return Reply(openai.encode_embeddings(resp, encoding_format=fmt), headers=engine_call.headers())
 
-async def ollama_rerank_route() -> Response:
-    req = rerank.decode_ollama_request(await read_body())
-    set_model(req.model)
-    body, call = await run_rerank(app_runtime(), req)
-    return json_response(body, headers=call.headers())
+    async def ollama_embed(call: Call) -> Reply:
+        req = ollama.decode_embed_request(call.body)
+        call.set_model(req.model)
+        resp, engine_call = await embed(runtime, req)
+        t = engine_call.timings
+        body = ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns if t.loaded else 0)
+        return Reply(body, headers=engine_call.headers())
 
+    async def ollama_embeddings_legacy(call: Call) -> Reply:
+        req = ollama.decode_legacy_embeddings_request(call.body)
+        call.set_model(req.model)
+        if not req.inputs:
+            return Reply(ollama.encode_legacy_embedding([]))
+        resp, engine_call = await embed(runtime, req)
+        vector = ollama.encode_legacy_embedding(resp.embeddings[0])
+        return Reply(vector, headers=engine_call.headers())
 
-def register(app: QuartTrio) -> None:
-    """The rerank routes (embeddings are registered with their dialects' other routes)."""
+    def reranking(decode: Callable[[bytes], RerankRequest]) -> Handler:
+        async def serve(call: Call) -> Reply:
+            req = decode(call.body)
+            call.set_model(req.model)
+            body, engine_call = await run_rerank(runtime, req)
+            return Reply(body, headers=engine_call.headers())
+
+        return serve
+
+    routes.add("/v1/embeddings", openai_embeddings)
+    routes.add("/api/embed", ollama_embed)
+    routes.add("/api/embeddings", ollama_embeddings_legacy)
     for path in RERANK_ROUTES:
-        app.post(path)(rerank_route)
-    app.post("/api/rerank")(ollama_rerank_route)
+        routes.add(path, reranking(rerank.decode_request))
+    routes.add("/api/rerank", reranking(rerank.decode_ollama_request))

@@ -46,8 +46,8 @@ def _config() -> Config:
 [[failover]]
 name = "smart"
 targets = ["{MODEL}", "{SECOND}", "remote:peer/{MODEL}"]
-bench_s = 0.5
-bench_max_s = 1
+bench_s = 3
+bench_max_s = 6
 
 [[failover]]
 name = "broken"

@@ -274,6 +274,7 @@ resolve_s = 1
 """
         )
         d = start_daemon(home)
+        d.env["COLUMNS"] = "200"
         try:
             b_name, c_name = f"pool-127.0.0.1-{pool.b_port}", f"pool-127.0.0.1-{c_port}"
 
@@ -286,6 +287,12 @@ resolve_s = 1
             client = openai.OpenAI(base_url=f"{d.url}/v1", api_key="unused", max_retries=0, timeout=120)
             raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=4)  # type: ignore[arg-type]
             assert raw.headers["x-blazar-peer"] == b_name and raw.parse().choices[0].message.content
+            # the remote's name stands for its peers: B loads it (it has it warm), C refuses
+            # D's key (it is B's), and the verb says which failed
+            warmed = d.cli("warm", MODEL, "--on", "pool", check=False, timeout_s=180)
+            assert warmed.returncode == 1, warmed.stdout + warmed.stderr
+            assert f"{b_name}: {MODEL} loaded" in warmed.stdout and f"{c_name}: failed" in warmed.stdout
+            assert f"not loaded on {c_name}" in warmed.stderr
             # C leaves the SRV answer: D drops it at the next lookup
             dns.records[("_blazar._tcp.pool.test", "SRV")] = [f"0 0 {pool.b_port} b.pool.test."]
             wait_until(lambda: set(peers()) == {b_name}, what="C dropped from the pool")
