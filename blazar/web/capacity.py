@@ -22,6 +22,7 @@ from actors.engine import EngineState
 from actors.engines.routing import installed as installed_lanes
 from actors.federation import InstalledModel, expected_wait_s
 from blazar import __version__
+from blazar.web.auth import model_visible
 from blazar.web.common import JSON, app_runtime, error_response
 
 __all__ = ["register"]
@@ -113,13 +114,14 @@ async def capacity() -> Response:
     free = sum(g.free for g in census.gpus) if census.gpus else census.ram_available
     if budget is not None:
         free = max(0, min(free, budget - held))
+    # The numbers count every model; the names listed are those the caller's key may use.
     body = Capacity(
         instance=runtime.instance,
         census=census,
         memory_budget_bytes=budget,
         free_bytes=free,
-        models=models,
-        installed=store,
+        models=[m for m in models if model_visible(m.model)],
+        installed=[m for m in store if model_visible(m.name)],
         lanes=lanes,
     )
     return Response(msgspec.json.encode(body), content_type=JSON)

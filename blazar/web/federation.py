@@ -33,6 +33,7 @@ from actors.federation import LOCAL, Candidate, Decision, Ranked, decide, expect
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
+from blazar.web.auth import model_visible
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.common import SSE_CACHE, app_runtime, dialect_for, json_response
 from blazar.web.failover import FAILED_OVER_HEADER, TARGET_HEADER, failover_code
@@ -531,10 +532,23 @@ def _wrapped(runtime: Runtime, local: Handler) -> Handler:
 # -- routes -----------------------------------------------------------------------------------------
 
 
+def _visible(view: PeerView) -> PeerView:
+    """``view`` with only the models the caller's key may use (as its own listings do)."""
+    snap = view.snapshot
+    if snap is None:
+        return view
+    snap = msgspec.structs.replace(
+        snap,
+        loaded=[m for m in snap.loaded if model_visible(m.model)],
+        installed=[m for m in snap.installed if model_visible(m.name)],
+    )
+    return msgspec.structs.replace(view, snapshot=snap)
+
+
 async def peers() -> Response:
     runtime = app_runtime()
     views = await runtime.peers.poll_all() if runtime.peers else []
-    return json_response({"peers": views, "polled_at": time.time()})
+    return json_response({"peers": [_visible(v) for v in views], "polled_at": time.time()})
 
 
 async def route_of(model: str) -> Response:
@@ -549,6 +563,8 @@ def remote_models(runtime: Runtime) -> list[dict[str, object]]:
         if view.snapshot is None:
             continue
         for m in view.snapshot.installed:
+            if not model_visible(m.name):
+                continue
             out.append(
                 {
                     "id": f"remote:{view.name}/{m.name}",

@@ -181,6 +181,8 @@ async def test_a_model_outside_the_key_s_scope_is_forbidden_and_unlisted(
             ("/v1/models", lambda d: [m["id"] for m in d["data"]]),
             ("/api/tags", lambda d: [m["name"] for m in d["models"]]),
             ("/api/ps", lambda d: [m["name"] for m in d["models"]]),
+            ("/api/capacity", lambda d: [m["name"] for m in d["installed"]]),
+            ("/api/capacity", lambda d: [m["model"] for m in d["models"]]),
         ):
             listed: Callable[[Any], list[str]] = names
             shown = listed((await gw.client.get(path, headers=bearer(mine))).json())
