@@ -249,7 +249,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return Reply(openai.encode_chat_response(resp, model=req.model), headers=tr.headers())
         stream = await tr.stream(_chat_encoder(req))
         call.on_cleanup(stream.aclose)
-        return stream_reply(stream, content_type="text/event-stream", headers=tr.headers())
+        sent: AsyncIterator[bytes] = stream
+        if (want := structured.wanted(req.response_format)) is not None:
+            sent = structured.ReceiptStream(stream, want, tr.enforced())
+        return stream_reply(sent, content_type="text/event-stream", headers=tr.headers())
 
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)

@@ -15,7 +15,8 @@ carries ``X-Blazar-Structured-Output: enforced=HOW; valid=BOOL``:
 object for ``json_object``); a GBNF ``grammar`` has no check beyond itself, and an answer
 that called tools has no text to check: ``valid`` is then left out. A stream's head carries
 the enforcement; the check comes at its end where the dialect has room for it (an SSE
-comment before OpenAI's ``data: [DONE]``).
+comment before OpenAI's ``data: [DONE]``, a ``blazar_structured_output`` field on Ollama's
+last NDJSON object).
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ from blazar.dialects.neutral import ResponseFormat
 from blazar.dialects.stored_chat import StreamAssembler
 from blazar.web.choices import check_schema
 
-__all__ = ["HEADER", "Enforced", "ReceiptStream", "Wanted", "enforcement", "receipt", "valid", "wanted"]
+__all__ = [
+    "HEADER",
+    "Enforced",
+    "NdjsonReceipt",
+    "ReceiptStream",
+    "Wanted",
+    "enforcement",
+    "receipt",
+    "valid",
+    "wanted",
+]
 
 HEADER = "X-Blazar-Structured-Output"
 
@@ -122,6 +133,57 @@ class ReceiptStream:
         note = f": {HEADER.lower()} {receipt(self._enforced, ok)}\n\n".encode()
         at = chunk.find(_DONE)
         return chunk[:at] + note + chunk[at:] if at >= 0 else chunk + note
+
+    async def aclose(self) -> None:
+        aclose = getattr(self._inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class NdjsonReceipt:
+    """An Ollama NDJSON stream whose last object (``"done": true``) also carries
+    ``blazar_structured_output``, the receipt with the answer's check (clients skip a field
+    they do not know)."""
+
+    def __init__(self, inner: AsyncIterator[bytes], want: Wanted, enforced: Enforced) -> None:
+        self._inner, self._want, self._enforced = inner, want, enforced
+        self._buf = b""
+        self._text: list[str] = []
+        self._calls = False
+
+    def __aiter__(self) -> NdjsonReceipt:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            try:
+                chunk = self._buf + await self._inner.__anext__()
+            except StopAsyncIteration:
+                if not self._buf:
+                    raise
+                rest, self._buf = self._buf, b""
+                return rest
+            head, sep, rest = chunk.rpartition(b"\n")
+            if sep:  # whole lines, each read (and the last one told the check)
+                self._buf = rest
+                return b"\n".join(self._line(line) for line in head.split(b"\n")) + b"\n"
+            self._buf = chunk
+
+    def _line(self, line: bytes) -> bytes:
+        try:
+            doc = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return line
+        if not isinstance(doc, dict):
+            return line
+        message = doc.get("message") or {}
+        self._text.append(doc.get("response") or message.get("content") or "")
+        self._calls = self._calls or bool(message.get("tool_calls"))
+        if doc.get("done") is not True or "error" in doc:
+            return line
+        ok = None if self._calls else valid(self._want, "".join(self._text))
+        doc["blazar_structured_output"] = receipt(self._enforced, ok)
+        return msgspec.json.encode(doc)
 
     async def aclose(self) -> None:
         aclose = getattr(self._inner, "aclose", None)

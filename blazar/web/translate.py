@@ -352,10 +352,13 @@ class EngineCall:
         if self._chain is not None:
             out.update(self._chain.headers())
         if self._purpose == "chat" and structured.wanted(self.req.response_format) is not None:
-            emulated = tools.emulated(self.req, native_tools=self.native_tools)
-            enforced = structured.enforcement(self.engine, emulated=emulated)
-            out[structured.HEADER] = structured.receipt(enforced, self.structured_valid)
+            out[structured.HEADER] = structured.receipt(self.enforced(), self.structured_valid)
         return out
+
+    def enforced(self) -> structured.Enforced:
+        """How the engine is held to the request's output format."""
+        emulated = tools.emulated(self.req, native_tools=self.native_tools)
+        return structured.enforcement(self.engine, emulated=emulated)
 
     def release(self) -> None:
         if self.claim is not None:

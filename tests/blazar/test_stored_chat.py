@@ -147,3 +147,20 @@ async def test_receipt_comes_before_done() -> None:
     out = b"".join([chunk async for chunk in stream])
     note = b": x-blazar-structured-output enforced=engine-grammar; valid=true\n\ndata: [DONE]\n\n"
     assert out.endswith(note)
+
+
+async def test_ollama_receipt_rides_on_the_last_line() -> None:
+    lines = [{"response": '{"n"', "done": False}, {"response": ": 1}", "done": False}, {"done": True}]
+    data = b"".join(msgspec.json.encode(x) + b"\n" for x in lines)
+
+    async def chunks() -> object:
+        for i in range(0, len(data), 7):  # lines split anywhere
+            yield data[i : i + 7]
+
+    want = structured.wanted(ResponseFormat(kind="json_object"))
+    assert want is not None
+    stream = structured.NdjsonReceipt(chunks(), want, "engine-grammar")  # type: ignore[arg-type]
+    out = b"".join([chunk async for chunk in stream])
+    docs = [msgspec.json.decode(line) for line in out.splitlines()]
+    assert [d.get("response") for d in docs[:2]] == ['{"n"', ": 1}"]
+    assert docs[-1]["blazar_structured_output"] == "enforced=engine-grammar; valid=true"

@@ -181,3 +181,25 @@ def test_metadata_limits(setup: tuple[DaemonProc, Keys]) -> None:
         alice.chat.completions.update(made.id, metadata=too_many)
     limits = {f"k{i}": "v" * 512 for i in range(15)} | {"k" * 64: "v"}
     assert getattr(alice.chat.completions.update(made.id, metadata=limits), "metadata", None) == limits
+
+
+def test_a_stored_completion_survives_a_kill(setup: tuple[DaemonProc, Keys]) -> None:
+    d, keys = setup
+    alice = _client(setup, "alice")
+    made = alice.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=3,
+        store=True,
+        metadata={"run": "kill"},
+    )
+    d.proc.kill()  # SIGKILL: no drain, no shutdown hooks
+    d.proc.wait()
+    again = start_daemon(d.home)
+    try:
+        after = openai.OpenAI(base_url=f"{again.url}/v1", api_key=keys.alice, max_retries=0, timeout=60)
+        got = after.chat.completions.retrieve(made.id)
+        assert got.choices[0].message.content == made.choices[0].message.content
+        assert [c.id for c in after.chat.completions.list(metadata={"run": "kill"}).data] == [made.id]
+    finally:
+        again.stop()

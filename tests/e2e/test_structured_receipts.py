@@ -80,6 +80,12 @@ def test_ollama_anthropic_and_responses_say_it_too(daemon: DaemonProc) -> None:
     got = oll.chat(model=MODEL, messages=ASK, format=SCHEMA, options={"num_predict": 24, "temperature": 0})
     assert seen[-1].startswith("enforced=engine-grammar; valid=")
     assert seen[-1].endswith("true") == (got.done_reason == "stop")
+    # a stream's head has the enforcement; its last line the check (the SDK drops that field)
+    body = {"model": MODEL, "messages": ASK, "format": SCHEMA, "options": {"num_predict": 24}}
+    with httpx.stream("POST", f"{daemon.url}/api/chat", json=body, timeout=120) as resp:
+        assert resp.headers[HEADER] == "enforced=engine-grammar"
+        last = json.loads([line for line in resp.iter_lines() if line][-1])
+    assert last["done"] and last["blazar_structured_output"].startswith("enforced=engine-grammar; valid=")
 
     ant = anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0, timeout=120)
     raw = ant.messages.with_raw_response.create(
