@@ -249,7 +249,7 @@ OPENAI_CHAT = Table(
         _p("user", IGN, _USER),
         _p("safety_identifier", IGN, _USER),
         _p("store", H, "`true` keeps the completion, see stored chat completions"),
-        _p("metadata", H, "kept with a stored completion (16 keys, 64-char keys, 512-char values)"),
+        _p("metadata", IGN, "kept only with `store: true`: see stored chat completions"),
         _p("service_tier", IGN, "there is one tier; admission has its own priorities"),
         _p("prediction", IGN, "predicted outputs are not used"),
         _p("verbosity", IGN, "no model here reads it"),

@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from blazar.dialects.neutral import DecodeError, ResponseFormat
+from blazar.dialects.openai import decode_chat_request
 from blazar.dialects.stored_chat import (
     StreamAssembler,
     check_metadata,
@@ -164,3 +165,9 @@ async def test_ollama_receipt_rides_on_the_last_line() -> None:
     docs = [msgspec.json.decode(line) for line in out.splitlines()]
     assert [d.get("response") for d in docs[:2]] == ['{"n"', ": 1}"]
     assert docs[-1]["blazar_structured_output"] == "enforced=engine-grammar; valid=true"
+
+
+def test_metadata_counts_only_with_store() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "metadata": {"a": "b"}}
+    assert decode_chat_request(msgspec.json.encode(base)).ignored == ["metadata"]
+    assert decode_chat_request(msgspec.json.encode({**base, "store": True})).ignored == []
