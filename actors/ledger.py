@@ -249,6 +249,24 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # The MCP tool calls the gateway ran for a request (JSON). Old rows read NULL.
         "ALTER TABLE requests ADD COLUMN tools TEXT",
     ),
+    (
+        # Stored chat completions (OpenAI `store: true`): the completion object as answered,
+        # the request's messages, metadata, and the name of the key that made it (the only
+        # key that sees it, besides admin keys). seq orders and pages the list.
+        """
+        CREATE TABLE chat_completions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            model TEXT NOT NULL,
+            owner TEXT,
+            metadata BLOB NOT NULL,
+            messages BLOB NOT NULL,
+            completion BLOB NOT NULL
+        )
+        """,
+        "CREATE INDEX chat_completions_model ON chat_completions (model)",
+    ),
 )
 
 _COLUMNS = (

@@ -154,6 +154,15 @@ def engine_request(
     if req.stop:
         body["stop"] = req.stop
     body.update(req.sampling)
+    if req.suffix is not None:
+        # llama.cpp's native fill-in-the-middle: the model's FIM tokens around both parts.
+        body.pop("stream_options", None)  # OpenAI-route options only
+        body.pop("return_progress", None)
+        if "max_tokens" in body:
+            body["n_predict"] = body.pop("max_tokens")
+        body["input_prefix"] = req.raw_prompt or ""
+        body["input_suffix"] = req.suffix
+        return "/infill", body
     if req.raw_prompt is not None:
         body["prompt"] = req.raw_prompt
         return "/v1/completions", body
@@ -377,6 +386,8 @@ class EngineStream:
             raise EngineError(err.get("message", str(err)) if isinstance(err, dict) else str(err))
         if (timings := doc.get("timings")) is not None:
             self.timings = timings
+        if "choices" not in doc and "content" in doc:
+            return self._native(doc)
         progress = doc.get("prompt_progress")
         if self.prompt is None and isinstance(progress, dict):
             self.prompt = Usage(
@@ -412,6 +423,24 @@ class EngineStream:
                 deltas.append(Delta(text=text, thinking=thinking, tool_calls=calls))
         usage = _usage(doc.get("usage"))
         if usage is not None:
+            deltas.extend(self._end(usage))
+        return deltas
+
+    def _native(self, doc: dict[str, Any]) -> list[Delta]:
+        """An event of llama.cpp's native completion stream (``/infill``): ``content``, and
+        ``stop`` with the stop type and token counts on the last one."""
+        text = doc.get("content") or ""
+        deltas: list[Delta] = []
+        if text:
+            self.started = True
+            deltas.append(Delta(text=text))
+        if doc.get("stop"):
+            self._finish = "length" if doc.get("stop_type") == "limit" else "stop"
+            usage = Usage(
+                prompt_tokens=int(doc.get("tokens_evaluated") or 0),
+                completion_tokens=int(doc.get("tokens_predicted") or 0),
+                cached_tokens=int(doc.get("tokens_cached") or 0),
+            )
             deltas.extend(self._end(usage))
         return deltas
 

@@ -112,6 +112,9 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds to stay loaded after this request; 0 unloads, negative keeps forever."""
     raw_prompt: str | None = None
     """A prompt sent as-is, without the chat template (Ollama ``generate`` with ``raw``)."""
+    suffix: str | None = None
+    """Fill in the middle: the text that follows the answer, whose prefix is ``raw_prompt``
+    (Ollama ``generate`` with ``suffix``); the engine's ``/infill`` runs it."""
     sampling: dict[str, Any] = {}
     """Further llama.cpp sampler fields, under llama.cpp's names (``mirostat``, ``n_keep``…)."""
     ignored: list[str] = []

@@ -387,12 +387,22 @@ def decode_generate_request(body: bytes) -> ChatRequest:
     """
     wire = decode_json(body, _GenerateBody)
     _check_model(wire.model)
-    ignored = _ignored(params.OLLAMA_GENERATE, wire, body)  # refuses `suffix`
+    ignored = _ignored(params.OLLAMA_GENERATE, wire, body)
     prompt = wire.prompt or ""
     images = [_strip_data_url(x) for x in wire.images or []]
     raw_prompt: str | None = None
     messages: list[Message] = []
-    if wire.raw:
+    suffix = wire.suffix or None
+    if suffix is not None:
+        # Fill in the middle runs on the engine's /infill: the prompt is the prefix, laid
+        # out with the model's FIM tokens, never with its chat template.
+        if images:
+            raise DecodeError("invalid field `images`: fill in the middle (`suffix`) takes text only")
+        unused = {"system": wire.system, "format": wire.format, "think": wire.think}
+        ignored += [name for name, value in unused.items() if value not in (None, "", False)]
+        raw_prompt = prompt
+        messages = [Message(role="user", content=prompt)] if prompt else []
+    elif wire.raw:
         if wire.system:
             raise DecodeError(
                 "invalid field `system`: raw mode sends the prompt as-is; drop `system` or `raw`"
@@ -408,11 +418,12 @@ def decode_generate_request(body: bytes) -> ChatRequest:
         model=wire.model,
         messages=messages,
         stream=wire.stream is not False,
-        response_format=_format(wire.format),
-        think=_think(wire.think),
+        response_format=None if suffix is not None else _format(wire.format),
+        think=None if suffix is not None else _think(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         raw_prompt=raw_prompt,
+        suffix=suffix,
         ignored=ignored,
         **_options(wire.options),
     )
@@ -420,7 +431,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
 
 def load_action(req: ChatRequest) -> Literal["load", "unload"] | None:
     """``"load"`` / ``"unload"`` when a decoded chat or generate request only manages residency."""
-    if req.messages or req.raw_prompt:
+    if req.messages or req.raw_prompt or req.suffix:
         return None
     return "unload" if req.keep_alive_s == 0 else "load"
 

@@ -146,6 +146,8 @@ def _check_model(model: str) -> None:
 def decode_chat_request(body: bytes) -> ChatRequest:
     wire: _ChatBody = decode_json(body, _ChatBody, wording)
     ignored = params.OPENAI_CHAT.screen(wire)
+    if wire.store is True and "metadata" in ignored:
+        ignored.remove("metadata")  # kept with the stored completion
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     _check_model(wire.model)
     if not wire.messages:

@@ -248,8 +248,8 @@ OPENAI_CHAT = Table(
         ),
         _p("user", IGN, _USER),
         _p("safety_identifier", IGN, _USER),
-        _p("store", IGN, "chat completions are not stored", inert=(False,)),
-        _p("metadata", IGN, "only kept with stored completions, which are not stored"),
+        _p("store", H, "`true` keeps the completion, see stored chat completions"),
+        _p("metadata", IGN, "kept only with `store: true`: see stored chat completions"),
         _p("service_tier", IGN, "there is one tier; admission has its own priorities"),
         _p("prediction", IGN, "predicted outputs are not used"),
         _p("verbosity", IGN, "no model here reads it"),
@@ -402,10 +402,9 @@ OLLAMA_GENERATE = Table(
         *_ollama_options(sampling=True),
         _p(
             "suffix",
-            R,
-            "fill-in-the-middle is not served on /api/generate yet: POST /infill with "
-            "`input_prefix` and `input_suffix` does it (llama.cpp's body, plus `model`)",
-            inert=("",),
+            H,
+            "fill in the middle on the engine's `/infill` (a model with FIM tokens); `system`, "
+            "`format` and `think` are then ignored",
         ),
         _p("template", IGN, "the model's own chat template is always used", inert=("",)),
         _p(

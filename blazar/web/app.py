@@ -54,6 +54,7 @@ from blazar.web import openai as web_openai
 from blazar.web import pool_verbs as web_pool_verbs
 from blazar.web import realtime as web_realtime
 from blazar.web import responses as web_responses
+from blazar.web import stored_completions as web_stored_completions
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
 from blazar.web import vectors as web_vectors
@@ -229,6 +230,7 @@ def create_app(
         web_capacity,
         web_diagnostics,
         web_responses,
+        web_stored_completions,
         web_conversations,
         web_jobs,
         web_batches,

@@ -105,6 +105,7 @@ _PREFIXES = (
     ("/v1/files", "batch"),
     ("/v1/jobs", "batch"),
     ("/v1/responses", "chat"),
+    ("/v1/chat/completions", "chat"),  # the stored completions under it
     ("/v1/conversations", "chat"),
     ("/v1/audio/", "audio"),
     ("/audio/", "audio"),

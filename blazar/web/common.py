@@ -193,9 +193,9 @@ def query_int(name: str, default: int, high: int) -> int:
     return int(raw)
 
 
-def query_order() -> Literal["asc", "desc"]:
-    """The ``order`` query parameter of a list route (default ``desc``)."""
-    order = request.args.get("order", "desc")
+def query_order(default: Literal["asc", "desc"] = "desc") -> Literal["asc", "desc"]:
+    """The ``order`` query parameter of a list route."""
+    order = request.args.get("order", default)
     if order == "asc":
         return "asc"
     if order == "desc":

@@ -25,7 +25,7 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import BlazarError
-from blazar.web import candidates, mcp_loop, pull_job, translate
+from blazar.web import candidates, mcp_loop, pull_job, structured, translate
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -216,7 +216,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
         stream = await tr.stream(_Encoder(req.model, dialect, think))
         call.on_cleanup(stream.aclose)
-        return stream_reply(stream, content_type=NDJSON, headers=tr.headers())
+        sent: AsyncIterator[bytes] = stream
+        if (want := structured.wanted(req.response_format)) is not None:
+            sent = structured.NdjsonReceipt(stream, want, tr.enforced())  # its check on the last line
+        return stream_reply(sent, content_type=NDJSON, headers=tr.headers())
 
     async def chat(call: Call) -> Reply:
         return await run_chat(call, ollama.decode_chat_request(call.body), "chat")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -30,8 +30,18 @@ from blazar.dialects.llamacpp import (
 )
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
+from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
-from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate
+from blazar.web import (
+    candidates,
+    failover,
+    fanout,
+    honesty,
+    mcp_loop,
+    stored_completions,
+    structured,
+    translate,
+)
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -111,6 +121,8 @@ class _Outcome(NamedTuple):
     max_tokens: int | None
     output_param: str
     strict: bool
+    want: structured.Wanted | None = None
+    """The structure the request asks for (its receipt header says how it was held)."""
 
 
 def _chat_encoder(req: ChatRequest) -> _Encoder:
@@ -156,6 +168,11 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     """Chat and completions, served by the gateway layer itself (no framework on this path)."""
 
     async def chat_completions(call: Call) -> Reply:
+        store, metadata = store_fields(call.body)
+        reply = await answer_chat(call)
+        return await stored_completions.keep(runtime, call, reply, metadata) if store else reply
+
+    async def answer_chat(call: Call) -> Reply:
         req = openai.decode_chat_request(call.body)
         call.set_model(req.model)
         strict = honesty.is_strict(runtime.config.strict)
@@ -183,7 +200,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             # A chain's targets may differ there: translated, each target runs tools its own way.
             return await translated(call, req)
         size = chat_size(req)
-        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
+        shape = structured.wanted(req.response_format, call.body)
+        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape)
 
         async def on(engine: EngineActor) -> Reply:
             translate.check_images(req, engine)
@@ -212,13 +230,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def translated(call: Call, req: ChatRequest) -> Reply:
         tr = translate.EngineCall(runtime, _as_translated(call, req))
         await tr.prepare()
-        headers = tr.headers()
         if not req.stream:
             resp = await tr.complete()
-            return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
+            return Reply(openai.encode_chat_response(resp, model=req.model), headers=tr.headers())
         stream = await tr.stream(_chat_encoder(req))
         call.on_cleanup(stream.aclose)
-        return stream_reply(stream, content_type="text/event-stream", headers=headers)
+        sent: AsyncIterator[bytes] = stream
+        if (want := structured.wanted(req.response_format)) is not None:
+            sent = structured.ReceiptStream(stream, want, tr.enforced())
+        return stream_reply(sent, content_type="text/event-stream", headers=tr.headers())
 
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)
@@ -280,6 +300,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             headers["X-Blazar-Status"] = "loading"
         if capped:
             headers["X-Blazar-Output-Cap"] = str(spec.max_output_tokens)
+        enforced = structured.enforcement(engine)
+        if outcome.want is not None:
+            headers[structured.HEADER] = structured.receipt(enforced, None)
         try:
             await check_prompt(engine, handle, size)
             upstream = await send_upstream(handle, path, body)
@@ -307,6 +330,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                     content = openai.merge_error_code(content, err.code)
             if call.card is not None and upstream.status_code == 200:
                 call.card.note_usage(engine_usage.of_body(content))
+            if outcome.want is not None and upstream.status_code == 200:
+                if (text := structured.content_of(content)) is not None:
+                    ok = structured.valid(outcome.want, text)
+                    headers[structured.HEADER] = structured.receipt(enforced, ok)
             if rename is not None:
                 content = rename.whole(content)
             return Reply(content, upstream.status_code, headers=headers)
@@ -332,7 +359,10 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             interrupted=lambda: b"data: [DONE]\n\n",
         )
         call.on_cleanup(relayed.aclose)
-        return stream_reply(relayed, content_type="text/event-stream", headers=headers)
+        sent: AsyncIterator[bytes] = relayed
+        if outcome.want is not None:
+            sent = structured.ReceiptStream(relayed, outcome.want, enforced)
+        return stream_reply(sent, content_type="text/event-stream", headers=headers)
 
-    routes.add("/v1/chat/completions", chat_completions)
+    routes.add("/v1/chat/completions", chat_completions, shared=True)  # GET lists the stored ones
     routes.add("/v1/completions", completions)

@@ -22,7 +22,7 @@ from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
-from blazar.dialects import engine_usage
+from blazar.dialects import engine_usage, tools
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
@@ -41,7 +41,7 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
-from blazar.web import honesty
+from blazar.web import honesty, structured
 from blazar.web.call import current_or_none
 from blazar.web.cards import Card, CardState
 from blazar.web.claim import Claim, claim_engine
@@ -49,6 +49,7 @@ from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
 from blazar.web.failover import ChainRun, failover_code
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
+from blazar.web.utilities import infill_refusal
 
 __all__ = [
     "EngineCall",
@@ -110,6 +111,8 @@ class StreamEncoder(Protocol):
 
 def _engine_error(status: int, body: bytes, engine: EngineActor) -> BlazarError:
     model = engine.spec.model
+    if (refused := infill_refusal(status, body)) is not None:  # only /infill answers 501
+        return refused
     err = classify_error(
         status,
         body,
@@ -193,6 +196,8 @@ class EngineCall:
         """The walk along a failover chain, when ``req.model`` names one."""
         self._embeddings = False
         self._purpose: Purpose = "chat"
+        self.structured_valid: bool | None = None
+        """Whether the whole answer passed the request's output format (None: not checked)."""
 
     @property
     def native_tools(self) -> bool:
@@ -257,6 +262,12 @@ class EngineCall:
 
     async def _prepare_on(self, engine: EngineActor, embeddings: bool) -> None:
         check_images(self.req, engine)
+        if self.req.suffix is not None and "infill" not in engine.lane.capabilities:
+            raise BlazarError(
+                "MODEL_UNSUPPORTED_ENGINE",
+                f"model '{self.req.model}' runs on {engine.lane.name}, which cannot fill in the middle "
+                "(`suffix`); only llama.cpp engines do (pin the model to llamacpp to use it)",
+            )
         spec = engine.spec
         check_purpose(self._purpose, engine)
         if spec.system or spec.defaults:
@@ -340,7 +351,14 @@ class EngineCall:
             out["X-Blazar-Output-Cap"] = str(self.output_cap)
         if self._chain is not None:
             out.update(self._chain.headers())
+        if self._purpose == "chat" and structured.wanted(self.req.response_format) is not None:
+            out[structured.HEADER] = structured.receipt(self.enforced(), self.structured_valid)
         return out
+
+    def enforced(self) -> structured.Enforced:
+        """How the engine is held to the request's output format."""
+        emulated = tools.emulated(self.req, native_tools=self.native_tools)
+        return structured.enforcement(self.engine, emulated=emulated)
 
     def release(self) -> None:
         if self.claim is not None:
@@ -375,13 +393,18 @@ class EngineCall:
             finally:
                 await stream.aclose()
             try:
-                return gathered.response(self.req)
+                resp = gathered.response(self.req)
             except BlazarError as exc:
                 # Nothing of a whole answer has been sent: a chain's next target may give it.
                 if self._chain is None or failover_code(exc) is None:
                     raise
                 self._chain.failed(exc)
                 await self._prepare_next()
+                continue
+            want = structured.wanted(self.req.response_format)
+            if want is not None and not resp.tool_calls:
+                self.structured_valid = structured.valid(want, resp.text)
+            return resp
 
     async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
         """Open the engine stream; errors before the first byte are raised as HTTP errors

@@ -40,7 +40,7 @@ async def test_error_catalog_is_served(gateway: httpx.AsyncClient) -> None:
     [
         ("GET", "/no/such/route", 404, "NOT_FOUND"),
         ("DELETE", "/v1/models", 405, "METHOD_NOT_ALLOWED"),
-        ("GET", "/v1/chat/completions", 405, "METHOD_NOT_ALLOWED"),
+        ("GET", "/v1/completions", 405, "METHOD_NOT_ALLOWED"),
     ],
 )
 async def test_framework_errors_are_json(

@@ -65,6 +65,31 @@ def test_raw_prompt_skips_the_template() -> None:
     assert path == "/v1/completions" and body["prompt"] == "<|im_start|>user\nhi" and "messages" not in body
 
 
+def test_suffix_runs_on_infill_with_native_names() -> None:
+    req = _req(raw_prompt="def f():\n    ", suffix="\n    return x\n", max_tokens=8, stream=True)
+    path, body = engine_request(req, native_tools=False)
+    assert path == "/infill"
+    assert body["input_prefix"] == "def f():\n    " and body["input_suffix"] == "\n    return x\n"
+    assert body["n_predict"] == 8 and "max_tokens" not in body
+    assert "messages" not in body and "stream_options" not in body and "return_progress" not in body
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_native_completion_stream_becomes_deltas(step: int) -> None:
+    events = [
+        {"content": "x = ", "stop": False},
+        {"content": "1", "stop": False},
+        {"content": "", "stop": True, "stop_type": "limit", "tokens_evaluated": 12, "tokens_predicted": 2},
+    ]
+    data = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
+    parser = EngineStream(_req(raw_prompt="p", suffix="s"), native_tools=False)
+    deltas = [d for i in range(0, len(data), step) for d in parser.feed(data[i : i + step])]
+    assert "".join(d.text for d in deltas) == "x = 1" and parser.started
+    final = deltas[-1]
+    assert final.finish_reason == "length" and final.usage is not None
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (12, 2)
+
+
 @pytest.mark.parametrize(
     ("name", "choice"),
     [

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import ollama
 import pytest
 
 from registry.store import Store
@@ -76,6 +77,35 @@ def test_infill_is_refused_where_it_cannot_run(daemon: DaemonProc) -> None:
     other = _post(daemon, "/tokenize", {"model": PINNED, "content": "x"})
     assert other.status_code == 400 and other.json()["error"]["blazar_code"] == "MODEL_UNSUPPORTED_ENGINE"
     assert "mistral.rs" in other.json()["error"]["message"]
+
+
+def test_ollama_generate_with_suffix_fills_in_the_middle(daemon: DaemonProc) -> None:
+    oll = ollama.Client(host=daemon.url, timeout=120)
+    ask = {"model": FIM, "prompt": "def add(a, b):\n    ", "suffix": "\n    return c\n"}
+    whole = oll.generate(**ask, options={"num_predict": 6, "temperature": 0})  # type: ignore[arg-type]
+    assert whole.done and whole.done_reason in ("stop", "length")
+    assert whole.eval_count is not None and 0 < whole.eval_count <= 6
+    assert whole.prompt_eval_count is not None and whole.prompt_eval_count > 0
+    parts = list(oll.generate(**ask, stream=True, options={"num_predict": 6, "temperature": 0}))  # type: ignore[arg-type]
+    assert parts[-1].done and not any(p.done for p in parts[:-1])
+    assert "".join(p.response for p in parts) == whole.response  # the same greedy answer
+    # the engine's own /infill lays the prompt out the same way: the same words come back
+    native = {"model": FIM, "input_prefix": ask["prompt"], "input_suffix": ask["suffix"]}
+    direct = _post(daemon, "/infill", {**native, "n_predict": 6, "temperature": 0})
+    assert direct.status_code == 200 and direct.json()["content"] == whole.response
+
+
+def test_ollama_suffix_is_refused_where_it_cannot_run(daemon: DaemonProc) -> None:
+    oll = ollama.Client(host=daemon.url, timeout=120)
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.generate(model=MODEL, prompt="a", suffix="b", options={"num_predict": 2})
+    assert info.value.status_code == 400 and "fill in the middle" in info.value.error
+    body = {"model": MODEL, "prompt": "a", "suffix": "b", "stream": False}
+    raw = httpx.post(f"{daemon.url}/api/generate", json=body, timeout=60)
+    assert raw.status_code == 400 and raw.json()["blazar_code"] == "MODEL_CANNOT_INFILL"
+    with pytest.raises(ollama.ResponseError) as info:
+        oll.generate(model=PINNED, prompt="a", suffix="b")
+    assert info.value.status_code == 400 and "mistral.rs" in info.value.error
 
 
 def test_bad_bodies_are_answered_before_any_engine(daemon: DaemonProc) -> None:
