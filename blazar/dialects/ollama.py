@@ -223,6 +223,10 @@ def _think(value: _Think) -> bool | None:
     )
 
 
+def _think_level(value: _Think) -> str | None:
+    return value if isinstance(value, str) and not isinstance(value, bool) else None
+
+
 def _format(value: _Format) -> ResponseFormat | None:
     if value is None or value == "":
         return None
@@ -371,6 +375,7 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         tool_choice=tool_choice,
         response_format=fmt,
         think=_think(wire.think),
+        think_level=_think_level(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         ignored=_ignored(params.OLLAMA_CHAT, wire, body),
@@ -410,6 +415,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
         stream=wire.stream is not False,
         response_format=_format(wire.format),
         think=_think(wire.think),
+        think_level=_think_level(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         raw_prompt=raw_prompt,
