@@ -52,7 +52,6 @@ __all__ = [
     "message_id_for",
     "neutral_finish",
     "stop_reason",
-    "thinking_budget",
 ]
 
 StopReason = Literal[
@@ -194,21 +193,6 @@ def decode_count_tokens_request(body: bytes) -> ChatRequest:
     """``POST /v1/messages/count_tokens`` → neutral request (no ``max_tokens`` needed)."""
     wire: _CountBody = decode_json(body, _CountBody, _wording)
     return _request(wire)
-
-
-def thinking_budget(body: bytes) -> int | None:
-    """The ``thinking.budget_tokens`` of an already-decoded body (None when absent).
-
-    The neutral request only says whether to think; a lane that can cap
-    reasoning reads the budget here until ``ChatRequest`` grows a field for it.
-    """
-    try:
-        doc = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return None
-    thinking = doc.get("thinking") if isinstance(doc, dict) else None
-    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
-    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
 
 
 def _request(wire: _CountBody) -> ChatRequest:
