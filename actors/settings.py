@@ -37,7 +37,7 @@ from registry.formats import detect
 from registry.gguf import ModelInfo
 from registry.split import RpcSplit
 from registry.store import ModelRecord
-from registry.template import allows_system_turns
+from registry.template import allows_system_turns, reads_effort, thinking_support
 from registry.weights import lane_format
 
 __all__ = [
@@ -311,6 +311,10 @@ def resolve_launch(
         "tools are emulated by the gateway")  # fmt: skip
     system_turns = allows_system_turns(template)
     add("system_turns", system_turns, "derived", None, "from the chat template")
+    thinking = thinking_support(template) if "thinking" in lane.capabilities else "none"
+    think_effort = thinking != "none" and reads_effort(template)
+    add("thinking", thinking, "derived", None, "from the chat template" if "thinking" in lane.capabilities
+        else "this engine's reasoning is not controlled")  # fmt: skip
     system = settings.system if settings else None
     add("system", system, "model" if system else "default", "Modelfile SYSTEM" if system else None)
     defaults = dict(settings.parameters) if settings else {}
@@ -335,6 +339,8 @@ def resolve_launch(
         reranking=info.reranker,
         native_tools=native_tools,
         system_turns=system_turns,
+        thinking=thinking,
+        think_effort=think_effort,
         llguidance=lane.llguidance,
         token_bytes_max=info.token_bytes_max,
         chat_template=settings.template if settings else None,

@@ -3,19 +3,21 @@
 llama.cpp renders the GGUF's Jinja chat template itself; the gateway only needs
 to know, before it sends a conversation, whether the template keeps a system
 turn that comes after the first user turn (agents such as Claude Code send
-those) or refuses or drops it. Rendering a probe conversation with Jinja's
+those) or refuses or drops it, and whether it can think: whether the prompt it
+writes opens a reasoning section (``<think>``) and whether ``enable_thinking`` or
+``reasoning_effort`` change it. Rendering a probe conversation with Jinja's
 sandbox answers that without an engine, the way the template will behave.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["allows_system_turns"]
+__all__ = ["Thinking", "allows_system_turns", "reads_effort", "thinking_support"]
 
 _MARK = "blazar-probe-system-turn"
 _PROBE = [
@@ -34,14 +36,14 @@ def _raise(message: str) -> None:
     raise _Refused(message)
 
 
-def _render(template: str, messages: list[dict[str, Any]]) -> str:
+def _render(template: str, messages: list[dict[str, Any]], **extra: Any) -> str:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
     return env.from_string(template).render(
-        messages=messages, add_generation_prompt=True, bos_token="", eos_token="", tools=None
+        messages=messages, add_generation_prompt=True, bos_token="", eos_token="", tools=None, **extra
     )
 
 
@@ -58,3 +60,47 @@ def allows_system_turns(template: str | None) -> bool:
         return _MARK in _render(template, _PROBE)
     except (_Refused, jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError):
         return False
+
+
+Thinking = Literal["none", "always", "switchable"]
+"""What a template does about reasoning: ``none`` (the model cannot think), ``always``
+(it thinks and nothing turns it off), ``switchable`` (``enable_thinking`` turns it on
+and off)."""
+
+_ASK = [{"role": "user", "content": "blazar-probe-user"}]
+_MARKERS = ("<think>", "reasoning_content", "<|channel|>analysis", "[THINK]", "<seed:think>")
+"""Text a thinking template writes or reads: reasoning tags, or the field of earlier
+reasoning (llama.cpp hands a message's reasoning to the template under that name)."""
+
+
+def _try_render(template: str, **extra: Any) -> str | None:
+    try:
+        return _render(template, _ASK, **extra)
+    except (_Refused, jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def thinking_support(template: str | None) -> Thinking:
+    """Whether a model with this chat template can think, and whether that can be switched.
+
+    Switchable: the prompt differs with ``enable_thinking`` true and false (Qwen3 and its
+    kin open or close the reasoning section in the generation prompt). Always: the
+    template names a reasoning marker but has no such switch (DeepSeek-R1's opens
+    ``<think>`` every time). No template (llama.cpp's ChatML) cannot think."""
+    if template is None:
+        return "none"
+    on = _try_render(template, enable_thinking=True)
+    off = _try_render(template, enable_thinking=False)
+    if on is not None and off is not None and on != off:
+        return "switchable"
+    return "always" if any(m in template for m in _MARKERS) else "none"
+
+
+def reads_effort(template: str | None) -> bool:
+    """Whether the template writes ``reasoning_effort`` into the prompt (gpt-oss's does):
+    then a level goes to the template instead of becoming a token budget."""
+    if template is None or "reasoning_effort" not in template:
+        return False
+    low = _try_render(template, reasoning_effort="low")
+    high = _try_render(template, reasoning_effort="high")
+    return low is not None and high is not None and low != high

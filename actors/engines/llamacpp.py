@@ -220,10 +220,15 @@ def build_argv(
 
 
 CAPABILITIES = frozenset(
-    {"chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision", "tokenize", "infill"}
-)
+    {
+        "chat", "completions", "embeddings", "rerank", "tools", "json_schema", "vision", "tokenize",
+        "infill", "thinking",
+    }
+)  # fmt: skip
 """``tokenize``: its /tokenize, /detokenize and /apply-template routes; ``infill``: /infill
-(fill-in-the-middle, for a model whose vocabulary has the tokens)."""
+(fill-in-the-middle, for a model whose vocabulary has the tokens); ``thinking``: reasoning
+switched per request (``chat_template_kwargs.enable_thinking``) and cut at a token budget
+(``reasoning_budget_tokens``)."""
 
 
 def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:

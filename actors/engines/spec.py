@@ -73,6 +73,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     system_turns: bool = True
     """The chat template keeps a system turn after the first user turn; otherwise the
     gateway writes such turns into the user's text."""
+    thinking: str = "none"
+    """What the chat template does about reasoning on this lane (``registry.template.Thinking``):
+    ``none``, ``always`` or ``switchable``; ``none`` on a lane that cannot control it."""
+    think_effort: bool = False
+    """The chat template reads ``reasoning_effort`` (a level goes to it, not to a token budget)."""
     llguidance: bool = False
     """The engine reads llguidance grammars (the xllamacpp wheel's build does)."""
     token_bytes_max: int | None = None

@@ -52,7 +52,6 @@ __all__ = [
     "message_id_for",
     "neutral_finish",
     "stop_reason",
-    "thinking_budget",
 ]
 
 StopReason = Literal[
@@ -171,6 +170,7 @@ class _OutputFormat(msgspec.Struct, kw_only=True):
 
 class _OutputConfig(msgspec.Struct, kw_only=True):
     format: _OutputFormat | None = None
+    effort: str | None = None
 
 
 # --- requests -----------------------------------------------------------------
@@ -195,21 +195,6 @@ def decode_count_tokens_request(body: bytes) -> ChatRequest:
     return _request(wire)
 
 
-def thinking_budget(body: bytes) -> int | None:
-    """The ``thinking.budget_tokens`` of an already-decoded body (None when absent).
-
-    The neutral request only says whether to think; a lane that can cap
-    reasoning reads the budget here until ``ChatRequest`` grows a field for it.
-    """
-    try:
-        doc = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return None
-    thinking = doc.get("thinking") if isinstance(doc, dict) else None
-    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
-    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
-
-
 def _request(wire: _CountBody) -> ChatRequest:
     if not wire.model.strip():
         raise DecodeError("field `model` is empty: name an installed model (see `blazar list`)")
@@ -229,8 +214,9 @@ def _request(wire: _CountBody) -> ChatRequest:
         tools=tools,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         response_format=_response_format(wire.output_config),
-        think=_think(wire.thinking, wire.max_tokens),
         include_usage=True,
+        think_param="thinking",
+        **_thinking(wire.thinking, wire.output_config, wire.max_tokens),
     )
 
 
@@ -402,6 +388,26 @@ def _tool_choice(raw: dict[str, Any] | None, tools: list[ToolSpec]) -> ToolChoic
                 )
             return ToolChoice(mode="function", name=choice.name)
     raise DecodeError(f"invalid field `tool_choice.type`: {choice.type!r} is not auto, any, tool or none")
+
+
+def _thinking(
+    raw: dict[str, Any] | None, output: dict[str, Any] | None, max_tokens: int | None
+) -> dict[str, Any]:
+    """The request's ``think`` fields: ``thinking`` switches it, its ``budget_tokens`` caps
+    it, and ``output_config.effort`` sets the level of thinking that is on."""
+    effort = convert(output, _OutputConfig, "output_config").effort if output is not None else None
+    think = _think(raw, max_tokens)
+    out: dict[str, Any] = {"think": think}
+    if think and isinstance(raw, dict):
+        out["think_budget"] = raw.get("budget_tokens") if raw.get("type") == "enabled" else None
+    if effort is not None:
+        if effort not in ("low", "medium", "high", "xhigh", "max"):
+            raise DecodeError(
+                f"invalid field `output_config.effort`: {effort!r} is not low, medium, high, xhigh or max"
+            )
+        if think:
+            out["think_level"] = effort
+    return out
 
 
 def _think(raw: dict[str, Any] | None, max_tokens: int | None) -> bool | None:

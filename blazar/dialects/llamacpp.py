@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from blazar.dialects import tools
+from blazar.dialects import thinking, tools
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -129,13 +129,21 @@ def _tool_schema(req: ChatRequest) -> dict[str, Any] | None:
 
 
 def engine_request(
-    req: ChatRequest, *, native_tools: bool, system_turns: bool = True, llguidance: bool = False
+    req: ChatRequest,
+    *,
+    native_tools: bool,
+    system_turns: bool = True,
+    llguidance: bool = False,
+    thinking_support: str = "none",
+    think_effort: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The llama.cpp route and JSON body for a neutral request.
 
     ``system_turns`` says whether the model's template keeps system turns after the
     first user turn. ``llguidance``: the engine's build reads llguidance grammars (the
     xllamacpp wheel's does), which emulated tool calls use to keep their JSON compact.
+    ``thinking_support`` and ``think_effort`` are what the template does about reasoning
+    (``LaunchSpec.thinking``, ``.think_effort``): see ``blazar.dialects.thinking``.
     """
     body: dict[str, Any] = {"stream": req.stream}
     if req.stream:
@@ -213,6 +221,7 @@ def engine_request(
     if not system_turns:
         messages = fold_system_turns(messages)
     body["messages"] = [_openai_message(m) for m in messages]
+    body.update(thinking.engine_fields(req, support=thinking_support, reads_effort=think_effort))
     return "/v1/chat/completions", body
 
 

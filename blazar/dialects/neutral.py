@@ -104,7 +104,15 @@ class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | None = None
     think: bool | None = None
-    """Ask for reasoning to be returned separately (None: the dialect's default)."""
+    """Think (True) or not (False) before answering; None: the model's own default
+    (``blazar.dialects.thinking`` says what the engine is told)."""
+    think_level: str | None = None
+    """The effort asked for with ``think``: ``minimal``, ``low``, ``medium``, ``high``,
+    ``xhigh`` or ``max``; None: the model's own."""
+    think_budget: int | None = None
+    """The most tokens the reasoning may take before the engine ends it; None: no limit."""
+    think_param: str = "think"
+    """The name of the thinking switch in the caller's dialect, for reports."""
     include_usage: bool = True
     num_ctx: int | None = None
     """Per-slot context the caller asks for (restarts the engine at that size)."""

@@ -30,7 +30,6 @@ from blazar.dialects.neutral import (
     DecodeError,
     Delta,
     EmbedRequest,
-    EmbedResponse,
     Message,
     ResponseFormat,
     ToolCall,
@@ -54,12 +53,10 @@ __all__ = [
     "encode_chat_chunk",
     "encode_chat_final",
     "encode_chat_response",
-    "encode_embed_response",
     "encode_error",
     "encode_generate_chunk",
     "encode_generate_final",
     "encode_generate_response",
-    "encode_legacy_embedding",
     "encode_load_response",
     "load_action",
 ]
@@ -223,6 +220,10 @@ def _think(value: _Think) -> bool | None:
     )
 
 
+def _think_level(value: _Think) -> str | None:
+    return value if isinstance(value, str) and not isinstance(value, bool) else None
+
+
 def _format(value: _Format) -> ResponseFormat | None:
     if value is None or value == "":
         return None
@@ -371,6 +372,7 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         tool_choice=tool_choice,
         response_format=fmt,
         think=_think(wire.think),
+        think_level=_think_level(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         ignored=_ignored(params.OLLAMA_CHAT, wire, body),
@@ -420,6 +422,7 @@ def decode_generate_request(body: bytes) -> ChatRequest:
         stream=wire.stream is not False,
         response_format=None if suffix is not None else _format(wire.format),
         think=None if suffix is not None else _think(wire.think),
+        think_level=None if suffix is not None else _think_level(wire.think),
         include_usage=True,
         keep_alive_s=parse_duration_s(wire.keep_alive),
         raw_prompt=raw_prompt,
@@ -771,26 +774,8 @@ class StreamEncoder:
 
 
 # ---------------------------------------------------------------------------
-# Embeddings, version, errors
+# Errors (the embeddings' answers: blazar.dialects.ollama_embed)
 # ---------------------------------------------------------------------------
-
-
-def encode_embed_response(
-    resp: EmbedResponse, *, total_ns: int, load_ns: int, model: str | None = None
-) -> bytes:
-    doc: dict[str, Any] = {"model": model or resp.model, "embeddings": resp.embeddings}
-    for key, value in (
-        ("total_duration", total_ns),
-        ("load_duration", load_ns),
-        ("prompt_eval_count", resp.prompt_tokens),
-    ):
-        if value:
-            doc[key] = int(value)
-    return _line(doc)
-
-
-def encode_legacy_embedding(vector: Sequence[float]) -> bytes:
-    return _line({"embedding": list(vector)})
 
 
 def encode_error(code: str, message: str) -> bytes:

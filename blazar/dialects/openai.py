@@ -32,6 +32,7 @@ from blazar.dialects.neutral import (
     ToolSpec,
     Usage,
 )
+from blazar.dialects.thinking import level as effort_level
 from blazar.errors import Dialect, error_body
 
 __all__ = [
@@ -95,6 +96,7 @@ class _ChatBody(msgspec.Struct, kw_only=True):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
     user: str | None = None
     # Read only to be named when they have no effect (blazar.dialects.params).
     modalities: Any = None
@@ -150,6 +152,11 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         ignored.remove("metadata")  # kept with the stored completion
     max_tokens = wire.max_completion_tokens if wire.max_completion_tokens is not None else wire.max_tokens
     _check_model(wire.model)
+    think, think_level = (
+        effort_level(wire.reasoning_effort, "reasoning_effort")
+        if wire.reasoning_effort is not None
+        else (None, None)
+    )
     if not wire.messages:
         raise DecodeError("field `messages` is empty: send at least one message")
     for i, msg in enumerate(wire.messages):
@@ -171,6 +178,9 @@ def decode_chat_request(body: bytes) -> ChatRequest:
         tools=[_tool(i, t) for i, t in enumerate(wire.tools or [])],
         tool_choice=_tool_choice(wire.tool_choice),
         response_format=_response_format(wire.response_format),
+        think=think,
+        think_level=think_level,
+        think_param="reasoning_effort",
         include_usage=bool(wire.stream_options and wire.stream_options.include_usage),
         ignored=ignored,
         output_param="max_completion_tokens" if wire.max_completion_tokens is not None else "max_tokens",

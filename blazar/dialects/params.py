@@ -191,6 +191,7 @@ _LLAMA_EXTRAS = (
 """llama.cpp's own request fields, relayed untouched on the OpenAI routes."""
 
 _RELAYED = "llama.cpp extension, relayed untouched"
+_EFFORT = "`none` turns thinking off, a level turns it on, see thinking; named where the model cannot think"
 _N_PREDICT = "llama.cpp's own output limit, which wins over `max_tokens`"
 _USER = "used by OpenAI for abuse monitoring; nothing to do here"
 
@@ -223,12 +224,7 @@ OPENAI_CHAT = Table(
         _p("logprobs", H, "by llama.cpp", relayed_only=True),
         _p("top_logprobs", H, "by llama.cpp", relayed_only=True),
         _p("parallel_tool_calls", H, "by llama.cpp", relayed_only=True),
-        _p(
-            "reasoning_effort",
-            H,
-            "passed to the model's template; `none` turns thinking off",
-            relayed_only=True,
-        ),
+        _p("reasoning_effort", H, _EFFORT),
         _p("n_predict", H, _N_PREDICT, relayed_only=True),
         *_llama_extras(),
         _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
@@ -363,7 +359,7 @@ def _ollama_options(*, sampling: bool) -> list[Param]:
 
 
 _KEEP_ALIVE = "seconds or a duration; 0 unloads"
-_THINK = "`true`/`false`; the levels `high`, `medium`, `low` turn thinking on"
+_THINK = "`true`/`false` switch thinking; the levels `high`, `medium`, `low` turn it on, see thinking"
 
 OLLAMA_CHAT = Table(
     "ollama",
@@ -477,9 +473,10 @@ ANTHROPIC_MESSAGES = Table(
         _p("stream", H),
         _p("tools", H),
         _p("tool_choice", H),
-        _p("thinking", H, "`enabled`/`adaptive` turn thinking on, `disabled` off"),
-        _p("output_config", H, "`format` (a JSON schema, as a grammar)"),
-        _p("thinking.budget_tokens", IGN, "checked, but reasoning is not cut at the budget"),
+        _p("thinking", H, "`enabled`/`adaptive` turn thinking on, `disabled` off, see thinking"),
+        _p("output_config", H, "`format` (a JSON schema, as a grammar); `effort`: the thinking level"),
+        _p("thinking.budget_tokens", H, "the engine ends the reasoning after this many tokens"),
+        _p("thinking.display", IGN, "reasoning is shown whenever thinking is on", inert=("summarized",)),
         _p(
             "tool_choice.disable_parallel_tool_use",
             IGN,
@@ -509,7 +506,7 @@ RESPONSES = Table(
         _p("tools", H, "function and namespace tools"),
         _p("tool_choice", H),
         _p("text", H, "`format`"),
-        _p("reasoning", H, "`effort` turns thinking on (`none`, `minimal`: off)"),
+        _p("reasoning", H, "`effort`: `none` turns thinking off, a level turns it on, see thinking"),
         _p("max_output_tokens", C, _CONTEXT_CAP),
         _p("temperature", H),
         _p("top_p", H),

@@ -29,6 +29,7 @@ from blazar.dialects.neutral import (
     Usage,
 )
 from blazar.dialects.openai import wording
+from blazar.dialects.thinking import level as effort_level
 
 __all__ = [
     "INCLUDABLE",
@@ -133,6 +134,7 @@ class ResponsesRequest(msgspec.Struct, frozen=True, kw_only=True):
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | None = None
     think: bool | None = None
+    think_level: str | None = None
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -177,6 +179,7 @@ def decode_request(body: bytes) -> ResponsesRequest:
     items = _items(wire.input)
     if not items and wire.previous_response_id is None and conversation is None:
         raise DecodeError("field `input` is empty: send a string or at least one item", param="input")
+    think, think_level = _think(wire.reasoning)
     echo: dict[str, Any] = {
         "instructions": wire.instructions,
         "tools": [_echo_tool(t) if t.get("type") == "function" else t for t in wire.tools or []],
@@ -204,7 +207,8 @@ def decode_request(body: bytes) -> ResponsesRequest:
         namespaces=namespaces,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         response_format=text_format,
-        think=_think(wire.reasoning),
+        think=think,
+        think_level=think_level,
         max_output_tokens=wire.max_output_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
@@ -232,10 +236,10 @@ def _ignored(wire: _Body) -> list[str]:
     return out + [name for name in params.RESPONSES.screen(wire) if name != "include"]
 
 
-def _think(reasoning: _Reasoning | None) -> bool | None:
+def _think(reasoning: _Reasoning | None) -> tuple[bool | None, str | None]:
     if reasoning is None or reasoning.effort is None:
-        return None
-    return reasoning.effort not in ("none", "minimal")
+        return None, None
+    return effort_level(reasoning.effort, "reasoning.effort")
 
 
 def _tools(i: int, t: dict[str, Any]) -> list[ToolSpec]:
@@ -531,6 +535,8 @@ def chat_request(req: ResponsesRequest, history: list[dict[str, Any]]) -> ChatRe
         tool_choice=req.tool_choice,
         response_format=req.response_format,
         think=req.think,
+        think_level=req.think_level,
+        think_param="reasoning.effort",
         ignored=req.ignored,
         output_param="max_output_tokens",
     )

@@ -20,7 +20,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import engine_usage, openai, params
+from blazar.dialects import engine_usage, openai, params, thinking
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -123,6 +123,8 @@ class _Outcome(NamedTuple):
     strict: bool
     want: structured.Wanted | None = None
     """The structure the request asks for (its receipt header says how it was held)."""
+    chat: ChatRequest | None = None
+    """The decoded chat request (its thinking is told to each engine its own way)."""
 
 
 def _chat_encoder(req: ChatRequest) -> _Encoder:
@@ -201,7 +203,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return await translated(call, req)
         size = chat_size(req)
         shape = structured.wanted(req.response_format, call.body)
-        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape)
+        outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
 
         async def on(engine: EngineActor) -> Reply:
             translate.check_images(req, engine)
@@ -279,6 +281,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         )
         spec = engine.spec
         body = call.body
+        ignored = outcome.ignored
+        if outcome.chat is not None and outcome.chat.think is not None:
+            if unheeded := thinking.unheeded(outcome.chat, support=spec.thinking):
+                honesty.refuse_ignored(unheeded, strict=outcome.strict)
+                ignored = [*ignored, *unheeded]
+            told = thinking.engine_fields(outcome.chat, support=spec.thinking, reads_effort=spec.think_effort)
+            body = thinking.fields_into_body(body, told)
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         body, capped = cap_output_in_body(body, spec.max_output_tokens)
@@ -292,7 +301,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         changed = [f"{outcome.output_param}={capped_to}"] if capped_to is not None else []
         honesty.report(
             headers,
-            ignored=outcome.ignored,
+            ignored=ignored,
             changed=changed,
             context=engine.served_ctx or engine.spec.ctx_per_slot,
         )

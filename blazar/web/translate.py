@@ -22,7 +22,7 @@ from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
-from blazar.dialects import engine_usage, tools
+from blazar.dialects import engine_usage, thinking, tools
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
@@ -213,6 +213,8 @@ class EngineCall:
             native_tools=self.native_tools,
             system_turns=self.system_turns,
             llguidance=bool(self.engine and self.engine.spec.llguidance),
+            thinking_support=self.engine.spec.thinking if self.engine else "none",
+            think_effort=bool(self.engine and self.engine.spec.think_effort),
         )
 
     async def prepare(self, *, embeddings: bool = False, purpose: Purpose | None = None) -> EngineActor:
@@ -270,6 +272,12 @@ class EngineCall:
             )
         spec = engine.spec
         check_purpose(self._purpose, engine)
+        said = thinking.unheeded(self.req, support=spec.thinking)
+        unheeded = [n for n in said if n not in self.req.ignored]
+        if unheeded:
+            # The model's template cannot think (or cannot stop): named, or refused when strict.
+            honesty.refuse_ignored(unheeded, strict=self.strict)
+            self.req = msgspec.structs.replace(self.req, ignored=[*self.req.ignored, *unheeded])
         if spec.system or spec.defaults:
             self.req = apply_defaults(self.req, system=spec.system, defaults=spec.defaults)
         if self._purpose == "chat":

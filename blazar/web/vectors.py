@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actors.runtime import Runtime
-from blazar.dialects import engine_usage, ollama, openai, rerank
+from blazar.dialects import engine_usage, ollama, ollama_embed, openai, rerank
 from blazar.dialects.neutral import ChatRequest, EmbedRequest, EmbedResponse, RerankRequest
 from blazar.dialects.pooling import LateChunks, fit_dimensions, late_chunks, mean_pool
 from blazar.errors import BlazarError
@@ -168,21 +168,23 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         resp, engine_call = await embed(runtime, req)
         return Reply(openai.encode_embeddings(resp, encoding_format=fmt), headers=engine_call.headers())
 
-    async def ollama_embed(call: Call) -> Reply:
+    async def ollama_embed_route(call: Call) -> Reply:
         req = ollama.decode_embed_request(call.body)
         call.set_model(req.model)
         resp, engine_call = await embed(runtime, req)
         t = engine_call.timings
-        body = ollama.encode_embed_response(resp, total_ns=t.total_ns, load_ns=t.load_ns if t.loaded else 0)
+        body = ollama_embed.encode_embed_response(
+            resp, total_ns=t.total_ns, load_ns=t.load_ns if t.loaded else 0
+        )
         return Reply(body, headers=engine_call.headers())
 
     async def ollama_embeddings_legacy(call: Call) -> Reply:
         req = ollama.decode_legacy_embeddings_request(call.body)
         call.set_model(req.model)
         if not req.inputs:
-            return Reply(ollama.encode_legacy_embedding([]))
+            return Reply(ollama_embed.encode_legacy_embedding([]))
         resp, engine_call = await embed(runtime, req)
-        vector = ollama.encode_legacy_embedding(resp.embeddings[0])
+        vector = ollama_embed.encode_legacy_embedding(resp.embeddings[0])
         return Reply(vector, headers=engine_call.headers())
 
     def reranking(decode: Callable[[bytes], RerankRequest]) -> Handler:
@@ -195,7 +197,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         return serve
 
     routes.add("/v1/embeddings", openai_embeddings)
-    routes.add("/api/embed", ollama_embed)
+    routes.add("/api/embed", ollama_embed_route)
     routes.add("/api/embeddings", ollama_embeddings_legacy)
     for path in RERANK_ROUTES:
         routes.add(path, reranking(rerank.decode_request))

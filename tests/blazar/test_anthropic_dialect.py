@@ -89,9 +89,8 @@ def test_key_rules_hold() -> None:
 
 
 def test_thinking_budget_is_readable() -> None:
-    assert anthropic.thinking_budget(_request_file("thinking_enabled")) == 2048
-    assert anthropic.thinking_budget(_request_file("minimal")) is None
-    assert anthropic.thinking_budget(b"not json") is None
+    assert anthropic.decode_messages_request(_request_file("thinking_enabled")).think_budget == 2048
+    assert anthropic.decode_messages_request(_request_file("minimal")).think_budget is None
 
 
 def test_finish_reason_mapping_round_trips() -> None:

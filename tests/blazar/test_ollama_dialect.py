@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from blazar.dialects import ollama, ollama_models, ollama_time
+from blazar.dialects import ollama, ollama_embed, ollama_models, ollama_time
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -419,16 +419,16 @@ def _show() -> bytes:
 
 def _misc() -> bytes:
     return (
-        ollama.encode_embed_response(
+        ollama_embed.encode_embed_response(
             EmbedResponse(model="all-minilm", embeddings=[[0.5, -0.25], [1.0, 0.0]], prompt_tokens=8),
             total_ns=14_143_917,
             load_ns=1_019_500,
         )
-        + ollama.encode_embed_response(
+        + ollama_embed.encode_embed_response(
             EmbedResponse(model="x", embeddings=[]), total_ns=0, load_ns=0, model="all-minilm"
         )
-        + ollama.encode_legacy_embedding([0.5, -0.25])
-        + ollama.encode_legacy_embedding([])
+        + ollama_embed.encode_legacy_embedding([0.5, -0.25])
+        + ollama_embed.encode_legacy_embedding([])
         + ollama_models.encode_version("0.1.0")
         + ollama.encode_error("MODEL_NOT_FOUND", "model 'x' is not installed — run `blazar pull x`")
     )

@@ -75,6 +75,7 @@ PROBES: dict[str, Any] = {
     "truncate": True,
     "options": {"num_ctx": 512},
     "thinking.budget_tokens": 1024,
+    "thinking.display": "omitted",
     "tool_choice.disable_parallel_tool_use": True,
     "include": ["reasoning.encrypted_content"],
     "top_logprobs": 3,
@@ -92,6 +93,7 @@ PROBES: dict[str, Any] = {
 
 BASES: dict[str, dict[str, Any]] = {
     "thinking.budget_tokens": {"thinking": {"type": "enabled"}},
+    "thinking.display": {"thinking": {"type": "adaptive"}},
     "tool_choice.disable_parallel_tool_use": {"tool_choice": {"type": "auto"}},
 }
 
