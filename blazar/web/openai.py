@@ -20,7 +20,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import engine_usage, openai, params
+from blazar.dialects import engine_usage, lora, openai, params
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -271,7 +271,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             strict=outcome.strict,
         )
         spec = engine.spec
-        body = call.body
+        body = lora.in_body(call.body, [a.name for a in spec.loras], model=spec.alias or spec.model)
         if spec.system or spec.defaults:  # the model's own settings (a Modelfile's SYSTEM, PARAMETERs)
             body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
         body, capped = cap_output_in_body(body, spec.max_output_tokens)
