@@ -235,6 +235,8 @@ class SpeculationBook:
     def observe(self, model: str, drafted: int, accepted: int, *, now_s: float) -> Effect | None:
         """A request on ``model`` ended having drafted ``drafted`` tokens, ``accepted`` of them
         kept; the governor's decision, if any."""
+        if not drafted and model not in self._states:
+            return None  # a model that never speculated here: nothing to count or judge
         if drafted or accepted:
             d, a = self._totals.get(model, (0, 0))
             self._totals[model] = (d + drafted, a + accepted)

@@ -81,7 +81,8 @@ class Telemetry:
         answer: bytes | None = None,
         drafts: tuple[int, int] | None = None,
     ) -> None:
-        """``drafts``: the tokens speculative decoding drafted for the request, and kept."""
+        """``drafts``: the tokens speculative decoding drafted for an inference request, and
+        kept (0, 0 when it did not speculate: the governor's clock moves on all the same)."""
         first = ttft_s(record) if inference else None
         self.metrics.observe(record, route=route, inference=inference, ttft_s=first)
         if drafts is not None and (model := self.metrics.model_label(record.model)) not in ("", "other"):

@@ -116,6 +116,11 @@ def test_the_book_counts_per_model_and_parks_through_the_governor() -> None:
     assert book.parked("m") is not None and book.parked("other") is None
     (row,) = book.statistics().models
     assert (row.model, row.drafted_total, row.accepted_total, row.parked) == ("m", 400, 4, True)
+    # Parked, the model drafts nothing; its requests still move the governor's clock.
+    resumed_at = PARK_AFTER * WINDOW_S + 1 + RESUME_AFTER_S  # parked by the call at that +1
+    assert book.observe("m", 0, 0, now_s=resumed_at) == "resume" and book.parked("m") is None
+    assert book.observe("plain", 0, 0, now_s=0) is None
+    assert [m.model for m in book.statistics().models] == ["m"]  # never speculated: not listed
     off = SpeculationBook(governor=False)
     assert all(off.observe("m", 100, 0, now_s=t * WINDOW_S) is None for t in range(10))
     assert off.statistics().models[0].drafted_total == 1000 and off.parked("m") is None
