@@ -335,7 +335,8 @@ def resolve_launch(
     add("keep_alive_s", keep_alive, k_source, k_key, "a request's keep_alive replaces it for that request")
 
     loras = _lora_settings(record, lane_key, add, adapter_path)
-    speculation = _spec_settings(config, over, record, lane_key, add, candidate, parked)
+    generates = record.kind == "chat" and not over.embeddings and not info.reranker
+    speculation = _spec_settings(config, over, record, lane_key, add, candidate, parked, generates=generates)
 
     spec = LaunchSpec(
         model=name,
@@ -401,6 +402,8 @@ def _spec_settings(
     add: Callable[..., None],
     candidate: Callable[[str, str | None], Candidate | None],
     parked: str | None,
+    *,
+    generates: bool,
 ) -> SpecLoad | None:
     """Speculative decoding: the model's ``spec``, else the top-level one; a draft only where
     ``pair_problem`` finds none, n-gram lookup only on the llama.cpp lane."""
@@ -418,6 +421,15 @@ def _spec_settings(
     shown = f"{shown}, max {wanted.max}" + (f", min {wanted.min}" if wanted.min else "")
     if lane != "llamacpp":
         add("spec", "off", source, key, f"asked: {shown}; unused: the {lane} lane runs no speculation here")
+        return None
+    if not generates:
+        add(
+            "spec",
+            "off",
+            source,
+            key,
+            f"asked: {shown}; unused: the model embeds or ranks, it does not generate",
+        )
         return None
     if parked:
         add("spec", "off", "derived", key, f"asked: {shown}; the governor {parked}")

@@ -222,3 +222,15 @@ def test_adapters_load_with_the_model_in_order() -> None:
     assert s["loras"].value == ["0: pirate x0.5", "1: poet x1"]
     r, s = _resolve(RuntimeConfig.in_home("/h"))
     assert r.spec.loras == [] and s["loras"].value == []
+
+
+def test_speculation_is_for_models_that_generate() -> None:
+    config = RuntimeConfig.in_home("/h", spec="ngram", models={NAME: ModelOverride(embeddings=True)})
+    r, s = _resolve(config)
+    assert r.spec.speculation is None and "does not generate" in s["spec"].note
+    pinned = RuntimeConfig.in_home("/h", spec="ngram", models={NAME: ModelOverride(engine="mistralrs")})
+    lanes = {"llamacpp": llamacpp.lane(EngineConfig()), "mistralrs": llamacpp.lane(EngineConfig())}
+    info = ModelInfo(architecture="llama", parameter_count=1, tensor_count=0, data_offset=0)
+    r = resolve_launch(pinned, _record(), info, lanes=lanes, plan_gpu_layers=lambda ctx, slots: None)
+    row = next(x for x in r.settings if x.name == "spec")
+    assert r.spec.speculation is None and "the mistralrs lane runs no speculation" in (row.note or "")
