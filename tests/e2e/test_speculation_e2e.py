@@ -16,13 +16,16 @@ from tests.support import MODEL, make_home, start_daemon
 
 pytestmark = pytest.mark.slow
 
-_LINE = "one two three four five six seven eight nine ten eleven twelve"
-PROMPT = f"Repeat this line four times, one per line:\n{_LINE}"
+PARAGRAPH = (
+    "The river bends past seven quiet mills where grey herons wait for the evening tide. "
+    "Each mill keeps a wheel of oak, a stone of granite and a miller who counts the sacks twice."
+)
+PROMPT = f"Copy this text exactly, word for word, twice:\n\n{PARAGRAPH}"
 CONFIG = f"""default_ctx = 1024
 slots = 1
 
 [models."{MODEL}"]
-spec = {{ngram = "ngram-mod", max = 8}}
+spec = {{ngram = "ngram-simple", max = 16}}
 
 [models."self-draft"]
 spec = {{draft = "{MODEL}"}}
@@ -33,7 +36,7 @@ def _ask(url: str, model: str = MODEL) -> httpx.Response:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 64,
+        "max_tokens": 96,
         "temperature": 0,
     }
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
@@ -50,14 +53,16 @@ def test_ngram_speculation_runs_and_is_counted(tmp_path: Path, model_path: Path)
         assert next(e for e in d.engines() if e["model"] == MODEL)["state"] == "ready"
         explained = httpx.get(f"{d.url}/api/explain/{MODEL}", timeout=30).json()
         spec = next(s for s in explained["settings"] if s["name"] == "spec")
-        assert spec["value"] == "ngram-mod, max 8" and spec["source"] == "override"
+        assert spec["value"] == "ngram-simple, max 16" and spec["source"] == "override"
 
         drafted = timings.get("draft_n") or 0
+        assert drafted > 0  # the answer copies its prompt: the lookup finds what to draft
         metrics = httpx.get(f"{d.url}/metrics", timeout=30).text
-        if drafted:
-            assert f'blazar_spec_draft_tokens_total{{model="{MODEL}"}} {float(drafted)}' in metrics
-            story = json.loads(d.cli("why", first.headers["x-blazar-trace-id"], "--json").stdout)
-            assert story["drafted"] == drafted and story["accepted"] == timings.get("draft_n_accepted", 0)
+        assert f'blazar_spec_draft_tokens_total{{model="{MODEL}"}} {float(drafted)}' in metrics
+        assert f'blazar_spec_governor{{model="{MODEL}",state="on"}} 1.0' in metrics
+        story = json.loads(d.cli("why", first.headers["x-blazar-trace-id"], "--json").stdout)
+        assert story["drafted"] == drafted and story["accepted"] == timings.get("draft_n_accepted", 0)
+        assert any(line.startswith("Speculative decoding drafted") for line in story["lines"])
         assert "llamacpp:spec_decode_num_draft_tokens_total" in metrics  # the engine's own series
 
         # The same file under another name is the model itself: refused, the engine runs plain.
