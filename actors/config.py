@@ -16,6 +16,8 @@ __all__ = [
     "ModelOverride",
     "Remote",
     "RuntimeConfig",
+    "SpecSetting",
+    "Speculation",
     "Tunables",
     "parse_target",
 ]
@@ -52,6 +54,37 @@ RpcAddress = Annotated[
     str, msgspec.Meta(pattern=r"^([A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$", max_length=260)
 ]
 """``host:port`` (``[v6]:port``) of an ``rpc-server``."""
+
+
+NgramKind = Literal["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"]
+
+
+class Speculation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Speculative decoding in full: ``spec = {draft = "NAME", max = 16}`` (a draft model)
+    or ``spec = {ngram = "ngram-mod", max = 32}`` (llama.cpp's draftless n-gram lookup)."""
+
+    draft: str | None = None
+    """An installed model that drafts for this one: same lane and format, same vocabulary,
+    never the model itself (checked when the engine starts; ``blazar explain`` says why not)."""
+    ngram: NgramKind | None = None
+    max: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
+    """The most tokens drafted per step."""
+    min: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0
+    """The fewest tokens a draft must have to be tried."""
+
+    def __post_init__(self) -> None:
+        if (self.draft is None) == (self.ngram is None):
+            raise ValueError(
+                'spec names one way to draft: {draft = "MODEL"} or {ngram = "ngram-simple"} '
+                "(not both, not neither)"
+            )
+        if self.min > self.max:
+            raise ValueError(f"spec min ({self.min}) is above its max ({self.max})")
+
+
+SpecSetting = Literal["off", "ngram"] | Speculation
+"""``"off"``; ``"ngram"`` (llama.cpp's ``ngram-simple`` lookup, 16 tokens at most); or a
+``Speculation`` table."""
 
 
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -110,6 +143,9 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rpc: Annotated[list[RpcAddress], msgspec.Meta(min_length=1, max_length=16)] | None = None
     """``host:port`` of each ``rpc-server`` (``blazar rpc-worker``) the model's layers are
     split over, beside this machine; needs a ``llama-server`` built with RPC support."""
+    spec: SpecSetting | None = None
+    """Speculative decoding for this model (docs/engines.md#speculative-decoding); unset: the
+    top-level ``spec``."""
     rpc_memory_mb: list[Annotated[int, msgspec.Meta(ge=1)]] | None = None
     """The memory each of ``rpc`` offers (MiB, in the same order): the fit plan splits the
     layers by it. Unset: each is taken to offer as much as this machine has available."""
@@ -364,6 +400,11 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Jobs (background responses, batches) that run at once; the rest wait their turn."""
     jobs_keep_s: float = 7 * 86400.0
     """How long finished jobs (and their result files) are kept; 0: forever."""
+    spec: SpecSetting = "off"
+    """Speculative decoding for every model without its own ``spec``: ``"off"``, ``"ngram"`` or
+    ``{ngram = KIND, max = N}`` (a draft model pairs with one model: set it per model)."""
+    spec_governor: bool = True
+    """Turn speculation off for a model whose drafts are rarely accepted (docs/engines.md)."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
     mcp: list[McpServer] = []
@@ -383,6 +424,11 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     nothing ever leaves this machine."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.spec, Speculation) and self.spec.draft is not None:
+            raise ValueError(
+                "spec: a draft model pairs with one model — write it under "
+                '[models."NAME"] spec = {draft = ...}'
+            )
         _check_chains(self.failover)
         peers = [r.name for r in self.remotes]
         if len(set(peers)) != len(peers):

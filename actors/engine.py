@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import assert_never
+from typing import Literal, assert_never
 
 import httpx
 import msgspec
@@ -35,7 +35,7 @@ from actors.actor import Actor, ActorStatistics
 from actors.config import EngineConfig
 from actors.engines.lane import Lane
 from actors.engines.routing import lane_for
-from actors.engines.spec import LaunchSpec
+from actors.engines.spec import LaunchSpec, LoraLoad, SpecLoad
 from actors.errors import (
     ActorStopped,
     EngineCircuitOpen,
@@ -116,6 +116,10 @@ class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     token_embeddings: bool | None = None
     """With embeddings: a vector per token (``--pooling none``), pooled by the gateway."""
     lane: Lane | None = None
+    speculation: SpecLoad | Literal["off"] | None = None
+    """Speculate so (``"off"``: not at all), as the speculation governor decides; None: no change."""
+    loras: list[LoraLoad] | None = None
+    """The model's LoRA adapters now (``blazar lora add``/``rm``); None: no change."""
 
 
 class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -446,8 +450,13 @@ class EngineActor(Actor[EngineMessage]):
         if lane is not None:
             self._pending_lane = lane
         tokens = change.token_embeddings
+        speculation = base.speculation
+        if change.speculation is not None:
+            speculation = None if change.speculation == "off" else change.speculation
         spec = msgspec.structs.replace(
             base,
+            speculation=speculation,
+            loras=change.loras if change.loras is not None else base.loras,
             ctx_per_slot=ctx if ctx is not None else base.ctx_per_slot,
             embeddings=embeddings if embeddings is not None else base.embeddings,
             token_embeddings=tokens if tokens is not None else base.token_embeddings,

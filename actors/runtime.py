@@ -25,12 +25,13 @@ ready engine, a lease; released once, then the keep-alive timer re-armed):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Unpack
+from typing import Literal, Unpack
 
 import msgspec
 import trio
@@ -55,6 +56,7 @@ from actors.engines._gpu import memory_fraction
 from actors.engines.lane import Lane
 from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
 from actors.engines.routing import LANES, Considered, Route, installed, lane_for
+from actors.engines.spec import SpecLoad
 from actors.engines.versions import BUNDLED, Versions
 from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
 from actors.failover import FailoverChains
@@ -67,6 +69,7 @@ from actors.peer import Peers
 from actors.process import reap_orphans
 from actors.rpc import plan_split
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
+from actors.speculation import SpeculationBook, candidate
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry import fit
 from registry.catalog import Catalog
@@ -141,10 +144,15 @@ class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def launch_spec_for(
-    config: RuntimeConfig, store: Store, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS
+    config: RuntimeConfig,
+    store: Store,
+    record: ModelRecord,
+    kinds: frozenset[str] = TEXT_KINDS,
+    *,
+    parked: str | None = None,
 ) -> LaunchSpec:
     """How ``record``'s engine starts under ``config`` (context, slots, template, defaults)."""
-    return resolve_for(config, store, record, kinds).spec
+    return resolve_for(config, store, record, kinds, parked=parked).spec
 
 
 def resolve_for(
@@ -154,6 +162,7 @@ def resolve_for(
     kinds: frozenset[str] = TEXT_KINDS,
     *,
     unrouted: bool = False,
+    parked: str | None = None,
 ) -> Resolved:
     """``launch_spec_for`` with where each setting came from (``blazar explain``).
 
@@ -170,6 +179,9 @@ def resolve_for(
         plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
         plan_rpc=lambda ctx, slots: plan_split(config, record.name, record.path, ctx, slots),
         unrouted=unrouted,
+        adapter_path=lambda adapter: str(store.blob_path(adapter.digest.removeprefix("sha256:"))),
+        candidate=lambda name, lane: candidate(config, store, name, lane),
+        parked=parked,
     )
 
 
@@ -354,6 +366,8 @@ class Runtime:
         """This boot's id, published in ``GET /api/capacity``: a ``dns`` remote's answer holds this
         daemon's own address too (a Kubernetes headless service lists every pod), and the peer
         actor that reads its own id back marks that peer ``self``."""
+        self.speculation = SpeculationBook(governor=config.spec_governor)
+        """Drafted and accepted tokens per model, and the speculation governor's state."""
         self.peers = Peers(config.remotes, instance=self.instance)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
         federation, nothing leaves the machine."""
@@ -366,7 +380,28 @@ class Runtime:
         return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
 
     def launch_spec(self, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS) -> LaunchSpec:
-        return launch_spec_for(self.config, self.store, record, kinds)
+        parked = self.speculation.parked(record.name)
+        return launch_spec_for(self.config, self.store, record, kinds, parked=parked)
+
+    def note_drafts(self, model: str, drafted: int, accepted: int) -> None:
+        """A request on ``model`` ended having drafted ``drafted`` tokens (``accepted`` kept):
+        counted, and given to the governor, which may park or resume speculation."""
+        effect = self.speculation.observe(model, drafted, accepted, now_s=trio.current_time())
+        engine = self._engines.get(model)
+        if effect is None or engine is None or self._nursery is None:
+            return
+        log.warning("'%s': speculation %s", model, self.speculation.parked(model) or "resumed")
+
+        async def apply() -> None:
+            change: SpecLoad | Literal["off"] = "off"
+            if effect == "resume":
+                record = await trio.to_thread.run_sync(self.store.get, model)
+                spec = await trio.to_thread.run_sync(self.launch_spec, record)
+                change = spec.speculation or "off"
+            with contextlib.suppress(ActorStopped):
+                await engine.ask(Reconfigure(speculation=change))
+
+        self._nursery.start_soon(apply)
 
     async def plan(self, model: str) -> LoadPlan:
         """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
@@ -453,7 +488,10 @@ class Runtime:
     async def explain(self, model: str) -> Explanation:
         """The settings ``model`` runs with (or would, loaded now), and where each came from."""
         record = await trio.to_thread.run_sync(self.store.get, model)
-        resolved = await trio.to_thread.run_sync(resolve_for, self.config, self.store, record)
+        parked = self.speculation.parked(record.name)
+        resolved = await trio.to_thread.run_sync(
+            lambda: resolve_for(self.config, self.store, record, parked=parked)
+        )
         engine = self._engines.get(record.name)
         loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
         running = engine.spec if engine is not None and loaded else None
@@ -660,6 +698,17 @@ class Runtime:
             await self.engines.stop_child(engine.spec.model)
         except KeyError:
             pass
+
+    async def reload_adapters(self, model: str) -> bool:
+        """Give a loaded model's engine its adapters as the store now has them: it restarts once
+        its requests have finished. False when no engine runs it (its next start reads them)."""
+        engine = self._engines.get(model)
+        if engine is None or engine.state not in (EngineState.READY, EngineState.STARTING):
+            return False
+        record = await trio.to_thread.run_sync(self.store.get, model)
+        spec = await trio.to_thread.run_sync(self.launch_spec, record)
+        await engine.ask(Reconfigure(loras=spec.loras))
+        return True
 
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(

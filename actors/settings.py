@@ -21,22 +21,24 @@ A setting's ``source`` is one of:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
-from actors.config import ModelOverride, RuntimeConfig, Tunables
+from actors.config import ModelOverride, RuntimeConfig, SpecSetting, Speculation, Tunables
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engines.lane import Lane
 from actors.engines.llamacpp import CPU_PROMPT_BATCH, LaunchSpec, prompt_batch_for
 from actors.engines.routing import Route, not_installed, route
-from actors.engines.spec import DiffusionSettings, GpuSettings
+from actors.engines.spec import DiffusionSettings, GpuSettings, LoraLoad, SpecLoad
 from actors.errors import UnsupportedEngine
+from actors.speculation import Candidate, pair_problem
 from registry.errors import RegistryError
 from registry.formats import detect
 from registry.gguf import ModelInfo
 from registry.split import RpcSplit
-from registry.store import ModelRecord
+from registry.store import Adapter, ModelRecord
 from registry.template import allows_system_turns, reads_effort, thinking_support
 from registry.weights import lane_format
 
@@ -124,6 +126,9 @@ def resolve_launch(
     plan_memory_fraction: Callable[[int, int, int], float | None] = lambda ctx, slots, tp: None,
     plan_rpc: Callable[[int, int], RpcSplit | None] = lambda ctx, slots: None,
     unrouted: bool = False,
+    adapter_path: Callable[[Adapter], str] | None = None,
+    candidate: Callable[[str, str | None], Candidate | None] = lambda name, lane: None,
+    parked: str | None = None,
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
 
@@ -132,7 +137,11 @@ def resolve_launch(
     ``plan_memory_fraction(ctx_per_slot, slots, tensor_parallel)`` sizes a GPU serving
     engine's share of each GPU from the fit plan (None: not measurable);
     ``plan_rpc(ctx_per_slot, slots)`` splits a model with ``rpc`` workers (None: the header
-    cannot be read).
+    cannot be read);
+    ``adapter_path(adapter)`` is where a LoRA adapter's blob lies (by default beside the model's);
+    ``candidate(name, lane)`` describes an installed model for a draft pairing (None: not
+    installed), with ``lane`` the one it runs on (None: its own);
+    ``parked`` is why the governor parked the model's speculation (None: it did not).
     Raises ``UnsupportedEngine`` when no lane here can run the model, unless ``unrouted``
     (a plan): then the spec is for the lane that would run it, and ``refusal`` says why not."""
     name = record.name
@@ -329,6 +338,10 @@ def resolve_launch(
         keep_alive, k_source, k_key = over.keep_alive_s, "override", _override(name, "keep_alive_s")
     add("keep_alive_s", keep_alive, k_source, k_key, "a request's keep_alive replaces it for that request")
 
+    loras = _lora_settings(record, lane_key, add, adapter_path)
+    generates = record.kind == "chat" and not over.embeddings and not info.reranker
+    speculation = _spec_settings(config, over, record, lane_key, add, candidate, parked, generates=generates)
+
     spec = LaunchSpec(
         model=name,
         kind=record.kind,
@@ -363,10 +376,83 @@ def resolve_launch(
         diffusion=diffusion,
         rpc=rpc,
         tensor_split=rpc_split.tensor_split if rpc_split is not None else [],
+        loras=loras,
+        speculation=speculation,
     )
     return Resolved(
         spec=spec, settings=out, keep_alive_s=keep_alive, route=chosen, refusal=refusal, rpc_split=rpc_split
     )
+
+
+def _lora_settings(
+    record: ModelRecord, lane: str, add: Callable[..., None], path: Callable[[Adapter], str] | None
+) -> list[LoraLoad]:
+    """The model's LoRA adapters (``blazar lora add``), loaded by the llama.cpp lane."""
+    if not record.adapters:
+        add("loras", [], "default", None, "none (`blazar lora add MODEL FILE.gguf` adds one)")
+        return []
+    shown = [f"{i}: {a.name} x{a.scale:g}" for i, a in enumerate(record.adapters)]
+    if lane != "llamacpp":
+        add("loras", shown, "model", "blazar lora add", f"unused: the {lane} lane loads no LoRA adapters")
+        return []
+    add("loras", shown, "model", "blazar lora add", "a request's `lora` sets their scales (docs/models.md)")
+    where = path or (lambda a: str(Path(record.path).parent / f"sha256-{a.digest.removeprefix('sha256:')}"))
+    return [LoraLoad(name=a.name, path=where(a), scale=a.scale) for a in record.adapters]
+
+
+def _spec_settings(
+    config: RuntimeConfig,
+    over: ModelOverride,
+    record: ModelRecord,
+    lane: str,
+    add: Callable[..., None],
+    candidate: Callable[[str, str | None], Candidate | None],
+    parked: str | None,
+    *,
+    generates: bool,
+) -> SpecLoad | None:
+    """Speculative decoding: the model's ``spec``, else the top-level one; a draft only where
+    ``pair_problem`` finds none, n-gram lookup only on the llama.cpp lane."""
+    asked: SpecSetting
+    if over.spec is not None:
+        asked, source, key = over.spec, "override", _override(record.name, "spec")
+    else:
+        asked, source, key = _top(config, "spec")
+    if asked == "off":
+        add("spec", "off", source, key)
+        return None
+    wanted = Speculation(ngram="ngram-simple") if asked == "ngram" else asked
+    assert isinstance(wanted, Speculation)
+    shown = f"draft {wanted.draft}" if wanted.draft else wanted.ngram
+    shown = f"{shown}, max {wanted.max}" + (f", min {wanted.min}" if wanted.min else "")
+    if lane != "llamacpp":
+        add("spec", "off", source, key, f"asked: {shown}; unused: the {lane} lane runs no speculation here")
+        return None
+    if not generates:
+        add(
+            "spec",
+            "off",
+            source,
+            key,
+            f"asked: {shown}; unused: the model embeds or ranks, it does not generate",
+        )
+        return None
+    if parked:
+        add("spec", "off", "derived", key, f"asked: {shown}; the governor {parked}")
+        return None
+    if wanted.draft is None:
+        add("spec", shown, source, key, "llama.cpp's draftless n-gram lookup (--spec-type)")
+        return SpecLoad(ngram=wanted.ngram, max=wanted.max, min=wanted.min)
+    mine, theirs = candidate(record.name, lane), candidate(wanted.draft, None)
+    problem = f"'{wanted.draft}' is not installed" if theirs is None else None
+    if problem is None and mine is not None and theirs is not None:
+        problem = pair_problem(mine, theirs)
+    if problem:
+        add("spec", "off", "derived", key, f"asked: {shown}; refused: {problem}")
+        return None
+    assert theirs is not None
+    add("spec", shown, source, key, "the draft model shares the model's vocabulary (--model-draft)")
+    return SpecLoad(draft_model=theirs.name, draft_path=theirs.path, max=wanted.max, min=wanted.min)
 
 
 RPC_ALL_LAYERS = 999

@@ -95,6 +95,17 @@ CATALOG: dict[str, CodeInfo] = {
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",
         ),
+        _c(
+            "LORA_INVALID",
+            400,
+            "The file is not a LoRA adapter in GGUF form (general.type adapter, adapter.type lora).",
+        ),
+        _c(
+            "LORA_MISMATCH",
+            400,
+            "The LoRA adapter was made for another base model (architecture or tensor shapes differ).",
+        ),
+        _c("LORA_NOT_FOUND", 404, "The model has no such LoRA adapter (or none): see `blazar lora list`."),
         _c("JOB_NOT_FOUND", 404, "No job has this id: see `blazar jobs` (finished jobs are pruned in time)."),
         _c("JOB_FINISHED", 409, "The job has already ended: there is nothing to cancel."),
         _c(

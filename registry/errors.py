@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 __all__ = [
+    "AdapterMismatch",
+    "AdapterNotFound",
     "ChecksumMismatch",
     "InsufficientStorage",
+    "InvalidAdapter",
     "InvalidModelFile",
     "InvalidModelName",
     "ModelExists",
@@ -88,3 +91,21 @@ class ChecksumMismatch(PullFailed):
 
 class InsufficientStorage(RegistryError):
     code = "INSUFFICIENT_STORAGE"
+
+
+class InvalidAdapter(RegistryError):
+    """A file given as a LoRA adapter that is not one (not GGUF, or not ``adapter.type = lora``)."""
+
+    code = "LORA_INVALID"
+
+
+class AdapterMismatch(RegistryError):
+    """A LoRA adapter made for another base model: its architecture or its tensors' shapes differ."""
+
+    code = "LORA_MISMATCH"
+
+
+class AdapterNotFound(RegistryError):
+    """A model has no adapter of that name (or number)."""
+
+    code = "LORA_NOT_FOUND"

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KINDS",
+    "Adapter",
     "ModelFile",
     "ModelRecord",
     "ModelSettings",
@@ -130,6 +131,22 @@ class WeightFacts(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     a ggml whisper file's ``n_vocab``, ``n_audio_layer``…"""
 
 
+class Adapter(msgspec.Struct, frozen=True, kw_only=True):
+    """A LoRA adapter of a model (``blazar lora add``): a GGUF blob the engine loads beside
+    the weights (``registry.adapters``)."""
+
+    name: str
+    digest: str
+    """``sha256:<hex>``; the bytes are the blob ``blobs/sha256-<hex>`` (``Store.blob_path``)."""
+    size: int
+    scale: float = 1.0
+    """The scale the engine starts it with; a request may choose another (0: off)."""
+    alpha: float | None = None
+    """The adapter's ``adapter.lora.alpha`` (llama.cpp scales by alpha / rank)."""
+    rank: int | None = None
+    added_at: float = 0.0
+
+
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One installed model: the manifest ``manifests/<name>.json``.
 
@@ -169,10 +186,12 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     speech: SpeechFacts | None = None
     facts: WeightFacts | None = None
     """A safetensors/MLX directory's, a diffusion checkpoint's or a ggml file's header facts."""
+    adapters: list[Adapter] = []
+    """LoRA adapters loaded with the model, in the order the engine numbers them (0, 1, …)."""
 
     def digests(self) -> list[str]:
-        """Every blob this model uses, its main file first."""
-        return [self.digest, *self.blobs]
+        """Every blob this model uses, its main file first (its adapters' last)."""
+        return [self.digest, *self.blobs, *(a.digest for a in self.adapters)]
 
 
 def tree_id(record: ModelRecord) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "prompt_batch_for",
     "rpc_problem",
     "served_context",
+    "speculation_flags",
 ]
 
 
@@ -173,6 +174,35 @@ async def served_context(client: httpx.AsyncClient) -> int | None:
     return None
 
 
+NGRAM_LENGTH_FLAG = {
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+"""Per n-gram kind, the flag of its draft length (llama.cpp names them per kind since the
+generic ``--spec-ngram-size-m`` was split up); ``ngram-cache`` has none."""
+
+
+def speculation_flags(spec: LaunchSpec) -> list[str]:
+    """llama-server's flags for ``spec.speculation``: ``--model-draft`` with the draft's length
+    (``--spec-draft-n-max``/``-n-min``), or ``--spec-type`` with the n-gram kind's length."""
+    s = spec.speculation
+    if s is None:
+        return []
+    if s.draft_path is not None:
+        flags = ["--model-draft", s.draft_path, "--spec-draft-n-max", str(s.max)]
+        return flags + (["--spec-draft-n-min", str(s.min)] if s.min else [])
+    if s.ngram is None:
+        return []
+    flags = ["--spec-type", s.ngram]
+    if (length := NGRAM_LENGTH_FLAG.get(s.ngram)) is not None:
+        flags += [length, str(s.max)]
+    if s.ngram == "ngram-mod":  # its own floor (48) would exceed a shorter max
+        flags += ["--spec-ngram-mod-n-min", str(min(s.min, s.max))]
+    return flags
+
+
 def build_argv(
     spec: LaunchSpec, *, port: int, api_key: str, binary: str | None, python: str = sys.executable
 ) -> list[str]:
@@ -213,6 +243,9 @@ def build_argv(
         flags += ["--rope-scaling", spec.rope_scaling]
         if spec.rope_scale:
             flags += ["--rope-scale", f"{spec.rope_scale:g}"]
+    for lora in spec.loras:
+        flags += ["--lora-scaled", lora.path, f"{lora.scale:g}"]
+    flags += speculation_flags(spec)
     flags += spec.extra_args
     if binary is None:
         return [python, "-m", "actors.engines.llamacpp_host", *flags]

@@ -24,6 +24,14 @@ __all__ = ["build_params", "main", "parse_args"]
 
 _POOLING = {"none": "NONE", "mean": "MEAN", "cls": "CLS", "last": "LAST", "rank": "RANK"}
 _ROPE_SCALING = ("none", "linear", "yarn")
+_SPEC_TYPES = {
+    "none": "NONE",
+    "ngram-simple": "NGRAM_SIMPLE",
+    "ngram-map-k": "NGRAM_MAP_K",
+    "ngram-map-k4v": "NGRAM_MAP_K4V",
+    "ngram-mod": "NGRAM_MOD",
+    "ngram-cache": "NGRAM_CACHE",
+}
 _CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
@@ -60,6 +68,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--chat-template", default=None)
     p.add_argument("-mm", "--mmproj", default=None)
     p.add_argument("-s", "--seed", type=int, default=None)
+    # One list for both, in the order given: the engine numbers adapters so.
+    p.add_argument("--lora", dest="loras", action="append", default=[], metavar="FILE")
+    p.add_argument("--lora-scaled", dest="loras", action="append", nargs=2, metavar=("FILE", "SCALE"))
+    p.add_argument("--lora-init-without-apply", action="store_true")
+    p.add_argument("-md", "--model-draft", "--spec-draft-model", default=None)
+    p.add_argument("--spec-draft-n-max", "--draft-max", "--draft", type=int, default=None)
+    p.add_argument("--spec-draft-n-min", "--draft-min", type=int, default=None)
+    p.add_argument("--spec-type", choices=sorted(_SPEC_TYPES), default=None)
+    for kind in ("simple", "map-k", "map-k4v"):
+        p.add_argument(f"--spec-ngram-{kind}-size-n", type=int, default=None)
+        p.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=None)
+    p.add_argument("--spec-ngram-mod-n-max", type=int, default=None)
+    p.add_argument("--spec-ngram-mod-n-min", type=int, default=None)
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-disable", action="store_true")
     return p.parse_args(list(argv))
@@ -135,7 +156,47 @@ def build_params(ns: argparse.Namespace) -> Any:
     if ns.seed is not None:
         p.sampling.seed = ns.seed
     p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 1)
+    _adapters(p, ns, xlc)
+    _speculation(p, ns, xlc)
     return p
+
+
+def _adapters(p: Any, ns: argparse.Namespace, xlc: Any) -> None:
+    """``--lora`` / ``--lora-scaled``: LoRA adapters loaded with the model, numbered in order."""
+    loras = []
+    for given in ns.loras:
+        path, scale = (given, "1") if isinstance(given, str) else given
+        info = xlc.CommonAdapterLoraInfo()
+        info.path, info.scale = path, float(scale)
+        loras.append(info)
+    if loras:
+        p.lora_adapters = loras
+    if ns.lora_init_without_apply:
+        p.lora_init_without_apply = True
+
+
+def _speculation(p: Any, ns: argparse.Namespace, xlc: Any) -> None:
+    """A draft model (``--model-draft``) or a draftless kind (``--spec-type``), with lengths."""
+    spec = p.speculative
+    kinds = xlc.common_speculative_type
+    if ns.model_draft:
+        spec.draft.mparams.path = ns.model_draft
+        spec.types = [kinds.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
+    if ns.spec_type:
+        spec.types = [getattr(kinds, f"COMMON_SPECULATIVE_TYPE_{_SPEC_TYPES[ns.spec_type]}")]
+    if ns.spec_draft_n_max is not None:
+        spec.draft.n_max = ns.spec_draft_n_max
+    if ns.spec_draft_n_min is not None:
+        spec.draft.n_min = ns.spec_draft_n_min
+    for kind, field in (("simple", "ngram_simple"), ("map_k", "ngram_map_k"), ("map_k4v", "ngram_map_k4v")):
+        if (n := getattr(ns, f"spec_ngram_{kind}_size_n")) is not None:
+            getattr(spec, field).size_n = n
+        if (m := getattr(ns, f"spec_ngram_{kind}_size_m")) is not None:
+            getattr(spec, field).size_m = m
+    if ns.spec_ngram_mod_n_max is not None:
+        spec.ngram_mod.n_max = ns.spec_ngram_mod_n_max
+    if ns.spec_ngram_mod_n_min is not None:
+        spec.ngram_mod.n_min = ns.spec_ngram_mod_n_min
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import msgspec
 
 from actors.context import context_limit
 
-__all__ = ["DiffusionSettings", "GpuSettings", "LaunchSpec"]
+__all__ = ["DiffusionSettings", "GpuSettings", "LaunchSpec", "LoraLoad", "SpecLoad"]
 
 _LLAMA_BATCH = 512
 """llama.cpp's default prompt batch."""
@@ -47,6 +47,30 @@ class DiffusionSettings(msgspec.Struct, frozen=True, kw_only=True):
     vae_tiling: bool = False
     weight_type: str | None = None
     """Convert the weights at load (``q8_0``, ``f16``…)."""
+
+
+class LoraLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """A LoRA adapter the engine loads with the model (``--lora-scaled PATH SCALE``)."""
+
+    name: str
+    path: str
+    scale: float = 1.0
+
+
+class SpecLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """Speculative decoding the engine runs with: a draft model, or n-gram lookup."""
+
+    draft_model: str | None = None
+    """The draft's model name (for explain and metrics); None for n-gram lookup."""
+    draft_path: str | None = None
+    """The draft model's GGUF (``--model-draft``)."""
+    ngram: str | None = None
+    """llama.cpp's draftless kind (``--spec-type``): ``ngram-simple``, ``ngram-map-k``,
+    ``ngram-map-k4v``, ``ngram-mod`` or ``ngram-cache``."""
+    max: int = 16
+    """The most tokens drafted per step."""
+    min: int = 0
+    """The fewest tokens a draft must have to be tried."""
 
 
 class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,6 +144,10 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     (``--rpc``); empty: this machine alone."""
     tensor_split: list[int] = []
     """With ``rpc``: layers per device (``--tensor-split``), the workers first, from the fit plan."""
+    loras: list[LoraLoad] = []
+    """LoRA adapters loaded with the model, numbered by the engine in this order."""
+    speculation: SpecLoad | None = None
+    """Speculative decoding; None: off (not configured, refused, or parked by the governor)."""
 
     @property
     def prompt_step(self) -> int | None:

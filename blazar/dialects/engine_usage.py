@@ -3,8 +3,9 @@
 The engine reports it itself, in its reply: ``usage`` (OpenAI's token counts)
 and ``timings`` (``prompt_n``/``prompt_ms`` for the prompt it evaluated,
 ``predicted_n``/``predicted_ms`` for the tokens it generated, ``cache_n`` for the
-prompt tokens it reused). A whole body carries both at its top level; a stream
-carries them in its final event, just before ``data: [DONE]``.
+prompt tokens it reused; ``draft_n``/``draft_n_accepted`` when it speculated). A
+whole body carries both at its top level; a stream carries them in its final event,
+just before ``data: [DONE]``.
 
 The relayed hot path never parses what it relays: it keeps the last bytes of
 the stream and hands them here once, at the end (``of_stream_tail``). Decoding
@@ -31,6 +32,10 @@ class EngineUsage(msgspec.Struct, frozen=True, kw_only=True):
     """The engine's time evaluating the prompt (what it did not reuse)."""
     decode_ms: float | None = None
     """The engine's time generating the output tokens."""
+    drafted: int | None = None
+    """Tokens speculative decoding drafted (``timings.draft_n``); None: it did not run."""
+    accepted: int | None = None
+    """Of those, the tokens the model kept (``timings.draft_n_accepted``)."""
 
 
 class _Usage(msgspec.Struct):
@@ -44,6 +49,8 @@ class _Timings(msgspec.Struct):
     predicted_n: int | None = None
     predicted_ms: float | None = None
     cache_n: int | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
 
 
 class _Doc(msgspec.Struct):
@@ -69,6 +76,8 @@ def _combine(usage: _Usage | None, timings: _Timings | None) -> EngineUsage | No
             completion_tokens=completion,
             prefill_ms=timings.prompt_ms,
             decode_ms=timings.predicted_ms,
+            drafted=timings.draft_n,
+            accepted=timings.draft_n_accepted,
         )
     return EngineUsage(prompt_tokens=prompt, completion_tokens=completion)
 

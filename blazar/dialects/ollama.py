@@ -98,6 +98,8 @@ class _Options(msgspec.Struct, kw_only=True):
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     num_keep: int | None = None
+    lora: list[dict[str, Any]] | None = None
+    """The model's LoRA adapters' scales (``blazar.dialects.lora``), checked against its engine."""
     penalize_newline: Any = None
     tfs_z: Any = None
     num_batch: Any = None
@@ -120,6 +122,7 @@ _SAMPLING = {
     "mirostat_tau": "mirostat_tau",
     "mirostat_eta": "mirostat_eta",
     "num_keep": "n_keep",
+    "lora": "lora",
 }
 
 

@@ -192,6 +192,7 @@ _LLAMA_EXTRAS = (
 
 _RELAYED = "llama.cpp extension, relayed untouched"
 _EFFORT = "`none` turns thinking off, a level turns it on, see thinking; named where the model cannot think"
+_LORA = "the model's LoRA adapters' scales for this request, by `id` or `name` (see models)"
 _N_PREDICT = "llama.cpp's own output limit, which wins over `max_tokens`"
 _USER = "used by OpenAI for abuse monitoring; nothing to do here"
 
@@ -226,6 +227,7 @@ OPENAI_CHAT = Table(
         _p("parallel_tool_calls", H, "by llama.cpp", relayed_only=True),
         _p("reasoning_effort", H, _EFFORT),
         _p("n_predict", H, _N_PREDICT, relayed_only=True),
+        _p("lora", H, _LORA, relayed_only=True),
         *_llama_extras(),
         _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
         _p("best_of", H, "2 to 4 candidates, the best one answers; not with `stream`, see routing"),
@@ -274,6 +276,7 @@ OPENAI_COMPLETIONS = Table(
         _p("logit_bias", H, "by llama.cpp"),
         _p("logprobs", H, "by llama.cpp (`n_probs`)"),
         _p("n_predict", H, _N_PREDICT, relayed_only=True),
+        _p("lora", H, _LORA, relayed_only=True),
         *_llama_extras(),
         _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
         _p("best_of", H, "candidates (up to 4, at least `n`), the likeliest `n` answer; not with `stream`"),
@@ -338,6 +341,7 @@ def _ollama_options(*, sampling: bool) -> list[Param]:
         _p("options.mirostat_tau", H),
         _p("options.mirostat_eta", H),
         _p("options.num_keep", H, "llama.cpp's `n_keep`"),
+        _p("options.lora", H, _LORA),
         _p("options.penalize_newline", IGN, "removed from llama.cpp"),
         _p("options.tfs_z", IGN, "removed from llama.cpp"),
         *[

@@ -347,6 +347,37 @@ class _RuntimeCollector(Collector):
             "blazar_ledger_dropped", "Request records the ledger could not keep", value=stats.ledger.dropped
         )
         yield from _failover_families(self.runtime)
+        yield from _speculation_families(self.runtime)
+
+
+def _speculation_families(runtime: Runtime) -> Iterator[Metric]:
+    """Speculative decoding per model: tokens drafted and kept (the engines' own ``timings``,
+    summed as requests end), the acceptance, and whether the governor parked it."""
+    stats = runtime.speculation.statistics()
+    drafted = CounterMetricFamily(
+        "blazar_spec_draft_tokens", "Tokens speculative decoding drafted", labels=["model"]
+    )
+    accepted = CounterMetricFamily(
+        "blazar_spec_accepted_tokens", "Drafted tokens the model kept", labels=["model"]
+    )
+    rate = GaugeMetricFamily(
+        "blazar_spec_acceptance",
+        "Kept / drafted tokens over the governor's last judged window (else over all requests)",
+        labels=["model"],
+    )
+    governor = GaugeMetricFamily(
+        "blazar_spec_governor",
+        "1 for the governor's state of each model's speculation",
+        labels=["model", "state"],
+    )
+    for m in stats.models:
+        drafted.add_metric([m.model], m.drafted_total)
+        accepted.add_metric([m.model], m.accepted_total)
+        shown = m.window_acceptance if m.window_acceptance is not None else m.acceptance
+        if shown is not None:
+            rate.add_metric([m.model], shown)
+        governor.add_metric([m.model, "parked" if m.parked else "on"], 1.0)
+    yield from (drafted, accepted, rate, governor)
 
 
 def _failover_families(runtime: Runtime) -> Iterator[Metric]:

@@ -79,9 +79,14 @@ class Telemetry:
         inference: bool,
         body: bytes | None = None,
         answer: bytes | None = None,
+        drafts: tuple[int, int] | None = None,
     ) -> None:
+        """``drafts``: the tokens speculative decoding drafted for an inference request, and
+        kept (0, 0 when it did not speculate: the governor's clock moves on all the same)."""
         first = ttft_s(record) if inference else None
         self.metrics.observe(record, route=route, inference=inference, ttft_s=first)
+        if drafts is not None and (model := self.metrics.model_label(record.model)) not in ("", "other"):
+            self.metrics.runtime.note_drafts(model, *drafts)
         tpot = None
         if inference and record.decode_ms is not None and record.completion_tokens:
             tpot = record.decode_ms / 1000 / record.completion_tokens

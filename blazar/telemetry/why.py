@@ -32,6 +32,11 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     evicted: tuple[str, ...] = ()
     failover: tuple[str, ...] = ()
     """A failover chain's walk: each target passed over and why, then the one that served."""
+    drafted: int | None = None
+    """Tokens speculative decoding drafted for it; None: it did not speculate."""
+    accepted: int | None = None
+    speculation: str | None = None
+    """Why the speculation governor parked its model's speculation, if it did."""
 
 
 class Story(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +73,9 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     """The story in sentences, as ``blazar why`` prints it."""
     failover: list[str] = []
     """Asked of a failover chain: each target passed over and why, then the one that served."""
+    drafted: int | None = None
+    """Tokens speculative decoding drafted for it (None: it did not speculate), and kept."""
+    accepted: int | None = None
 
 
 _LOADED_MS = 100.0
@@ -187,6 +195,15 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         n = r.completion_tokens if r.completion_tokens is not None else "some"
         took = f" in {_s(r.decode_ms)}" if r.decode_ms is not None else ""
         lines.append(f"It generated {n} tokens{took}{_rate(r.completion_tokens, r.decode_ms)}.")
+    drafted = extras.drafted if extras is not None else None
+    accepted = extras.accepted if extras is not None else None
+    if drafted:
+        kept = accepted or 0
+        lines.append(
+            f"Speculative decoding drafted {drafted} tokens; the model kept {kept} ({kept / drafted:.0%})."
+        )
+    if extras is not None and extras.speculation:
+        lines.append(f"Speculation for {r.model}: the governor {extras.speculation}.")
     if r.ttft_ms is not None:
         lines.append(f"The first byte of the answer left after {_s(r.ttft_ms)}.")
     tools: list[dict[str, Any]] = msgspec.json.decode(r.tools) if r.tools else []
@@ -230,4 +247,6 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         tools=tools,
         lines=lines,
         failover=walk,
+        drafted=drafted,
+        accepted=accepted,
     )

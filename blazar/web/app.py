@@ -262,6 +262,7 @@ def _register(app: QuartTrio) -> None:
     app.post("/v1/requests/<card_id>/interrupt")(interrupt_request)
     app.post("/admin/models/<path:name>/unload")(admin_unload)
     app.post("/admin/models/<path:name>/forget")(admin_forget)
+    app.post("/admin/models/<path:name>/adapters")(admin_adapters)
     app.post("/admin/shutdown")(admin_shutdown)
     app.post("/admin/engines/switch")(admin_switch_engines)
 
@@ -379,6 +380,12 @@ async def admin_forget(name: str) -> dict[str, Any]:
     """Stop and drop the engine of a model whose file was removed or replaced."""
     await app_runtime().forget(name)
     return {"model": name, "forgotten": True}
+
+
+async def admin_adapters(name: str) -> dict[str, Any]:
+    """The model's LoRA adapters changed in the store: a running engine restarts with them
+    once its requests have finished (``reloading``); otherwise its next start reads them."""
+    return {"model": name, "reloading": await app_runtime().reload_adapters(name)}
 
 
 async def admin_shutdown() -> dict[str, Any]:

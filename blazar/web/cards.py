@@ -133,6 +133,9 @@ class Card:
     completion_tokens: int | None = None
     prefill_ms: float | None = None
     decode_ms: float | None = None
+    drafted: int | None = None
+    """Tokens speculative decoding drafted for it, and how many the model kept."""
+    accepted: int | None = None
     failed_code: str | None = None
     """The ``blazar_code`` of a failure after the reply's head was sent (a stream that
     ended with an error event: an engine crash, a lost upstream); the head said 200."""
@@ -192,6 +195,8 @@ class Card:
         self.completion_tokens = _plus(self.completion_tokens, usage.completion_tokens)
         self.prefill_ms = _plus(self.prefill_ms, usage.prefill_ms)
         self.decode_ms = _plus(self.decode_ms, usage.decode_ms)
+        self.drafted = _plus(self.drafted, usage.drafted)
+        self.accepted = _plus(self.accepted, usage.accepted)
 
     def view(self, position: int | None = None) -> CardView:
         end = self.ended_s if self.ended_s is not None else time.perf_counter()

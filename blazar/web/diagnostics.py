@@ -31,15 +31,18 @@ _RECENT = 200
 """Without a trace id, the request explained is chosen among this many recent ones."""
 
 
-def _extras(card: Card | None) -> Extras | None:
+def _extras(card: Card | None, parked: str | None) -> Extras | None:
     if card is None:
-        return None
+        return Extras(speculation=parked) if parked else None
     return Extras(
         state=str(card.state),
         reason=card.reason,
         queue_ahead=card.queue_ahead,
         evicted=card.evicted,
         failover=tuple(card.failover),
+        drafted=card.drafted,
+        accepted=card.accepted,
+        speculation=parked,
     )
 
 
@@ -61,7 +64,8 @@ async def why(trace_id: str | None = None) -> Response:
             f"no request {trace_id} in the ledger — the id is the x-blazar-trace-id header of its "
             "answer; `blazar why` without one explains the last failed or slowest recent request",
         )
-    story = tell(record, _extras(cards.get(record.trace_id)))
+    parked = runtime.speculation.parked(record.model) if record.model else None
+    story = tell(record, _extras(cards.get(record.trace_id), parked))
     return Response(msgspec.json.encode(story), content_type=JSON)
 
 

@@ -22,7 +22,7 @@ from actors.engine import EngineActor
 from actors.engines.llamacpp import LANE as LLAMACPP
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import engine_usage
+from blazar.dialects import engine_usage, lora
 from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body, classify_error
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
@@ -151,7 +151,7 @@ async def run(
         max_tokens, ctx, param=output_param, model=engine.spec.model, strict=strict
     )
     spec = engine.spec
-    body = call.body
+    body = lora.in_body(call.body, [a.name for a in spec.loras], model=spec.alias or spec.model)
     if spec.system or spec.defaults:
         body = apply_defaults_to_body(body, system=spec.system, defaults=spec.defaults)
     body, capped = cap_output_in_body(body, spec.max_output_tokens)

@@ -292,6 +292,7 @@ class GatewayMiddleware:
                     inference=card is not None,
                     body=call.body or None,
                     answer=b"".join(answer) if answer else None,
+                    drafts=(card.drafted or 0, card.accepted or 0) if card is not None else None,
                 )
             if tracer is not None and span is not None:
                 tracer.end(span, status=record.status, model=call.model, code=code, card=card)

@@ -20,7 +20,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
-from blazar.dialects import engine_usage, openai, params, thinking
+from blazar.dialects import engine_usage, lora, openai, params, thinking
 from blazar.dialects.llamacpp import (
     ProgressFilter,
     apply_defaults_to_body,
@@ -280,7 +280,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             strict=outcome.strict,
         )
         spec = engine.spec
-        body = call.body
+        body = lora.in_body(call.body, [a.name for a in spec.loras], model=spec.alias or spec.model)
         ignored = outcome.ignored
         if outcome.chat is not None and outcome.chat.think is not None:
             if unheeded := thinking.unheeded(outcome.chat, support=spec.thinking):

@@ -22,7 +22,7 @@ from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
-from blazar.dialects import engine_usage, thinking, tools
+from blazar.dialects import engine_usage, lora, thinking, tools
 from blazar.dialects.llamacpp import (
     EngineError,
     EngineStream,
@@ -208,7 +208,7 @@ class EngineCall:
         return self.engine is None or self.engine.spec.system_turns
 
     def engine_request(self, req: ChatRequest) -> tuple[str, dict[str, Any]]:
-        return engine_request(
+        path, body = engine_request(
             req,
             native_tools=self.native_tools,
             system_turns=self.system_turns,
@@ -216,6 +216,13 @@ class EngineCall:
             thinking_support=self.engine.spec.thinking if self.engine else "none",
             think_effort=bool(self.engine and self.engine.spec.think_effort),
         )
+        if "lora" in body and self.engine is not None:  # Ollama's options.lora
+            spec = self.engine.spec
+            names = [a.name for a in spec.loras]
+            body["lora"] = lora.choose(
+                body["lora"], names, model=spec.alias or spec.model, param="options.lora"
+            )
+        return path, body
 
     async def prepare(self, *, embeddings: bool = False, purpose: Purpose | None = None) -> EngineActor:
         """Claim the engine. ``purpose`` (``blazar.web.vectors``): ``embed``, ``embed_tokens``
@@ -444,8 +451,8 @@ class EngineCall:
     async def _open(self) -> UpstreamResponse:
         """The engine's response head of the streamed request (released on failure)."""
         assert self.engine is not None and self.handle is not None
-        path, body = self.engine_request(msgspec.structs.replace(self.req, stream=True))
         try:
+            path, body = self.engine_request(msgspec.structs.replace(self.req, stream=True))
             resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
         except UpstreamError as exc:
             self.release()

@@ -128,3 +128,36 @@ async def test_the_fast_paths_have_no_checkpoint(tmp_path: Path, monkeypatch: py
             assert engine.state is EngineState.STOPPED and engine.spec.ctx_per_slot == 1024
             assert (await engine.ask(EnsureReady())).generation == 2
             nursery.cancel_scope.cancel()
+
+
+async def test_speculation_and_adapters_change_after_the_running_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The governor's park and resume, and `blazar lora add`, restart the child once it is idle."""
+    from actors.engines.spec import LoraLoad, SpecLoad
+
+    async def launch(self: EngineActor, generation: int) -> None:
+        await self.tell(_Launched(generation=generation, handle=_handle(generation)))
+
+    monkeypatch.setattr(EngineActor, "_launch", launch)
+    ngram = SpecLoad(ngram="ngram-simple", max=16)
+    spec = LaunchSpec(model="m", path=str(tmp_path / "m.gguf"), ctx_per_slot=512, slots=2, speculation=ngram)
+    engine = EngineActor(spec, EngineConfig(), run_dir=tmp_path)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.run)
+            await engine.ask(EnsureReady())
+            lease = engine.lease()
+            await engine.ask(Reconfigure(speculation="off"))
+            assert engine.spec.speculation == ngram  # a request still runs on it
+            lease.release()
+            await trio.testing.wait_all_tasks_blocked()
+            assert engine.state is EngineState.STOPPED and engine.spec.speculation is None
+            await engine.ask(EnsureReady())
+            await engine.ask(Reconfigure(speculation=ngram))  # resumed: idle, so at once
+            assert engine.spec.speculation == ngram and engine.state is EngineState.STOPPED
+            adapters = [LoraLoad(name="a", path="/a.gguf", scale=0.5)]
+            await engine.ask(Reconfigure(loras=adapters))
+            assert engine.spec.loras == adapters and engine.spec.speculation == ngram
+            assert (await engine.ask(EnsureReady())).generation == 3
+            nursery.cancel_scope.cancel()

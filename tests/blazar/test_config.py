@@ -129,3 +129,30 @@ def test_a_bad_remote_key_file_stops_the_start(
     with pytest.raises(ConfigError, match=said) as info:
         load_config(resolve_paths())
     assert "'box'" in str(info.value) and "key_file" in str(info.value)
+
+
+def test_speculation_is_read_strictly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.config import Speculation
+
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(
+        'spec = "ngram"\nspec_governor = false\n[models.a]\nspec = {draft = "b", max = 8}\n'
+        '[models.c]\nspec = {ngram = "ngram-mod", max = 32, min = 4}\n[models.d]\nspec = "off"\n'
+    )
+    config = load_config(resolve_paths())
+    assert config.spec == "ngram" and config.spec_governor is False
+    assert config.models["a"].spec == Speculation(draft="b", max=8)
+    assert config.models["c"].spec == Speculation(ngram="ngram-mod", max=32, min=4)
+    assert config.models["d"].spec == "off"
+    for text, fragment in (
+        ('spec = {draft = "b"}', "pairs with one model"),
+        ("[models.a]\nspec = {max = 3}", "one way to draft"),
+        ('[models.a]\nspec = {draft = "b", ngram = "ngram-mod"}', "one way to draft"),
+        ('spec = "fast"', "spec"),
+        ('[models.a]\nspec = {ngram = "ngram-huge"}', "ngram"),
+        ('[models.a]\nspec = {ngram = "ngram-mod", max = 4, min = 9}', "above its max"),
+        ('[models.a]\nspec = {ngram = "ngram-mod", depth = 3}', "depth"),
+    ):
+        (tmp_path / "config.toml").write_text(text)
+        with pytest.raises(ConfigError, match=fragment):
+            load_config(resolve_paths())
