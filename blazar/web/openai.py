@@ -31,7 +31,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import BlazarError, Dialect
-from blazar.web import candidates, failover, fanout, honesty, mcp_loop, translate, vectors
+from blazar.web import candidates, certified, failover, fanout, honesty, mcp_loop, translate, vectors
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.claim import claim_engine
@@ -182,6 +182,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if chain is None:
             engine = await runtime.engine_for(req.model, requested_lane(call.headers))
             translate.check_images(req, engine)
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
             return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
@@ -200,6 +201,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
         async def on(engine: EngineActor) -> Reply:
             translate.check_images(req, engine)
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
             return await relay(
                 call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
             )

@@ -44,6 +44,7 @@ from blazar.errors import BlazarError
 from blazar.web import honesty
 from blazar.web.call import current_or_none
 from blazar.web.cards import Card, CardState
+from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
 from blazar.web.failover import ChainRun, failover_code
@@ -257,6 +258,9 @@ class EngineCall:
 
     async def _prepare_on(self, engine: EngineActor, embeddings: bool) -> None:
         check_images(self.req, engine)
+        needs = chat_needs(self.req) if self._purpose == "chat" else ["embeddings"]
+        if self._purpose != "rerank":
+            refuse_failed(self.runtime, engine.spec.model, needs)
         spec = engine.spec
         check_purpose(self._purpose, engine)
         if spec.system or spec.defaults:
