@@ -105,6 +105,11 @@ def _levels_table(levels: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _load_line(settings: dict[str, Any]) -> str:
+    load = settings.get("load_average") or [None]
+    return f"measured at a load average of {_fmt(load[0])} on {settings.get('cpus')} CPUs"
+
+
 def _print_receipt(r: dict[str, Any]) -> None:
     launch = r["settings"].get("launch", {})
     out.print(
@@ -112,6 +117,7 @@ def _print_receipt(r: dict[str, Any]) -> None:
         f"ctx/slot {launch.get('ctx_per_slot')}, {_when(r['created_at'])}"
     )
     out.print(_levels_table(r["levels"]))
+    out.print(_load_line(r["settings"]))
     for lv in r["levels"]:
         for error in lv.get("errors") or []:
             out.print(f"  concurrency {lv['concurrency']}: {error}")
@@ -215,3 +221,4 @@ def scorecard(model: str, *, json_: Json = False) -> None:
     stale = " [yellow](predates the active engine: re-run bench)[/]" if receipt["stale"] else ""
     out.print(f"speed ({receipt['engine']}, {_when(receipt['created_at'])}){stale}:")
     out.print(_levels_table(receipt["levels"]))
+    out.print(_load_line(receipt["settings"]))

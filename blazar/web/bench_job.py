@@ -177,7 +177,9 @@ async def get_scorecard(name: str) -> Response:
 def _prompt(words: int) -> str:
     """A prompt of about ``words`` tokens that no other request shares from its first token."""
     nonce = secrets.token_hex(4)
-    filler = " ".join(_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(max(words - 24, 0)))
+    # the instruction and chat template take about 40 tokens; a filler word about 1.2
+    count = max(int((words - 40) / 1.2), 0)
+    filler = " ".join(_WORDS[(i * 7 + len(nonce)) % len(_WORDS)] for i in range(count))
     return f"[{nonce}] {filler}\nWrite a long story about a lighthouse keeper. Do not stop early."
 
 
