@@ -107,7 +107,8 @@ def _levels_table(levels: list[dict[str, Any]]) -> Table:
 
 def _load_line(settings: dict[str, Any]) -> str:
     load = settings.get("load_average") or [None]
-    return f"measured at a load average of {_fmt(load[0])} on {settings.get('cpus')} CPUs"
+    shown = "unknown" if load[0] is None else f"{load[0]:.1f}"
+    return f"measured at a load average of {shown} on {settings.get('cpus')} CPUs"
 
 
 def _print_receipt(r: dict[str, Any]) -> None:

@@ -302,7 +302,8 @@ async def _tools(client: httpx.AsyncClient, facts: _Facts) -> Probe:
     message = _message(doc)
     calls = message.get("tool_calls") or []
     shown = truncate(json.dumps(body))
-    answer = truncate(json.dumps(calls) if calls else str(message.get("content") or ""))
+    shown_calls = [c.get("function") for c in calls]  # the name and arguments, not the call's id
+    answer = truncate(json.dumps(shown_calls) if calls else str(message.get("content") or ""))
     if not calls:
         return Probe(
             capability="tools",
