@@ -41,6 +41,8 @@ from actors.ledger import Write
 from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
+from blazar.keys import LOCAL_NAME
+from blazar.web.auth import ACT_AS
 from blazar.web.certified import CERTIFYING
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
@@ -142,7 +144,9 @@ async def _run(runtime: Runtime, link: SelfLink, ctx: JobContext) -> JobOutcome:
     await ctx.restart_events()
     facts = await _facts(runtime, name)
     probes: list[Probe] = []
-    headers = {CERTIFYING: "1", "x-blazar-client": f"job:{ctx.job.id}"}
+    # as the local token's own caller, also on an open daemon (where tokens are not read
+    # unless a request acts as someone): only that caller's CERTIFYING header counts
+    headers = {CERTIFYING: "1", "x-blazar-client": f"job:{ctx.job.id}", ACT_AS: LOCAL_NAME}
     async with link.client(timeout_s=PROBE_TIMEOUT_S) as client:
         client.headers.update(headers)
         steps: list[tuple[str, Callable[[httpx.AsyncClient, _Facts], Awaitable[Probe]]]] = [

@@ -161,6 +161,12 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
         assert ollama_chat.json()["blazar_code"] == "CAPABILITY_VERIFIED_FAILED"
         card = json.loads(d.cli("scorecard", MODEL, "--json").stdout)
         assert card["certificate"]["capabilities"]["tools"] == "FAIL"
+
+        # Certifying again is not refused by the FAIL it replaces: the probes get through.
+        again = json.loads(d.cli("model-doctor", MODEL, "--json", timeout_s=600).stdout)
+        tools = next(p for p in again["probes"] if p["capability"] == "tools")
+        assert "CAPABILITY_VERIFIED_FAILED" not in tools["answer"]
+        assert tools["status"] in ("PASS", "FAIL") and tools["request"]
     finally:
         d.stop()
 
