@@ -201,10 +201,11 @@ def scorecard(model: str, *, json_: Json = False) -> None:
     out.print(f"[bold]{doc['model']}[/] — active engine {doc['engine']}")
     mem = doc["memory"]
     need = mem.get("total_bytes") or mem.get("need_bytes")
-    line = f"memory: {human_size(need) if need else 'unknown'} estimated"
+    line = f"memory: {human_size(need)} estimated" if need else "memory: no estimate"
     if mem.get("weights_bytes") is not None:
         line += f" (weights {human_size(mem['weights_bytes'])}, KV {human_size(mem['kv_bytes'])})"
-    line += f" for {mem['slots']} slots x {mem['ctx_per_slot']} tokens"
+    if mem.get("slots") is not None:
+        line += f" for {mem['slots']} slots x {mem['ctx_per_slot']} tokens"
     if mem.get("refused"):
         line += f"; would not load now: {mem['refused']}"
     out.print(line)

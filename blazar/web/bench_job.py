@@ -41,6 +41,7 @@ from actors.jobs import JobContext, JobOutcome
 from actors.ledger import Write
 from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
+from blazar.error_reply import describe_error
 from blazar.errors import BlazarError
 from blazar.web.common import app_runtime, json_response, query_int, read_body
 from blazar.web.jobs import encode_job
@@ -130,20 +131,24 @@ async def get_scorecard(name: str) -> Response:
     path = runtime.ledger.path
     cert = await trio.to_thread.run_sync(read_certificate, path, model)
     receipts = await trio.to_thread.run_sync(lambda: read_receipts(path, model, limit=1))
-    plan = await runtime.plan(model)
-    memory: dict[str, Any] = {
-        "need_bytes": plan.preview.need_bytes,
-        "budget_bytes": plan.preview.budget_bytes,
-    }
-    if plan.estimate is not None:
-        est = plan.estimate
-        memory |= {
-            "weights_bytes": est.weights,
-            "kv_bytes": est.kv,
-            "compute_bytes": est.compute,
-            "total_bytes": est.total,
-        }
-    memory |= {"slots": plan.slots, "ctx_per_slot": plan.ctx_per_slot, "refused": plan.preview.refused}
+    memory: dict[str, Any] = {}
+    try:
+        plan = await runtime.plan(model)
+    except Exception as exc:  # an engine version not installed: the page still shows what is stored
+        described = describe_error(exc)
+        if described is None:
+            raise
+        memory["refused"] = described.message
+    else:
+        memory |= {"need_bytes": plan.preview.need_bytes, "budget_bytes": plan.preview.budget_bytes}
+        if (est := plan.estimate) is not None:
+            memory |= {
+                "weights_bytes": est.weights,
+                "kv_bytes": est.kv,
+                "compute_bytes": est.compute,
+                "total_bytes": est.total,
+            }
+        memory |= {"slots": plan.slots, "ctx_per_slot": plan.ctx_per_slot, "refused": plan.preview.refused}
     doc: dict[str, Any] = {
         "model": model,
         "engine": active,

@@ -185,3 +185,14 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
         assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
     finally:
         d.stop()
+
+    # Another engine version for the model: what was stored predates it, and the scorecard says so.
+    (home / "config.toml").write_text(f'[models."{MODEL}"]\nengine_version = "b9999"\n')
+    d = start_daemon(home)
+    try:
+        card = json.loads(d.cli("scorecard", MODEL, "--json").stdout)
+        assert card["engine"] != cert["engine"] and "b9999" in card["engine"]
+        assert card["certificate"]["stale"] is True and card["receipt"]["stale"] is True
+        assert "predates the active engine" in d.cli("scorecard", MODEL).stdout
+    finally:
+        d.stop()
