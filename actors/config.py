@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 import msgspec
 
 __all__ = [
+    "AdmissionConfig",
     "Cascade",
     "EngineConfig",
     "FailoverChain",
@@ -139,6 +140,9 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Convert the weights at load (``q8_0``, ``f16``…)."""
     late_chunking_max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     """Most tokens of one late-chunked input to this model (overrides the top-level limit)."""
+    trust_certificate: bool | None = None
+    """Whether admission refuses requests needing a capability this model's certificate marks
+    FAIL (overrides ``[admission] trust_certificates``)."""
     # llama.cpp's RPC backend (docs/federation.md#rpc-splitting)
     rpc: Annotated[list[RpcAddress], msgspec.Meta(min_length=1, max_length=16)] | None = None
     """``host:port`` of each ``rpc-server`` (``blazar rpc-worker``) the model's layers are
@@ -162,6 +166,14 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 f"rpc_memory_mb has {len(self.rpc_memory_mb)} value(s) for {len(self.rpc)} worker(s) in rpc: "
                 "give one per worker, in the same order"
             )
+
+
+class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[admission]``: what the gateway checks before a request reaches an engine."""
+
+    trust_certificates: bool = True
+    """Refuse (400 CAPABILITY_VERIFIED_FAILED) a request that needs a capability the model's
+    certificate (``blazar model-doctor``) marks FAIL; false: send it to the engine anyway."""
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]
@@ -406,6 +418,7 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     spec_governor: bool = True
     """Turn speculation off for a model whose drafts are rarely accepted (docs/engines.md)."""
     engine: EngineConfig = EngineConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     models: dict[str, ModelOverride] = {}
     mcp: list[McpServer] = []
     """MCP servers (``[[mcp]]`` entries), each started on first use (docs/mcp.md)."""

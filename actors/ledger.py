@@ -267,6 +267,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX chat_completions_model ON chat_completions (model)",
     ),
+    (
+        # Capability certificates (`blazar model-doctor`): one row per run; the newest per
+        # model is the one admission trusts. ``probes`` is JSON (actors/certificates.py).
+        """
+        CREATE TABLE certificates (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            model TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            job_id TEXT,
+            probes BLOB NOT NULL
+        )
+        """,
+        "CREATE INDEX certificates_model ON certificates (model, created_at)",
+        # Benchmark receipts (`blazar bench`): speeds per concurrency level, JSON.
+        """
+        CREATE TABLE bench_receipts (
+            id TEXT PRIMARY KEY,
+            model TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            settings BLOB NOT NULL,
+            levels BLOB NOT NULL
+        )
+        """,
+        "CREATE INDEX bench_receipts_model ON bench_receipts (model, created_at)",
+    ),
 )
 
 _COLUMNS = (

@@ -38,6 +38,7 @@ import trio
 
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.census import take_census
+from actors.certificates import CertificateBook
 from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import ModelOverride, RuntimeConfig
 from actors.context import describe_clamp
@@ -371,6 +372,9 @@ class Runtime:
         self.peers = Peers(config.remotes, instance=self.instance)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
         federation, nothing leaves the machine."""
+        self.certificates = CertificateBook.load(ledger.path)
+        """The newest capability certificate of each model (actors/certificates.py), which
+        admission checks requests against."""
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []

@@ -91,6 +91,13 @@ CATALOG: dict[str, CodeInfo] = {
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),
         _c(
+            "CAPABILITY_VERIFIED_FAILED",
+            400,
+            "The model's certificate (`blazar model-doctor`) shows it FAILS a capability the request "
+            "needs: see `blazar scorecard`, use another model, or set "
+            "[admission] trust_certificates = false.",
+        ),
+        _c(
             "MODEL_FILE_INCOMPLETE",
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",

@@ -104,6 +104,16 @@ async def run_server(config: Config, paths: Paths) -> None:
         raise
 
 
+def _self_url(host: str, port: int, tls_cert: str | None) -> str:
+    """Where the daemon reaches its own port (a wildcard bind is reached on loopback)."""
+    if host in ("0.0.0.0", "", "*"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls_cert else 'http'}://{shown}:{port}"
+
+
 def _leaves(exc: BaseException) -> Iterator[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -123,6 +133,7 @@ async def _serve(config: Config, paths: Paths) -> None:
         # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
         from blazar.web.app import build_gateway
         from blazar.web.listen import hypercorn_config, serve
+        from blazar.web.self_link import set_address
 
         asgi = build_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
@@ -138,6 +149,7 @@ async def _serve(config: Config, paths: Paths) -> None:
                 )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
                 write_daemon_info(paths, config.host, port, tls_cert=config.tls_cert)
+                set_address(asgi.app, _self_url(config.host, port, config.tls_cert), config.tls_cert)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
                 try:
                     await shutdown.wait()

@@ -349,10 +349,11 @@ def show(name: str, *, json_: Json = False) -> None:
         _show_files(store, record, json_=json_)
         return
     info = store.info(record)
+    cert = _certificate(paths, record.name)
     if json_:
         doc = msgspec.to_builtins(info)
         doc.pop("tensors", None)
-        print_json({"model": record, "info": doc})
+        print_json({"model": record, "info": doc, "certificate": cert})
         return
     rows = [
         ("name", record.name),
@@ -370,10 +371,25 @@ def show(name: str, *, json_: Json = False) -> None:
         ("digest", record.digest),
         ("source", record.source),
     ]  # fmt: skip
+    if cert is None:
+        rows.append(("capabilities", f"not certified (`blazar model-doctor {record.name}`)"))
+    else:
+        caps = "  ".join(f"{name} {status}" for name, status in cert["capabilities"].items())
+        rows.append(("capabilities", f"{caps}  ({cert['engine']}, {time_ago(cert['created_at'])})"))
     table = Table(box=None, show_header=False)
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", value)
     out.print(table)
+
+
+def _certificate(paths: Paths, model: str) -> dict[str, Any] | None:
+    """The newest capability certificate of ``model`` from the ledger (read-only), if any."""
+    from actors.certificates import read_certificate
+
+    cert = read_certificate(Path(paths.data_dir) / "blazar.db", model)
+    if cert is None:
+        return None
+    return {"engine": cert.engine, "created_at": cert.created_at, "capabilities": cert.summary()}
 
 
 def _show_files(store: Store, record: ModelRecord, *, json_: bool) -> None:

@@ -35,7 +35,7 @@ from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import audio as web_audio
-from blazar.web import background, batch_runner, speech_jobs
+from blazar.web import background, batch_runner, bench_job, model_doctor, speech_jobs
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import console_api as web_console
@@ -74,6 +74,7 @@ from blazar.web.common import (
 from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.relay import crash_error
+from blazar.web.self_link import link_of
 from blazar.web.telemetry_routes import TELEMETRY_KEY
 from blazar.web.tracing import RequestTracer
 
@@ -142,6 +143,11 @@ def build_gateway(
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
     speech_jobs.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
+    # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
+    link = link_of(gateway.app)
+    link.headers.update(auth.local_headers())
+    model_doctor.register_runner(runtime, link)
+    bench_job.register_runner(runtime, link)
     return gateway
 
 
@@ -242,6 +248,8 @@ def create_app(
         web_images,
         web_videos,
         web_realtime,
+        model_doctor,
+        bench_job,
     ):
         module.register(app)
     return app

@@ -117,6 +117,10 @@ _PREFIXES = (
     ("/api/why", ADMIN),
     ("/api/mcp/", ADMIN),  # starts a server, calls its tools; GET /api/mcp only lists
     ("/api/failover/", ADMIN),  # pin and unpin; GET /api/failover only lists
+    ("/api/model-doctor", ADMIN),  # runs probes (GET reads a certificate: admin too, it shows prompts)
+    ("/api/bench", ADMIN),  # runs a benchmark
+    ("/api/benchmarks", METRICS),
+    ("/api/scorecard/", METRICS),
     ("/api/console/", METRICS),  # the console's read model: the operator's view, like /metrics
     # The console page holds no data; the routes it reads are scoped.
     ("/ui", OPEN),

@@ -56,7 +56,16 @@ CARDS_KEY = "blazar.cards"
 """…and the live and recently finished request cards."""
 
 
-_NATIVE_API = ("/api/errors", "/api/why", "/api/explain/", "/api/quantiles", "/api/failover")
+_NATIVE_API = (
+    "/api/errors",
+    "/api/why",
+    "/api/explain/",
+    "/api/quantiles",
+    "/api/failover",
+    "/api/model-doctor",
+    "/api/bench",  # and /api/benchmarks
+    "/api/scorecard/",
+)
 """Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
 
 

@@ -29,6 +29,7 @@ from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
 from blazar.web import choices, failover, honesty, mcp_loop
 from blazar.web.call import Call, Reply
+from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.claim import claim_engine
 from blazar.web.common import LOADING_NS
 from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
@@ -121,6 +122,7 @@ async def run_on(
     async def attempt(target: EngineActor) -> Reply:
         if isinstance(req, ChatRequest):
             check_images(req, target)
+            refuse_failed(runtime, target.spec.model, chat_needs(req))
         return await run(runtime, call, target, want, path=path, size=size, req=req)
 
     if chain is not None:

@@ -332,7 +332,20 @@ async def show() -> Response:
             capabilities = ollama_models.model_capabilities(embedding=True)
         else:
             capabilities = [record.kind]
+    # Ollama's `capabilities` keep their meaning (what the model is built for); what the
+    # certificate saw it do is Blazar's own field beside them.
+    cert = app_runtime().certificates.get(record.name)
+    certified = (
+        {
+            "engine": cert.engine,
+            "created_at": ollama_time.rfc3339_ns(int(cert.created_at * 1e9)),
+            "capabilities": cert.summary(),
+        }
+        if cert is not None
+        else None
+    )
     body = ollama_models.encode_show(
+        extras={"blazar_certificate": certified},
         modelfile=modelfile,
         parameters="",
         template=template,

@@ -34,6 +34,7 @@ from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
 from blazar.web import (
     candidates,
+    certified,
     failover,
     fanout,
     honesty,
@@ -188,6 +189,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if chain is None:
             engine = await runtime.engine_for(req.model, requested_lane(call.headers))
             translate.check_images(req, engine)
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
             return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
@@ -207,6 +209,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
         async def on(engine: EngineActor) -> Reply:
             translate.check_images(req, engine)
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
             return await relay(
                 call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
             )

@@ -44,6 +44,7 @@ from blazar.errors import BlazarError
 from blazar.web import honesty, structured
 from blazar.web.call import current_or_none
 from blazar.web.cards import Card, CardState
+from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
 from blazar.web.failover import ChainRun, failover_code
@@ -277,6 +278,9 @@ class EngineCall:
                 f"model '{self.req.model}' runs on {engine.lane.name}, which cannot fill in the middle "
                 "(`suffix`); only llama.cpp engines do (pin the model to llamacpp to use it)",
             )
+        needs = chat_needs(self.req) if self._purpose == "chat" else ["embeddings"]
+        if self._purpose != "rerank":
+            refuse_failed(self.runtime, engine.spec.model, needs)
         spec = engine.spec
         check_purpose(self._purpose, engine)
         said = thinking.unheeded(self.req, support=spec.thinking)
