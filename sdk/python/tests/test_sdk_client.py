@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from tests.support import MODEL, DaemonProc, add_key, ensure_model, make_home, start_daemon, wait_until
 
-from blazar_sdk import BlazarError, ChatCompletion, Client, PullProgress
+from blazar_sdk import AsyncClient, BlazarError, ChatCompletion, Client, PullProgress
 
 pytestmark = pytest.mark.slow
 
@@ -243,3 +244,31 @@ def test_api_key_is_sent_and_refusals_are_typed(tmp_path: Path) -> None:
 def test_raw_keeps_fields_the_types_do_not_model(client: Client) -> None:
     (model,) = [m for m in client.models() if m.id == MODEL]
     assert json.loads(json.dumps(model.raw))["object"] == "model"
+
+
+def test_a_daemon_killed_mid_stream_is_a_cut_stream_in_both_clients(tmp_path: Path) -> None:
+    d = start_daemon(make_home(tmp_path / "home", ensure_model()))
+    long = [{"role": "user", "content": "Count from one to one thousand, in words."}]
+
+    async def main() -> None:
+        aclient = AsyncClient(base_url=d.url)
+        astream = await aclient.chat(MODEL, long, stream=True, max_tokens=2000)
+        aitems = astream.__aiter__()
+        await aitems.__anext__()
+        sync_items = iter(Client(base_url=d.url).chat(MODEL, long, stream=True, max_tokens=2000))
+        next(sync_items)
+        d.proc.kill()  # SIGKILL: the connections end without the chunked body's last chunk
+        d.proc.wait()
+        with pytest.raises(BlazarError) as sync_cut:
+            for _ in sync_items:
+                pass
+        assert sync_cut.value.blazar_code == "SDK_STREAM_CUT"
+        with pytest.raises(BlazarError) as async_cut:
+            async for _ in aitems:
+                pass
+        assert async_cut.value.blazar_code == "SDK_STREAM_CUT"
+
+    try:
+        asyncio.run(main())
+    finally:
+        d.stop()
