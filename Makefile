@@ -48,6 +48,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	cd sdk/python && ../../$(BIN)/mypy
 
 check: lint typecheck test-fast
 
