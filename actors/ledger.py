@@ -594,17 +594,26 @@ def read_rows(path: Path, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         conn.close()
 
 
-def read_requests(path: Path, *, limit: int = 100, trace_id: str | None = None) -> list[RequestRecord]:
-    """The newest ``limit`` records (optionally of one trace), newest first.
+def read_requests(
+    path: Path, *, limit: int = 100, trace_id: str | None = None, since: float | None = None
+) -> list[RequestRecord]:
+    """The newest ``limit`` records (optionally of one trace, or started at or after
+    ``since``, epoch seconds), newest first.
 
     Synchronous, with its own read-only connection: call it from a worker thread
     in async code.
     """
     sql = _SELECT
+    where: list[str] = []
     params: list[Any] = []
     if trace_id is not None:
-        sql += " WHERE trace_id = ?"
+        where.append("trace_id = ?")
         params.append(trace_id)
+    if since is not None:
+        where.append("started_at >= ?")
+        params.append(since)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
     # id breaks ties between records started in the same instant
     sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
     params.append(limit)

@@ -25,6 +25,7 @@ app = cyclopts.App(name="blazar", help="A control plane for local AI inference."
 
 # Imported for their side effect: each module's @app.command decorators register its commands.
 from blazar.cli import (  # noqa: E402, F401
+    autopilot,
     certify,
     disk,
     doctor,

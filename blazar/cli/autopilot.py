@@ -1,0 +1,96 @@
+"""``blazar autopilot``: recommendations from observed traffic (``blazar.autopilot``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from cyclopts import Parameter
+from rich.table import Table
+
+from blazar.cli import app
+from blazar.cli._common import Json, daemon_or_here, load_setup, out, print_json, run_offline
+from blazar.client import CliError
+
+__all__ = ["autopilot"]
+
+
+def _window_s(text: str) -> float:
+    from blazar.dialects.ollama_time import parse_duration_s
+
+    try:
+        seconds = parse_duration_s(text)
+    except ValueError:
+        seconds = None
+    if seconds is None or seconds <= 0:
+        raise CliError(f"--since {text!r}: give a duration such as 30m, 24h or 7d")
+    return seconds
+
+
+def _current(model: str, paths: Any, config: Any) -> Any:
+    """What ``model`` runs with now, from ``blazar explain``'s resolution (the daemon's, if one
+    runs); None when it cannot be resolved (no longer installed)."""
+    from blazar.autopilot import Current
+
+    try:
+        doc, _ = daemon_or_here(
+            paths,
+            f"/api/explain/{model}",
+            lambda: run_offline("explain_offline", config.runtime(paths), model),
+        )
+    except Exception:
+        return None
+    values = {s["name"]: s["value"] for s in doc["settings"]}
+    try:
+        return Current(
+            slots=int(values["slots"]),
+            ctx=int(values["ctx_per_slot"]),
+            keep_alive_s=float(values.get("keep_alive_s", config.keep_alive_s)),
+            training_ctx=int(values["ctx_train"]) if values.get("ctx_train") else None,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@app.command
+def autopilot(
+    *,
+    since: Annotated[str, Parameter(help="The window of traffic to read (30m, 24h, 7d).")] = "7d",
+    json_: Json = False,
+) -> None:
+    """Recommend changes from the traffic in the ledger: more slots for a model that queues, a
+    longer context for one whose prompts are refused, a longer keep-alive for one that reloads
+    often; each with its evidence and the config key to set."""
+    from actors.ledger import read_requests
+    from blazar.autopilot import recommend
+
+    paths, config = load_setup()
+    ledger = Path(paths.data_dir) / "blazar.db"
+    if not ledger.exists():
+        raise CliError("no request has been recorded yet: the ledger is made when `blazar serve` first runs")
+    records = read_requests(ledger, limit=1_000_000, since=time.time() - _window_s(since))
+    models = sorted({r.model for r in records if r.model is not None})
+    current = {m: c for m in models if (c := _current(m, paths, config)) is not None}
+    recs = recommend(records, current)
+    if json_:
+        print_json({"window": since, "requests": len(records), "recommendations": recs})
+        return
+    if not recs:
+        out.print(
+            f"Nothing to change: {len(records)} requests in the last {since} show no queueing, no prompt"
+        )
+        out.print("refused for its length and no model reloading often.")
+        return
+    table = Table("MODEL", "RULE", "CHANGE", "EVIDENCE", box=None)
+    for r in recs:
+        change = f"{r.key} = {_toml(r.value)}  (now {_toml(r.now)})" if r.key is not None else "-"
+        table.add_row(r.model, r.rule, change, r.evidence)
+    out.print(table)
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return msgspec.json.encode(value).decode()
