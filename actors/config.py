@@ -356,6 +356,11 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Jobs (background responses, batches) that run at once; the rest wait their turn."""
     jobs_keep_s: float = 7 * 86400.0
     """How long finished jobs (and their result files) are kept; 0: forever."""
+    session_bank: bool = True
+    """On a graceful stop (shutdown, keep-alive unload, eviction) a llama.cpp engine saves the
+    prompt cache of its warm slots under ``sessions/<model>/`` and reads them back at its next
+    start at the same per-slot context, so the first request after a restart finds its prefix
+    cached. False: slots start empty."""
     engine: EngineConfig = EngineConfig()
     models: dict[str, ModelOverride] = {}
     mcp: list[McpServer] = []

@@ -34,6 +34,7 @@ from bench import (
     prefill,
     realtime,
     scale,
+    sessions,
     speech,
     startup,
 )
@@ -56,6 +57,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "realtime": (realtime.TITLE, realtime.run),
     "speech": (speech.TITLE, speech.run),
     "federation": (federation.TITLE, federation.run),
+    "sessions": (sessions.TITLE, sessions.run),
 }
 
 

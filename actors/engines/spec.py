@@ -115,6 +115,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     (``--rpc``); empty: this machine alone."""
     tensor_split: list[int] = []
     """With ``rpc``: layers per device (``--tensor-split``), the workers first, from the fit plan."""
+    digest: str | None = None
+    """The model's main blob (``sha256:…``): saved sessions name the weights they were made from."""
+    slot_save_path: str | None = None
+    """Where a llama.cpp engine saves and restores slots (``--slot-save-path``): the model's
+    sessions folder; None: slots are not saved."""
 
     @property
     def prompt_step(self) -> int | None:
