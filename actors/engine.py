@@ -237,6 +237,8 @@ class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
     """While the breaker is open: seconds until it lets a start through again."""
     stderr_tail: str
     """The last lines the child (or the last one, once it has exited) wrote to stderr."""
+    banked_tokens: int | None = None
+    """Prompt-cache tokens the last start read back from the slot bank (None: no bank read)."""
 
 
 class Lease:
@@ -387,6 +389,7 @@ class EngineActor(Actor[EngineMessage]):
             breaker="closed" if retry_after_s is None else "open",
             breaker_retry_after_s=retry_after_s,
             stderr_tail=self.stderr_tail(),
+            banked_tokens=self.banked_tokens,
         )
 
     def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:

@@ -68,6 +68,7 @@ def test_bank_restores_the_prompt_cache_after_a_restart(tmp_path: Path, model_pa
         # The whole shared prefix comes from the restored slot; llama.cpp reads at least the
         # last token again to sample.
         assert _cached(again) >= first.prompt_tokens - 8, again
+        assert d.engines()[0]["banked_tokens"] >= first.prompt_tokens  # type: ignore[operator]
     finally:
         d.stop()
 
