@@ -58,3 +58,20 @@ def test_list_read_and_remove(tmp_path: Path) -> None:
     with pytest.raises(SessionError) as caught:
         remove_session(tmp_path, "town")
     assert caught.value.code == "SESSION_NOT_FOUND"
+
+
+def test_llamacpp_engines_get_a_slot_save_folder_ending_in_a_separator(tmp_path: Path) -> None:
+    from actors.engines.llamacpp import build_argv
+    from actors.engines.llamacpp_host import build_params, parse_args
+    from actors.engines.spec import LaunchSpec
+
+    folder = str(model_dir(tmp_path, "smol"))
+    spec = LaunchSpec(model="smol", path="/x.gguf", ctx_per_slot=1024, slots=2, slot_save_path=folder)
+    argv = build_argv(spec, port=1, api_key="k", binary=None)
+    assert argv[argv.index("--slot-save-path") + 1] == folder
+    # llama.cpp's server joins the file name to the folder as given: the host ends it with "/".
+    params = build_params(parse_args(argv[argv.index("-m") :]))
+    assert params.slot_save_path == folder + "/"
+    assert "--slot-save-path" not in build_argv(
+        LaunchSpec(model="smol", path="/x.gguf", ctx_per_slot=1024, slots=2), port=1, api_key="k", binary=None
+    )

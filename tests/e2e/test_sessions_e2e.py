@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support import MODEL, add_key, make_home, pull_env, start_daemon
+from tests.support import MODEL, add_key, make_home, pull_env, start_daemon, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +69,19 @@ def test_bank_restores_the_prompt_cache_after_a_restart(tmp_path: Path, model_pa
         # last token again to sample.
         assert _cached(again) >= first.prompt_tokens - 8, again
         assert d.engines()[0]["banked_tokens"] >= first.prompt_tokens  # type: ignore[operator]
+    finally:
+        d.stop()
+
+
+def test_a_keep_alive_unload_banks_the_slots_too(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path, config="keep_alive_s = 1\n")
+    d = start_daemon(home)
+    try:
+        first = _ask(d.url)
+        wait_until(lambda: d.engines()[0]["state"] == "stopped", 60, "the keep-alive unload")
+        banked = [json.loads(p.read_text()) for p in (home / "sessions" / MODEL).glob("_auto-*.json")]
+        assert banked and max(b["tokens"] for b in banked) >= first.prompt_tokens
+        assert _cached(_ask(d.url)) >= first.prompt_tokens - 8  # the next start read them back
     finally:
         d.stop()
 
