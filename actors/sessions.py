@@ -295,7 +295,7 @@ async def save_warmest(
                 saved.append(info)
         if not saved:
             raise SessionError(
-                "SESSION_FAILED",
+                "SESSION_EMPTY",
                 f"no slot of '{model}' holds a prompt cache yet — send it a request, then save",
             )
         best = max(saved, key=lambda s: s.tokens)

@@ -100,6 +100,12 @@ CATALOG: dict[str, CodeInfo] = {
             "The model's engine cannot save or restore slots (only llama.cpp chat engines can).",
         ),
         _c(
+            "SESSION_EMPTY",
+            409,
+            "No slot of the model holds a prompt to save (not loaded, or nothing served yet): send it "
+            "a request, then save.",
+        ),
+        _c(
             "SESSION_FAILED",
             502,
             "The engine refused or failed the slot save or restore: the message says why.",

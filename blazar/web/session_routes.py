@@ -87,7 +87,7 @@ async def save_route() -> Response:
     handle = engine.ready_handle()
     if handle is None:
         raise SessionError(
-            "SESSION_FAILED",
+            "SESSION_EMPTY",
             f"model '{engine.spec.model}' is not loaded, so no slot holds a prompt — send it a "
             "request, then save",
         )
@@ -106,7 +106,8 @@ async def save_route() -> Response:
             )  # fmt: skip
             if saved is None:
                 raise SessionError(
-                    "SESSION_FAILED", f"slot {body.slot} of '{engine.spec.model}' holds no prompt"
+                    "SESSION_EMPTY",
+                    f"slot {body.slot} of '{engine.spec.model}' holds no prompt — send it a request first",
                 )
             info = saved
     return json_response({"session": info})
@@ -135,7 +136,7 @@ async def restore_route() -> Response:
     ctx = handle.served_ctx or engine.spec.ctx_per_slot
     if info.tokens > ctx:
         raise SessionError(
-            "SESSION_FAILED",
+            "BAD_REQUEST",
             f"session '{body.name}' holds {info.tokens} tokens, more than a slot of "
             f"'{engine.spec.model}' holds now ({ctx}): raise its context and retry",
         )

@@ -92,6 +92,8 @@ def test_named_sessions_save_restore_list_rm(tmp_path: Path, model_path: Path) -
     try:
         missing = d.cli("session", "save", MODEL, "town", check=False)
         assert missing.returncode == 1 and "not loaded" in missing.stderr
+        empty = httpx.post(f"{d.url}/admin/sessions/save", json={"model": MODEL, "name": "x"}, timeout=60)
+        assert empty.status_code == 409 and empty.json()["error"]["blazar_code"] == "SESSION_EMPTY"
         first = _ask(d.url)
         saved = json.loads(d.cli("session", "save", MODEL, "town", "--json").stdout)["session"]
         assert saved["tokens"] >= first.prompt_tokens and saved["model"] == MODEL
