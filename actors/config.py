@@ -417,6 +417,11 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ``{ngram = KIND, max = N}`` (a draft model pairs with one model: set it per model)."""
     spec_governor: bool = True
     """Turn speculation off for a model whose drafts are rarely accepted (docs/engines.md)."""
+    session_bank: bool = True
+    """On a graceful stop (shutdown, keep-alive unload, eviction) a llama.cpp engine saves the
+    prompt cache of its warm slots under ``sessions/<model>/`` and reads them back at its next
+    start at the same per-slot context, so the first request after a restart finds its prefix
+    cached. False: slots start empty."""
     engine: EngineConfig = EngineConfig()
     admission: AdmissionConfig = AdmissionConfig()
     models: dict[str, ModelOverride] = {}

@@ -38,6 +38,7 @@ from actors.engines.routing import lane_for
 from actors.engines.spec import LaunchSpec, LoraLoad, SpecLoad
 from actors.errors import (
     ActorStopped,
+    BlazarRuntimeError,
     EngineCircuitOpen,
     EngineCrashed,
     EngineStartTimeout,
@@ -45,6 +46,7 @@ from actors.errors import (
 )
 from actors.mailbox import Envelope
 from actors.process import ChildProcess
+from actors.sessions import bank_slots, restore_bank
 from actors.upstream import UpstreamPool
 
 log = logging.getLogger("blazar.engine")
@@ -59,6 +61,8 @@ _HEALTH_POLL_S = 0.02
 _HEALTH_POLL_FAST_FOR_S = 3.0
 _HEALTH_POLL_MAX_S = 0.25
 _STDERR_TAIL_LINES = 20
+_BANK_S = 3.0
+"""The most a graceful stop waits for the slot bank to be written (or a start to read it)."""
 
 
 def _plain_http() -> ssl.SSLContext:
@@ -237,6 +241,8 @@ class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
     """While the breaker is open: seconds until it lets a start through again."""
     stderr_tail: str
     """The last lines the child (or the last one, once it has exited) wrote to stderr."""
+    banked_tokens: int | None = None
+    """Prompt-cache tokens the last start read back from the slot bank (None: no bank read)."""
 
 
 class Lease:
@@ -279,7 +285,13 @@ def _free_port() -> int:
 
 class EngineActor(Actor[EngineMessage]):
     def __init__(
-        self, spec: LaunchSpec, config: EngineConfig, *, run_dir: Path, lane: Lane | None = None
+        self,
+        spec: LaunchSpec,
+        config: EngineConfig,
+        *,
+        run_dir: Path,
+        lane: Lane | None = None,
+        bank: bool = False,
     ) -> None:
         super().__init__(f"engine[{spec.model}]")
         self.spec = spec
@@ -306,6 +318,10 @@ class EngineActor(Actor[EngineMessage]):
         self._pending_spec: LaunchSpec | None = None
         self._pending_lane: Lane | None = None
         self.version: str | None = None
+        self.bank = bank
+        """Save warm slots on a graceful stop and restore them at the next start (``session_bank``)."""
+        self.banked_tokens: int | None = None
+        """Tokens of prompt cache the last start restored from the bank (None: none tried)."""
         self._last_stderr = ""
         """The stderr tail of the last child, kept once it is gone."""
 
@@ -377,6 +393,7 @@ class EngineActor(Actor[EngineMessage]):
             breaker="closed" if retry_after_s is None else "open",
             breaker_retry_after_s=retry_after_s,
             stderr_tail=self.stderr_tail(),
+            banked_tokens=self.banked_tokens,
         )
 
     def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
@@ -591,6 +608,8 @@ class EngineActor(Actor[EngineMessage]):
             async with httpx.AsyncClient(base_url=base_url, headers=auth, verify=_plain_http()) as probe:
                 error = await self._wait_healthy(child, probe)
                 served = await self.lane.served_context(probe) if error is None else None
+                if error is None:
+                    await self._restore_bank(probe, served)
         except BaseException:
             await child.stop(self.config.stop_grace_s)
             raise
@@ -678,8 +697,60 @@ class EngineActor(Actor[EngineMessage]):
         except ActorStopped:
             pass
 
+    def _bank_folder(self) -> Path | None:
+        spec = self.spec
+        if not self.bank or not spec.slot_save_path or not spec.digest:
+            return None
+        return Path(spec.slot_save_path)
+
+    async def _restore_bank(self, client: httpx.AsyncClient, served: int | None) -> None:
+        """Read back the slots the last graceful stop saved, at the same per-slot context only."""
+        folder = self._bank_folder()
+        if folder is None:
+            return
+        ctx = served or self.spec.ctx_per_slot
+        assert self.spec.digest is not None
+        with trio.move_on_after(_BANK_S):
+            try:
+                restored = await restore_bank(
+                    client, folder, slots=self.spec.slots, digest=self.spec.digest, ctx_per_slot=ctx
+                )
+            except BlazarRuntimeError as exc:
+                log.warning("%s: the slot bank was not restored: %s", self.name, exc)
+                return
+            self.banked_tokens = restored
+            if restored:
+                log.info("%s: restored %d tokens of prompt cache from the bank", self.name, restored)
+
+    async def _save_bank(self, handle: EngineHandle) -> None:
+        """Save the warm slots of a child that stops gracefully (shielded, bounded)."""
+        folder = self._bank_folder()
+        if folder is None or self.in_flight:
+            return
+        assert self.spec.digest is not None
+        with trio.move_on_after(_BANK_S, shield=True):
+            try:
+                banked = await bank_slots(
+                    handle.client,
+                    folder,
+                    slots=self.spec.slots,
+                    model=self.spec.model,
+                    digest=self.spec.digest,
+                    ctx_per_slot=handle.served_ctx or self.spec.ctx_per_slot,
+                )
+            except (BlazarRuntimeError, OSError) as exc:
+                log.warning("%s: the slot bank was not saved: %s", self.name, exc)
+                return
+            if banked:
+                tokens = sum(b.tokens for b in banked)
+                log.info("%s: banked %d slots (%d tokens) of prompt cache", self.name, len(banked), tokens)
+
     async def _stop_child(self, reason: str, *, state: EngineState = EngineState.STOPPED) -> None:
         child, handle = self._child, self._handle
+        graceful = state is EngineState.STOPPED and reason != "reconfigured"
+        if graceful and handle is not None and self.state is EngineState.READY:
+            if child is not None and child.returncode is None:
+                await self._save_bank(handle)
         if child is not None:
             self._last_stderr = self.stderr_tail()
         self._child, self._handle = None, None

@@ -24,6 +24,7 @@ __all__ = [
     "MaxLoadedModels",
     "ModelBusy",
     "ModelTooLarge",
+    "SessionError",
     "SupervisorEscalation",
     "UnsupportedEngine",
 ]
@@ -134,6 +135,17 @@ class ModelBusy(BlazarRuntimeError):
     """An unload that only takes idle models found this one serving requests."""
 
     code = "MODEL_BUSY"
+
+
+# -- sessions ---------------------------------------------------------------------
+
+
+class SessionError(BlazarRuntimeError):
+    """A saved prompt cache that cannot be saved, found or restored (``actors/sessions.py``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # -- ledger -----------------------------------------------------------------------

@@ -69,6 +69,7 @@ from actors.memory import MemoryPlanner
 from actors.peer import Peers
 from actors.process import reap_orphans
 from actors.rpc import plan_split
+from actors.sessions import model_dir
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
 from actors.speculation import SpeculationBook, candidate
 from actors.supervisor import ChildSpec, Restart, Supervisor
@@ -526,6 +527,7 @@ class Runtime:
             engine = self._engines.get(record.name)
             if engine is None:
                 spec = await trio.to_thread.run_sync(self.launch_spec, record, kinds)
+                spec = await trio.to_thread.run_sync(self._with_sessions, spec, record)
                 engine = await self._make_engine(record.name, spec)
             elif engine.spec.kind not in kinds:
                 raise mismatch(model, engine.spec.kind, "text" if kinds == TEXT_KINDS else min(kinds))
@@ -538,6 +540,21 @@ class Runtime:
                 )
                 self._engines[key] = engine
         return engine
+
+    def _with_sessions(self, spec: LaunchSpec, record: ModelRecord) -> LaunchSpec:
+        """``spec`` with the model's sessions folder (made here) where its engine can save
+        slots: a llama.cpp engine that generates text (one that embeds or ranks keeps no
+        prompt worth saving)."""
+        if (
+            spec.lane != "llamacpp"
+            or spec.embeddings
+            or spec.reranking
+            or spec.kind in ("embedding", "rerank")
+        ):
+            return spec
+        folder = model_dir(self.config.home, record.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return msgspec.structs.replace(spec, digest=record.digest, slot_save_path=str(folder))
 
     def _side_spec(self, record: ModelRecord, lane: str) -> LaunchSpec:
         """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
@@ -559,7 +576,13 @@ class Runtime:
             log.log(level, "'%s': context %s", spec.model, note)
         # Finding the lane's program looks at PATH and the data dir: off the event loop.
         lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
-        engine = EngineActor(spec, self.config.engine, run_dir=Path(self.config.run_dir), lane=lane)
+        engine = EngineActor(
+            spec,
+            self.config.engine,
+            run_dir=Path(self.config.run_dir),
+            lane=lane,
+            bank=self.config.session_bank,
+        )
         await self.engines.start_child(ChildSpec(name=key, start=engine.run, restart=Restart.TRANSIENT))
         self._engines[key] = engine
         return engine

@@ -34,6 +34,7 @@ from bench import (
     prefill,
     realtime,
     scale,
+    sessions,
     speculation,
     speech,
     startup,
@@ -58,6 +59,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "speech": (speech.TITLE, speech.run),
     "federation": (federation.TITLE, federation.run),
     "speculation": (speculation.TITLE, speculation.run),
+    "sessions": (sessions.TITLE, sessions.run),
 }
 
 

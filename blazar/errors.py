@@ -88,6 +88,28 @@ CATALOG: dict[str, CodeInfo] = {
         ),
         _c("MODEL_EXISTS", 409, "A model of that name exists: pick another name or remove it first."),
         _c("MODEL_BUSY", 409, "The model is serving requests: wait or unload it, then retry."),
+        _c("SESSION_NOT_FOUND", 404, "No saved session has this name: see `blazar session list`."),
+        _c(
+            "SESSION_MODEL_MISMATCH",
+            409,
+            "The session was saved from other weights (another model or digest): it cannot be restored.",
+        ),
+        _c(
+            "SESSION_UNSUPPORTED",
+            400,
+            "The model's engine cannot save or restore slots (only llama.cpp chat engines can).",
+        ),
+        _c(
+            "SESSION_EMPTY",
+            409,
+            "No slot of the model holds a prompt to save (not loaded, or nothing served yet): send it "
+            "a request, then save.",
+        ),
+        _c(
+            "SESSION_FAILED",
+            502,
+            "The engine refused or failed the slot save or restore: the message says why.",
+        ),
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),
         _c(

@@ -224,6 +224,8 @@ def build_argv(
             # With a KV stream per slot, llama.cpp mean-pools every input but the first of a
             # batch wrongly (a vector unlike the input's own); one shared stream pools right.
             flags += ["--kv-unified"]
+    if spec.slot_save_path:
+        flags += ["--slot-save-path", spec.slot_save_path]
     if spec.chat_template:
         flags += ["--chat-template", spec.chat_template]
     if spec.projector:

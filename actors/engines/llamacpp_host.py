@@ -60,6 +60,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--rope-freq-scale", type=float, default=None)
     p.add_argument("--rope-freq-base", type=float, default=None)
     p.add_argument("--yarn-orig-ctx", type=int, default=None)
+    p.add_argument("--slot-save-path", default=None)
     p.add_argument("--metrics", action="store_true")
     p.add_argument("--no-slots", action="store_true")
     p.add_argument("--props", action="store_true")
@@ -142,6 +143,10 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.rope_freq_base = ns.rope_freq_base
     if ns.yarn_orig_ctx is not None:
         p.yarn_orig_ctx = ns.yarn_orig_ctx
+    if ns.slot_save_path:
+        # llama-server's own parser ends the folder with a separator; the server joins the
+        # file name to it as it is.
+        p.slot_save_path = os.path.join(ns.slot_save_path, "")
     p.endpoint_metrics = ns.metrics
     p.endpoint_slots = not ns.no_slots
     p.endpoint_props = ns.props

@@ -148,6 +148,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """LoRA adapters loaded with the model, numbered by the engine in this order."""
     speculation: SpecLoad | None = None
     """Speculative decoding; None: off (not configured, refused, or parked by the governor)."""
+    digest: str | None = None
+    """The model's main blob (``sha256:…``): saved sessions name the weights they were made from."""
+    slot_save_path: str | None = None
+    """Where a llama.cpp engine saves and restores slots (``--slot-save-path``): the model's
+    sessions folder; None: slots are not saved."""
 
     @property
     def prompt_step(self) -> int | None:

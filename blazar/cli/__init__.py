@@ -39,6 +39,8 @@ from blazar.cli import (  # noqa: E402, F401
     models,
     rpc,
     serving,
+    sessions,
+    snapshot,
     speech,
     watch,
     why,

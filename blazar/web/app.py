@@ -54,6 +54,7 @@ from blazar.web import openai as web_openai
 from blazar.web import pool_verbs as web_pool_verbs
 from blazar.web import realtime as web_realtime
 from blazar.web import responses as web_responses
+from blazar.web import session_routes as web_sessions
 from blazar.web import stored_completions as web_stored_completions
 from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
@@ -229,6 +230,7 @@ def create_app(
         web_anthropic,
         web_ollama,
         web_lifecycle,
+        web_sessions,
         web_mcp,
         web_failover,
         web_federation,

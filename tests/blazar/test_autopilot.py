@@ -60,7 +60,7 @@ def test_reloads_after_idle_gaps_get_a_longer_keep_alive() -> None:
     rows = [rec(0, load_ms=800.0), rec(100.5, load_ms=700.0), rec(250, load_ms=750.0), rec(251)]
     (r,) = recommend(rows, {"m": NOW})
     assert (r.rule, r.key, r.now) == ("reloads", 'models."m".keep_alive_s', 60.0)
-    assert r.value == 240.0  # 149.5 s gap × 1.5, rounded up to minutes
+    assert r.value == 240.0  # 149.5 s gap times 1.5, rounded up to minutes
     assert "loaded 3 times" in r.evidence and "2 reloads came after it was unloaded idle" in r.evidence
 
 
