@@ -116,6 +116,8 @@ class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     token_embeddings: bool | None = None
     """With embeddings: a vector per token (``--pooling none``), pooled by the gateway."""
     lane: Lane | None = None
+    spec: LaunchSpec | None = None
+    """A whole new launch spec (the config changed); the fields above then apply over it."""
 
 
 class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -441,7 +443,7 @@ class EngineActor(Actor[EngineMessage]):
         env.answer(None)
 
     async def _reconfigure(self, env: Envelope[EngineMessage], change: Reconfigure) -> None:
-        base = self._pending_spec or self.spec
+        base = change.spec or self._pending_spec or self.spec
         ctx, embeddings, lane = change.ctx_per_slot, change.embeddings, change.lane
         if lane is not None:
             self._pending_lane = lane

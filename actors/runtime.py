@@ -88,6 +88,7 @@ __all__ = [
     "open_runtime",
     "plan_offline",
     "resolve_for",
+    "side_spec_for",
 ]
 
 log = logging.getLogger("blazar.runtime")
@@ -171,6 +172,20 @@ def resolve_for(
         plan_rpc=lambda ctx, slots: plan_split(config, record.name, record.path, ctx, slots),
         unrouted=unrouted,
     )
+
+
+def side_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord, lane: str) -> LaunchSpec:
+    """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
+    over = config.models.get(record.name) or ModelOverride()
+    if lane not in (over.lanes or []):
+        allowed = ", ".join(over.lanes or []) or "none besides its own"
+        raise UnsupportedEngine(
+            f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
+            f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
+        )
+    models = {**config.models, record.name: msgspec.structs.replace(over, engine=lane)}
+    spec = resolve_for(msgspec.structs.replace(config, models=models), store, record).spec
+    return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
 
 
 def _plan_resolve(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
@@ -498,18 +513,7 @@ class Runtime:
         return engine
 
     def _side_spec(self, record: ModelRecord, lane: str) -> LaunchSpec:
-        """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
-        over = self.config.models.get(record.name) or ModelOverride()
-        if lane not in (over.lanes or []):
-            allowed = ", ".join(over.lanes or []) or "none besides its own"
-            raise UnsupportedEngine(
-                f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
-                f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
-            )
-        models = {**self.config.models, record.name: msgspec.structs.replace(over, engine=lane)}
-        config = msgspec.structs.replace(self.config, models=models)
-        spec = resolve_for(config, self.store, record).spec
-        return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
+        return side_spec_for(self.config, self.store, record, lane)
 
     async def _make_engine(self, key: str, spec: LaunchSpec) -> EngineActor:
         if note := context_note(spec):

@@ -91,6 +91,11 @@ CATALOG: dict[str, CodeInfo] = {
         _c("LOCAL_ONLY", 403, "Refused by design: nothing leaves this machine (e.g. pushing a model)."),
         _c("VISION_PROJECTOR_MISSING", 400, "Images need a model with a vision projector."),
         _c(
+            "CONFIG_INVALID",
+            422,
+            "config.toml does not load (a key, a type or a value is wrong): fix it; nothing was changed.",
+        ),
+        _c(
             "MODEL_FILE_INCOMPLETE",
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",
