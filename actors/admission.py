@@ -86,7 +86,15 @@ class Draining(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Stop admitting: every new and queued request is refused (shutdown)."""
 
 
-AdmissionMessage = Admit | Withdraw | Draining
+class Retune(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """New queue limits (a config reload): they apply to the next decisions, and a waiter
+    already queued is timed out by the new ``queue_timeout_s``."""
+
+    max_queue: int
+    queue_timeout_s: float
+
+
+AdmissionMessage = Admit | Withdraw | Draining | Retune
 
 
 class QueueStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,6 +220,9 @@ class AdmissionActor(Actor[AdmissionMessage]):
                     del self._envelopes[wid]
                 for model, queue in self._queues.items():
                     self._queues[model] = msgspec.structs.replace(queue, waiters=())
+                env.answer(None)
+            case Retune(max_queue=max_queue, queue_timeout_s=timeout_s):
+                self.max_queue, self.queue_timeout_s = max_queue, timeout_s
                 env.answer(None)
             case _:
                 assert_never(env.message)

@@ -124,6 +124,8 @@ class Reconfigure(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Speculate so (``"off"``: not at all), as the speculation governor decides; None: no change."""
     loras: list[LoraLoad] | None = None
     """The model's LoRA adapters now (``blazar lora add``/``rm``); None: no change."""
+    spec: LaunchSpec | None = None
+    """A whole new launch spec (the config changed); the fields above then apply over it."""
 
 
 class ConfirmCrash(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -462,7 +464,7 @@ class EngineActor(Actor[EngineMessage]):
         env.answer(None)
 
     async def _reconfigure(self, env: Envelope[EngineMessage], change: Reconfigure) -> None:
-        base = self._pending_spec or self.spec
+        base = change.spec or self._pending_spec or self.spec
         ctx, embeddings, lane = change.ctx_per_slot, change.embeddings, change.lane
         if lane is not None:
             self._pending_lane = lane

@@ -53,6 +53,7 @@ __all__ = [
     "ModelLifecycle",
     "PlanLoad",
     "ResidentStatistics",
+    "Retune",
     "Touch",
     "Unload",
 ]
@@ -90,7 +91,17 @@ class _Stopped(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Not stopped after all: they had work again by the time their turn came."""
 
 
-LifecycleMessage = Touch | PlanLoad | Unload | _Stopped
+class Retune(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """New limits (a config reload). An idle timer armed with the old default keep-alive
+    is armed again from the model's last use with the new one."""
+
+    keep_alive_s: float
+    max_loaded_models: int
+    load_wait_s: float
+    model_keep_alive: dict[str, float] = {}
+
+
+LifecycleMessage = Touch | PlanLoad | Unload | Retune | _Stopped
 
 
 class ResidentStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -341,11 +352,26 @@ class LifecycleActor(Actor[LifecycleMessage]):
                 )
             case Unload(model=model, only_idle=only_idle):
                 self._unload(env, model, only_idle)
+            case Retune() as retune:
+                self._retune(retune)
+                env.answer(None)
             case _Stopped(stop_id=stop_id, stopped=stopped, skipped=skipped):
                 if (stop := self._stops.pop(stop_id, None)) is not None:
                     self._stopped(stop, stopped, skipped, now)
             case _:
                 assert_never(env.message)
+
+    def _retune(self, retune: Retune) -> None:
+        before = {m: self._default_keep_alive(m) for m in self._timers}
+        self.keep_alive_s = retune.keep_alive_s
+        self.max_loaded_models = retune.max_loaded_models
+        self.load_wait_s = retune.load_wait_s
+        self.model_keep_alive = dict(retune.model_keep_alive)
+        for model, timer in list(self._timers.items()):
+            wanted = self._default_keep_alive(model)
+            # A request's own keep-alive (not the default) is left as it was asked.
+            if not timer.waiting and timer.keep_alive_s == before[model] and wanted != before[model]:
+                self._timers[model] = arm(timer.last_used_s, wanted)
 
     def next_deadline(self) -> float:
         soonest = min(

@@ -87,12 +87,10 @@ __all__ = [
     "LoadPlan",
     "Runtime",
     "RuntimeStatistics",
-    "coreside_offline",
-    "explain_offline",
     "launch_spec_for",
     "open_runtime",
-    "plan_offline",
     "resolve_for",
+    "side_spec_for",
 ]
 
 log = logging.getLogger("blazar.runtime")
@@ -185,6 +183,20 @@ def resolve_for(
         candidate=lambda name, lane: candidate(config, store, name, lane),
         parked=parked,
     )
+
+
+def side_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord, lane: str) -> LaunchSpec:
+    """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
+    over = config.models.get(record.name) or ModelOverride()
+    if lane not in (over.lanes or []):
+        allowed = ", ".join(over.lanes or []) or "none besides its own"
+        raise UnsupportedEngine(
+            f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
+            f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
+        )
+    models = {**config.models, record.name: msgspec.structs.replace(over, engine=lane)}
+    spec = resolve_for(msgspec.structs.replace(config, models=models), store, record).spec
+    return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
 
 
 def _plan_resolve(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
@@ -283,54 +295,6 @@ def make_plan(
         preview=preview,
         rpc=rpc,
     )
-
-
-async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
-    """The plan without a running daemon: nothing else is loaded."""
-    store = Store(Path(config.models_dir))
-    record = await trio.to_thread.run_sync(store.get, model)
-    resolved = await trio.to_thread.run_sync(_plan_resolve, config, store, record)
-    spec = resolved.spec
-    memory = MemoryPlanner(config.memory_budget_mb)
-    need = await memory.need(spec)
-    budget = memory.budget(0) if need is not None else None
-    refused = code = None
-    if need is not None and budget is not None and need > budget:
-        code = "MODEL_TOO_LARGE"
-        refused = f"needs about {need / 2**20:,.0f} MiB; the budget is {budget / 2**20:,.0f} MiB"
-    preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
-    preview = _unsupported(preview, resolved)
-    runnable = resolved.refusal is None
-    return make_plan(
-        spec,
-        config,
-        memory,
-        preview,
-        loaded=False,
-        route=resolved.route,
-        runnable=runnable,
-        rpc=resolved.rpc_split,
-    )
-
-
-async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
-    """``blazar coreside`` without a daemon: nothing is loaded, so the budget is a first load's."""
-    store = Store(Path(config.models_dir))
-
-    def specs() -> list[tuple[LaunchSpec, bool]]:
-        return [(launch_spec_for(config, store, store.get(name)), False) for name in models]
-
-    memory = MemoryPlanner(config.memory_budget_mb)
-    rows = await resident_rows(memory, await trio.to_thread.run_sync(specs))
-    return verdict(rows, memory.budget(0), budget_source(config))
-
-
-async def explain_offline(config: RuntimeConfig, model: str) -> Explanation:
-    """``blazar explain`` without a running daemon: the settings a load now would use."""
-    store = Store(Path(config.models_dir))
-    record = await trio.to_thread.run_sync(store.get, model)
-    resolved = await trio.to_thread.run_sync(resolve_for, config, store, record)
-    return Explanation(model=record.name, path=record.path, loaded=False, settings=resolved.settings)
 
 
 class Runtime:
@@ -557,18 +521,7 @@ class Runtime:
         return msgspec.structs.replace(spec, digest=record.digest, slot_save_path=str(folder))
 
     def _side_spec(self, record: ModelRecord, lane: str) -> LaunchSpec:
-        """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
-        over = self.config.models.get(record.name) or ModelOverride()
-        if lane not in (over.lanes or []):
-            allowed = ", ".join(over.lanes or []) or "none besides its own"
-            raise UnsupportedEngine(
-                f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
-                f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
-            )
-        models = {**self.config.models, record.name: msgspec.structs.replace(over, engine=lane)}
-        config = msgspec.structs.replace(self.config, models=models)
-        spec = resolve_for(config, self.store, record).spec
-        return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
+        return side_spec_for(self.config, self.store, record, lane)
 
     async def _make_engine(self, key: str, spec: LaunchSpec) -> EngineActor:
         if note := context_note(spec):

@@ -64,9 +64,11 @@ class Daemon:
         if resp.status_code >= 400:
             raise CliError(error_message(resp))
 
-    def stream_chat(self, body: dict[str, Any]) -> Iterator[str]:
+    def stream_chat(self, body: dict[str, Any], *, headers: dict[str, str] | None = None) -> Iterator[str]:
         """Yield the text deltas of a streamed chat completion."""
-        with self.http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:
+        with self.http.stream(
+            "POST", "/v1/chat/completions", json={**body, "stream": True}, headers=headers
+        ) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 raise CliError(error_message(resp))

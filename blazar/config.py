@@ -12,7 +12,15 @@ import platformdirs
 
 from actors.config import RuntimeConfig, Tunables
 
-__all__ = ["Config", "ConfigError", "Paths", "configured_keys", "load_config", "resolve_paths"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "Paths",
+    "configured_keys",
+    "load_config",
+    "parse_config",
+    "resolve_paths",
+]
 
 DEFAULT_PORT = 11435
 
@@ -146,8 +154,13 @@ def load_config(paths: Paths) -> Config:
     path = Path(paths.config_file)
     if not path.exists():
         return Config()
+    return parse_config(path.read_bytes(), path)
+
+
+def parse_config(data: bytes | str, path: Path) -> Config:
+    """``data`` as a ``config.toml`` (named ``path`` in errors), checked as the daemon checks it."""
     try:
-        config = msgspec.toml.decode(path.read_bytes(), type=Config)
+        config = msgspec.toml.decode(data, type=Config)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ConfigError(f"{path}: {exc} — fix the file or see docs/configuration.md") from exc
     if config.slots < 1:

@@ -120,6 +120,11 @@ CATALOG: dict[str, CodeInfo] = {
             "[admission] trust_certificates = false.",
         ),
         _c(
+            "CONFIG_INVALID",
+            422,
+            "config.toml does not load (a key, a type or a value is wrong): fix it; nothing was changed.",
+        ),
+        _c(
             "MODEL_FILE_INCOMPLETE",
             422,
             "The model file is shorter than its header says (a download that stopped): re-download it.",

@@ -3,7 +3,7 @@
 Every failing command prints one line that says what went wrong and what to
 run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
 
-The commands live by theme in ``serving``, ``models``, ``fit``, ``disk`` and ``keys``; each
+The commands live by theme in ``serving``, ``models``, ``fit``, ``disk``, ``keys`` and ``config``; each
 registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
 """
 
@@ -27,6 +27,7 @@ app = cyclopts.App(name="blazar", help="A control plane for local AI inference."
 from blazar.cli import (  # noqa: E402, F401
     autopilot,
     certify,
+    config,
     disk,
     doctor,
     engine,

@@ -78,13 +78,13 @@ def daemon_or_here(paths: Paths, route: str, here: Callable[[], Any]) -> tuple[A
 
 
 def run_offline(name: str, *args: Any) -> Any:
-    """``actors.runtime``'s offline twin of a daemon route (``plan_offline``, ``explain_offline``)
+    """``actors.offline``'s twin of a daemon route (``plan_offline``, ``explain_offline``)
     run here; Trio and the runtime are imported only then, not by every command."""
     import trio
 
-    from actors import runtime
+    from actors import offline
 
-    return trio.run(getattr(runtime, name), *args)
+    return trio.run(getattr(offline, name), *args)
 
 
 def print_json(obj: Any) -> None:

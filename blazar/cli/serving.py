@@ -7,16 +7,18 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 import msgspec
 from cyclopts import Parameter
 from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, err, load_setup, open_store, out, print_json
+from blazar.cli._common import Json, err, human_size, load_setup, open_store, out, print_json
 from blazar.client import CliError, Daemon, ensure_daemon, find_daemon
 from blazar.config import Paths, resolve_paths
+from blazar.presets import INTENTS
 
 
 @app.command
@@ -76,6 +78,9 @@ def serve(
         sys.exit(2)
 
 
+Intent = Literal["agent", "batch", "coding", "reasoning", "vision"]
+
+
 @app.command
 def run(
     model: str,
@@ -84,17 +89,40 @@ def run(
     temperature: float | None = None,
     seed: int | None = None,
     max_tokens: int | None = None,
+    intent: Annotated[
+        Intent | None,
+        Parameter(
+            help="The workload, which sets the context, slots, keep-alive and sampling defaults of "
+            "this run and prints the model's ready card: agent, batch, coding, reasoning or vision."
+        ),
+    ] = None,
 ) -> None:
     """Chat with MODEL: answer PROMPT, or open a REPL without one. Starts a daemon if none runs."""
     paths, config = load_setup()
     if open_store(paths).find(model) is None:
         raise CliError(f"model '{model}' is not installed — run `blazar pull {model}` or see `blazar list`")
-    daemon, started = ensure_daemon(paths, config, preload=model)
+    # With an intent the model loads once, with the intent's settings, instead of the config's first.
+    daemon, started = ensure_daemon(paths, config, preload=None if intent else model)
     if started:
         err.print(
             f"[dim]started a background daemon (pid {daemon.pid}) at {daemon.url}; `blazar stop` ends it[/]"
         )
     options: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+    if intent is not None:
+        chosen = INTENTS[intent]
+        options.update(chosen.options)
+        headers["x-blazar-keep-alive"] = f"{chosen.keep_alive_s:g}"
+        card = daemon.post(
+            f"/admin/models/{quote(model, safe=':/')}/load",
+            {
+                "ctx": chosen.ctx,
+                "slots": chosen.slots,
+                "keep_alive_s": chosen.keep_alive_s,
+                "vision": chosen.vision,
+            },
+        )
+        _print_card(intent, card)
     if temperature is not None:
         options["temperature"] = temperature
     if seed is not None:
@@ -102,14 +130,44 @@ def run(
     if max_tokens is not None:
         options["max_tokens"] = max_tokens
     if prompt is not None:
-        _answer(daemon, model, [{"role": "user", "content": prompt}], options)
+        _answer(daemon, model, [{"role": "user", "content": prompt}], options, headers)
         return
-    _repl(daemon, model, options, paths)
+    _repl(daemon, model, options, paths, headers)
 
 
-def _answer(daemon: Daemon, model: str, messages: list[dict[str, str]], options: dict[str, Any]) -> str:
+def _print_card(intent: str, card: dict[str, Any]) -> None:
+    """The daemon's ready card, on stderr (stdout keeps the answer alone)."""
+    version = f" {card['version']}" if card.get("version") else ""
+    err.print(
+        f"[bold]ready[/]: {card['model']} on {card['engine']}{version} (pid {card['pid']}), intent {intent}"
+    )
+    ctx = f"{card['ctx_per_slot']} tokens per slot"
+    if card.get("ctx_asked"):
+        ctx += f" (asked {card['ctx_asked']}: the most this model serves)"
+    memory = card.get("memory_bytes")
+    keep = card.get("keep_alive_s")
+    keep_text = "default" if keep is None else ("forever" if keep < 0 else f"{keep:g} s")
+    rows = [
+        ("context", ctx),
+        ("slots", str(card["slots"])),
+        ("memory", f"~{human_size(memory)} (estimate)" if memory else "unknown"),
+        ("evicted", ", ".join(card["evicted"]) or "none"),
+        ("loaded in", f"{card['load_s']:.1f} s"),
+        ("keep-alive", keep_text),
+    ]
+    for label, value in rows:
+        err.print(f"  {label:<10} {value}", markup=False)
+
+
+def _answer(
+    daemon: Daemon,
+    model: str,
+    messages: list[dict[str, str]],
+    options: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> str:
     parts: list[str] = []
-    for text in daemon.stream_chat({"model": model, "messages": messages, **options}):
+    for text in daemon.stream_chat({"model": model, "messages": messages, **options}, headers=headers):
         parts.append(text)
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -134,7 +192,9 @@ def _read_prompt() -> str | None:
     return "\n".join(lines).strip()
 
 
-def _repl(daemon: Daemon, model: str, options: dict[str, Any], paths: Paths) -> None:
+def _repl(
+    daemon: Daemon, model: str, options: dict[str, Any], paths: Paths, headers: dict[str, str] | None = None
+) -> None:
     try:
         import readline
     except ImportError:  # pragma: no cover - not on every platform
@@ -159,7 +219,7 @@ def _repl(daemon: Daemon, model: str, options: dict[str, Any], paths: Paths) -> 
                 continue
             messages.append({"role": "user", "content": text})
             try:
-                answer = _answer(daemon, model, messages, options)
+                answer = _answer(daemon, model, messages, options, headers)
             except KeyboardInterrupt:
                 sys.stdout.write("\n")
                 messages.pop()
@@ -242,8 +302,6 @@ def stop(*, timeout_s: float = 30.0) -> None:
 @app.command
 def unload(model: str) -> None:
     """Unload MODEL's engine from the running daemon; the next request loads it again."""
-    from urllib.parse import quote
-
     daemon = find_daemon(resolve_paths())
     if daemon is None:
         raise CliError("no daemon is running, so nothing is loaded — start one with `blazar serve`")

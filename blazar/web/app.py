@@ -38,6 +38,7 @@ from blazar.web import audio as web_audio
 from blazar.web import background, batch_runner, bench_job, model_doctor, speech_jobs
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
+from blazar.web import config_routes as web_config
 from blazar.web import console_api as web_console
 from blazar.web import console_page as web_console_page
 from blazar.web import conversations as web_conversations
@@ -230,6 +231,7 @@ def create_app(
         web_anthropic,
         web_ollama,
         web_lifecycle,
+        web_config,
         web_sessions,
         web_mcp,
         web_failover,
