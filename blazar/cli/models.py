@@ -384,9 +384,12 @@ def show(name: str, *, json_: Json = False) -> None:
 
 def _certificate(paths: Paths, model: str) -> dict[str, Any] | None:
     """The newest capability certificate of ``model`` from the ledger (read-only), if any."""
+    ledger = Path(paths.data_dir) / "blazar.db"
+    if not ledger.exists():
+        return None  # no daemon ever ran here: nothing certified (and no runtime to import)
     from actors.certificates import read_certificate
 
-    cert = read_certificate(Path(paths.data_dir) / "blazar.db", model)
+    cert = read_certificate(ledger, model)
     if cert is None:
         return None
     return {"engine": cert.engine, "created_at": cert.created_at, "capabilities": cert.summary()}

@@ -98,8 +98,8 @@ def test_unknown_keys_are_refused_with_the_valid_ones(home: Path, capsys: pytest
     assert code == 1 and "in [engine]" in err and "`threads`" in err and "start_timeout_s" in err
     code, _, err = cli(capsys, "config", "set", "models.smollm2-135m.context", "2048")
     assert code == 1 and "unknown key 'context'" in err and "ctx" in err and "prompt_batch" in err
-    code, _, err = cli(capsys, "config", "set", "admission.max_queue", "8")
-    assert code == 1 and "unknown key 'admission'" in err and "max_queue" in err
+    code, _, err = cli(capsys, "config", "set", "queueing.max_queue", "8")
+    assert code == 1 and "unknown key 'queueing'" in err and "max_queue" in err
     code, _, err = cli(capsys, "config", "set", "mcp.name", "x")
     assert code == 1 and "[[mcp]]" in err and "blazar config edit" in err
     code, _, err = cli(capsys, "config", "get", "engine")
