@@ -115,6 +115,8 @@ def resolve_key(text: str) -> Key:
     ):  # [models."NAME"]
         inner = _fields(info.value_type.cls)
         name, _, key = rest.rpartition(".")
+        if len(name) >= 2 and name[0] == name[-1] and name[0] in "\"'":
+            name = name[1:-1]  # TOML's quoted form, as `blazar explain` and docs write it
         if not name or not key:
             raise ConfigError(
                 f"write {head}.NAME.KEY (e.g. `{head}.smollm2-135m.slots`); keys of a model: "

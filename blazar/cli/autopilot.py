@@ -58,11 +58,13 @@ def _current(model: str, paths: Any, config: Any) -> Any:
 def autopilot(
     *,
     since: Annotated[str, Parameter(help="The window of traffic to read (30m, 24h, 7d).")] = "7d",
+    apply: Annotated[bool, Parameter(negative="", help="Write the changes as `config set` does.")] = False,
     json_: Json = False,
 ) -> None:
     """Recommend changes from the traffic in the ledger: more slots for a model that queues, a
     longer context for one whose prompts are refused, a longer keep-alive for one that reloads
-    often; each with its evidence and the config key to set."""
+    often; each with its evidence and the config key to set. --apply writes those keys as
+    `blazar config set` does (checked, comments kept; a running daemon applies what it can)."""
     from actors.ledger import read_requests
     from blazar.autopilot import recommend
 
@@ -74,20 +76,28 @@ def autopilot(
     models = sorted({r.model for r in records if r.model is not None})
     current = {m: c for m in models if (c := _current(m, paths, config)) is not None}
     recs = recommend(records, current)
+    settable = [r for r in recs if r.key is not None]
     if json_:
         print_json({"window": since, "requests": len(records), "recommendations": recs})
-        return
-    if not recs:
+    elif recs:
+        table = Table("MODEL", "RULE", "CHANGE", "EVIDENCE", box=None)
+        for r in recs:
+            change = f"{r.key} = {_toml(r.value)}  (now {_toml(r.now)})" if r.key is not None else "-"
+            table.add_row(r.model, r.rule, change, r.evidence)
+        out.print(table)
+    else:
         out.print(
             f"Nothing to change: {len(records)} requests in the last {since} show no queueing, no prompt"
         )
         out.print("refused for its length and no model reloading often.")
-        return
-    table = Table("MODEL", "RULE", "CHANGE", "EVIDENCE", box=None)
-    for r in recs:
-        change = f"{r.key} = {_toml(r.value)}  (now {_toml(r.now)})" if r.key is not None else "-"
-        table.add_row(r.model, r.rule, change, r.evidence)
-    out.print(table)
+    if apply and settable:
+        from blazar.cli.config import _change
+        from blazar.config_edit import resolve_key
+
+        edits = {resolve_key(str(r.key)): r.value for r in settable}
+        _change(paths, edits, "autopilot set " + ", ".join(f"{r.key} = {_toml(r.value)}" for r in settable))
+    elif settable and not json_:
+        out.print("[dim]`blazar autopilot --apply` writes them (as `blazar config set` does).[/]")
 
 
 def _toml(value: object) -> str:

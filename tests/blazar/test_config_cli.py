@@ -242,3 +242,10 @@ def test_presets_use_only_keys_the_schema_has() -> None:
             resolve_key(f"models.some-model.{key}")
     for key in OWNED:
         resolve_key(key)
+
+
+def test_a_model_key_in_toml_s_quoted_form_names_the_model_itself() -> None:
+    from blazar.config_edit import resolve_key
+
+    assert resolve_key('models."smollm2-135m".slots').path == resolve_key("models.smollm2-135m.slots").path
+    assert resolve_key("models.'qwen2.5:7b'.ctx").path == ("models", "qwen2.5:7b", "ctx")

@@ -1,6 +1,7 @@
 """``blazar autopilot`` on traffic the real daemon served: a model unloaded between uses, a
 burst that queues on one slot, a prompt refused for its length. Each rule recommends its
-change with the evidence and the config key to set."""
+change with the evidence and the config key to set, and ``--apply`` writes them into
+config.toml (its comments kept) and the running daemon takes them."""
 
 from __future__ import annotations
 
@@ -73,4 +74,16 @@ def test_each_rule_recommends_its_change_with_evidence(served: DaemonProc) -> No
     assert reloads["key"] == f'models."{MODEL}".keep_alive_s' and reloads["value"] >= 60
     assert "unloaded idle" in reloads["evidence"]
     table = served.cli("autopilot", "--since", "1h").stdout
-    assert "queueing" in table and f'models."{MODEL}".slots = 2' in table
+    assert "queueing" in table and f'models."{MODEL}".slots = 2' in table and "--apply" in table
+
+
+def test_apply_writes_the_keys_and_keeps_the_file_s_comments(served: DaemonProc) -> None:
+    done = served.cli("autopilot", "--since", "1h", "--apply")
+    assert done.returncode == 0, done.stderr
+    text = (served.home / "config.toml").read_text()
+    assert "# tuned by hand, once" in text and "slots = 2" in text
+    assert "ctx = 256" not in text and "keep_alive_s = 1\n" not in text, text
+    said = " ".join(done.stdout.split())
+    assert f"applied now by the running daemon: models.{MODEL}.keep_alive_s" in said, said
+    # slots and ctx are the engine's: it restarts with them (or starts with them, if unloaded)
+    assert "engines that restart with the new settings" in said or "used by engines as they start" in said
