@@ -125,7 +125,14 @@ def _context(model: str, rows: list[RequestRecord], now: Current) -> Recommendat
 
 def _reloads(model: str, rows: list[RequestRecord], now: Current) -> Recommendation | None:
     ordered = sorted(rows, key=lambda r: r.started_at)
-    loads = [r for r in ordered if r.load_ms]
+    # requests that arrive while a load is under way wait for it and record it too: one load
+    # is the first request of each such group (none of the others was still running)
+    loads = [
+        r
+        for r in ordered
+        if r.load_ms
+        and not any(e.started_at < r.started_at < e.started_at + e.duration_ms / 1000 for e in ordered)
+    ]
     if len(loads) < MIN_RELOADS:
         return None
     # The idle time before each reload: from the end of the last request that had ended when
