@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import msgspec
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, daemon_or_here, load_setup, out, print_json, run_offline
@@ -80,11 +79,13 @@ def autopilot(
     if json_:
         print_json({"window": since, "requests": len(records), "recommendations": recs})
     elif recs:
-        table = Table("MODEL", "RULE", "CHANGE", "EVIDENCE", box=None)
+        # One block per recommendation: the key and the evidence are long, and a table
+        # cut them to fit an 80-column (or pipe's) width.
         for r in recs:
-            change = f"{r.key} = {_toml(r.value)}  (now {_toml(r.now)})" if r.key is not None else "-"
-            table.add_row(r.model, r.rule, change, r.evidence)
-        out.print(table)
+            out.print(f"{r.model}: {r.rule}", markup=False)
+            if r.key is not None:
+                out.print(f"  change    {r.key} = {_toml(r.value)}  (now {_toml(r.now)})", markup=False)
+            out.print(f"  evidence  {r.evidence}", markup=False)
     else:
         out.print(
             f"Nothing to change: {len(records)} requests in the last {since} show no queueing, no prompt"
