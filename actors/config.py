@@ -15,6 +15,7 @@ __all__ = [
     "FailoverTarget",
     "McpServer",
     "ModelOverride",
+    "Profile",
     "Remote",
     "RuntimeConfig",
     "SpecSetting",
@@ -88,6 +89,23 @@ SpecSetting = Literal["off", "ngram"] | Speculation
 ``Speculation`` table."""
 
 
+KvCache = Literal["f16", "q8_0", "q4_0"]
+FlashAttn = Literal["on", "off", "auto"]
+
+
+class Profile(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Launch settings ``blazar tune`` measured fastest for a model on this machine (stored in
+    the ledger). Each applies where the model's own table in config.toml does not set the key."""
+
+    slots: int | None = None
+    threads: int | None = None
+    prompt_batch: int | None = None
+    micro_batch: int | None = None
+    kv_cache: KvCache | None = None
+    flash_attn: FlashAttn | None = None
+    gpu_layers: int | None = None
+
+
 class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     engine: (
         Literal["llamacpp", "mistralrs", "vllm", "sglang", "mlx", "sdcpp", "whisper", "whispercpp", "piper"]
@@ -119,6 +137,15 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     prompt_batch: Annotated[int, msgspec.Meta(ge=16, le=8192)] | None = None
     """Prompt tokens the engine reads per step (llama.cpp ``-b``/``-ub``). Unset: 256 on
     the CPU, llama.cpp's own on a GPU. A cancelled prompt keeps its slot for up to one step."""
+    micro_batch: Annotated[int, msgspec.Meta(ge=16, le=8192)] | None = None
+    """The physical batch (llama.cpp ``-ub``), at most ``prompt_batch``. Unset: ``prompt_batch``."""
+    threads: Annotated[int, msgspec.Meta(ge=1, le=1024)] | None = None
+    """CPU threads of this model's engine (``-t``; overrides ``engine.threads``)."""
+    kv_cache: KvCache | None = None
+    """The KV cache's type (llama.cpp ``-ctk``/``-ctv``): ``q8_0`` halves its memory, ``q4_0``
+    quarters it, at some cost in quality. Unset: ``f16``."""
+    flash_attn: FlashAttn | None = None
+    """Flash attention (llama.cpp ``-fa``). Unset: llama.cpp's own choice (``auto``)."""
     # vLLM and SGLang
     gpu_memory_fraction: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
     """The share of each GPU the engine takes at start. Unset: sized by the fit plan to the
@@ -499,6 +526,8 @@ class RuntimeConfig(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=T
     configured: frozenset[str] = frozenset()
     """The keys config.toml sets (``slots``, ``engine.threads``), so that ``blazar explain``
     tells a value written there from a built-in default; empty for an embedder's config."""
+    profiles: dict[str, Profile] = {}
+    """Each model's tuned profile (``blazar tune``), read from the ledger at start."""
 
     @classmethod
     def in_home(cls, home: str, **settings: object) -> RuntimeConfig:

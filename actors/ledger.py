@@ -294,6 +294,20 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX bench_receipts_model ON bench_receipts (model, created_at)",
     ),
+    (
+        # Tuned profiles (`blazar tune`): one per model, the launch settings measured fastest
+        # with every trial's figures; JSON (actors/profiles.py).
+        """
+        CREATE TABLE profiles (
+            model TEXT PRIMARY KEY,
+            engine TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            profile BLOB NOT NULL,
+            trials BLOB NOT NULL,
+            workload BLOB NOT NULL
+        )
+        """,
+    ),
 )
 
 _COLUMNS = (

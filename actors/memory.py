@@ -50,8 +50,16 @@ class MemoryPlanner:
         settings it was last planned with."""
 
     def _settings(self, spec: LaunchSpec) -> fit.Settings:
-        ubatch = spec.prompt_step or fit.DEFAULT_UBATCH
-        return fit.Settings(ctx_per_slot=spec.ctx_per_slot, slots=spec.slots, n_ubatch=ubatch)
+        ubatch = spec.micro_step or fit.DEFAULT_UBATCH
+        kv = spec.kv_cache or "f16"
+        return fit.Settings(
+            ctx_per_slot=spec.ctx_per_slot,
+            slots=spec.slots,
+            n_ubatch=ubatch,
+            cache_type_k=kv,
+            cache_type_v=kv,
+            flash_attn=spec.flash_attn != "off",
+        )
 
     def _estimate(self, spec: LaunchSpec) -> tuple[ModelShape | None, fit.Estimate] | None:
         # A multi-file model's tree (registry.store.Store.materialize) says its own size.

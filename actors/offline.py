@@ -1,11 +1,13 @@
 """The daemon's plan, coresidence and explain routes worked out without a daemon: what the
 CLI runs here when none answers (``blazar fit``, ``coreside``, ``explain``). Nothing is
-loaded, so every budget is a first load's."""
+loaded, so every budget is a first load's; tuned profiles are read from the ledger, as the
+daemon reads them when it starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import trio
 
 from actors.config import RuntimeConfig
@@ -13,6 +15,7 @@ from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engines.spec import LaunchSpec
 from actors.lifecycle import LoadPreview
 from actors.memory import MemoryPlanner
+from actors.profiles import read_profiles
 from actors.runtime import LoadPlan, _plan_resolve, _unsupported, launch_spec_for, make_plan, resolve_for
 from actors.settings import Explanation
 from registry.store import Store
@@ -20,8 +23,14 @@ from registry.store import Store
 __all__ = ["coreside_offline", "explain_offline", "plan_offline"]
 
 
+async def _with_profiles(config: RuntimeConfig) -> RuntimeConfig:
+    stored = await trio.to_thread.run_sync(read_profiles, Path(config.home) / "blazar.db")
+    return msgspec.structs.replace(config, profiles={**stored, **config.profiles}) if stored else config
+
+
 async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     """The plan without a running daemon: nothing else is loaded."""
+    config = await _with_profiles(config)
     store = Store(Path(config.models_dir))
     record = await trio.to_thread.run_sync(store.get, model)
     resolved = await trio.to_thread.run_sync(_plan_resolve, config, store, record)
@@ -50,6 +59,7 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
 
 async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coresidence:
     """``blazar coreside`` without a daemon: nothing is loaded, so the budget is a first load's."""
+    config = await _with_profiles(config)
     store = Store(Path(config.models_dir))
 
     def specs() -> list[tuple[LaunchSpec, bool]]:
@@ -62,6 +72,7 @@ async def coreside_offline(config: RuntimeConfig, models: list[str]) -> Coreside
 
 async def explain_offline(config: RuntimeConfig, model: str) -> Explanation:
     """``blazar explain`` without a running daemon: the settings a load now would use."""
+    config = await _with_profiles(config)
     store = Store(Path(config.models_dir))
     record = await trio.to_thread.run_sync(store.get, model)
     resolved = await trio.to_thread.run_sync(resolve_for, config, store, record)

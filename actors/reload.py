@@ -22,14 +22,14 @@ import msgspec
 import trio
 
 from actors.admission import Retune as AdmissionRetune
-from actors.config import RuntimeConfig, Tunables
+from actors.config import Profile, RuntimeConfig, Tunables
 from actors.config_keys import changed_keys, key_class
 from actors.engine import EngineActor, Reconfigure
 from actors.engines.spec import LaunchSpec
 from actors.lifecycle import Retune as LifecycleRetune
 from actors.runtime import Runtime, launch_spec_for, side_spec_for
 
-__all__ = ["Reloaded", "apply_config"]
+__all__ = ["Reloaded", "apply_config", "apply_profile"]
 
 log = logging.getLogger("blazar.reload")
 
@@ -57,6 +57,7 @@ async def apply_config(runtime: Runtime, new: RuntimeConfig) -> Reloaded:
         home=old.home,
         run_dir=old.run_dir,
         cache_dir=old.cache_dir,
+        profiles=old.profiles,  # from the ledger, not the file
         **{name: getattr(old, name) for name in kept},
     )
     runtime.config = config
@@ -89,6 +90,23 @@ async def apply_config(runtime: Runtime, new: RuntimeConfig) -> Reloaded:
             restart or "nothing",
         )
     return Reloaded(applied=applied, engines=moved, engine_keys=engine_keys, restart=restart)
+
+
+async def apply_profile(runtime: Runtime, model: str, profile: Profile | None) -> bool:
+    """Make ``profile`` the tuned profile of ``model`` (None: drop it), as ``engines`` keys
+    apply: its engines start again with it once their running requests end. True when an
+    engine of the model was running and its launch settings change."""
+    old = runtime.config
+    profiles = {k: v for k, v in old.profiles.items() if k != model}
+    if profile is not None and profile != Profile():
+        profiles[model] = profile
+    new = msgspec.structs.replace(old, profiles=profiles)
+    runtime.config = new
+    moved = False
+    for engine in runtime.loaded():
+        if (engine.spec.alias or engine.spec.model) == model:
+            moved = await _respec(runtime, engine, old, new) or moved
+    return moved
 
 
 async def _respec(runtime: Runtime, engine: EngineActor, old: RuntimeConfig, new: RuntimeConfig) -> bool:

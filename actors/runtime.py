@@ -68,6 +68,7 @@ from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.peer import Peers
 from actors.process import reap_orphans
+from actors.profiles import read_profiles
 from actors.rpc import plan_split
 from actors.sessions import model_dir
 from actors.settings import Explanation, Resolved, explain_running, resolve_launch
@@ -726,6 +727,9 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         root: Supervisor = await nursery.start(Supervisor("runtime").run)
         ledger = LedgerActor(Path(config.home) / "blazar.db", keep_records=config.ledger_keep_requests)
         await root.start_child(ChildSpec(name="ledger", start=ledger.run))
+        stored = await trio.to_thread.run_sync(read_profiles, ledger.path)
+        if stored:  # the embedder's own profiles win over the stored ones
+            config = msgspec.structs.replace(config, profiles={**stored, **config.profiles})
         jobs = JobsActor(
             ledger,
             data_dir=Path(config.home),

@@ -13,6 +13,7 @@ A setting's ``source`` is one of:
 - ``model``: the model itself, its GGUF header (training context, chat template)
   or its settings (a Modelfile's TEMPLATE, SYSTEM, PARAMETER);
 - ``override``: the model's own table, ``[models."NAME"]`` in config.toml;
+- ``profile``: the model's tuned profile (``blazar tune``), where its table leaves the key unset;
 - ``request``: a request changed it on the running engine (Ollama ``num_ctx``, an
   embeddings request);
 - ``derived``: computed from the others (named in ``note``).
@@ -55,7 +56,7 @@ __all__ = [
 FALLBACK_CTX = 4096
 """The training context assumed for a model whose header does not say."""
 
-Source = Literal["default", "config", "model", "override", "request", "derived"]
+Source = Literal["default", "config", "model", "override", "profile", "request", "derived"]
 
 _DEFAULTS = Tunables()
 
@@ -116,6 +117,17 @@ def _override(model: str, field: str) -> str:
     return f'models."{model}".{field}'
 
 
+def _tuned(config: RuntimeConfig, model: str, field: str) -> tuple[Any, Source, str] | None:
+    """``field`` from the model's table in config.toml, else from its tuned profile; None: neither sets it."""
+    value = getattr(config.models.get(model) or ModelOverride(), field)
+    if value is not None:
+        return value, "override", _override(model, field)
+    profile = config.profiles.get(model)
+    if profile is not None and (value := getattr(profile, field)) is not None:
+        return value, "profile", f"profile of {model} (blazar tune)"
+    return None
+
+
 def resolve_launch(
     config: RuntimeConfig,
     record: ModelRecord,
@@ -174,8 +186,8 @@ def resolve_launch(
     why = None if over.ctx or ctx_source == "model" else f"min(training context {trained}, default_ctx {cap})"
     add("ctx_per_slot", choice.ctx, ctx_source, ctx_key, clamp or why)
     slots, slots_source, slots_key = _top(config, "slots")
-    if over.slots:
-        slots, slots_source, slots_key = over.slots, "override", _override(name, "slots")
+    if (tuned := _tuned(config, name, "slots")) is not None:
+        slots, slots_source, slots_key = tuned
     add("slots", slots, slots_source, slots_key)
     add("ctx_total", choice.ctx * slots, "derived", None, "ctx_per_slot x slots (llama.cpp -c)")
     if scaling:
@@ -237,9 +249,10 @@ def resolve_launch(
     rpc, rpc_split, refusal = _rpc_settings(
         name, over, lane_key, lane, add, lambda: plan_rpc(choice.ctx, slots), refusal, unrouted=unrouted
     )
-    gpu_layers = over.gpu_layers
-    if gpu_layers is not None:
-        add("gpu_layers", gpu_layers, "override", _override(name, "gpu_layers"))
+    tuned_layers = _tuned(config, name, "gpu_layers")
+    gpu_layers = tuned_layers[0] if tuned_layers is not None else None
+    if tuned_layers is not None:
+        add("gpu_layers", *tuned_layers)
     elif rpc:
         gpu_layers = rpc_split.gpu_layers if rpc_split is not None else RPC_ALL_LAYERS
         why = "the split could not be planned: every layer to the devices"
@@ -265,7 +278,8 @@ def resolve_launch(
             else s
             for s in out
         ]
-    batch = prompt_batch_for(gpu_layers=gpu_layers, configured=over.prompt_batch)
+    tuned_batch = _tuned(config, name, "prompt_batch")
+    batch = prompt_batch_for(gpu_layers=gpu_layers, configured=tuned_batch[0] if tuned_batch else None)
     vectors = bool(over.embeddings) or info.reranker
     step = LaunchSpec(model=name, path="", ctx_per_slot=choice.ctx, slots=slots, prompt_batch=batch,
                       embeddings=vectors).prompt_step  # fmt: skip
@@ -278,13 +292,30 @@ def resolve_launch(
             None,
             "a slot's context: llama.cpp embeds or ranks an input in one step",
         )
-    elif over.prompt_batch is not None:
-        add("prompt_batch", batch, "override", _override(name, "prompt_batch"))
+    elif tuned_batch is not None:
+        add("prompt_batch", *tuned_batch)
     else:
         note = f"{CPU_PROMPT_BATCH} on the CPU lane" if batch else "llama.cpp's own (512) on a GPU"
         add("prompt_batch", batch, "default", None, note)
     threads, t_source, t_key = _top(config, "threads", "engine.threads")
+    if (tuned := _tuned(config, name, "threads")) is not None:
+        threads, t_source, t_key = tuned
     add("threads", threads, t_source, t_key, None if threads else "llama.cpp decides")
+    micro_batch, kv_cache, flash_attn = (
+        _tuned(config, name, f) for f in ("micro_batch", "kv_cache", "flash_attn")
+    )
+    if micro_batch is not None:
+        add("micro_batch", *micro_batch)
+    else:
+        add("micro_batch", None, "default", None, "the prompt batch")
+    if kv_cache is not None:
+        add("kv_cache", *kv_cache)
+    else:
+        add("kv_cache", None, "default", None, "the engine's own (f16)")
+    if flash_attn is not None:
+        add("flash_attn", *flash_attn)
+    else:
+        add("flash_attn", None, "default", None, "the engine's own (auto)")
     base_args, a_source, a_key = _top(config, "extra_args", "engine.extra_args")
     if chosen.lane != "llamacpp" and base_args:
         # engine.extra_args are llama.cpp's flags: another lane gets only the model's own.
@@ -369,6 +400,9 @@ def resolve_launch(
         rope_scale=factor,
         max_output_tokens=out_cap,
         prompt_batch=batch,
+        micro_batch=micro_batch[0] if micro_batch is not None else None,
+        kv_cache=kv_cache[0] if kv_cache is not None else None,
+        flash_attn=flash_attn[0] if flash_attn is not None else None,
         lane=lane_key,
         engine_version=release,
         architecture=info.architecture or None,

@@ -59,10 +59,11 @@ class Daemon:
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._check(self.http.post(path, json=body or {}))
 
-    def delete(self, path: str, body: dict[str, Any]) -> None:
+    def delete(self, path: str, body: dict[str, Any] | None = None) -> Any:
         resp = self.http.request("DELETE", path, json=body)
         if resp.status_code >= 400:
             raise CliError(error_message(resp))
+        return resp.json() if resp.content else None
 
     def stream_chat(self, body: dict[str, Any], *, headers: dict[str, str] | None = None) -> Iterator[str]:
         """Yield the text deltas of a streamed chat completion."""

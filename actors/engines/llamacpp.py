@@ -234,7 +234,13 @@ def build_argv(
         flags += ["-t", str(spec.threads)]
     batch = spec.prompt_step  # a whole input per step where the engine embeds or ranks
     if batch:
-        flags += ["-b", str(batch), "-ub", str(batch)]
+        flags += ["-b", str(batch)]
+    if spec.micro_step:
+        flags += ["-ub", str(spec.micro_step)]
+    if spec.kv_cache:
+        flags += ["-ctk", spec.kv_cache, "-ctv", spec.kv_cache]
+    if spec.flash_attn:
+        flags += ["-fa", spec.flash_attn]
     if spec.rpc:
         flags += ["--rpc", ",".join(spec.rpc)]
         if spec.tensor_split:

@@ -55,6 +55,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("-ub", "--ubatch-size", type=int, default=None)
     p.add_argument("-ctk", "--cache-type-k", choices=_CACHE_TYPES, default=None)
     p.add_argument("-ctv", "--cache-type-v", choices=_CACHE_TYPES, default=None)
+    p.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), default=None)
     p.add_argument("--rope-scaling", choices=_ROPE_SCALING, default=None)
     p.add_argument("--rope-scale", type=float, default=None)
     p.add_argument("--rope-freq-scale", type=float, default=None)
@@ -130,6 +131,9 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.cache_type_k = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_k.upper()}")
     if ns.cache_type_v:
         p.cache_type_v = getattr(xlc.ggml_type, f"GGML_TYPE_{ns.cache_type_v.upper()}")
+    if ns.flash_attn:
+        kind = {"on": "ENABLED", "off": "DISABLED", "auto": "AUTO"}[ns.flash_attn]
+        p.flash_attn_type = getattr(xlc.llama_flash_attn_type, f"LLAMA_FLASH_ATTN_TYPE_{kind}")
     if ns.rope_scaling:
         p.rope_scaling_type = getattr(
             xlc.llama_rope_scaling_type, f"LLAMA_ROPE_SCALING_TYPE_{ns.rope_scaling.upper()}"

@@ -134,6 +134,12 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The installed version of the lane that runs it (``blazar engine``); None: the bundled one."""
     prompt_batch: int | None = None
     """Prompt tokens the engine reads per step (``-b`` and ``-ub``); None: llama.cpp's own."""
+    micro_batch: int | None = None
+    """The physical batch (``-ub``) when smaller than ``prompt_batch``; None: the same."""
+    kv_cache: str | None = None
+    """The KV cache's type (``-ctk``/``-ctv``: ``f16``, ``q8_0``, ``q4_0``); None: the engine's own."""
+    flash_attn: str | None = None
+    """Flash attention (``-fa on|off|auto``); None: the engine's own choice."""
     architecture: str | None = None
     """The model's architecture as its files name it (GGUF ``general.architecture``, config.json's
     ``architectures``, a diffusion family): lanes pick parsers and roles by it."""
@@ -162,6 +168,14 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.embeddings or self.reranking:
             return max(self.prompt_batch or _LLAMA_BATCH, self.ctx_per_slot)
         return self.prompt_batch
+
+    @property
+    def micro_step(self) -> int | None:
+        """The physical batch (``-ub``): ``micro_batch`` within the prompt step, else the step."""
+        step = self.prompt_step
+        if self.micro_batch is None or self.embeddings or self.reranking:
+            return step
+        return min(self.micro_batch, step) if step else self.micro_batch
 
     @property
     def ctx_total(self) -> int:

@@ -43,6 +43,7 @@ from blazar.cli import (  # noqa: E402, F401
     sessions,
     snapshot,
     speech,
+    tune,
     watch,
     why,
 )

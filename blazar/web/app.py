@@ -35,7 +35,7 @@ from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import audio as web_audio
-from blazar.web import background, batch_runner, bench_job, model_doctor, speech_jobs
+from blazar.web import background, batch_runner, bench_job, model_doctor, speech_jobs, tune_job
 from blazar.web import batches as web_batches
 from blazar.web import capacity as web_capacity
 from blazar.web import config_routes as web_config
@@ -150,6 +150,7 @@ def build_gateway(
     link.headers.update(auth.local_headers())
     model_doctor.register_runner(runtime, link)
     bench_job.register_runner(runtime, link)
+    tune_job.register_runner(runtime, link)
     return gateway
 
 
@@ -254,6 +255,7 @@ def create_app(
         web_realtime,
         model_doctor,
         bench_job,
+        tune_job,
     ):
         module.register(app)
     return app

@@ -119,6 +119,8 @@ _PREFIXES = (
     ("/api/failover/", ADMIN),  # pin and unpin; GET /api/failover only lists
     ("/api/model-doctor", ADMIN),  # runs probes (GET reads a certificate: admin too, it shows prompts)
     ("/api/bench", ADMIN),  # runs a benchmark
+    ("/api/tune", ADMIN),  # restarts a model's engine with trial settings
+    ("/api/profiles/", ADMIN),  # DELETE changes how a model runs; GET: admin too, beside it
     ("/api/benchmarks", METRICS),
     ("/api/scorecard/", METRICS),
     ("/api/console/", METRICS),  # the console's read model: the operator's view, like /metrics

@@ -198,7 +198,7 @@ class _Sample(msgspec.Struct, kw_only=True):
     completion_tokens: int | None = None
 
 
-async def _one(client: httpx.AsyncClient, req: BenchRequest) -> _Sample:
+async def one_request(client: httpx.AsyncClient, req: BenchRequest) -> _Sample:
     body = {
         "model": req.model,
         "messages": [{"role": "user", "content": _prompt(req.ctx)}],
@@ -279,7 +279,7 @@ def summarize(level: int, samples: list[_Sample], wall_s: float) -> dict[str, An
     }
 
 
-async def _level(client: httpx.AsyncClient, req: BenchRequest, level: int) -> dict[str, Any]:
+async def run_level(client: httpx.AsyncClient, req: BenchRequest, level: int) -> dict[str, Any]:
     total = req.requests if req.requests is not None else max(4, 2 * level)
     samples: list[_Sample] = []
     left = [total]
@@ -288,7 +288,7 @@ async def _level(client: httpx.AsyncClient, req: BenchRequest, level: int) -> di
         while left[0] > 0:
             left[0] -= 1
             try:
-                samples.append(await _one(client, req))
+                samples.append(await one_request(client, req))
             except httpx.HTTPError as exc:
                 samples.append(_Sample(ok=False, error=repr(exc)[:300]))
 
@@ -305,12 +305,12 @@ async def _run(runtime: Runtime, link: SelfLink, ctx: JobContext) -> JobOutcome:
     async with link.client() as client:
         client.headers["x-blazar-client"] = f"job:{ctx.job.id}"
         # The first request loads the model: its time is no measure of speed.
-        warm = await _one(client, msgspec.structs.replace(req, ctx=16, max_tokens=2))
+        warm = await one_request(client, msgspec.structs.replace(req, ctx=16, max_tokens=2))
         if not warm.ok:
             return JobOutcome(state="failed", error=f"the warm-up request failed: {warm.error}")
         levels = []
         for level in req.concurrency:
-            result = await _level(client, req, level)
+            result = await run_level(client, req, level)
             levels.append(result)
             await ctx.event("level", result)
             await ctx.progress({"done": len(levels), "of": len(req.concurrency), "concurrency": level})

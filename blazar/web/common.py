@@ -65,6 +65,8 @@ _NATIVE_API = (
     "/api/model-doctor",
     "/api/bench",  # and /api/benchmarks
     "/api/scorecard/",
+    "/api/tune",
+    "/api/profiles/",
 )
 """Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
 

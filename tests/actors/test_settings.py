@@ -153,3 +153,36 @@ def test_a_request_that_changed_the_running_engine_is_named() -> None:
     assert "it was 4096 from default" in (s["ctx_per_slot"].note or "")
     assert s["ctx_total"].value == 24000 and s["slots"].source == "default"
     assert _by_name(explain_running(r, r.spec))["ctx_per_slot"].source == "default"
+
+
+def test_a_tuned_profile_fills_what_the_model_s_table_leaves_unset() -> None:
+    from actors.config import Profile
+
+    profile = Profile(slots=1, threads=2, prompt_batch=512, micro_batch=128, kv_cache="q8_0", flash_attn="on")
+    config = RuntimeConfig.in_home(
+        "/h",
+        engine=EngineConfig(threads=4),  # machine-wide: the model's profile is more particular
+        models={NAME: ModelOverride(prompt_batch=64)},  # the user's own table wins over the profile
+        profiles={NAME: profile},
+        configured=frozenset({"engine.threads"}),
+    )
+    r = _resolve(config)
+    s = _by_name(r)
+    for name, value in (
+        ("slots", 1),
+        ("threads", 2),
+        ("micro_batch", 128),
+        ("kv_cache", "q8_0"),
+        ("flash_attn", "on"),
+    ):
+        assert (s[name].value, s[name].source) == (value, "profile"), s[name]
+    assert (s["prompt_batch"].value, s["prompt_batch"].source) == (64, "override")
+    argv = " ".join(build_argv(r.spec, port=1, api_key="k", binary=None)) + " "
+    # the micro-batch is never above the prompt batch
+    for flags in ("-np 1 ", "-t 2 ", "-b 64 -ub 64 ", "-ctk q8_0 -ctv q8_0 ", "-fa on "):
+        assert flags in argv, argv
+    plain = _by_name(_resolve(RuntimeConfig.in_home("/h")))
+    assert all(plain[k].source == "default" for k in ("micro_batch", "kv_cache", "flash_attn", "threads"))
+    assert "-ctk" not in " ".join(
+        build_argv(_resolve(RuntimeConfig.in_home("/h")).spec, port=1, api_key="k", binary=None)
+    )
