@@ -127,8 +127,11 @@ def _print(tuned: dict[str, Any]) -> None:
     for i, t in enumerate(tuned["trials"], 1):
         f = t.get("figures") or {}
         changed = t["changed"]
-        if changed is None or changed.startswith("confirm"):
-            tried = (changed + ": " if changed else "") + _settings(t["values"])
+        if changed is None:
+            tried = _settings(t["values"])
+        elif changed.startswith("confirm"):  # the best: what differs from the baseline
+            base = tuned["trials"][0]["values"]
+            tried = " ".join([changed, _settings({k: v for k, v in t["values"].items() if v != base.get(k)})])
         else:
             tried = _settings({changed: t["values"][changed]})
         ttft = (f.get("ttft_ms") or {}).get("p50")

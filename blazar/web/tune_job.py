@@ -204,15 +204,16 @@ async def _run(runtime: Runtime, link: SelfLink, ctx: JobContext) -> JobOutcome:
         await apply_profile(runtime, req.model, as_profile(values))
         async with link.client() as client:
             client.headers["x-blazar-client"] = f"job:{ctx.job.id}"
-            # The first request (re)starts the engine with these settings: no measure of speed.
-            warm = await one_request(client, msgspec.structs.replace(bench, ctx=16, max_tokens=2))
+            # The first request (re)starts the engine with these settings and reads a prompt as
+            # long as the workload's (the engine sizes its buffers then): no measure of speed.
+            warm = await one_request(client, msgspec.structs.replace(bench, max_tokens=2))
             if not warm.ok:
                 figures: dict[str, Any] = {"error": f"the warm-up request failed: {warm.error}"}
             else:
                 figures = await run_level(client, bench, req.concurrency)
         done[0] += 1
         await ctx.event("trial", {"values": values, "figures": figures})
-        await ctx.progress({"done": done[0], "of": req.budget})
+        await ctx.progress({"done": done[0], "of": max(req.budget, done[0])})
         if figures.get("error") or not figures.get("ok"):
             figures.setdefault("error", "; ".join(figures.get("errors") or []) or "no request succeeded")
             return None, figures
