@@ -8,11 +8,10 @@ tools read pointed at the daemon. The plans themselves are made in ``blazar.conn
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from cyclopts import Parameter
 
@@ -20,20 +19,9 @@ from blazar.cli import app
 from blazar.cli._common import Json, err, load_setup, open_store, out, print_json
 from blazar.client import CliError, ensure_daemon, find_daemon
 from blazar.config import Config, Paths
-from blazar.connect import (
-    TOOLS,
-    ConnectError,
-    ModelChoice,
-    Plan,
-    Tool,
-    choose_models,
-    context,
-    find_tool,
-    installed,
-    plan_for,
-)
-from blazar.connect.apply import ProbeFailed, restore, rollback, send_probe, write_plan
-from blazar.connect.launch import launch_env
+
+if TYPE_CHECKING:
+    from blazar.connect import ModelChoice, Plan, Tool
 
 __all__ = ["connect", "disconnect", "launch"]
 
@@ -77,6 +65,8 @@ def _daemon_url(paths: Paths, config: Config, url: str | None, *, start: bool) -
 
 
 def _installed_chat_models(paths: Paths) -> list[ModelChoice]:
+    from blazar.connect import ModelChoice
+
     store = open_store(paths)
     found = []
     for record in store.list():
@@ -97,6 +87,8 @@ def _installed_chat_models(paths: Paths) -> list[ModelChoice]:
 
 
 def _models(paths: Paths, given: list[str] | None, all_models: bool) -> tuple[str, ...]:
+    from blazar.connect import choose_models
+
     if given:
         return tuple(given)
     chosen = choose_models(_installed_chat_models(paths), all_models=all_models)
@@ -106,6 +98,8 @@ def _models(paths: Paths, given: list[str] | None, all_models: bool) -> tuple[st
 
 
 def _diff(plan: Plan) -> list[str]:
+    import difflib
+
     old = (plan.old_text or "").splitlines(keepends=True)
     new = (plan.new_text or "").splitlines(keepends=True)
     name = str(plan.path)
@@ -133,6 +127,8 @@ def _print_plan(tool: Tool, plan: Plan) -> None:
 
 
 def _apply(tool: Tool, plan: Plan, base_url: str, timeout_s: float) -> bool:
+    from blazar.connect.apply import ProbeFailed, rollback, send_probe, write_plan
+
     undo = write_plan(plan) if plan.writes else None
     if undo is not None:
         out.print(
@@ -174,6 +170,9 @@ def connect(
     """Point a tool at the daemon: codex, claude, opencode, continue, cline, open-webui, aider, llm.
 
     Without TOOL, every supported tool found on this machine. Prints the plan; --write applies it."""
+    # Imported here: the YAML and TOML editors cost every other command's start nothing.
+    from blazar.connect import TOOLS, ConnectError, context, find_tool, installed, plan_for
+
     paths, config = load_setup()
     home = Path.home()
     if tool is not None:
@@ -228,6 +227,9 @@ def connect(
 @app.command(name="disconnect")
 def disconnect(tool: str, /) -> None:
     """Undo `blazar connect TOOL --write`: the tool's file as it was before the first connect."""
+    from blazar.connect import find_tool
+    from blazar.connect.apply import restore
+
     entry = find_tool(tool)
     path = entry.path(Path.home(), os.environ)
     if path is None:
@@ -273,6 +275,9 @@ def launch(*tokens: Annotated[str, Parameter(allow_leading_hyphen=True, name="CO
     Options, before COMMAND: --model NAME (the model tools are told to use; default the best
     installed chat model), --key KEY (default a placeholder), --url URL (a daemon elsewhere:
     nothing is started). Everything from COMMAND on is passed to it untouched."""
+    from blazar.connect import choose_models
+    from blazar.connect.launch import launch_env
+
     options, command = _launch_options(tokens)
     if not command:
         raise CliError("name the command to run: blazar launch codex, blazar launch claude, …")
