@@ -61,7 +61,15 @@ def _daemon_url(paths: Paths, config: Config, url: str | None, *, start: bool) -
         daemon, started = ensure_daemon(paths, config)
         if started:
             err.print(f"[dim]started the daemon at {daemon.url}[/]")
-    return daemon.url if daemon is not None else _local_url(config)
+    if daemon is not None:
+        return daemon.url
+    if config.port == 0:
+        raise CliError(
+            "config.toml sets port = 0 (a new port at each start): start the daemon first, or give --url"
+        )
+    local = _local_url(config)
+    err.print(f"[dim]no daemon runs: the plan uses config.toml's address, {local}[/]")
+    return local
 
 
 def _installed_chat_models(paths: Paths) -> list[ModelChoice]:
@@ -126,25 +134,24 @@ def _print_plan(tool: Tool, plan: Plan) -> None:
         out.print(f"  test request: {probe.method} {probe.path}{streamed}", markup=False)
 
 
-def _apply(tool: Tool, plan: Plan, base_url: str, timeout_s: float) -> bool:
+def _apply(tool: Tool, plan: Plan, base_url: str, timeout_s: float) -> tuple[bool, list[str]]:
+    """Write the plan, send its test requests, undo on failure: whether it held, and what happened."""
     from blazar.connect.apply import ProbeFailed, rollback, send_probe, write_plan
 
     undo = write_plan(plan) if plan.writes else None
-    if undo is not None:
-        out.print(
-            f"  wrote {plan.path} (the original is kept for `blazar disconnect {tool.name}`)", markup=False
-        )
+    said = [f"wrote {plan.path} (the original is kept for `blazar disconnect {tool.name}`)"] if undo else []
     for probe in plan.probes:
         try:
-            account = send_probe(base_url, probe, timeout_s=timeout_s)
+            said.append(f"test request passed: {send_probe(base_url, probe, timeout_s=timeout_s)}")
         except ProbeFailed as exc:
-            err.print(f"  test request failed: {exc}", markup=False)
+            said.append(f"test request failed: {exc}")
+            if ": 401 " in str(exc):
+                said.append("the daemon has API keys: give one with --key (`blazar keys add NAME`)")
             if undo is not None:
                 rollback(undo)
-                err.print(f"  rolled back: {plan.path} is as it was", markup=False)
-            return False
-        out.print(f"  test request passed: {account}", markup=False)
-    return True
+                said.append(f"rolled back: {plan.path} is as it was")
+            return False, said
+    return True, said
 
 
 @app.command(name="connect")
@@ -210,12 +217,18 @@ def connect(
                     "probes": [{"method": p.method, "path": p.path} for p in plan.probes],
                 }
             )
-            if not write:
-                continue
         else:
             _print_plan(entry, plan)
-        if write and not _apply(entry, plan, base_url, timeout):
+        if not write:
+            continue
+        ok, said = _apply(entry, plan, base_url, timeout)
+        if not ok:
             failed.append(entry.name)
+        if json_:
+            plans[-1] |= {"connected": ok, "applied": said}
+        else:
+            for line in said:
+                (out if ok else err).print(f"  {line}", markup=False)
     if json_:
         print_json(plans)
     if not write and not json_:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import msgspec
@@ -121,6 +122,7 @@ def send_probe(base_url: str, probe: Probe, *, timeout_s: float = 300.0) -> str:
     headers = dict(probe.headers)
     if body is not None:
         headers.setdefault("content-type", "application/json")
+    started = time.monotonic()
     try:
         with (
             httpx.Client(base_url=base_url, timeout=timeout, trust_env=False) as client,
@@ -132,7 +134,8 @@ def send_probe(base_url: str, probe: Probe, *, timeout_s: float = 300.0) -> str:
         raise ProbeFailed(f"{probe.method} {probe.path}: no answer from {base_url} ({exc})") from exc
     if status >= 400:
         raise ProbeFailed(f"{probe.method} {probe.path}: {status} {_error_text(text)}")
-    return f"{probe.method} {probe.path}: {status}, {check_answer(probe, text)}"
+    took_s = time.monotonic() - started
+    return f"{probe.method} {probe.path}: {status}, {check_answer(probe, text)} ({took_s:.1f} s)"
 
 
 class ProbeFailed(Exception):

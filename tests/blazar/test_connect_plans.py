@@ -259,6 +259,25 @@ def test_connect_prints_the_plan_as_a_diff(tmp_path: Path) -> None:
     assert (tmp_path / ".codex" / "config.toml").read_text() == "# mine\n"  # only a plan
     unknown = blazar(tmp_path, "connect", "vim")
     assert unknown.returncode == 1 and "no tool named 'vim'" in unknown.stderr
+    as_json = blazar(tmp_path, "connect", "aider", "--model", "m1", "--url", "http://127.0.0.1:1", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    (plan,) = json.loads(as_json.stdout)
+    assert plan["tool"] == "aider" and plan["changes"] is True and plan["models"] == ["m1"]
+    assert "+model: ollama_chat/m1" in plan["diff"]
+    assert [p["path"] for p in plan["probes"]] == ["/api/show", "/api/chat"]
+
+
+def test_connect_without_a_daemon_or_a_port_says_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "blazar").mkdir()
+    (tmp_path / "blazar" / "config.toml").write_text("port = 0\n")
+    done = blazar(tmp_path, "connect", "codex", "--model", "m1")
+    assert done.returncode == 1 and "port = 0" in done.stderr and "--url" in done.stderr
+    (tmp_path / "blazar" / "config.toml").write_text("port = 11999\n")
+    done = blazar(tmp_path, "connect", "codex", "--model", "m1")
+    assert done.returncode == 0 and "no daemon runs" in done.stderr
+    assert 'base_url = "http://127.0.0.1:11999/v1"' in done.stdout
+    none = blazar(tmp_path, "connect", "codex")
+    assert none.returncode == 1 and "no chat model is installed" in none.stderr
 
 
 def test_probe_answers_are_read_as_the_tool_reads_them() -> None:
