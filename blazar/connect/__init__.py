@@ -26,8 +26,11 @@ __all__ = [
     "Probe",
     "Tool",
     "choose_models",
+    "context",
     "find_tool",
     "installed",
+    "plan_for",
+    "read_text",
 ]
 
 TOOLS: tuple[Tool, ...] = (
