@@ -3,8 +3,8 @@
 Every failing command prints one line that says what went wrong and what to
 run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
 
-The commands live by theme in ``serving``, ``models``, ``fit``, ``disk``, ``keys`` and ``config``; each
-registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
+The commands live by theme in ``serving``, ``models``, ``fit``, ``disk``, ``keys``, ``config`` and
+``connect``; each registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from blazar.cli import (  # noqa: E402, F401
     autopilot,
     certify,
     config,
+    connect,
     disk,
     doctor,
     engine,
