@@ -41,6 +41,8 @@ class Facts:
     """Settings config.toml fixes for this model → the key that fixes them."""
     gpu_layers: int | None = None
     """All the model's layers, when a GPU build of llama-server runs it; None: the CPU lane."""
+    lane: str = "llamacpp"
+    """The lane that runs the model: other lanes than llama.cpp's take only ``slots``."""
 
 
 @dataclass
@@ -69,6 +71,9 @@ def dimensions(facts: Facts) -> tuple[list[tuple[str, list[Any]]], dict[str, str
     skipped: dict[str, str] = {}
     gpu = facts.gpu_layers is not None
     for name in DIMENSIONS:
+        if facts.lane != "llamacpp" and name != "slots":
+            skipped[name] = f"a llama.cpp setting: this model runs on the {facts.lane} lane"
+            continue
         if name in facts.pinned:
             skipped[name] = f"pinned by {facts.pinned[name]} in config.toml"
             continue

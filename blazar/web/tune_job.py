@@ -168,6 +168,7 @@ async def _facts(runtime: Runtime, req: TuneRequest) -> tuple[Facts, Values, Any
         current=_values(now),
         pinned=pinned,
         gpu_layers=layers,
+        lane=now.lane,
     )
     return facts, _values(plain), record
 

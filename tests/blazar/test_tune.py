@@ -105,3 +105,9 @@ def test_values_that_do_not_fit_or_conflict_are_skipped_unmeasured() -> None:
 def test_a_failing_baseline_ends_the_search() -> None:
     trials, best, _ = _run(Facts(cpus=2, concurrency=1, current=NOW), budget=5, speed=lambda v: None)
     assert len(trials) == 1 and trials[0].verdict == "failed: boom" and best == NOW
+
+
+def test_another_lane_than_llama_cpp_s_is_searched_for_slots_only() -> None:
+    tried, skipped = dimensions(Facts(cpus=4, concurrency=4, current=NOW, lane="mistralrs"))
+    assert [n for n, _ in tried] == ["slots"]
+    assert skipped["threads"] == "a llama.cpp setting: this model runs on the mistralrs lane"
