@@ -24,7 +24,7 @@ from quart_trio import QuartTrio
 
 from actors.certificates import engine_tag
 from actors.config import Profile
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, read_jobs
 from actors.ledger import Write
 from actors.profiles import TunedProfile, delete_statement, profile_statement, read_profile
 from actors.reload import apply_profile
@@ -97,6 +97,20 @@ async def submit_tune() -> Response:
             "MODEL_KIND_MISMATCH", f"model '{record.name}' is a {record.kind} model: tune runs chat models"
         )
     req = msgspec.structs.replace(req, model=record.name)
+
+    def under_way() -> list[str]:
+        found = []
+        for state in ("queued", "running"):
+            jobs = read_jobs(runtime.jobs.path, state=state, kind=KIND, limit=1000)
+            found += [j.id for j in jobs if j.model == record.name]
+        return found
+
+    if running := await trio.to_thread.run_sync(under_way):
+        raise BlazarError(
+            "MODEL_BUSY",
+            f"a tune of '{record.name}' is already under way (job {running[0]}): wait for it, or "
+            f"cancel it with `blazar jobs cancel {running[0]}`",
+        )
     job = await runtime.jobs.submit(KIND, msgspec.json.encode(req), model=record.name)
     return json_response({**encode_job(job), "url": f"/v1/jobs/{job.id}"}, status=202)
 

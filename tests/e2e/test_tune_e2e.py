@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,33 @@ def test_the_stored_profile_is_what_the_trials_decided(served: DaemonProc, tuned
     assert any(e["state"] == "ready" for e in served.engines())
     text = served.cli("tune", MODEL, "--show").stdout
     assert "baseline" in text and "not searched: kv_cache" in text
+
+
+def test_a_second_tune_of_the_model_waits_its_turn_and_a_cancelled_one_changes_nothing(
+    served: DaemonProc, tuned: dict
+) -> None:
+    body = {"model": MODEL, "budget": 2, "ctx": 64, "max_tokens": 8}
+    first = httpx.post(f"{served.url}/api/tune", json=body, timeout=30)
+    assert first.status_code == 202, first.text
+    second = httpx.post(f"{served.url}/api/tune", json=body, timeout=30)
+    error = second.json()["error"]
+    assert second.status_code == 409 and error["blazar_code"] == "MODEL_BUSY", second.text
+    assert first.json()["id"] in error["message"]
+    job = first.json()["id"]
+    assert httpx.post(f"{served.url}/v1/jobs/{job}/cancel", timeout=30).status_code == 200
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{served.url}/v1/jobs/{job}", timeout=30).json()["status"] not in (
+        "cancelled",
+        "completed",
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    shown = json.loads(served.cli("tune", MODEL, "--show", "--json").stdout)
+    assert shown["profile"] == tuned["profile"] and shown["created_at"] == tuned["created_at"]
+    rows = {
+        s["name"]: s for s in httpx.get(f"{served.url}/api/explain/{MODEL}", timeout=30).json()["settings"]
+    }
+    assert rows["slots"]["source"] == ("profile" if tuned["profile"] else "config")
 
 
 def test_a_stored_profile_is_read_at_start_and_reset_drops_it(served: DaemonProc, tuned: dict) -> None:
