@@ -81,7 +81,8 @@ class MemoryPlanner:
         return shape, est
 
     async def need(self, spec: LaunchSpec) -> int | None:
-        """Estimated bytes ``spec``'s engine will hold; None when unknown or unchecked."""
+        """Estimated bytes ``spec``'s engine will hold; None when unknown or unchecked. The
+        estimate becomes the model's footprint: call it for the spec that will run."""
         if self.budget_mb is not None and self.budget_mb <= 0:
             return None
         found = await trio.to_thread.run_sync(self._estimate, spec)
@@ -90,6 +91,13 @@ class MemoryPlanner:
             return None
         self._estimates[spec.model] = found
         return found[1].total
+
+    async def would_need(self, spec: LaunchSpec) -> int | None:
+        """``need`` for a spec that may never run: the model's footprint stays as it is."""
+        if self.budget_mb is not None and self.budget_mb <= 0:
+            return None
+        found = await trio.to_thread.run_sync(self._estimate, spec)
+        return found[1].total if found is not None else None
 
     def estimate_of(self, model: str) -> fit.Estimate | None:
         found = self._estimates.get(model)

@@ -24,6 +24,8 @@ from quart_trio import QuartTrio
 
 from actors.certificates import engine_tag
 from actors.config import Profile
+from actors.engine import EngineState
+from actors.eviction import format_bytes
 from actors.jobs import JobContext, JobOutcome, read_jobs
 from actors.ledger import Write
 from actors.profiles import TunedProfile, delete_statement, profile_statement, read_profile
@@ -211,9 +213,21 @@ async def _run(runtime: Runtime, link: SelfLink, ctx: JobContext) -> JobOutcome:
             runtime.config, profiles={**runtime.config.profiles, req.model: as_profile(values)}
         )
         spec = await trio.to_thread.run_sync(launch_spec_for, trial, runtime.store, record)
-        need = await runtime.memory.need(spec)
-        preview = runtime.lifecycle.preview(spec.model, need)
-        return preview.refused
+        running = [e for e in runtime.loaded() if e.state in (EngineState.READY, EngineState.STARTING)]
+        if not any(e.spec.model == spec.model for e in running):
+            # a first load: as the lifecycle would decide it (evictions included)
+            return runtime.lifecycle.preview(spec.model, await runtime.memory.would_need(spec)).refused
+        # a restart in place: the memory the engine holds now is freed before the trial's starts
+        need = await runtime.memory.would_need(spec)
+        held = {e.spec.model: runtime.memory.footprint(e.spec.model) or 0 for e in running}
+        others = sum(v for k, v in held.items() if k != spec.model)
+        budget = runtime.memory.budget(sum(held.values()))
+        if need is None or budget is None or need + others <= budget:
+            return None
+        return (
+            f"needs about {format_bytes(need)}; {format_bytes(max(budget - others, 0))} is left "
+            "beside the other loaded models"
+        )
 
     async def measure(values: Values) -> tuple[float | None, dict[str, Any]]:
         await apply_profile(runtime, req.model, as_profile(values))

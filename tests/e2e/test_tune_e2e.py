@@ -23,11 +23,12 @@ from tests.support import MODEL, DaemonProc, make_home, start_daemon
 pytestmark = pytest.mark.slow
 
 CONFIG = f"""# a hand-written file that tune must not touch
-slots = 4          # a default for every model: a model's profile may differ
+slots = 2              # a default for every model: a model's profile may differ
+memory_budget_mb = 185 # 2 slots of 512 tokens need about 172 MiB, 4 about 195
 
 [models."{MODEL}"]
 ctx = 512
-kv_cache = "f16"   # pinned: tune leaves it alone
+kv_cache = "f16"       # pinned: tune leaves it alone
 """
 
 # A small workload so that the suite stays fast: four requests at once (slots are searched).
@@ -56,11 +57,16 @@ def test_each_trial_is_measured_and_the_pinned_setting_is_not_searched(tuned: di
     summary = [(t["changed"], t["score"], t["verdict"]) for t in trials]
     searched = [t for t in trials if not (t["changed"] or "").startswith("confirm")]
     assert trials[0]["changed"] is None and trials[0]["verdict"] == "baseline"
-    assert trials[0]["values"]["slots"] == 4 and trials[0]["values"]["kv_cache"] == "f16"
-    # slots first, the largest lever: 1, then 2 (4 is the baseline's); the budget ends there
+    assert trials[0]["values"]["slots"] == 2 and trials[0]["values"]["kv_cache"] == "f16"
+    # slots first, the largest lever: 1, then 4 (2 is the baseline's); the budget ends there
     tried = [(t["changed"], t["values"]["slots"]) for t in searched[1:]]
-    assert tried == [("slots", 1), ("slots", 2)], summary
-    assert all(t["figures"]["ok"] == 8 and t["figures"]["decode_tps"] > 0 for t in trials), summary
+    assert tried == [("slots", 1), ("slots", 4)], summary
+    # 4 slots would not fit beside nothing in the 185 MiB budget: skipped, never started
+    four = searched[2]
+    assert four["score"] is None and four["verdict"].startswith("skipped: needs about 19"), four["verdict"]
+    assert "is left beside the other loaded models" in four["verdict"]
+    measured = [t for t in trials if t is not four]
+    assert all(t["figures"]["ok"] == 8 and t["figures"]["decode_tps"] > 0 for t in measured), summary
     skipped = tuned["workload"]["skipped"]
     assert skipped["kv_cache"] == f'pinned by models."{MODEL}".kv_cache in config.toml'
     assert "gpu_layers" in skipped and skipped["threads"] == "the budget of 3 trials was spent"
