@@ -301,21 +301,20 @@ def resolve_launch(
     if (tuned := _tuned(config, name, "threads")) is not None:
         threads, t_source, t_key = tuned
     add("threads", threads, t_source, t_key, None if threads else "llama.cpp decides")
-    micro_batch, kv_cache, flash_attn = (
-        _tuned(config, name, f) for f in ("micro_batch", "kv_cache", "flash_attn")
-    )
-    if micro_batch is not None:
-        add("micro_batch", *micro_batch)
-    else:
-        add("micro_batch", None, "default", None, "the prompt batch")
-    if kv_cache is not None:
-        add("kv_cache", *kv_cache)
-    else:
-        add("kv_cache", None, "default", None, "the engine's own (f16)")
-    if flash_attn is not None:
-        add("flash_attn", *flash_attn)
-    else:
-        add("flash_attn", None, "default", None, "the engine's own (auto)")
+    llama: dict[str, Any] = {}  # llama.cpp's own flags: shown as unused, and not passed, on another lane
+    for field, default in (
+        ("micro_batch", "the prompt batch"),
+        ("kv_cache", "the engine's own (f16)"),
+        ("flash_attn", "the engine's own (auto)"),
+    ):
+        tuned = _tuned(config, name, field)
+        if tuned is None:
+            add(field, None, "default", None, default)
+        elif lane_key != "llamacpp":
+            add(field, *tuned, f"unused: the {lane_key} lane does not read it")
+        else:
+            add(field, *tuned)
+            llama[field] = tuned[0]
     base_args, a_source, a_key = _top(config, "extra_args", "engine.extra_args")
     if chosen.lane != "llamacpp" and base_args:
         # engine.extra_args are llama.cpp's flags: another lane gets only the model's own.
@@ -400,9 +399,9 @@ def resolve_launch(
         rope_scale=factor,
         max_output_tokens=out_cap,
         prompt_batch=batch,
-        micro_batch=micro_batch[0] if micro_batch is not None else None,
-        kv_cache=kv_cache[0] if kv_cache is not None else None,
-        flash_attn=flash_attn[0] if flash_attn is not None else None,
+        micro_batch=llama.get("micro_batch"),
+        kv_cache=llama.get("kv_cache"),
+        flash_attn=llama.get("flash_attn"),
         lane=lane_key,
         engine_version=release,
         architecture=info.architecture or None,

@@ -141,3 +141,12 @@ def test_the_config_file_checks_them(tmp_path: Path, monkeypatch: pytest.MonkeyP
         (tmp_path / "config.toml").write_text(f'[models."q"]\n{bad}\n')
         with pytest.raises(ConfigError, match=key):
             load_config(resolve_paths())
+
+
+def test_llama_cpp_s_own_flags_are_unused_on_another_lane() -> None:
+    over = ModelOverride(engine="vllm", kv_cache="q8_0", flash_attn="on", micro_batch=64)
+    r = _resolve(over, fmt="safetensors", arch="LlamaForCausalLM", lanes=_gpu_lanes())
+    by = {s.name: s for s in r.settings}
+    for name in ("kv_cache", "flash_attn", "micro_batch"):
+        assert by[name].note == "unused: the vllm lane does not read it", by[name]
+    assert (r.spec.kv_cache, r.spec.flash_attn, r.spec.micro_batch) == (None, None, None)
