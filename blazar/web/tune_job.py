@@ -25,6 +25,7 @@ from quart_trio import QuartTrio
 from actors.certificates import engine_tag
 from actors.config import Profile
 from actors.engine import EngineState
+from actors.engines.spec import LaunchSpec
 from actors.eviction import format_bytes
 from actors.jobs import JobContext, JobOutcome, read_jobs
 from actors.ledger import Write
@@ -38,6 +39,7 @@ from blazar.web.bench_job import BenchRequest, one_request, run_level
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
 from blazar.web.self_link import SelfLink
+from registry.store import ModelRecord
 
 __all__ = ["KIND", "register", "register_runner"]
 
@@ -138,7 +140,7 @@ async def delete_profile(name: str) -> Response:
 # -- the run ----------------------------------------------------------------------
 
 
-def _values(spec: Any) -> Values:
+def _values(spec: LaunchSpec) -> Values:
     """The tuned settings of a launch spec; the KV cache's default named as what it is."""
     return {
         "threads": spec.threads,
@@ -155,7 +157,7 @@ def _profile(values: Values) -> Profile:
     return Profile(**{k: v for k, v in values.items() if k in DIMENSIONS and v is not None})
 
 
-async def _facts(runtime: Runtime, req: TuneRequest) -> tuple[Facts, Values, Any]:
+async def _facts(runtime: Runtime, req: TuneRequest) -> tuple[Facts, Values, ModelRecord]:
     """What the search starts from: the model's settings now and without a profile, what
     config.toml pins, the cores, the GPU layers a GPU build runs."""
     config = runtime.config
