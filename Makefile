@@ -5,14 +5,46 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install browser ffmpeg models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
+.PHONY: install lock test-latest browser ffmpeg models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
 
-$(STAMP): pyproject.toml
+# Installs come from the lock (requirements/*.txt: exact versions with hashes, written by `make lock`),
+# so a new machine runs what CI tested. uv itself is pinned by hash and installed with pip; `uv pip
+# sync` then makes the venv exactly the lock (removing anything else), and the project goes in
+# editable without touching the dependencies.
+LOCK := requirements/dev.txt
+UV   := $(BIN)/uv
+
+$(STAMP): $(LOCK) requirements/uv.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,mistralrs,speech]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/uv.txt
+	$(UV) pip sync -q --python $(BIN)/python --require-hashes $(LOCK)
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Writes the lock from pyproject.toml's ranges, for Python 3.11 (the oldest the project supports).
+# uv keeps the versions the files already pin where the ranges still allow them: to move the lock,
+# `make lock LOCK_ARGS=--upgrade` (everything) or `LOCK_ARGS="--upgrade-package tomlkit"` (one). dev.txt is what `make install` and CI use; runtime.txt is the daemon
+# alone (what a user installs, docs/development.md); bench.txt adds the benchmark harness. The
+# last two are constrained by dev.txt, so every file names the same version of a package.
+LOCK_ARGS ?=
+COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 $(LOCK_ARGS)
+lock: $(STAMP)
+	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech -o requirements/dev.txt
+	$(COMPILE) pyproject.toml --extra mistralrs --extra speech -c requirements/dev.txt -o requirements/runtime.txt
+	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech --extra bench \
+		-c requirements/dev.txt -o requirements/bench.txt
+
+# Drift, seen before users meet it: a scratch venv with the newest versions the ranges allow
+# (not the lock), running the fast tier. Run it before moving the lock (docs/development.md).
+LATEST_VENV := .cache/latest-venv
+test-latest: $(STAMP) models
+	rm -rf $(LATEST_VENV)
+	$(UV) venv -q --python $(BIN)/python $(LATEST_VENV)
+	$(UV) pip install -q --python $(LATEST_VENV)/bin/python --upgrade -e '.[test,mistralrs,speech]'
+	$(UV) pip list --python $(LATEST_VENV)/bin/python --format freeze > $(LATEST_VENV)/versions.txt
+	$(LATEST_VENV)/bin/python -m pytest -q -m "not slow"
 
 # The test and demo model (SmolLM2-135M), fetched once by the project's own pull code.
 models: $(STAMP)
@@ -22,12 +54,12 @@ demo: install
 	bash scripts/demo.sh
 
 # The browser the web console's tests drive (Debian's chromium via apt): never fails the build,
-# the browser tests skip with the reason where it cannot be installed.
+# the browser tests fail with the reason where it cannot be installed (never a silent skip).
 browser:
 	-sh scripts/setup-browser.sh
 
 # ffmpeg (Debian's, via apt), which the piper host encodes mp3/opus/aac/flac with: never fails the
-# build; without it those formats answer 400 and their tests skip with the reason.
+# build; without it those formats answer 400 and their tests fail, naming `make ffmpeg`.
 ffmpeg:
 	-sh scripts/setup-ffmpeg.sh
 
@@ -58,7 +90,9 @@ BENCH_ARGS ?=
 LITELLM_VENV := .cache/bench/litellm-venv
 
 bench: models bench-litellm
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(UV) pip sync -q --python $(BIN)/python --require-hashes requirements/bench.txt
+	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
+	rm -f $(STAMP)  # the venv is bench.txt now: the next install syncs it back to the dev lock
 	$(BIN)/python -m bench run $(BENCH_ARGS)
 	$(BIN)/python scripts/bench_report.py
 
