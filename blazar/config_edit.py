@@ -20,9 +20,10 @@ from typing import Any
 
 import msgspec
 import tomlkit
-from tomlkit.items import AoT, Table
+from tomlkit.items import Table
 
 from blazar.config import Config, ConfigError, parse_config
+from blazar.toml_edit import put
 
 __all__ = [
     "Key",
@@ -231,26 +232,13 @@ def _table(container: Any, name: str, *, super_table: bool = False) -> Any:
 
 
 def set_value(doc: tomlkit.TOMLDocument, key: Key, value: Any) -> None:
-    """Write ``value`` at ``key`` in ``doc``, making its tables as needed. A new top-level key
-    goes after the file's last top-level key (a plain assignment would put it after whatever
-    comment precedes the first table, which then reads as if it were about the new key)."""
+    """Write ``value`` at ``key`` in ``doc``, making its tables as needed. The value is written in
+    blazar's style (double-quoted strings) in place of the old one, keeping that line's comment;
+    a new key goes after the last key of its table (``blazar.toml_edit`` has the rules)."""
     container: Any = doc
     for i, part in enumerate(key.path[:-1]):
         container = _table(container, part, super_table=(i == 0 and len(key.path) == 3))
-    name = key.path[-1]
-    if container is doc and name not in doc:
-        plain = [k.key for k, v in doc.body if k is not None and not isinstance(v, (Table, AoT))]
-        tables = [i for i, (k, v) in enumerate(doc.body) if isinstance(v, (Table, AoT))]
-        try:  # tomlkit's container inserts: no public API places a key among others
-            if plain:
-                doc._insert_after(plain[-1], name, value)
-                return
-            if tables:
-                doc._insert_at(tables[0], name, value)
-                return
-        except AttributeError:
-            pass
-    container[name] = value
+    put(container, key.path[-1], value)
 
 
 def unset_value(doc: tomlkit.TOMLDocument, key: Key) -> bool:

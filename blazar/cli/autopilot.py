@@ -13,7 +13,7 @@ from blazar.cli import app
 from blazar.cli._common import Json, daemon_or_here, load_setup, out, print_json, run_offline
 from blazar.client import CliError
 
-__all__ = ["autopilot"]
+__all__ = ["autopilot", "write_recommendations"]
 
 
 def _window_s(text: str) -> float:
@@ -92,13 +92,19 @@ def autopilot(
         )
         out.print("refused for its length and no model reloading often.")
     if apply and settable:
-        from blazar.cli.config import _change
-        from blazar.config_edit import resolve_key
-
-        edits = {resolve_key(str(r.key)): r.value for r in settable}
-        _change(paths, edits, "autopilot set " + ", ".join(f"{r.key} = {_toml(r.value)}" for r in settable))
+        write_recommendations(paths, settable)
     elif settable and not json_:
         out.print("[dim]`blazar autopilot --apply` writes them (as `blazar config set` does).[/]")
+
+
+def write_recommendations(paths: Any, recs: list[Any]) -> None:
+    """--apply: the recommendations' keys written into config.toml as `blazar config set` writes
+    them (checked; the file's comments and order kept, blazar.toml_edit)."""
+    from blazar.cli.config import _change
+    from blazar.config_edit import resolve_key
+
+    edits = {resolve_key(str(r.key)): r.value for r in recs}
+    _change(paths, edits, "autopilot set " + ", ".join(f"{r.key} = {_toml(r.value)}" for r in recs))
 
 
 def _toml(value: object) -> str:

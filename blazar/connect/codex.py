@@ -13,6 +13,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from blazar.connect import _probes
 from blazar.connect._plan import ConnectError, Context, Plan, Tool
+from blazar.toml_edit import put
 
 __all__ = ["TOOL", "plan", "settings_path"]
 
@@ -31,13 +32,14 @@ def plan(ctx: Context, text: str | None) -> Plan:
         doc = tomlkit.parse(text or "")
     except TOMLKitError as exc:
         raise ConnectError(f"{path} is not valid TOML ({exc}): fix it, then run connect again") from None
-    doc["model"] = ctx.model
-    doc["model_provider"] = PROVIDER
-    doc["web_search"] = "disabled"
+    # Values written in blazar's style, new keys after the user's last one (blazar.toml_edit).
+    put(doc, "model", ctx.model)
+    put(doc, "model_provider", PROVIDER)
+    put(doc, "web_search", "disabled")
     providers = doc.get("model_providers")
     if providers is None:
         providers = tomlkit.table(is_super_table=True)
-        doc["model_providers"] = providers
+        put(doc, "model_providers", providers)
     provider = tomlkit.table()
     provider["name"] = "Blazar"
     provider["base_url"] = ctx.v1
@@ -45,12 +47,12 @@ def plan(ctx: Context, text: str | None) -> Plan:
         # Codex reads a provider's key from the environment only, never from this file.
         provider["env_key"] = KEY_VARIABLE
     provider["wire_api"] = "responses"
-    providers[PROVIDER] = provider
+    put(providers, PROVIDER, provider)
     features = doc.get("features")
     if features is None:
         features = tomlkit.table()
-        doc["features"] = features
-    features["multi_agent"] = False
+        put(doc, "features", features)
+    put(features, "multi_agent", False)
     summary = [
         f'model = "{ctx.model}", model_provider = "{PROVIDER}", web_search = "disabled"',
         f'[model_providers.{PROVIDER}] base_url = "{ctx.v1}", wire_api = "responses"'

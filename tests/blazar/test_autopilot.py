@@ -3,8 +3,15 @@ leads to nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from actors.ledger import RequestRecord
 from blazar.autopilot import Current, recommend
+from blazar.cli.autopilot import write_recommendations
+from blazar.config import resolve_paths
+from tests.tomlkit_versions import Scenario
 
 NOW = Current(slots=2, ctx=1024, keep_alive_s=60.0, training_ctx=8192)
 
@@ -78,3 +85,51 @@ def test_reloads_within_the_keep_alive_are_evictions_with_advice_and_no_key() ->
 def test_models_no_longer_installed_and_quiet_traffic_give_nothing() -> None:
     rows = [rec(i, model="gone", queue_ms=5000.0) for i in range(10)] + [rec(1), rec(2)]
     assert recommend(rows, {"m": NOW}) == []
+
+
+TUNED = """\
+# tuned by hand
+slots = 2
+
+[models."m"]
+slots = 2  # two at once for now
+# the context, halved to fit
+ctx = 1024
+
+# the others
+[models."other"]
+ctx = 4096
+"""
+
+
+def apply_all_rules(home: Path) -> str:
+    """A scenario (tests.tomlkit_versions): ``autopilot --apply`` over traffic that queues, is
+    refused for length and reloads."""
+    said = "the prompt has 1500 tokens but the context holds 1024 per slot — shorten it"
+    rows = [rec(i, queue_ms=900.0 if i % 2 else 10.0) for i in range(8)]
+    rows += [rec(8, error=said), rec(9, load_ms=800.0), rec(110, load_ms=700.0), rec(260, load_ms=750.0)]
+    recs = recommend(rows, {"m": NOW})
+    assert [r.rule for r in recs] == ["queueing", "context", "reloads"]
+    path = home / "config.toml"
+    path.write_text(TUNED)
+    write_recommendations(resolve_paths(), recs)
+    return path.read_text()
+
+
+def test_apply_keeps_comments_and_order(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    """--apply writes as `blazar config set` does, the same on every tomlkit version allowed: the
+    replaced values keep their lines and comments, the new key follows the table's last key."""
+    assert on_tomlkit(apply_all_rules) == (
+        "# tuned by hand\n"
+        "slots = 2\n"
+        "\n"
+        '[models."m"]\n'
+        "slots = 4  # two at once for now\n"
+        "# the context, halved to fit\n"
+        "ctx = 2048\n"
+        "keep_alive_s = 240.0\n"
+        "\n"
+        "# the others\n"
+        '[models."other"]\n'
+        "ctx = 4096\n"
+    )

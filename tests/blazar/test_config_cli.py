@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from blazar.cli import main
 from blazar.config import load_config, resolve_paths
 from blazar.presets import OWNED, PRESETS
+from tests.tomlkit_versions import Scenario
 
 COMMENTED = """\
 # My Blazar settings
@@ -48,21 +51,40 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_set_and_unset_keep_comments_and_order(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def run_cli(*argv: str) -> None:
+    """``blazar ARGV`` in this process, for a scenario (no capsys there): it must succeed."""
+    try:
+        main(list(argv))
+    except SystemExit as exc:
+        assert not exc.code, f"blazar {' '.join(argv)} exited with {exc.code}"
+
+
+# Scenarios (tests.tomlkit_versions): each runs on the installed tomlkit and on the oldest that
+# pyproject.toml allows, and must leave the same text on both.
+
+
+def set_and_unset(home: Path) -> list[str]:
     path = home / "config.toml"
     path.write_text(COMMENTED)
-    assert cli(capsys, "config", "set", "slots", "2")[0] == 0
-    assert cli(capsys, "config", "set", "models.smollm2-135m.ctx", "2048")[0] == 0
-    assert cli(capsys, "config", "set", "models.qwen/qwen2.5-0.5b-instruct-gguf.slots", "1")[0] == 0
-    assert cli(capsys, "config", "set", "key_concurrency", "queue")[0] == 0  # a bare word is a string
-    assert cli(capsys, "config", "unset", "max_queue")[0] == 0
-    code, out, _ = cli(capsys, "config", "set", "engine.extra_args", '["-ngl", "0", "-t", "2"]')
-    assert code == 0 and "set engine.extra_args" in out
-    assert path.read_text() == (
+    run_cli("config", "set", "slots", "2")
+    run_cli("config", "set", "models.smollm2-135m.ctx", "2048")
+    run_cli("config", "set", "models.qwen/qwen2.5-0.5b-instruct-gguf.slots", "1")
+    run_cli("config", "set", "key_concurrency", "queue")  # a bare word is a string
+    run_cli("config", "unset", "max_queue")
+    run_cli("config", "set", "engine.extra_args", '["-ngl", "0", "-t", "2"]')
+    edited = path.read_text()
+    # The last key of a model's table takes the table with it.
+    run_cli("config", "unset", "models.qwen/qwen2.5-0.5b-instruct-gguf.slots")
+    return [edited, path.read_text()]
+
+
+def test_set_and_unset_keep_comments_and_order(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    edited, unset = on_tomlkit(set_and_unset)
+    assert edited == (
         "# My Blazar settings\n"
         "port = 0          # any free port\n"
         "slots = 2         # four at once\n"
-        'key_concurrency = "queue"\n'
+        'key_concurrency = "queue"\n'  # after the last top-level key, not under the table's comment
         "\n"
         "# the engine, tuned by hand\n"
         "[engine]\n"
@@ -76,15 +98,161 @@ def test_set_and_unset_keep_comments_and_order(home: Path, capsys: pytest.Captur
         '[models."qwen/qwen2.5-0.5b-instruct-gguf"]\n'
         "slots = 1\n"
     )
+    # The blank line tomlkit put before that table stays: the file ends with one.
+    assert unset == edited.split('[models."qwen/')[0]
+
+
+def test_set_checks_and_writes_atomically(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = home / "config.toml"
+    path.write_text(COMMENTED)
+    assert cli(capsys, "config", "set", "slots", "2")[0] == 0
+    assert cli(capsys, "config", "set", "key_concurrency", "queue")[0] == 0
+    assert cli(capsys, "config", "unset", "max_queue")[0] == 0
+    code, out, _ = cli(capsys, "config", "set", "models.qwen/qwen2.5-0.5b-instruct-gguf.slots", "1")
+    assert code == 0 and "set models.qwen/qwen2.5-0.5b-instruct-gguf.slots" in out
     config = load_config(resolve_paths())
     assert (config.slots, config.max_queue, config.key_concurrency) == (2, 256, "queue")
-    assert config.models["smollm2-135m"].ctx == 2048
+    assert config.models["smollm2-135m"].ctx == 1024
     assert config.models["qwen/qwen2.5-0.5b-instruct-gguf"].slots == 1
     assert list(home.glob(".config-*")) == []  # the atomic write left no temp file
 
-    # The last key of a model's table takes the table with it.
-    assert cli(capsys, "config", "unset", "models.qwen/qwen2.5-0.5b-instruct-gguf.slots")[0] == 0
-    assert "qwen" not in path.read_text()
+
+SPARSE = """\
+# Blazar, by hand
+
+# the engine
+[engine]
+threads = 2
+# extra_args = ["-ngl", "99"] on the GPU box
+
+# the models
+[models."smollm2-135m"]
+# nothing set yet
+
+[models."other"]
+  ctx = 1024
+"""
+
+
+def new_keys(home: Path) -> str:
+    path = home / "config.toml"
+    path.write_text(SPARSE)
+    run_cli("config", "set", "slots", "2")
+    run_cli("config", "set", "max_queue", "8")
+    run_cli("config", "set", "engine.start_timeout_s", "60")
+    run_cli("config", "set", "models.smollm2-135m.ctx", "2048")
+    run_cli("config", "set", "models.other.slots", "1")
+    return path.read_text()
+
+
+def test_a_new_key_goes_after_the_last_key_of_its_table(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    """Comments and blank lines after a table's last key stay with the header below them; in a
+    table without keys the key goes after the comments that open it, before a blank line."""
+    assert on_tomlkit(new_keys) == (
+        "# Blazar, by hand\n"
+        "slots = 2\n"
+        "max_queue = 8\n"
+        "\n"
+        "# the engine\n"
+        "[engine]\n"
+        "threads = 2\n"
+        "start_timeout_s = 60\n"
+        '# extra_args = ["-ngl", "99"] on the GPU box\n'
+        "\n"
+        "# the models\n"
+        '[models."smollm2-135m"]\n'
+        "# nothing set yet\n"
+        "ctx = 2048\n"
+        "\n"
+        '[models."other"]\n'
+        "  ctx = 1024\n"
+        "  slots = 1\n"
+    )
+
+
+QUOTED = """\
+host = '127.0.0.1'  # loopback only
+key_concurrency = 'reject'  # say no when busy
+otel_service_name = 'blazar'
+
+[models.'smollm2-135m']
+engine_version = 'b4000'
+extra_args = ['-ngl', '0']
+"""
+
+
+def replace_quoted(home: Path) -> str:
+    path = home / "config.toml"
+    path.write_text(QUOTED)
+    run_cli("config", "set", "key_concurrency", "queue")
+    run_cli("config", "set", "models.smollm2-135m.engine_version", "b5000")
+    run_cli("config", "set", "models.smollm2-135m.extra_args", '["-ngl", "0", "-t", "2"]')
+    return path.read_text()
+
+
+def test_a_replaced_value_is_written_in_blazars_quotes(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    """The rule: a value blazar writes is a double-quoted string (an array of them), whatever
+    quotes the value it replaces had; its line keeps its comment, and the values blazar does not
+    write keep the user's single quotes."""
+    assert on_tomlkit(replace_quoted) == (
+        "host = '127.0.0.1'  # loopback only\n"
+        'key_concurrency = "queue"  # say no when busy\n'
+        "otel_service_name = 'blazar'\n"
+        "\n"
+        "[models.'smollm2-135m']\n"
+        'engine_version = "b5000"\n'
+        'extra_args = ["-ngl", "0", "-t", "2"]\n'
+    )
+
+
+def apply_presets(home: Path) -> list[str]:
+    path = home / "config.toml"
+    path.write_text(COMMENTED)
+    run_cli("config", "preset", "low-memory", "--yes")
+    low = path.read_text()
+    run_cli("config", "preset", "throughput", "--model", "smollm2-135m", "--yes")
+    return [low, path.read_text()]
+
+
+def test_presets_keep_comments_and_order(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    low, throughput = on_tomlkit(apply_presets)
+    assert low == (
+        "# My Blazar settings\n"
+        "port = 0          # any free port\n"
+        "slots = 1         # four at once\n"
+        "default_ctx = 2048\n"
+        "keep_alive_s = 60.0\n"
+        "max_loaded_models = 1\n"
+        "jobs_max_running = 1\n"
+        "\n"
+        "# the engine, tuned by hand\n"
+        "[engine]\n"
+        "threads = 2\n"
+        'extra_args = ["-ngl", "0", "-ctk", "q8_0", "-ctv", "q8_0"]  # keep it on the CPU\n'
+        "\n"
+        '[models."smollm2-135m"]\n'
+        "# a small context for the little model\n"
+        "ctx = 1024\n"
+    )
+    assert throughput == (
+        "# My Blazar settings\n"
+        "port = 0          # any free port\n"
+        "slots = 8         # four at once\n"
+        "keep_alive_s = 1800.0\n"
+        "jobs_max_running = 4\n"
+        "max_queue = 1024\n"
+        "queue_timeout_s = 300.0\n"
+        "\n"
+        "# the engine, tuned by hand\n"
+        "[engine]\n"
+        "threads = 2\n"
+        'extra_args = ["-ngl", "0"]  # keep it on the CPU\n'
+        "\n"
+        '[models."smollm2-135m"]\n'
+        "# a small context for the little model\n"
+        "ctx = 1024\n"
+        "prompt_batch = 1024\n"
+    )
 
 
 def test_unknown_keys_are_refused_with_the_valid_ones(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
@@ -19,6 +21,7 @@ from blazar.connect._plan import ConnectError, Probe
 from blazar.connect.apply import ProbeFailed, backup_path, check_answer, restore, rollback, write_plan
 from blazar.connect.launch import launch_env
 from tests.support import unreachable_url
+from tests.tomlkit_versions import Scenario
 
 BASE = "http://127.0.0.1:11435"
 MODELS = ("qwen-tools", "smollm2-135m")
@@ -77,6 +80,66 @@ def test_codex_plan_keeps_the_users_toml(tmp_path: Path) -> None:
     # CODEX_HOME moves the file, as it moves Codex's.
     moved = plan_for(find_tool("codex"), ctx(tmp_path, env={"CODEX_HOME": str(tmp_path / "ch")}))
     assert moved.path == tmp_path / "ch" / "config.toml" and moved.old_text is None
+
+
+CODEX_USER = """\
+# my codex settings
+model = 'o3'  # the default
+approval_policy = 'on-request'  # keep asking
+
+# docs, served locally
+[mcp_servers.docs]
+command = 'docs-mcp'
+
+[features]
+# web search off
+web_search_request = false
+"""
+
+
+def codex_connect_twice(home: Path) -> list[str]:
+    """A scenario (tests.tomlkit_versions): connect, then connect again with another model."""
+    path = home / ".codex" / "config.toml"
+    put(path, CODEX_USER)
+    texts: list[str] = []
+    for models in (MODELS, ("other",)):
+        plan = plan_for(
+            find_tool("codex"), context(home=home, env={}, base_url=BASE, key=None, models=models)
+        )
+        assert plan.new_text is not None
+        path.write_text(plan.new_text)
+        texts.append(plan.new_text)
+    return texts
+
+
+def test_codex_plan_keeps_the_users_text_and_quotes(on_tomlkit: Callable[[Scenario], Any]) -> None:
+    """The same text on every tomlkit version allowed. The rule for quotes: what blazar writes
+    is double-quoted, also where it replaces the user's single-quoted `model`; every line it does
+    not write keeps its quotes and comment, and its new top-level keys go after the user's last
+    one (the comment above `[mcp_servers.docs]` stays there)."""
+    first, second = on_tomlkit(codex_connect_twice)
+    assert first == (
+        "# my codex settings\n"
+        'model = "qwen-tools"  # the default\n'
+        "approval_policy = 'on-request'  # keep asking\n"
+        'model_provider = "blazar"\n'
+        'web_search = "disabled"\n'
+        "\n"
+        "# docs, served locally\n"
+        "[mcp_servers.docs]\n"
+        "command = 'docs-mcp'\n"
+        "\n"
+        "[features]\n"
+        "# web search off\n"
+        "web_search_request = false\n"
+        "multi_agent = false\n"
+        "\n"
+        "[model_providers.blazar]\n"
+        'name = "Blazar"\n'
+        f'base_url = "{BASE}/v1"\n'
+        'wire_api = "responses"\n'
+    )
+    assert second == first.replace('"qwen-tools"', '"other"')
 
 
 def test_claude_plan_merges_the_env_block(tmp_path: Path) -> None:
