@@ -79,6 +79,9 @@ class SafetensorsHeader(msgspec.Struct, frozen=True, kw_only=True):
     metadata: dict[str, str]
     data_offset: int
     """Where the tensor data begins: 8 + the header's length."""
+    data_end: int = 0
+    """Where the data the header declares ends (``data_offset`` + the largest end of a tensor's
+    ``data_offsets``): the least size of a complete file."""
 
 
 class ModelFormat(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,6 +145,7 @@ def parse_safetensors_header(buf: bytes | memoryview) -> SafetensorsHeader:
         raise InvalidModelFile("safetensors header is not a JSON object")
     metadata = doc.pop("__metadata__", None) or {}
     tensors: dict[str, Tensor] = {}
+    end = 0
     for name, entry in doc.items():
         if not (
             isinstance(entry, dict)
@@ -151,8 +155,15 @@ def parse_safetensors_header(buf: bytes | memoryview) -> SafetensorsHeader:
         ):
             raise InvalidModelFile(f"safetensors header: tensor {name!r} has no dtype and shape")
         tensors[name] = Tensor(dtype=entry["dtype"], shape=list(entry["shape"]))
+        span = entry.get("data_offsets")
+        if isinstance(span, list) and len(span) == 2 and all(isinstance(o, int) for o in span):
+            if not 0 <= span[0] <= span[1]:
+                raise InvalidModelFile(f"safetensors header: tensor {name!r} has data_offsets {span}")
+            end = max(end, span[1])
     meta = {str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {}
-    return SafetensorsHeader(tensors=tensors, metadata=meta, data_offset=8 + length)
+    return SafetensorsHeader(
+        tensors=tensors, metadata=meta, data_offset=8 + length, data_end=8 + length + end
+    )
 
 
 def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:

@@ -81,16 +81,28 @@ class EngineFact(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BlobFact(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored file, and what its models' manifests and its format's header say of it
+    (``registry.integrity``)."""
+
     digest: str
     path: str
     models: list[str]
     expected_size: int | None
-    """From the manifest (the main file); None for split parts and projectors."""
+    """This file's own size as the manifest records it (a multi-file model's file, an adapter,
+    a one-file GGUF); None where it records none (a split GGUF's parts, a projector)."""
     size: int | None
     """None: the file is missing (or a link whose target is gone)."""
     link_target: str | None = None
+    names: list[str] = []
+    """What the file is to its models: ``model.bin``, ``en_US-joe-medium.onnx.json``, ``model
+    file``, ``part 2 of 3``, ``projector``, ``LoRA adapter 'NAME'``."""
+    check: str | None = None
+    """The header check its format has (``gguf``, ``safetensors``, ``zip``, ``ggml-whisper``,
+    ``ctranslate2``, ``onnx``, ``json``); None: size and digest only."""
     incomplete: str | None = None
-    """Why the GGUF header says the file is short; None: it holds all its tensors."""
+    """Why its own header says the file is cut short; None: it holds what its header declares."""
+    invalid: str | None = None
+    """Why its header is not its format's (replaced or damaged); None: it is."""
     sha256: str | None = None
     """With ``--deep``: the hash of the bytes."""
 

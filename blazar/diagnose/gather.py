@@ -142,30 +142,44 @@ def _manifests(store: Store) -> tuple[list[ModelRecord], list[str]]:
 
 
 def _blobs(store: Store, records: list[ModelRecord], *, deep: bool) -> list[BlobFact]:
-    from registry.gguf import check_complete, read_header
+    """Each stored file once, checked as its models' format promises (``registry.integrity``):
+    its size against the manifest's, its own header where the format has one."""
+    from registry.integrity import ExpectedFile, check_header, expected_files
 
     users: dict[str, list[str]] = {}
-    sizes: dict[str, int] = {}
+    expected: dict[str, list[ExpectedFile]] = {}
     for record in records:
-        sizes[record.digest] = record.size
-        for digest in record.digests():
-            users.setdefault(digest, []).append(record.name)
+        for file in expected_files(record):
+            users.setdefault(file.digest, []).append(record.name)
+            expected.setdefault(file.digest, []).append(file)
     facts = []
     for digest, models in sorted(users.items()):
+        files = expected[digest]
+        want = next((f.size for f in files if f.size is not None), None)
+        names = sorted({f.name for f in files})
+        check = next((f.check for f in files if f.check is not None), None)
+        models = sorted(set(models))
         try:
             path = store.blob_path(digest)
         except RegistryError:
-            facts.append(BlobFact(digest=digest, path="", models=models, expected_size=None, size=None))
+            facts.append(
+                BlobFact(digest=digest, path="", models=models, expected_size=want, size=None, names=names)
+            )
             continue
         target = os.readlink(path) if path.is_symlink() else None
-        size = incomplete = sha = None
+        size = incomplete = invalid = sha = None
         with contextlib.suppress(OSError):
             size = path.stat().st_size
         if size is not None:
             try:
-                check_complete(read_header(path), size, path.name)
-            except (RegistryError, OSError, ValueError) as exc:
-                incomplete = getattr(exc, "message", None) or str(exc)
+                problem = check_header(path, check) if check is not None else None
+            except (OSError, ValueError) as exc:  # a reader's surprise must not end the doctor
+                problem = None
+                invalid = f"its header cannot be read ({getattr(exc, 'strerror', None) or exc})"
+            if problem is not None and problem.incomplete:
+                incomplete = problem.message
+            elif problem is not None:
+                invalid = problem.message
             if deep:
                 with contextlib.suppress(OSError):
                     sha = sha256_file(path)
@@ -173,11 +187,14 @@ def _blobs(store: Store, records: list[ModelRecord], *, deep: bool) -> list[Blob
             BlobFact(
                 digest=digest,
                 path=str(path),
-                models=sorted(models),
-                expected_size=sizes.get(digest),
+                models=models,
+                expected_size=want,
                 size=size,
                 link_target=target,
+                names=names,
+                check=check,
                 incomplete=incomplete,
+                invalid=invalid,
                 sha256=sha,
             )
         )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
-from blazar.diagnose.facts import Facts, Finding, Fixed, Report
+from blazar.diagnose.facts import BlobFact, Facts, Finding, Fixed, Report
 
 __all__ = ["DISK_ERROR_BYTES", "DISK_WARN_BYTES", "LOW_RAM_BYTES", "judge", "report"]
 
@@ -150,50 +151,17 @@ def _models(facts: Facts) -> Iterator[Finding]:
         )
     bad = 0
     for blob in facts.blobs:
-        names = ", ".join(blob.models)
-        again = f"pull or import {names} again (or `blazar rm {blob.models[0]}`)"
-        if blob.size is None:
-            where = f" (a link to {blob.link_target}, which is gone)" if blob.link_target else ""
-            found = Finding(
-                severity="error",
-                code="BLOB_MISSING",
-                message=f"{names}: file {blob.path} is missing{where}",
-                hint=again,
-                path=blob.path,
-            )
-        elif blob.expected_size is not None and blob.size != blob.expected_size:
-            found = Finding(
-                severity="error",
-                code="BLOB_SIZE_MISMATCH",
-                message=f"{names}: file {blob.path} has {blob.size} bytes, the manifest says "
-                f"{blob.expected_size}",
-                hint=again,
-                path=blob.path,
-            )
-        elif blob.incomplete:
-            found = Finding(
-                severity="error", code="BLOB_INCOMPLETE", message=f"{names}: {blob.incomplete}", hint=again,
-                path=blob.path,
-            )  # fmt: skip
-        elif blob.sha256 is not None and f"sha256:{blob.sha256}" != blob.digest:
-            found = Finding(
-                severity="error",
-                code="BLOB_CHECKSUM_MISMATCH",
-                message=f"{names}: file {blob.path} has sha256 {blob.sha256}, not {blob.digest}",
-                hint=again,
-                path=blob.path,
-            )
-        else:
-            continue
-        bad += 1
-        yield found
+        found = _blob(blob)
+        if found is not None:
+            bad += 1
+            yield found
     if not facts.models and not facts.bad_manifests:
         yield Finding(
             severity="warn", code="NO_MODELS", message="no model is installed",
             hint="`blazar pull smollm2-135m` (or `blazar import --scan` to adopt other tools' models)",
         )  # fmt: skip
     elif not bad:
-        checked = "sizes and sha256" if facts.deep else "sizes (add --deep for sha256)"
+        checked = "sizes, headers and sha256" if facts.deep else "sizes and headers (add --deep for sha256)"
         yield Finding(
             severity="ok",
             code="MODELS_OK",
@@ -207,6 +175,34 @@ def _models(facts: Facts) -> Iterator[Finding]:
             "belong to no model",
             hint="`blazar prune --orphans` deletes them (doctor never deletes a complete blob)",
         )
+
+
+def _blob(blob: BlobFact) -> Finding | None:
+    """The gravest thing wrong with one stored file: missing, not the manifest's size, shorter
+    than its own header says, a header that is not its format's, other bytes than its digest
+    (``--deep``); None when it checks out."""
+    models = ", ".join(blob.models)
+    what = f"{models}: {' / '.join(blob.names) or 'file'} ({blob.path or blob.digest})"
+    error = functools.partial(
+        Finding,
+        severity="error",
+        hint=f"pull or import {models} again (or `blazar rm {blob.models[0]}`)",
+        path=blob.path or None,
+    )
+    if blob.size is None:
+        where = f" (a link to {blob.link_target}, which is gone)" if blob.link_target else ""
+        return error(code="BLOB_MISSING", message=f"{what} is missing{where}")
+    if blob.expected_size is not None and blob.size != blob.expected_size:
+        said = f"{what} has {blob.size} bytes, the manifest says {blob.expected_size}"
+        return error(code="BLOB_SIZE_MISMATCH", message=said)
+    if blob.incomplete:
+        return error(code="BLOB_INCOMPLETE", message=f"{what} is cut short: {blob.incomplete}")
+    if blob.invalid:
+        return error(code="BLOB_HEADER_INVALID", message=f"{what} is damaged: {blob.invalid}")
+    if blob.sha256 is not None and f"sha256:{blob.sha256}" != blob.digest:
+        said = f"{what} has sha256 {blob.sha256}, not {blob.digest}"
+        return error(code="BLOB_CHECKSUM_MISMATCH", message=said)
+    return None
 
 
 def _downloads(facts: Facts) -> Iterator[Finding]:

@@ -95,6 +95,7 @@ def test_blob_verdicts_in_order_of_gravity() -> None:
         "BLOB_MISSING": msgspec.structs.replace(blob, size=None, link_target="/elsewhere/x.gguf"),
         "BLOB_SIZE_MISMATCH": msgspec.structs.replace(blob, size=5),
         "BLOB_INCOMPLETE": msgspec.structs.replace(blob, expected_size=None, incomplete="short"),
+        "BLOB_HEADER_INVALID": msgspec.structs.replace(blob, invalid="not a GGUF file"),
         "BLOB_CHECKSUM_MISMATCH": msgspec.structs.replace(blob, sha256="b" * 64),
     }
     for code, fact in cases.items():
@@ -102,7 +103,23 @@ def test_blob_verdicts_in_order_of_gravity() -> None:
         assert found[code].severity == "error" and not found[code].fixable, code
         assert "MODELS_OK" not in found
     assert "/elsewhere/x.gguf" in by_code(facts(blobs=[cases["BLOB_MISSING"]]))["BLOB_MISSING"].message
+    # One finding per file: the gravest.
+    both = msgspec.structs.replace(blob, size=5, incomplete="short", invalid="bad")
+    assert [f.code for f in judge(facts(blobs=[both])) if f.severity == "error"] == ["BLOB_SIZE_MISMATCH"]
     assert by_code(facts(blobs=[msgspec.structs.replace(blob, sha256="a" * 64)]))["MODELS_OK"]
+
+
+def test_a_blob_finding_names_the_model_and_its_file() -> None:
+    blob = BlobFact(
+        digest="sha256:" + "a" * 64, path="/s/blobs/sha256-aaa", models=["whisper-tiny.en"],
+        expected_size=75537502, size=100, names=["model.bin"], check="ctranslate2",
+    )  # fmt: skip
+    found = by_code(facts(blobs=[blob]))["BLOB_SIZE_MISMATCH"]
+    assert found.message == (
+        "whisper-tiny.en: model.bin (/s/blobs/sha256-aaa) has 100 bytes, the manifest says 75537502"
+    )
+    assert found.path == "/s/blobs/sha256-aaa"
+    assert "pull or import whisper-tiny.en again" in (found.hint or "")
 
 
 def test_pid_files_engines_and_orphans() -> None:
