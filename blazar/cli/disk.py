@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, human_size, open_store, out, print_json, remove_model
+from blazar.cli._common import Json, human_size, listing, open_store, out, print_json, remove_model
 from blazar.client import CliError
 from blazar.config import resolve_paths
 
@@ -23,13 +22,15 @@ def storage(*, json_: Json = False) -> None:
     if json_:
         print_json(report)
         return
-    table = Table("NAME", "SIZE", "DIGEST", "SHARED WITH", box=None)
+    rows = []
     for blob in report.blobs:
         for name in blob.names:
             others = ", ".join(n for n in blob.names if n != name) or "-"
             size = human_size(blob.size) + (" (link)" if blob.linked else "")
-            table.add_row(name, size, blob.digest.removeprefix("sha256:")[:12], others)
-    out.print(table)
+            rows.append((name, size, blob.digest.removeprefix("sha256:")[:12], others))
+    out.print(
+        listing(("NAME", "SIZE", "DIGEST", "SHARED WITH"), rows, wrap=("SHARED WITH",), drop=("DIGEST",))
+    )
     partial, orphaned = human_size(report.partial_bytes), human_size(report.orphan_bytes)
     out.print(
         f"\nstore {report.root}: {human_size(report.used_bytes)} in {len(report.blobs)} file(s)"

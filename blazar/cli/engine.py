@@ -16,10 +16,9 @@ from typing import Annotated, Any
 
 import cyclopts
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, err, load_setup, open_store, out, print_json, time_ago
+from blazar.cli._common import Json, err, listing, load_setup, open_store, out, print_json, time_ago
 from blazar.client import CliError, find_daemon
 
 __all__ = ["engine"]
@@ -85,12 +84,13 @@ def list_(*, json_: Json = False) -> None:
     if json_:
         print_json({"engines": rows, "receipts": versions.receipts()})
         return
-    table = Table("LANE", "VERSION", "FORM", "ACTIVE", "SOURCE", "INSTALLED", box=None)
+    lines = []
     for r in rows:
         version = r["version"] + (f" ({r['package']})" if r["form"] == "bundled" and r["package"] else "")
         when = time_ago(r["installed_at"]) if r["installed_at"] else ""
-        table.add_row(r["lane"], version, r["form"], "*" if r["active"] else "", r["source"], when)
-    out.print(table)
+        lines.append((r["lane"], version, r["form"], "*" if r["active"] else "", r["source"], when))
+    headers = ("LANE", "VERSION", "FORM", "ACTIVE", "SOURCE", "INSTALLED")
+    out.print(listing(headers, lines, whole=("LANE", "VERSION"), drop=("SOURCE", "INSTALLED", "FORM")))
 
 
 @engine.command

@@ -15,7 +15,7 @@ from cyclopts import Parameter
 from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, human_size, out, print_json
+from blazar.cli._common import Json, human_size, listing, out, print_json
 from blazar.client import CliError, Daemon, error_message, find_daemon
 from blazar.config import resolve_paths
 
@@ -47,18 +47,20 @@ def peers(*, json_: Json = False) -> None:
     if not doc["peers"]:
         out.print("no peers: add [[remotes]] entries to config.toml (docs/federation.md)")
         return
-    table = Table("PEER", "URL", "STATE", "KIND", "SNAPSHOT AGE", "FREE", "MODELS", box=None)
+    rows = []
     for p in doc["peers"]:
         snap = p["snapshot"] or {}
         warm = {m["model"] for m in snap.get("loaded", [])}
         models = ", ".join(m["name"] + ("*" if m["name"] in warm else "") for m in snap.get("installed", []))
         state = p["state"] if p["state"] != "down" else f"down ({p['last_error']})"
         kind = {"openai": "pass-through", "blazar": "blazar"}.get(p["kind"] or "", "-")
-        table.add_row(
+        rows.append((
             p["name"], p["url"], state, kind, _age(p["snapshot_age_s"]),
             _size(snap.get("free_bytes")), models or "-",
-        )  # fmt: skip
-    out.print(table)
+        ))  # fmt: skip
+    headers = ("PEER", "URL", "STATE", "KIND", "SNAPSHOT AGE", "FREE", "MODELS")
+    drop = ("KIND", "SNAPSHOT AGE", "URL")
+    out.print(listing(headers, rows, whole=("PEER",), wrap=("STATE", "MODELS"), drop=drop))
 
 
 @app.command

@@ -14,13 +14,13 @@ from typing import Annotated, Any
 
 import cyclopts
 from cyclopts import Parameter
-from rich.table import Table
+from rich.text import Text
 
 from blazar.cli import app
-from blazar.cli._common import Json, err, out, print_json
+from blazar.cli._common import Json, err, listing, out, print_json
 from blazar.client import CliError, find_daemon
 from blazar.config import ConfigError, load_config, resolve_paths
-from blazar.keys import KeyStore, KeyStoreError, LastKeyError, keys_path, parse_expiry, parse_scopes
+from blazar.keys import Key, KeyStore, KeyStoreError, LastKeyError, keys_path, parse_expiry, parse_scopes
 
 __all__ = ["keys"]
 
@@ -39,6 +39,12 @@ def _print_secret(name: str, secret: str) -> None:
     err.print(f"[bold]key {name}[/] — its secret is shown this once; store it now:")
     sys.stdout.write(secret + "\n")
     sys.stdout.flush()
+
+
+def _print_key_json(key: Key, secret: str | None) -> None:
+    """``--json`` of ``add`` and ``rotate``: what ``keys list --json`` shows of the key, and its
+    secret (shown this once; None when it came from ``--secret-file``, which is never echoed)."""
+    print_json({**key.public(), "secret": secret})
 
 
 @keys.command
@@ -78,6 +84,14 @@ def add(
             "failing (so a start script may run the same command on every boot).",
         ),
     ] = False,
+    json_: Annotated[
+        bool,
+        Parameter(
+            name="--json",
+            negative="",
+            help="Print the key as JSON, its secret (once) in `secret`, instead of text.",
+        ),
+    ] = False,
 ) -> None:
     """Make the key NAME and print its secret (once)."""
     given = _read_secret(secret_file) if secret_file is not None else None
@@ -98,6 +112,9 @@ def add(
         )
     except KeyStoreError as exc:
         raise CliError(str(exc)) from None
+    if json_:
+        _print_key_json(key, None if given is not None else secret)
+        return
     if given is not None:
         err.print(f"key {key.name}: the secret from {secret_file} (scopes {','.join(key.scopes)})")
         return
@@ -115,12 +132,26 @@ def _read_secret(path: Path) -> str:
 
 
 @keys.command
-def rotate(name: str) -> None:
+def rotate(
+    name: str,
+    *,
+    json_: Annotated[
+        bool,
+        Parameter(
+            name="--json",
+            negative="",
+            help="Print the key as JSON, its new secret (once) in `secret`, instead of text.",
+        ),
+    ] = False,
+) -> None:
     """Give NAME a new secret (printed once); the old one stops working at once."""
     try:
         key, secret = _store().rotate(name)
     except KeyStoreError as exc:
         raise CliError(str(exc)) from None
+    if json_:
+        _print_key_json(key, secret)
+        return
     _print_secret(key.name, secret)
 
 
@@ -198,16 +229,16 @@ def list_(*, json_: Json = False) -> None:
     if not listed:
         out.print("no API keys — the daemon is open to local clients; `blazar keys add NAME` makes one")
         return
-    table = Table(
-        "NAME", "HINT", "SCOPES", "LIMITS", "EXPIRES", "REQUESTS", "TOKENS", "NOW", "REFUSED", box=None
-    )
+    headers = ("NAME", "HINT", "SCOPES", "LIMITS", "EXPIRES", "REQUESTS", "TOKENS", "NOW", "REFUSED")
+    rows: list[tuple[str | Text, ...]] = []
     now = time.time()
     for k in listed:
         u = usage.get(k.name)
+        expires: str | Text
         if k.expires_at is None:
             expires = "never"
         elif k.expires_at <= now:
-            expires = "[red]expired[/]"
+            expires = Text("expired", style="red")
         else:
             expires = time.strftime("%Y-%m-%d %H:%M", time.localtime(k.expires_at))
         limits = ", ".join(
@@ -216,9 +247,11 @@ def list_(*, json_: Json = False) -> None:
             if n
         )
         refused = "-" if u is None else str(u["refused_rate"] + u["refused_concurrency"] + u["refused_scope"])
-        table.add_row(
-            k.name, k.hint + "…", ",".join(k.scopes), limits or "-", expires,
+        rows.append((
+            k.name, k.hint + "…", ", ".join(k.scopes), limits or "-", expires,
             "-" if u is None else str(u["requests_total"]), "-" if u is None else str(u["tokens_total"]),
             "-" if u is None else str(u["in_flight"]), refused,
-        )  # fmt: skip
-    out.print(table)
+        ))  # fmt: skip
+    # the name is what `keys rotate`/`rm` take next: never cut; the usage columns go first
+    drop = ("REFUSED", "NOW", "TOKENS", "REQUESTS", "HINT", "LIMITS")
+    out.print(listing(headers, rows, wrap=("SCOPES", "LIMITS"), drop=drop))

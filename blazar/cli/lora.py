@@ -13,10 +13,9 @@ from typing import Annotated
 
 import cyclopts
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, human_size, open_store, out, print_json, time_ago
+from blazar.cli._common import Json, human_size, listing, open_store, out, print_json, time_ago
 from blazar.client import find_daemon
 from blazar.config import Paths, resolve_paths
 
@@ -77,16 +76,17 @@ def list_(model: str | None = None, *, json_: Json = False) -> None:
     if json_:
         print_json([{"model": r.name, "adapters": r.adapters} for r in records])
         return
-    table = Table("MODEL", "ID", "NAME", "SCALE", "RANK", "ALPHA", "SIZE", "ADDED", box=None)
+    rows = []
     for r in records:
         for i, a in enumerate(r.adapters):
             alpha = f"{a.alpha:g}" if a.alpha is not None else "-"
-            table.add_row(
+            rows.append((
                 r.name, str(i), a.name, f"{a.scale:g}", str(a.rank or "-"), alpha, human_size(a.size),
                 time_ago(a.added_at),
-            )  # fmt: skip
-    if table.row_count:
-        out.print(table)
+            ))  # fmt: skip
+    if rows:
+        headers = ("MODEL", "ID", "NAME", "SCALE", "RANK", "ALPHA", "SIZE", "ADDED")
+        out.print(listing(headers, rows, whole=("MODEL", "ID", "NAME"), drop=("ALPHA", "RANK", "ADDED")))
     elif model:
         out.print(f"{model} has no LoRA adapters; add one with `blazar lora add {model} FILE.gguf`")
     else:

@@ -17,6 +17,7 @@ from blazar.cli._common import (
     forget,
     human_params,
     human_size,
+    listing,
     open_store,
     out,
     print_json,
@@ -133,23 +134,29 @@ def search(
         print_json(result)
         return
     if result.catalog:
-        table = Table("NAME", "PARAMS", "SIZE", "CAPABILITIES", "DESCRIPTION", box=None)
-        for hit in result.catalog:
-            size = human_size(hit.size) if hit.size else "-"
-            table.add_row(
-                hit.name, hit.parameter_size or "-", size, ", ".join(hit.capabilities), hit.description
+        rows = [
+            (
+                hit.name, hit.parameter_size or "-", human_size(hit.size) if hit.size else "-",
+                ", ".join(hit.capabilities), hit.description,
             )
-        out.print(table)
+            for hit in result.catalog
+        ]  # fmt: skip
+        headers = ("NAME", "PARAMS", "SIZE", "CAPABILITIES", "DESCRIPTION")
+        out.print(
+            listing(headers, rows, wrap=("CAPABILITIES", "DESCRIPTION"), drop=("PARAMS", "CAPABILITIES"))
+        )
     if result.hub:
         out.print()
-        table = Table("HUGGING FACE", "DOWNLOADS", "LIKES", "QUANTS", box=None)
+        hub_rows = []
         for repo in result.hub:
             quants = ", ".join(
                 f"{f.quant or f.file} {human_size(f.size)}" if f.size else (f.quant or f.file)
                 for f in repo.files
             )
-            table.add_row(f"hf.co/{repo.repo}", f"{repo.downloads:,}", f"{repo.likes:,}", quants)
-        out.print(table)
+            hub_rows.append((f"hf.co/{repo.repo}", f"{repo.downloads:,}", f"{repo.likes:,}", quants))
+        hub_headers = ("HUGGING FACE", "DOWNLOADS", "LIKES", "QUANTS")
+        drop = ("LIKES", "DOWNLOADS")
+        out.print(listing(hub_headers, hub_rows, whole=("HUGGING FACE",), wrap=("QUANTS",), drop=drop))
         out.print("pull one with `blazar pull hf.co/ORG/REPO:QUANT`")
     if not result.catalog and not result.hub:
         out.print(f"no model matches {query!r}")
@@ -210,7 +217,6 @@ def import_(
 
 def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
     """`blazar import --scan [--all]`: list, or adopt, the models other tools keep on disk."""
-    from rich.markup import escape
 
     from registry.reuse import Adoption, adopt_all
     from registry.scan import default_roots
@@ -229,16 +235,12 @@ def _import_scan(paths: Paths, *, adopt: bool, link: bool, json_: bool) -> None:
             for folder in looked:
                 out.print(f"  {folder}", markup=False)
         else:
-            from rich.table import Column
-
-            # Paths fold instead of ending in '…', so they can be copied from a narrow terminal.
-            table = Table(
-                "NAME", "STORE", "FORMAT", "QUANT", "SIZE", Column("PATH", overflow="fold"), box=None
-            )
-            for m in found.models:
-                quant = m.quantization or "-"
-                table.add_row(escape(m.name), m.store, m.format, quant, human_size(m.size), escape(m.path))
-            out.print(table)
+            # Names stay whole; paths fold instead of ending in '…', so both can be copied.
+            rows = [
+                (m.name, m.store, m.format, m.quantization or "-", human_size(m.size), m.path)
+                for m in found.models
+            ]
+            out.print(listing(("NAME", "STORE", "FORMAT", "QUANT", "SIZE", "PATH"), rows, wrap=("PATH",)))
             out.print(f"\nadopt them all with `blazar import --scan --all{' --link' if link else ''}`")
         return
 
@@ -286,7 +288,7 @@ def list_(*, remote: Remote = False, json_: Json = False) -> None:
         print_json({"local": records, "remote": peers} if remote else records)
         return
     columns = ("NAME", "KIND", "FORMAT", "DIGEST", "SIZE", "MODIFIED", "SOURCE")
-    table = Table(*(("WHERE", *columns) if remote else columns), box=None)
+    rows: list[tuple[str, ...]] = []
     for r in records:
         quant = r.facts.quantization if r.facts else None
         row = (
@@ -298,14 +300,16 @@ def list_(*, remote: Remote = False, json_: Json = False) -> None:
             time_ago(r.modified_at),
             r.source,
         )
-        table.add_row(*(("here", *row) if remote else row))
+        rows.append(("here", *row) if remote else row)
     for m in peers:
         digest = (m["digest"] or "").removeprefix("sha256:")[:12] or "-"
         size = human_size(m["size_bytes"]) if m["size_bytes"] is not None else "-"
         where = m["peer"] + ("" if m["peer_state"] == "up" else f" ({m['peer_state']})")
         name = m["name"] + ("*" if m["warm"] else "")
-        table.add_row(where, name, m["kind"], "-", digest, size, "-", f"remote:{m['peer']}/{m['name']}")
-    out.print(table)
+        rows.append((where, name, m["kind"], "-", digest, size, "-", f"remote:{m['peer']}/{m['name']}"))
+    # a name is what the user types next: never cut; narrow terminals lose columns instead
+    headers = ("WHERE", *columns) if remote else columns
+    out.print(listing(headers, rows, whole=("WHERE", "NAME"), drop=("SOURCE", "DIGEST", "FORMAT", "KIND")))
     if peers:
         out.print("[dim]* warm on that peer; ask for a peer's model by name, or as remote:PEER/MODEL[/]")
 

@@ -12,10 +12,9 @@ from urllib.parse import quote
 
 import msgspec
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, err, human_size, load_setup, open_store, out, print_json
+from blazar.cli._common import Json, err, human_size, listing, load_setup, open_store, out, print_json
 from blazar.client import CliError, Daemon, ensure_daemon, find_daemon
 from blazar.config import Paths, resolve_paths
 from blazar.presets import INTENTS
@@ -247,18 +246,17 @@ def ps(*, json_: Json = False) -> None:
     if daemon is None:
         out.print("no daemon is running — start one with `blazar serve`")
         return
-    table = Table(
-        "MODEL", "ENGINE", "STATE", "PID", "PORT", "SLOTS", "CONTEXT", "IN-FLIGHT", "RESTARTS", box=None
-    )  # fmt: skip
+    headers = ("MODEL", "ENGINE", "STATE", "PID", "PORT", "SLOTS", "CONTEXT", "IN-FLIGHT", "RESTARTS")
+    rows = []
     for e in engines:
         busy = min(e["in_flight"], e["slots"])
         ctx = e.get("ctx_served") or e["ctx_per_slot"]
-        table.add_row(
+        rows.append((
             e["model"], e["engine"], e["state"], str(e["pid"] or "-"), str(e["port"] or "-"),
             f"{busy}/{e['slots']}", str(ctx), str(e["in_flight"]), str(e["restarts"]),
-        )  # fmt: skip
+        ))  # fmt: skip
     out.print(f"daemon {daemon.url} (pid {daemon.pid})")
-    out.print(table)
+    out.print(listing(headers, rows, whole=("MODEL",), drop=("RESTARTS", "PORT", "PID", "IN-FLIGHT")))
 
 
 def _alive(pid: int) -> bool:

@@ -11,10 +11,9 @@ from urllib.parse import quote
 
 import cyclopts
 from cyclopts import Parameter
-from rich.table import Table
 
 from blazar.cli import app
-from blazar.cli._common import Json, daemon_or_here, err, human_size, out, print_json, time_ago
+from blazar.cli._common import Json, daemon_or_here, err, human_size, listing, out, print_json, time_ago
 from blazar.client import CliError, Daemon, find_daemon
 from blazar.config import resolve_paths
 
@@ -84,15 +83,15 @@ def list_(*, model: str | None = None, json_: Json = False) -> None:
     if not rows:
         err.print("no saved sessions — `blazar session save MODEL NAME` saves one")
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "MODEL", "TOKENS", "CTX", "SIZE", "SAVED"):
-        table.add_column(column)
-    for s in rows:
-        table.add_row(
+    table = [
+        (
             s["name"], s["model"], str(s["tokens"]), str(s["ctx_per_slot"]), human_size(s["bytes"]),
             time_ago(s["created_at"]),
-        )  # fmt: skip
-    out.print(table)
+        )
+        for s in rows
+    ]  # fmt: skip
+    headers = ("NAME", "MODEL", "TOKENS", "CTX", "SIZE", "SAVED")
+    out.print(listing(headers, table, whole=("NAME", "MODEL"), drop=("CTX", "TOKENS")))
 
 
 @session.command

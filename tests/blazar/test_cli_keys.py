@@ -1,13 +1,15 @@
-"""``blazar keys rm`` refuses the last key unless forced, and says what the daemon becomes."""
+"""``blazar keys``: ``rm`` refuses the last key unless forced (and says what the daemon becomes);
+``add``, ``rotate`` and ``list`` print JSON for scripts, a secret only where it is made."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from blazar.cli import main
-from blazar.keys import KeyStore, digest_of, keys_path, new_secret
+from blazar.keys import KeyStore, digest_of, keys_path, new_secret, valid_secret
 from tests.support import home_env
 
 
@@ -73,3 +75,53 @@ def test_keys_add_takes_a_secret_from_a_file_and_prints_none(
     assert "43 URL-safe characters" in " ".join(capsys.readouterr().err.split())
     assert keys_cli(monkeypatch, home, "add", "x", "--secret-file", str(tmp_path / "missing")) == 1
     assert "cannot read the secret" in capsys.readouterr().err
+
+
+def test_keys_add_and_rotate_print_json_with_the_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`add --json` and `rotate --json` give a script the secret and what the text shows of
+    the key; `list --json` never holds a secret (nor its digest)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    args = ("add", "ci", "--scope", "chat,models:qwen*", "--rpm", "60", "--max-concurrent", "2", "--json")
+    assert keys_cli(monkeypatch, home, *args) == 0
+    added = json.loads(capsys.readouterr().out)
+    store = KeyStore(keys_path(home))
+    (key,) = store.list()
+    assert added["name"] == "ci" and added["scopes"] == ["chat", "models:qwen*"]
+    assert (added["rpm"], added["tpm"], added["max_concurrent"], added["expires_at"]) == (60, 0, 2, None)
+    assert valid_secret(added["secret"]) and digest_of(added["secret"]) == key.digest
+    assert added["hint"] == key.hint and "digest" not in added
+
+    assert keys_cli(monkeypatch, home, "rotate", "ci", "--json") == 0
+    rotated = json.loads(capsys.readouterr().out)
+    (key,) = store.list()
+    assert rotated["name"] == "ci" and rotated["scopes"] == added["scopes"] and rotated["rpm"] == 60
+    assert rotated["secret"] != added["secret"] and digest_of(rotated["secret"]) == key.digest
+    assert rotated["rotated_at"] is not None and "digest" not in rotated
+
+    assert keys_cli(monkeypatch, home, "list", "--json") == 0
+    printed = capsys.readouterr().out
+    (listed,) = json.loads(printed)["keys"]
+    assert listed["name"] == "ci" and listed["hint"] == key.hint and listed["scopes"] == added["scopes"]
+    assert "secret" not in listed and "digest" not in listed
+    assert added["secret"] not in printed and rotated["secret"] not in printed and key.digest not in printed
+
+    assert keys_cli(monkeypatch, home, "rotate", "nobody", "--json") == 1
+    assert "no key named" in capsys.readouterr().err
+
+
+def test_keys_add_json_with_a_secret_file_echoes_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    given = new_secret()
+    secret_file = tmp_path / "peer-key"
+    secret_file.write_text(given + "\n")
+    assert keys_cli(monkeypatch, home, "add", "peer", "--secret-file", str(secret_file), "--json") == 0
+    said = capsys.readouterr()
+    doc = json.loads(said.out)
+    assert doc["name"] == "peer" and doc["secret"] is None and doc["hint"] == given[:8]
+    assert given not in said.out + said.err
