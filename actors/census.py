@@ -1,10 +1,10 @@
 """Hardware census: GPUs through NVML when it is there, else the CPU and system RAM.
 
 ``take_census`` never raises. NVML (the ``nvidia-ml-py`` package, module ``pynvml``,
-a default dependency) is imported lazily; without it (an install that left it out), without a driver, or when a call fails,
-the census falls back to /proc/meminfo (then ``os.sysconf``) and says why in
-``note``. GPU processes are split into ours and foreign by the pid set passed in
-(the daemon's engine children).
+a default dependency) is imported lazily; without it (an install that left it out),
+without a driver, or when a call fails, the census falls back to /proc/meminfo (then
+``os.sysconf``) and says why in ``note``. GPU processes are split into ours and foreign by
+the pid set passed in (the daemon's engine children).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ that docs/console.md shows."""
 
 
 def skip_reason() -> str | None:
-    """Why the browser tests cannot run here, or None."""
+    """Why the browser tests cannot run here, or None: the browser fixture then fails with it
+    (``make test`` installs both, so a missing one is a broken install, never a skip)."""
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -63,7 +64,7 @@ class Watched:
 def chromium() -> Iterator[Any]:
     reason = skip_reason()
     if reason is not None:
-        pytest.skip(reason)
+        pytest.fail(reason)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

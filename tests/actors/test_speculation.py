@@ -150,7 +150,6 @@ def test_flags_of_a_draft_n_grams_and_adapters() -> None:
 
 
 def test_the_host_maps_the_same_flags_onto_xllamacpp() -> None:
-    pytest.importorskip("xllamacpp")
     argv = build_argv(
         _spec(loras=[LoraLoad(name="a", path="/a.gguf", scale=0.5)], speculation=SpecLoad(ngram="ngram-mod")),
         port=1, api_key="k", binary=None,

@@ -72,8 +72,7 @@ def test_the_lanes_are_registered_and_routed_by_format() -> None:
     assert {"whisper", "whispercpp", "piper"} <= set(LANES)
     lanes = installed(EngineConfig())
     host, tts = lanes["whisper"], lanes["piper"]
-    if host is None or tts is None:
-        pytest.skip("the speech extra is not installed (pip install '.[speech]')")
+    assert host is not None and tts is not None, "make install installs the speech extra"
     assert (host.kind, host.capabilities, host.formats) == ("whisper-host", {"stt"}, {"ctranslate2"})
     assert (tts.kind, tts.capabilities, tts.formats) == ("piper-host", {"tts"}, {"onnx"})
     assert host.start_timeout_s and tts.start_timeout_s and host.cpu_sequences == 1

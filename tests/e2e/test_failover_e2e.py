@@ -20,13 +20,9 @@ import httpx
 import openai
 import pytest
 
-from actors.engines.mistralrs import host_available
 from tests.support import MODEL, DaemonProc, make_home, start_daemon
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not host_available(), reason="the mistralrs wheel is not installed (make install)"),
-]
+pytestmark = pytest.mark.slow
 
 SIDE = f"{MODEL}@mistralrs"
 CONFIG = f"""

@@ -9,9 +9,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import faster_whisper  # noqa: F401  (installed by make install: missing, the tests fail)
 import httpx
 import ollama
 import openai
+import piper  # noqa: F401  (installed by make install: missing, the tests fail)
 import pytest
 
 from registry.store import Store
@@ -20,8 +22,6 @@ from tests.synthetic_reranker import cached_reranker
 
 pytestmark = pytest.mark.slow
 
-pytest.importorskip("faster_whisper", reason="the speech lanes need `pip install 'blazar[speech]'`")
-pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[speech]'`")
 
 RERANKER = "tiny-reranker"
 SAID = "The quick brown fox jumps over the lazy dog."

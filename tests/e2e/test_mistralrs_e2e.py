@@ -22,14 +22,10 @@ import ollama
 import openai
 import pytest
 
-from actors.engines.mistralrs import host_available
 from registry.store import Store
 from tests.support import MODEL, DaemonProc, engine_pids, make_home, start_daemon, wait_gone
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not host_available(), reason="the mistralrs wheel is not installed (make install)"),
-]
+pytestmark = pytest.mark.slow
 
 MISTRAL = "smollm2-mistral"
 CONFIG = (

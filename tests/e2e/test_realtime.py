@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import faster_whisper  # noqa: F401  (installed by make install: missing, the tests fail)
 import httpx
+import piper  # noqa: F401  (installed by make install: missing, the tests fail)
 import pytest
 import trio
 from trio_websocket import ConnectionRejected, WebSocketConnection, open_websocket_url
@@ -35,9 +37,6 @@ pytestmark = pytest.mark.slow
 QUESTION = "What is the capital of France?"
 RATE = 24_000
 CHUNK = RATE * 2 // 10  # 100 ms of pcm16
-
-pytest.importorskip("faster_whisper", reason="the speech lanes need `pip install 'blazar[speech]'`")
-pytest.importorskip("piper", reason="the speech lanes need `pip install 'blazar[speech]'`")
 
 
 @pytest.fixture(scope="module")

@@ -95,8 +95,9 @@ def test_the_engines_open_the_store_trees() -> None:
     import io
     import wave
 
-    whisper_mod = pytest.importorskip("faster_whisper")
-    piper_mod = pytest.importorskip("piper")
+    import faster_whisper as whisper_mod
+    import piper as piper_mod
+
     from tests.support import speech_model
 
     voice = piper_mod.PiperVoice.load(str(speech_model("piper-joe-us")))

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-pytest.importorskip("opentelemetry.proto", reason="the [otel] extra is part of the test extra")
-
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )

@@ -68,13 +68,11 @@ def tiny_gguf(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def real_model() -> Path:
+def real_model(model_path: Path) -> Path:
+    """SmolLM2-135M: BLAZAR_TEST_MODEL when set, else the cached test model (fetched if absent)."""
     value = os.environ.get("BLAZAR_TEST_MODEL")
-    if not value:
-        pytest.skip("BLAZAR_TEST_MODEL is not set (path to SmolLM2-135M-Instruct.Q4_1.gguf)")
-    path = Path(value)
-    if not path.is_file():
-        pytest.skip(f"BLAZAR_TEST_MODEL={value} does not exist")
+    path = Path(value) if value else model_path
+    assert path.is_file(), f"BLAZAR_TEST_MODEL={value} does not exist"
     return path
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -42,8 +41,6 @@ def test_probe(template: str | None, allowed: bool) -> None:
     assert allows_system_turns(template) is allowed
 
 
-def test_the_test_models_template_keeps_them() -> None:
-    path = os.environ.get("BLAZAR_TEST_MODEL")
-    if not path or not Path(path).exists():
-        pytest.skip("the test model is not fetched")
+def test_the_test_models_template_keeps_them(real_model: Path) -> None:
+    path = str(real_model)
     assert allows_system_turns(read_model_info(path).chat_template) is True

@@ -22,7 +22,7 @@ def _tool(name: str) -> str:
         return str(found)
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed")
+        pytest.fail(f"{name} is not installed: make install puts it in the venv")
     return path
 
 
