@@ -35,6 +35,15 @@ _SPEC_TYPES = {
 _CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
+def _env_int(name: str) -> int | None:
+    """llama-server's environment form of a flag (``LLAMA_ARG_THREADS=4``), or None."""
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else None
+    except ValueError:
+        raise SystemExit(f"llamacpp_host: {name}={value!r} is not a whole number") from None
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="llamacpp_host", description=__doc__)
     p.add_argument("-m", "--model", required=True)
@@ -119,10 +128,14 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.kv_unified = True
     if ns.n_gpu_layers is not None:
         p.n_gpu_layers = ns.n_gpu_layers
-    if ns.threads is not None:
-        p.cpuparams.n_threads = ns.threads
-    if ns.threads_batch is not None:
-        p.cpuparams_batch.n_threads = ns.threads_batch
+    # As llama-server: a flag wins over its LLAMA_ARG_* variable, and the batch threads default
+    # to the decode threads (llama.cpp picks both from the cores when neither is given).
+    threads = ns.threads if ns.threads is not None else _env_int("LLAMA_ARG_THREADS")
+    threads_batch = ns.threads_batch if ns.threads_batch is not None else _env_int("LLAMA_ARG_THREADS_BATCH")
+    if threads is not None:
+        p.cpuparams.n_threads = threads
+    if threads_batch is not None or threads is not None:
+        p.cpuparams_batch.n_threads = threads_batch if threads_batch is not None else threads
     if ns.batch_size is not None:
         p.n_batch = ns.batch_size
     if ns.ubatch_size is not None:

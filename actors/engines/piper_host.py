@@ -83,12 +83,19 @@ class Engine:
             yield chunk.audio_int16_bytes
 
 
+def _omp_threads() -> int | None:
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def _load_voice(ns: argparse.Namespace) -> Any:
-    """The voice, on ``ns.threads`` onnxruntime threads when given (piper's own loader takes
-    no session options, so the session is built the way it builds it)."""
+    """The voice, on ``ns.threads`` onnxruntime threads when given, else on ``OMP_NUM_THREADS``
+    when that is set (the variable the CTranslate2 lane sizes its pool by); piper's own loader
+    takes no session options, so the session is built the way it builds it."""
     from piper import PiperVoice
 
-    if not ns.threads:
+    threads = ns.threads or _omp_threads()
+    if not threads:
         return PiperVoice.load(ns.model, config_path=config_path(ns))
     import onnxruntime
     from piper.config import PiperConfig
@@ -97,7 +104,7 @@ def _load_voice(ns: argparse.Namespace) -> Any:
     with open(config_path(ns), encoding="utf-8") as f:
         config = PiperConfig.from_dict(json.load(f))
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = ns.threads
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(ns.model, sess_options=options, providers=["CPUExecutionProvider"])
     return PiperVoice(config=config, session=session, espeak_data_dir=ESPEAK_DATA_DIR)

@@ -159,7 +159,24 @@ def test_host_accepts_llama_server_flags() -> None:
     p = build_params(ns)
     assert (p.n_ctx, p.n_parallel, p.port, p.n_gpu_layers) == (2048, 2, 9, 0)
     assert p.api_keys == ["k"] and p.model_alias == {"m"} and p.embedding and p.endpoint_metrics
-    assert p.cpuparams.n_threads == 2
+    assert p.cpuparams.n_threads == 2 and p.cpuparams_batch.n_threads == 2  # -tb follows -t
+
+
+def test_host_reads_llama_servers_thread_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.engines.llamacpp_host import build_params, parse_args
+
+    monkeypatch.setenv("LLAMA_ARG_THREADS", "1")
+    p = build_params(parse_args(["-m", "/x.gguf"]))
+    assert (p.cpuparams.n_threads, p.cpuparams_batch.n_threads) == (1, 1)
+    p = build_params(parse_args(["-m", "/x.gguf", "-t", "3"]))  # the flag wins, as in llama-server
+    assert (p.cpuparams.n_threads, p.cpuparams_batch.n_threads) == (3, 3)
+    monkeypatch.setenv("LLAMA_ARG_THREADS_BATCH", "2")
+    p = build_params(parse_args(["-m", "/x.gguf"]))
+    assert (p.cpuparams.n_threads, p.cpuparams_batch.n_threads) == (1, 2)
+    monkeypatch.delenv("LLAMA_ARG_THREADS")
+    monkeypatch.delenv("LLAMA_ARG_THREADS_BATCH")
+    p = build_params(parse_args(["-m", "/x.gguf"]))
+    assert (p.cpuparams.n_threads, p.cpuparams_batch.n_threads) == (-1, -1)  # llama.cpp decides
 
 
 def test_pid_alive_helper() -> None:
