@@ -44,7 +44,7 @@ test-latest: $(STAMP) models
 	$(UV) venv -q --python $(BIN)/python $(LATEST_VENV)
 	$(UV) pip install -q --python $(LATEST_VENV)/bin/python --upgrade -e '.[test,mistralrs,speech]'
 	$(UV) pip list --python $(LATEST_VENV)/bin/python --format freeze > $(LATEST_VENV)/versions.txt
-	$(LATEST_VENV)/bin/python -m pytest -q -m "not slow"
+	$(LATEST_VENV)/bin/python -m pytest -q -m "not slow" $(XDIST)
 
 # The test and demo model (SmolLM2-135M), fetched once by the project's own pull code.
 models: $(STAMP)
@@ -65,14 +65,20 @@ ffmpeg:
 
 # The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).
 # pytest exits non-zero (5) when it collects no test, so an empty run can never pass.
+# One xdist worker per core, 4 at most (each runs its own daemons and engines); whole modules go
+# to a worker (their daemons are module fixtures), in collection order, which tests/conftest.py
+# makes longest first. TEST_JOBS=0 runs in one process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
+
 test: models browser ffmpeg
-	$(PYTEST) -q
+	$(PYTEST) -q $(XDIST)
 
 test-fast: models browser ffmpeg
-	$(PYTEST) -q -m "not slow"
+	$(PYTEST) -q -m "not slow" $(XDIST)
 
 test-slow: models browser ffmpeg
-	$(PYTEST) -q -m slow
+	$(PYTEST) -q -m slow $(XDIST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,6 +12,23 @@ import pytest
 from tests.instant import prepare_models
 from tests.support import DaemonProc, cached_model, ensure_model, make_home, start_daemon
 
+# One CPU thread per llama.cpp engine (llama-server's own variable, which the xllamacpp host reads
+# too): tests run several engines at once (a probe beside the served model, peers, two xdist
+# workers), and llama.cpp's threads spin at their barriers, so two engines of two threads each on
+# two cores ran at 4 % of their speed. Tests that are about threads pass -t, which wins.
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
+# The same for the other lanes: mistral.rs (rayon, candle), CTranslate2's OpenMP pool (whisper)
+# and onnxruntime (piper, whose host reads OMP_NUM_THREADS too). With two xdist workers they ran
+# 4-5 times slower than alone, for the same reason.
+for _var in ("RAYON_NUM_THREADS", "CANDLE_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+# An xdist worker is started with COLUMNS=80 and LINES=24 for a terminal it does not have: the
+# CLI would then lay its tables out for 80 columns where a serial run prints whole rows to a pipe.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    for _var in ("COLUMNS", "LINES"):
+        os.environ.pop(_var, None)
+
 # The registry tests read the real model from this variable.
 if "BLAZAR_TEST_MODEL" not in os.environ and (_p := cached_model()) is not None:
     os.environ["BLAZAR_TEST_MODEL"] = str(_p)
@@ -53,3 +70,37 @@ def instant_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instant_models
     monkeypatch.setenv("BLAZAR_HOME", str(home))
     monkeypatch.setenv("BENCH_PYTHON", sys.executable)  # the shim's interpreter: ours, not PATH's
     return home
+
+
+# The modules that took longest in the last measured run (docs/development.md), longest first.
+# xdist hands out whole modules (--dist loadfile) in collection order, so these start first and
+# no worker is left running one of them alone at the end.
+LONGEST_FIRST = (
+    "tests/e2e/test_durability_crash.py",
+    "tests/e2e/test_mistralrs_e2e.py",
+    "tests/e2e/test_failover_e2e.py",
+    "tests/e2e/test_certify_e2e.py",
+    "tests/e2e/test_sessions_e2e.py",
+    "tests/e2e/test_engine_versions.py",
+    "tests/e2e/test_cli.py",
+    "tests/e2e/test_client_replays.py",
+    "tests/e2e/test_lifecycle_e2e.py",
+    "tests/e2e/test_speech_jobs.py",
+    "tests/e2e/test_responses_sdk.py",
+    "tests/e2e/test_dialects_sdk.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest modules first, then the other modules with slow tests, then the fast ones;
+    the order within a module is kept."""
+    root = Path(str(config.rootpath))
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        if name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(name)
+        return (1 if item.path in slow_modules else 2), 0
+
+    items.sort(key=rank)

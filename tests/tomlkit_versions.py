@@ -78,9 +78,14 @@ def install_oldest() -> Path:
         if done.returncode != 0:
             raise RuntimeError(f"installing tomlkit {version} from {LOCK} failed:\n{done.stderr}")
         (scratch / ".installed").write_text(LOCK.read_text())
-        if not installed():  # another test run may have finished first: keep its copy
-            shutil.rmtree(target, ignore_errors=True)
-            scratch.rename(target)  # whole or not at all, for a run that stops half-way
+        if not installed():  # another test run (or xdist worker) may have finished first
+            if target.exists():
+                shutil.rmtree(target, ignore_errors=True)  # a copy from an older pin
+            try:
+                scratch.rename(target)  # whole or not at all, for a run that stops half-way
+            except OSError:
+                if not installed():  # not a worker beside us that got there first
+                    raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from registry.store import Store
-from tests.support import MODEL, make_home, start_daemon, wait_gone
+from tests.support import MODEL, make_home, start_daemon, wait_gone, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +125,10 @@ def test_rm_is_refused_while_the_model_serves(tmp_path: Path, model_path: Path) 
         body = {
             "model": OTHER,
             "messages": [{"role": "user", "content": "Tell a long story."}],
-            "max_tokens": 400,
+            # Far longer than the rm below takes on a busy machine (an answer that ended early
+            # let the rm through); the client leaves after it, which cancels the rest.
+            "max_tokens": 4000,
+            "ignore_eos": True,
             "stream": True,
         }
         with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=body, timeout=120) as r:
@@ -133,9 +136,13 @@ def test_rm_is_refused_while_the_model_serves(tmp_path: Path, model_path: Path) 
             next(lines)  # the model is loaded and generating
             refused = d.cli("rm", OTHER, check=False)
             assert refused.returncode == 1 and "is serving 1 request" in refused.stderr, refused.stderr
-            sum(1 for _ in lines)
-        removed = d.cli("rm", OTHER, check=False)
-        assert removed.returncode == 0, removed.stderr
+            next(lines)  # still generating after the refusal
+        removed = wait_until(
+            lambda: (done := d.cli("rm", OTHER, check=False)).returncode == 0 and done,
+            timeout_s=30,
+            what="the rm once the client left",
+        )
+        assert "deleted" in removed.stdout, removed.stderr
         assert OTHER not in {m["name"] for m in httpx.get(f"{d.url}/api/tags", timeout=10).json()["models"]}
         assert OTHER not in _loaded(d.url)  # its engine was stopped with it
         assert _ask(d.url, MODEL).status_code == 200  # the file is shared: the other name still works

@@ -43,6 +43,8 @@ params.verbosity = 4  # info: llama.cpp reports every buffer it allocates
 params.warmup = False
 server = xllamacpp.Server(params)
 print("READY", flush=True)
+sys.stdin.read()  # alive until the parent has read the load log, which llama.cpp's log thread may
+# still be writing: on a busy machine it came after READY, and a child that had exited lost it
 """
 
 _BUFFER = re.compile(r"^.*?(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB", re.M)
@@ -57,7 +59,7 @@ def engine_buffers(model: Path, ctx_per_slot: int, slots: int, cache_type: str =
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-c", _CHILD, *flags],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -67,11 +69,15 @@ def engine_buffers(model: Path, ctx_per_slot: int, slots: int, cache_type: str =
     watchdog = threading.Timer(120, proc.kill)
     watchdog.start()
     lines: list[str] = []
+    ready = logged = False
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("READY"):
+            # The child's READY and llama.cpp's log share the pipe and may share a line.
+            ready = ready or "READY" in line
+            logged = logged or "compute buffer size" in line  # the load log's last buffer
+            if ready and logged:
                 break
     finally:
         watchdog.cancel()
