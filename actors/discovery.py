@@ -17,13 +17,11 @@ sidecar resolver) controls the answer. Blocking: call it from a worker thread.
 from __future__ import annotations
 
 import socket
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import dns.exception
-import dns.message
-import dns.rdatatype
-import dns.resolver
-import dns.rrset
+if TYPE_CHECKING:
+    import dns.message
+    import dns.resolver
 
 __all__ = ["Endpoint", "LookupFailed", "is_srv", "resolve", "split_server"]
 
@@ -53,6 +51,8 @@ def split_server(server: str) -> tuple[str, int]:
 
 
 def _resolver(server: str | None) -> dns.resolver.Resolver:
+    import dns.resolver
+
     if server is None:
         return dns.resolver.Resolver()
     resolver = dns.resolver.Resolver(configure=False)
@@ -63,6 +63,8 @@ def _resolver(server: str | None) -> dns.resolver.Resolver:
 
 
 def _addresses(resolver: dns.resolver.Resolver, host: str, known: dict[str, list[str]]) -> list[str]:
+    import dns.resolver
+
     if host in known:
         return known[host]
     found: list[str] = []
@@ -77,6 +79,9 @@ def _addresses(resolver: dns.resolver.Resolver, host: str, known: dict[str, list
 
 def _additional(response: dns.message.Message) -> dict[str, list[str]]:
     """The A/AAAA records an SRV answer carried along: host → addresses."""
+    import dns.rdatatype
+    import dns.rrset
+
     known: dict[str, list[str]] = {}
     for rrset in response.additional:
         assert isinstance(rrset, dns.rrset.RRset)
@@ -86,7 +91,10 @@ def _additional(response: dns.message.Message) -> dict[str, list[str]]:
 
 
 def resolve(name: str, *, port: int | None, server: str | None = None) -> list[Endpoint]:
-    """The endpoints behind ``name``, sorted and without repeats."""
+    """The endpoints behind ``name``, sorted and without repeats. dnspython is imported here,
+    not with the module: a daemon without a ``dns`` remote never pays its 0.2 s."""
+    import dns.exception
+
     try:
         if is_srv(name):
             resolver = _resolver(server)

@@ -30,17 +30,18 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
-import anyio
-import mcp.types as mt
 import msgspec
 import trio
-from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
+
+if TYPE_CHECKING:
+    # The SDK (and anyio under it) is imported where a server is first opened: a daemon with no
+    # MCP server configured, which is most, never pays the 0.4 s it adds to every start.
+    import anyio.abc
+    import mcp.types as mt
+    from mcp import ClientSession
+    from mcp.shared.message import SessionMessage
 
 from actors.actor import Actor, ActorStatistics
 from actors.config import McpSelection, McpServer
@@ -186,11 +187,15 @@ def _describe(exc: BaseException) -> str:
         return _describe(exc.exceptions[0])
     if isinstance(exc, FileNotFoundError):
         return f"the program {exc.filename or ''!s} was not found".replace("  ", " ")
+    from mcp.shared.exceptions import MCPError
+
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, MCPError) else text
 
 
 async def _list_all(session: ClientSession) -> list[mt.Tool]:
+    import mcp.types as mt
+
     listed = await session.list_tools()
     tools = list(listed.tools)
     while listed.next_cursor:
@@ -442,6 +447,10 @@ class McpServerActor(Actor[McpMessage]):
 
     async def _hold(self, generation: int) -> None:
         """Open the transport and the session, report it ready, hold it until it ends."""
+        import anyio
+        from mcp import ClientSession
+        from mcp.shared.message import SessionMessage
+
         c = self.config
         async with trio.open_nursery() as nursery:
             try:
@@ -466,6 +475,10 @@ class McpServerActor(Actor[McpMessage]):
 
     @asynccontextmanager
     async def _transport(self, nursery: trio.Nursery) -> AsyncIterator[Any]:
+        from mcp import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         c = self.config
         if c.command is not None:
             read_fd, write_fd = os.pipe()
@@ -499,6 +512,10 @@ class McpServerActor(Actor[McpMessage]):
     ) -> None:
         """Pass the server's messages to the session, noting a list-changed notification
         before the messages behind it (a call's result) reach anyone, and the end."""
+        import anyio
+        import mcp.types as mt
+        from mcp.shared.message import SessionMessage
+
         try:
             async with sink:
                 async for item in source:
@@ -658,6 +675,9 @@ class McpServers:
     async def _call(
         self, actor: McpServerActor, got: McpSession, tool: str, arguments: dict[str, Any], begun: float
     ) -> McpCallResult:
+        import mcp.types as mt
+        from mcp.shared.exceptions import MCPError
+
         server = actor.config.name
         try:
             answer = await got.session.call_tool(tool, arguments)

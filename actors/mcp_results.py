@@ -9,10 +9,12 @@ for a ``tools/call`` result, ``cap_text`` for the size cap.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp.types as mt
 import msgspec
+
+if TYPE_CHECKING:
+    import mcp.types as mt  # imported where a result is read: see actors/mcp.py
 
 __all__ = [
     "PREFIX",
@@ -123,6 +125,8 @@ def tools_of(server: str, listed: list[mt.Tool]) -> list[McpTool]:
 
 
 def _block_text(block: Any) -> str:
+    import mcp.types as mt
+
     if isinstance(block, mt.TextContent):
         return block.text
     if isinstance(block, mt.ImageContent | mt.AudioContent):
