@@ -138,10 +138,10 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | None = None) -> Response:
-    """A streamed response that no framework timeout may cut."""
-    resp = Response(
-        body, 200, headers={**(headers or {}), "Content-Type": content_type, "Cache-Control": "no-cache"}
-    )
+    """A streamed response that no framework timeout may cut, never cached nor buffered by a
+    proxy (the same headers as ``stream_reply``: without X-Accel-Buffering, a buffering proxy
+    held back the events of a job's or a background response's stream)."""
+    resp = Response(body, 200, headers={**SSE_CACHE, **(headers or {}), "Content-Type": content_type})
     resp.timeout = None
     return resp
 

@@ -293,7 +293,7 @@ def _lines_of(work: Callable[[Send], Awaitable[None]], peer: str) -> AsyncIterat
                     message = exc.message if isinstance(exc, BlazarError) else f"{type(exc).__name__}: {exc}"
                     await send({"status": "failed", "blazar_code": code, "error": message})
                 except Exception as exc:  # a registry error (a missing blob here): named, never lost
-                    code = getattr(exc, "code", "INTERNAL_ERROR")
+                    code = getattr(exc, "code", "INTERNAL")  # the catalog's code for a bug of ours
                     await send({"status": "failed", "blazar_code": code, "error": str(exc)})
 
     app: QuartTrio = current_app  # type: ignore[assignment]

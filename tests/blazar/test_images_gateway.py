@@ -324,6 +324,10 @@ async def test_a_video_job_that_fails_reads_as_a_failed_video(image_home: Path) 
         assert r.status_code == 404 and "it is failed" in r.json()["error"]["message"]
         r = await gw.client.get(f"/v1/jobs/{job.id}")  # a job like any other
         assert r.status_code == 200 and r.json()["kind"] == "video"
+        events = await gw.client.get(f"/v1/jobs/{job.id}/events", headers={"accept": "text/event-stream"})
+        # An ended job's stream: never cached, never held back by a buffering proxy.
+        assert events.status_code == 200 and events.headers["content-type"].startswith("text/event-stream")
+        assert events.headers["x-accel-buffering"] == "no" and events.headers["cache-control"] == "no-cache"
 
 
 async def test_an_sd_server_that_fails_to_start_is_a_502_in_openais_shape(image_home: Path) -> None:
