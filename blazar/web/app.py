@@ -30,6 +30,7 @@ from blazar.daemon_file import write_local_token
 from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
+from blazar.serve.cards import Card, Cards, CardState, CardView
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
@@ -63,7 +64,6 @@ from blazar.web import vectors as web_vectors
 from blazar.web import videos as web_videos
 from blazar.web.auth import Auth, is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
-from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import (
     CARDS_KEY,
     JSON,

@@ -35,8 +35,8 @@ from blazar.errors import CATALOG, Dialect
 from blazar.keys import LOCAL_NAME, Key
 from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.scrub import scrub
+from blazar.serve.cards import Card
 from blazar.web import mcp_loop, translate
-from blazar.web.cards import Card
 
 __all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from blazar.errors import BlazarError
-from blazar.web.cards import Card
+from blazar.serve.cards import Card
 
 if TYPE_CHECKING:
     from blazar.keys import Key

@@ -15,9 +15,9 @@ from actors.runtime import Runtime
 from actors.scheduling import Tier, parse_tier
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
+from blazar.serve.cards import CardState
 from blazar.web.auth import presented_secret, secret_tag
 from blazar.web.call import Call, current_or_none
-from blazar.web.cards import CardState
 from blazar.web.common import keep_alive_header
 
 __all__ = ["Claim", "claim_engine"]

@@ -14,8 +14,8 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
+from blazar.serve.cards import StreamEnders
 from blazar.web.call import Call, Cleanup, Reply, current, current_or_none
-from blazar.web.cards import StreamEnders
 
 __all__ = [
     "CARDS_KEY",

@@ -22,9 +22,9 @@ from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.keys import Key
+from blazar.serve.cards import Cards
 from blazar.telemetry.observer import Telemetry
 from blazar.web.call import current_or_none
-from blazar.web.cards import Cards
 from blazar.web.common import CARDS_KEY, JSON, app_runtime, stream_response
 from blazar.web.console_model import Shared, gather, view_for
 from blazar.web.telemetry_routes import TELEMETRY_KEY

@@ -34,9 +34,9 @@ from actors.runtime import Runtime
 from blazar import __version__
 from blazar.dialects.ollama_models import model_capabilities
 from blazar.keys import ADMIN, FAMILIES, Key
+from blazar.serve.cards import Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry
 from blazar.web import background, batch_runner
-from blazar.web.cards import Card, Cards, CardState
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 

@@ -16,8 +16,8 @@ from quart_trio import QuartTrio
 
 from actors.ledger import Flush, RequestRecord, read_requests
 from blazar.errors import BlazarError
+from blazar.serve.cards import Card, Cards
 from blazar.telemetry.why import Extras, pick, tell
-from blazar.web.cards import Card, Cards
 from blazar.web.common import CARDS_KEY, JSON, app_runtime
 
 __all__ = ["register"]

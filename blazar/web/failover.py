@@ -28,8 +28,8 @@ from actors.errors import BlazarRuntimeError
 from actors.failover import Step
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
+from blazar.serve.cards import Card
 from blazar.web.call import Call, Reply
-from blazar.web.cards import Card
 from blazar.web.common import app_runtime, json_response, read_body, requested_lane
 from registry.errors import RegistryError
 

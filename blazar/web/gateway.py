@@ -25,10 +25,10 @@ import trio
 from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.scrub import scrub
+from blazar.serve.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry, dialect_label
 from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
-from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
 from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
 from blazar.web.tracing import RequestTracer

@@ -43,9 +43,9 @@ from blazar.dialects.neutral import (
 from blazar.dialects.responses_stream import StreamEncoder as ResponsesEncoder
 from blazar.errors import BlazarError
 from blazar.keys import Key
+from blazar.serve.cards import Card
 from blazar.web import translate
 from blazar.web.call import Call, current_or_none
-from blazar.web.cards import Card
 from blazar.web.common import set_stream_enders
 from blazar.web.translate import StreamEncoder, Timings
 

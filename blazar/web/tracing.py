@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from blazar.web.cards import Card
+from blazar.serve.cards import Card
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -41,9 +41,9 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
+from blazar.serve.cards import Card, CardState
 from blazar.web import honesty, structured
 from blazar.web.call import current_or_none
-from blazar.web.cards import Card, CardState
 from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.claim import Claim, claim_engine
 from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders

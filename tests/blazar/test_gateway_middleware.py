@@ -8,8 +8,8 @@ from typing import Any
 
 import trio
 
+from blazar.serve.cards import Cards, CardState
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.cards import Cards, CardState
 from blazar.web.gateway import GatewayMiddleware
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from blazar.web.cards import Card, CardState
+from blazar.serve.cards import Card, CardState
 from blazar.web.tracing import RequestTracer, endpoint_from, open_tracer, phases
 
 PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

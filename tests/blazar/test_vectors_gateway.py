@@ -195,8 +195,8 @@ async def test_late_chunking_pools_each_chunk_of_one_pass(vector_home: Path) -> 
 
 
 def test_rerank_routes_are_in_the_embeddings_key_scope_and_have_cards() -> None:
+    from blazar.serve.cards import INFERENCE_PATHS
     from blazar.web.auth import family_of
-    from blazar.web.cards import INFERENCE_PATHS
     from blazar.web.vectors import RERANK_ROUTES
 
     for path in (*RERANK_ROUTES, "/api/rerank"):
