@@ -15,6 +15,7 @@ from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.web import candidates, mcp_loop, translate
+from blazar.web.ask import ask_of, current_ask
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
 from blazar.web.translate import Timings
@@ -63,15 +64,17 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return json_reply(anthropic.encode_response(resp, request=req), headers={**_headers(tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):
             if not req.stream:
-                loop, resp = await mcp_loop.answer(runtime, req, servers)
+                loop, resp = await mcp_loop.answer(runtime, req, servers, ask_of(call))
                 headers = {**_headers(), **loop.headers(), "X-Blazar-Mcp": loop.run.header()}
                 return json_reply(anthropic.encode_response(resp, request=req), headers=headers)
             encoder = _Encoder(req, anthropic.message_id_for(call.trace_id))
-            looped = await mcp_loop.McpStream.open(runtime, req, servers, encoder, mcp_loop.SSE_COMMENTS)
+            looped = await mcp_loop.McpStream.open(
+                runtime, req, servers, encoder, mcp_loop.SSE_COMMENTS, ask_of(call)
+            )
             call.on_cleanup(looped.aclose)
             headers = {**_headers(), **looped.headers()}
             return stream_reply(looped, content_type="text/event-stream", headers=headers)
-        tr = translate.EngineCall(runtime, req)
+        tr = translate.EngineCall(runtime, req, ask_of(call))
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
@@ -87,7 +90,7 @@ async def count_tokens() -> Response:
     runtime = app_runtime()
     req = anthropic.decode_count_tokens_request(await read_body())
     set_model(req.model)
-    n = await translate.count_tokens(runtime, req)
+    n = await translate.count_tokens(runtime, req, current_ask())
     return json_response(anthropic.encode_count_tokens(n), headers=_headers())
 
 

@@ -1,26 +1,30 @@
-"""What a request's HTTP headers say about its claim on an engine.
+"""A request's context (``serve.context.Ask``), read from its HTTP headers once.
 
-The request protocol itself (slot, eviction, ready engine, lease, release) is
-the runtime's (``actors/claim.py``); this module only reads the headers into its
-arguments and keeps the live request card in step.
+The service layer never reads headers: what they say about the request's claim (tier,
+deadline, keep-alive, lane), its strictness, its approvals and who it is for admission's
+fairness is read here, when a route first asks for it, and kept on the ``Call``.
 """
 
 from __future__ import annotations
 
 import trio
 
-from actors.claim import Claim
-from actors.engine import EngineActor
-from actors.runtime import Runtime
-from actors.scheduling import Tier, parse_tier
+from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
-from blazar.serve.cards import CardState
+from blazar.serve.context import APPROVE_HEADER, Ask
 from blazar.web.auth import presented_secret, secret_tag
-from blazar.web.call import Call, current_or_none
-from blazar.web.common import keep_alive_header
+from blazar.web.call import Call, current
+from blazar.web.certified import CERTIFYING
+from blazar.web.common import keep_alive_header, requested_lane
+from blazar.web.honesty import STRICT_HEADER, truthy
 
-__all__ = ["Claim", "claim_engine"]
+__all__ = ["approvals", "ask_of", "current_ask"]
+
+
+def approvals(raw: str | None) -> frozenset[str]:
+    """The tools an ``x-blazar-mcp-approve`` value names."""
+    return frozenset(a.strip() for a in (raw or "").split(",") if a.strip())
 
 
 def _client_key(call: Call) -> str:
@@ -52,43 +56,26 @@ def _deadline_s(call: Call) -> float | None:
     return trio.current_time() + ms / 1000
 
 
-async def claim_engine(
-    runtime: Runtime, engine: EngineActor, *, keep_alive_s: float | None = None, tier: Tier | None = None
-) -> Claim:
-    """The current request's claim on ``engine``. ``keep_alive_s``: from the request
-    body (Ollama), else the X-Blazar-Keep-Alive header. ``tier`` overrides the priority
-    header; work that runs outside any request (a job) claims at ``tier`` as client ``job``."""
-    call = current_or_none()
-    if call is None:
-        return await runtime.claim(
-            engine.spec.model, tier=tier or Tier.NORMAL, client="job", keep_alive_s=keep_alive_s
+def ask_of(call: Call) -> Ask:
+    """``call``'s context, read from its headers the first time it is asked for."""
+    if call.asked is None:
+        headers = call.headers
+        keep = headers.get("x-blazar-keep-alive")
+        call.asked = Ask(
+            client=_client_key(call),
+            grant=call.grant,
+            tier=parse_tier(headers.get("x-blazar-priority")),
+            deadline_s=_deadline_s(call),
+            keep_alive_s=keep_alive_header(keep) if keep else None,
+            lane=requested_lane(headers),
+            strict=truthy(headers.get(STRICT_HEADER)),
+            certifying=call.key == LOCAL_NAME and headers.get(CERTIFYING) == "1",
+            approved=approvals(headers.get(APPROVE_HEADER)),
+            card=call.card,
         )
-    # The name asked for was checked when the route named it; the model it resolved to must
-    # be in the key's scope too, or an alias would lead out of it.
-    call.check_model(engine.spec.alias or engine.spec.model)
-    if keep_alive_s is None and (header := call.headers.get("x-blazar-keep-alive")):
-        keep_alive_s = keep_alive_header(header)
-    live = call.card
-    waiter_id = runtime.admission.next_id()
-    if live is not None:
-        live.waiter_id = waiter_id
-    deadline_s = _deadline_s(call)
+    return call.asked
 
-    def granted(engine: EngineActor) -> None:
-        if live is not None:
-            live.state, live.engine = CardState.RUNNING, engine.engine_kind
-            if deadline_s is not None:  # queued, admission refuses it; running, the card ends it
-                live.run_until(deadline_s)
 
-    claim = await runtime.claim(
-        engine.spec.model,
-        tier=tier if tier is not None else parse_tier(call.headers.get("x-blazar-priority")),
-        client=_client_key(call),
-        deadline_s=deadline_s,
-        keep_alive_s=keep_alive_s,
-        waiter_id=waiter_id,
-        on_granted=granted,
-    )
-    if live is not None:
-        live.note_claim(claim.queued_s, claim.load_ns, ahead=claim.ahead, evicted=claim.evicted)
-    return claim
+def current_ask() -> Ask:
+    """The context of the request this task serves (for the framework's routes)."""
+    return ask_of(current())

@@ -36,6 +36,7 @@ from blazar.keys import LOCAL_NAME, Key
 from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.scrub import scrub
 from blazar.serve.cards import Card
+from blazar.serve.context import Ask
 from blazar.web import mcp_loop, translate
 
 __all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
@@ -161,11 +162,11 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         stream: translate.TranslatedStream | mcp_loop.McpStream
         if job.mcp:
             grant = Key(name=job.key or LOCAL_NAME, digest="", hint="", mcp=job.mcp_rules, created_at=0.0)
-            asker = mcp_loop.Asker(grant=grant, approved=frozenset(job.approved), tier=Tier.LOW, card=card)
+            ask = Ask.job(tier=Tier.LOW, card=card, grant=grant).but(approved=frozenset(job.approved))
             items = mcp_loop.ResponsesItems(encoder)
-            stream = await mcp_loop.McpStream.open(runtime, chat, job.mcp, encoder, items, asker)
+            stream = await mcp_loop.McpStream.open(runtime, chat, job.mcp, encoder, items, ask)
         else:
-            call = translate.EngineCall(runtime, chat, tier=Tier.LOW, card=card)
+            call = translate.EngineCall(runtime, chat, Ask.job(tier=Tier.LOW, card=card))
             await call.prepare()
             stream = await call.stream(encoder)
         try:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from blazar.errors import BlazarError
 from blazar.serve.cards import Card
+from blazar.serve.context import Ask, check_scope
 
 if TYPE_CHECKING:
     from blazar.keys import Key
@@ -47,6 +48,7 @@ class Call:
 
     __slots__ = (
         "_token",
+        "asked",
         "body",
         "card",
         "cleanups",
@@ -89,6 +91,8 @@ class Call:
         self.grant: Key | None = None
         """The key itself (its scopes), set by the gateway's auth step."""
         self.body = b""
+        self.asked: Ask | None = None
+        """The request's context for the service layer (``blazar.web.ask.ask_of``)."""
         self._token: Any = None
 
     def __enter__(self) -> Call:
@@ -107,14 +111,7 @@ class Call:
             self.card.model = name
 
     def check_model(self, name: str) -> None:
-        grant = self.grant
-        if grant is not None and not grant.allows_model(name):
-            raise BlazarError(
-                "MODEL_NOT_IN_SCOPE",
-                f"API key {grant.name!r} may not use model {name!r}; its models are "
-                f"{', '.join(grant.models)} — use a key whose `models:` scope matches",
-                param="model",
-            )
+        check_scope(self.grant, name)
 
     def on_cleanup(self, fn: Cleanup) -> None:
         """Run ``fn`` (shielded) when the server is done with this request, however it ends."""

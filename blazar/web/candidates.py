@@ -17,7 +17,9 @@ import trio
 from actors.runtime import Runtime
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Usage
 from blazar.errors import BlazarError
+from blazar.serve.context import Ask
 from blazar.web import choices, mcp_loop, translate
+from blazar.web.ask import ask_of
 from blazar.web.call import Call
 from blazar.web.fanout import not_streamed
 
@@ -64,9 +66,9 @@ async def answer(runtime: Runtime, call: Call, req: ChatRequest, *, best_of: boo
     if mcp_loop.selected_servers(runtime, call):
         raise BlazarError("BAD_REQUEST", f"{what} does not combine with MCP tools yet: send one or the other")
     if want.cascade is not None:
-        return await _cascade(runtime, req, want)
+        return await _cascade(runtime, req, ask_of(call), want)
     assert want.best_of is not None
-    return await _best_of(runtime, req, want.best_of)
+    return await _best_of(runtime, req, ask_of(call), want.best_of)
 
 
 def _judge(req: ChatRequest, resp: ChatResponse, want: choices.Wanted) -> str | None:
@@ -88,11 +90,12 @@ def _sum(usages: list[Usage]) -> Usage:
     )
 
 
-async def _best_of(runtime: Runtime, req: ChatRequest, count: int) -> Answered:
+async def _best_of(runtime: Runtime, req: ChatRequest, ask: Ask, count: int) -> Answered:
     ran: list[tuple[translate.EngineCall, ChatResponse] | None] = [None] * count
 
     async def one(i: int, seed: int | None) -> None:
-        tr = translate.EngineCall(runtime, req if seed is None else msgspec.structs.replace(req, seed=seed))
+        asked = req if seed is None else msgspec.structs.replace(req, seed=seed)
+        tr = translate.EngineCall(runtime, asked, ask)
         await tr.prepare()
         ran[i] = (tr, await tr.complete())
 
@@ -109,12 +112,12 @@ async def _best_of(runtime: Runtime, req: ChatRequest, count: int) -> Answered:
     return tr, resp, {"X-Blazar-Best-Of": choices.best_of_header(count, won)}
 
 
-async def _cascade(runtime: Runtime, req: ChatRequest, want: choices.Wanted) -> Answered:
+async def _cascade(runtime: Runtime, req: ChatRequest, ask: Ask, want: choices.Wanted) -> Answered:
     models = want.cascade or []
     escalated: list[str] = []
     usages: list[Usage] = []
     for step, model in enumerate(models, 1):
-        tr = translate.EngineCall(runtime, msgspec.structs.replace(req, model=model))
+        tr = translate.EngineCall(runtime, msgspec.structs.replace(req, model=model), ask)
         await tr.prepare()
         resp = await tr.complete()
         usages.append(resp.usage)

@@ -19,8 +19,7 @@ from actors.config import RuntimeConfig
 from actors.runtime import Runtime
 from blazar.dialects.neutral import ChatRequest
 from blazar.errors import BlazarError
-from blazar.keys import LOCAL_NAME
-from blazar.web.call import current_or_none
+from blazar.serve.context import Ask
 
 __all__ = ["CERTIFYING", "chat_needs", "check", "refuse_failed"]
 
@@ -69,15 +68,10 @@ def check(
             raise BlazarError("CAPABILITY_VERIFIED_FAILED", _message(book, model, probe))
 
 
-def _certifying() -> bool:
-    call = current_or_none()
-    return call is not None and call.key == LOCAL_NAME and call.headers.get(CERTIFYING) == "1"
-
-
-def refuse_failed(runtime: Runtime, model: str, needs: list[str]) -> None:
-    """``check`` for the request being served on ``runtime``."""
+def refuse_failed(runtime: Runtime, model: str, needs: list[str], ask: Ask) -> None:
+    """``check`` for a request (``ask``) served on ``runtime``."""
     if needs:
-        check(runtime.config, runtime.certificates, model, needs, certifying=_certifying())
+        check(runtime.config, runtime.certificates, model, needs, certifying=ask.certifying)
 
 
 def _message(book: CertificateBook, model: str, probe: Probe) -> str:

@@ -14,8 +14,8 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
-from blazar.serve.cards import StreamEnders
-from blazar.web.call import Call, Cleanup, Reply, current, current_or_none
+from blazar.serve.cards import Card, StreamEnders
+from blazar.web.call import Call, Cleanup, Reply, current
 
 __all__ = [
     "CARDS_KEY",
@@ -189,11 +189,13 @@ def keep_alive_header(value: str) -> float | None:
         raise BlazarError("BAD_REQUEST", f"X-Blazar-Keep-Alive: {exc.message}") from exc
 
 
-def set_stream_enders(cancelled: Callable[[str, str], bytes], interrupted: Callable[[], bytes]) -> None:
-    """How this request's stream ends when cancelled or interrupted from another connection."""
-    call = current_or_none()
-    if call is not None and (c := call.card) is not None:
-        c.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)
+def set_stream_enders(
+    card: Card | None, cancelled: Callable[[str, str], bytes], interrupted: Callable[[], bytes]
+) -> None:
+    """How the stream of ``card``'s request ends when cancelled or interrupted from another
+    connection."""
+    if card is not None:
+        card.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)
 
 
 def query_int(name: str, default: int, high: int) -> int:

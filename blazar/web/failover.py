@@ -28,9 +28,10 @@ from actors.errors import BlazarRuntimeError
 from actors.failover import Step
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
-from blazar.serve.cards import Card
+from blazar.serve.context import Ask
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
-from blazar.web.common import app_runtime, json_response, read_body, requested_lane
+from blazar.web.common import app_runtime, json_response, read_body
 from registry.errors import RegistryError
 
 __all__ = ["FAILOVER_CODES", "TARGET_HEADER", "ChainRun", "register", "relay_on_chain"]
@@ -70,10 +71,8 @@ class ChainRun:
     """One request's walk along a chain: ``next`` gives the next target's engine (or raises
     ``FAILOVER_EXHAUSTED``), then the caller reports ``succeeded``, ``failed`` or ``timed_out``."""
 
-    def __init__(
-        self, runtime: Runtime, chain: FailoverChain, call: Call | None, card: Card | None = None
-    ) -> None:
-        if call is not None and requested_lane(call.headers) is not None:
+    def __init__(self, runtime: Runtime, chain: FailoverChain, ask: Ask) -> None:
+        if ask.lane is not None:
             raise BlazarError(
                 "BAD_REQUEST",
                 f"x-blazar-engine does not apply to the failover chain '{chain.name}': its targets name "
@@ -81,8 +80,8 @@ class ChainRun:
             )
         self.runtime = runtime
         self.chain = chain
-        self.call = call
-        self.card = card if card is not None else (call.card if call is not None else None)
+        self.ask = ask
+        self.card = ask.card
         """Where the walk is told (``blazar why``)."""
         self.steps = runtime.failover.plan(chain.name, trio.current_time())
         self._next = 0
@@ -111,12 +110,11 @@ class ChainRun:
             if target.peer is not None:  # the federation walks chains with remote targets itself
                 self._pass(target.text, "skipped", "a remote target is not served on this route")
                 continue
-            if self.call is not None:
-                try:
-                    self.call.check_model(target.model)
-                except BlazarError as exc:
-                    self._pass(target.text, "skipped", exc.message)
-                    continue
+            try:
+                self.ask.check_model(target.model)
+            except BlazarError as exc:
+                self._pass(target.text, "skipped", exc.message)
+                continue
             self.step, self.engine = step, None
             try:
                 engine = await self.runtime.engine_for(target.model, target.lane)
@@ -203,7 +201,7 @@ async def relay_on_chain(
 
     A whole answer that came back as a 5xx (the engine failed it) was never sent: it moves on
     too. A stream is the answer once its head is back; what fails after is its own to tell."""
-    run = ChainRun(runtime, chain, call)
+    run = ChainRun(runtime, chain, ask_of(call))
     while True:
         engine = await run.next()
         try:

@@ -27,10 +27,11 @@ from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body,
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
+from blazar.serve.claim import claim_engine
 from blazar.web import choices, failover, honesty, mcp_loop
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
 from blazar.web.certified import chat_needs, refuse_failed
-from blazar.web.claim import claim_engine
 from blazar.web.common import LOADING_NS
 from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
@@ -122,7 +123,7 @@ async def run_on(
     async def attempt(target: EngineActor) -> Reply:
         if isinstance(req, ChatRequest):
             check_images(req, target)
-            refuse_failed(runtime, target.spec.model, chat_needs(req))
+            refuse_failed(runtime, target.spec.model, chat_needs(req), ask_of(call))
         return await run(runtime, call, target, want, path=path, size=size, req=req)
 
     if chain is not None:
@@ -147,7 +148,8 @@ async def run(
     ignored, max_tokens, output_param = req.ignored, req.max_tokens, req.output_param
     completions = path == "/v1/completions"
     count = want.best_of or want.n
-    strict = honesty.is_strict(runtime.config.strict)
+    ask = ask_of(call)
+    strict = ask.is_strict(runtime.config.strict)
     ctx = engine.served_ctx or engine.spec.ctx_per_slot
     capped_to = honesty.output_limit(
         max_tokens, ctx, param=output_param, model=engine.spec.model, strict=strict
@@ -171,7 +173,7 @@ async def run(
         sent = dict(base)
         if seed is not None:
             sent["seed"] = seed
-        claim = await claim_engine(runtime, engine)
+        claim = await claim_engine(runtime, engine, ask)
         try:
             loaded[0] = loaded[0] or claim.load_ns > LOADING_NS
             await check_prompt(engine, claim.handle, size)

@@ -18,20 +18,15 @@ what the model serves stays ``CONTEXT_TOO_LARGE``).
 from __future__ import annotations
 
 from blazar.errors import BlazarError, Dialect
-from blazar.web.call import current_or_none
 
-__all__ = ["STRICT_HEADER", "is_strict", "output_limit", "refuse_ignored", "report"]
+__all__ = ["STRICT_HEADER", "output_limit", "refuse_ignored", "report", "truthy"]
 
 STRICT_HEADER = "x-blazar-strict"
 _YES = frozenset({"1", "true", "yes", "on"})
 
 
-def is_strict(configured: bool) -> bool:
-    """Strict for this request: configured so, or asked for by the request's header."""
-    if configured:
-        return True
-    call = current_or_none()
-    value = call.headers.get(STRICT_HEADER) if call is not None else None
+def truthy(value: str | None) -> bool:
+    """A header that switches something on: ``1``, ``true``, ``yes`` or ``on``."""
     return value is not None and value.strip().lower() in _YES
 
 

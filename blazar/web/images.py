@@ -38,9 +38,11 @@ from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import images
 from blazar.dialects.images import Form, ImageInfo, Images
 from blazar.errors import BlazarError
+from blazar.serve.claim import claim_engine
+from blazar.serve.context import Ask
 from blazar.web import honesty
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.claim import claim_engine
 from blazar.web.common import JSON, app_runtime, error_response
 from blazar.web.image_files import files_of
 from blazar.web.relay import crash_error
@@ -78,7 +80,7 @@ def form_of(call: Call) -> Form:
 def _checked(runtime: Runtime, call: Call, decode: Callable[[_T], _R], raw: _T) -> _R:
     """Decode and check the request, refuse its ignored fields in strict mode, name its model."""
     req = decode(raw)
-    honesty.refuse_ignored(req.ignored, strict=honesty.is_strict(runtime.config.strict))
+    honesty.refuse_ignored(req.ignored, strict=ask_of(call).is_strict(runtime.config.strict))
     call.set_model(req.model)
     return req
 
@@ -104,9 +106,11 @@ async def exchange(response: UpstreamResponse) -> tuple[int, bytes]:
         await response.aclose()
 
 
-async def _ask(runtime: Runtime, engine: EngineActor, path: str, body: bytes, content_type: str) -> Images:
+async def _ask(
+    runtime: Runtime, engine: EngineActor, ask: Ask, path: str, body: bytes, content_type: str
+) -> Images:
     """One synchronous request to sd-server (its OpenAI routes), under a claim."""
-    with await claim_engine(runtime, engine) as claim:
+    with await claim_engine(runtime, engine, ask) as claim:
         handle = claim.handle
         try:
             status, content = await exchange(
@@ -122,9 +126,9 @@ async def _ask(runtime: Runtime, engine: EngineActor, path: str, body: bytes, co
         raise BlazarError("BAD_GATEWAY", str(exc)) from None
 
 
-async def _run_job(runtime: Runtime, engine: EngineActor, body: bytes) -> Images:
+async def _run_job(runtime: Runtime, engine: EngineActor, ask: Ask, body: bytes) -> Images:
     """A job of sd-server's native API, submitted and polled under one claim."""
-    with await claim_engine(runtime, engine) as claim:
+    with await claim_engine(runtime, engine, ask) as claim:
         handle = claim.handle
         upstream = handle.upstream
         try:
@@ -202,7 +206,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def generations(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_generation, call.body)
         engine = await _engine(runtime, req.model)
-        result = await _ask(runtime, engine, "/v1/images/generations", images.generation_body(req), JSON)
+        result = await _ask(
+            runtime, engine, ask_of(call), "/v1/images/generations", images.generation_body(req), JSON
+        )
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=req.size
         )
@@ -213,7 +219,12 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         boundary = uuid.uuid4().hex
         body = images.edit_form(req, boundary)
         result = await _ask(
-            runtime, engine, "/v1/images/edits", body, f"multipart/form-data; boundary={boundary}"
+            runtime,
+            engine,
+            ask_of(call),
+            "/v1/images/edits",
+            body,
+            f"multipart/form-data; boundary={boundary}",
         )
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=req.size
@@ -222,7 +233,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def variations(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_variation, form_of(call))
         engine = await _engine(runtime, req.model)
-        result = await _run_job(runtime, engine, images.variation_job(req))
+        result = await _run_job(runtime, engine, ask_of(call), images.variation_job(req))
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=req.size
         )
@@ -230,7 +241,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def upscale(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_upscale, form_of(call))
         engine = await _engine(runtime, req.model)
-        result = await _run_job(runtime, engine, images.upscale_job(req))
+        result = await _run_job(runtime, engine, ask_of(call), images.upscale_job(req))
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=None
         )

@@ -28,7 +28,6 @@ import trio
 
 from actors.mcp_results import McpCallResult, error_result, split_qualified
 from actors.runtime import Runtime
-from actors.scheduling import Tier
 from blazar.dialects.neutral import (
     ChatRequest,
     ChatResponse,
@@ -42,29 +41,26 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.responses_stream import StreamEncoder as ResponsesEncoder
 from blazar.errors import BlazarError
-from blazar.keys import Key
-from blazar.serve.cards import Card
+from blazar.serve.context import APPROVE_HEADER as APPROVE
+from blazar.serve.context import Ask
 from blazar.web import translate
-from blazar.web.call import Call, current_or_none
+from blazar.web.call import Call
 from blazar.web.common import set_stream_enders
 from blazar.web.translate import StreamEncoder, Timings
 
 __all__ = [
     "SILENT",
     "SSE_COMMENTS",
-    "Asker",
     "McpRun",
     "McpStream",
     "Report",
     "ResponsesItems",
     "answer",
-    "approvals",
     "drain",
     "selected_servers",
 ]
 
 HEADER = "x-blazar-mcp"
-APPROVE = "x-blazar-mcp-approve"
 
 
 @dataclass(slots=True)
@@ -251,28 +247,6 @@ def _plus(a: Usage, b: Usage | None) -> Usage:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Asker:
-    """Who runs a loop: the key (its ``mcp:`` scopes), the tools the request approved, and for
-    work outside an HTTP request (a background response), its admission tier and card."""
-
-    grant: Key | None = None
-    approved: frozenset[str] = frozenset()
-    tier: Tier | None = None
-    card: Card | None = None
-
-    @classmethod
-    def of(cls, call: Call | None) -> Asker:
-        if call is None:
-            return cls()
-        return cls(grant=call.grant, approved=approvals(call.headers.get(APPROVE)))
-
-
-def approvals(raw: str | None) -> frozenset[str]:
-    """The tools an ``x-blazar-mcp-approve`` value names."""
-    return frozenset(a.strip() for a in (raw or "").split(",") if a.strip())
-
-
 class McpStream:
     """The rounds of one request as the dialect's bytes; ``open`` runs up to the first round's
     engine stream, so what fails before any byte is an HTTP error, not an error event."""
@@ -284,13 +258,13 @@ class McpStream:
         servers: list[str],
         encoder: StreamEncoder,
         report: Report,
-        asker: Asker,
+        ask: Ask,
     ) -> None:
         self.runtime = runtime
         self.req = req
         self.run = McpRun(servers=servers)
         self.report = report
-        self.asker = asker
+        self.ask = ask
         self._round = _Round(encoder)
         self._offered = False
         self._max_rounds = runtime.mcp.max_rounds(servers)
@@ -310,11 +284,10 @@ class McpStream:
         servers: list[str],
         encoder: StreamEncoder,
         report: Report,
-        asker: Asker | None = None,
+        ask: Ask,
     ) -> McpStream:
-        """``asker``: None for the HTTP request being served."""
-        self = cls(runtime, req, servers, encoder, report, asker or Asker.of(current_or_none()))
-        grant = self.asker.grant
+        self = cls(runtime, req, servers, encoder, report, ask)
+        grant = ask.grant
         offered = [
             ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
             for listed in await runtime.mcp.tools(servers)
@@ -346,12 +319,13 @@ class McpStream:
         req = self.req
         if self.run.rounds >= self._max_rounds and self._offered:
             req = msgspec.structs.replace(req, tool_choice=ToolChoice(mode="none"))
-        tr = translate.EngineCall(self.runtime, req, tier=self.asker.tier, card=self.asker.card)
+        tr = translate.EngineCall(self.runtime, req, self.ask)
         await tr.prepare()
         self._round.reset()
         self._stream = await tr.stream(self._round)
         inner = self._round.inner
         set_stream_enders(  # ended from outside: the dialect's own end, not a round's
+            self.ask.card,
             cancelled=inner.error,
             interrupted=lambda: inner.finish(Delta(finish_reason="stop"), tr.timings),
         )
@@ -433,12 +407,12 @@ class McpStream:
 
     async def _call_one(self, c: ToolCall) -> McpCallResult:
         server, tool = split_qualified(c.name) or ("", c.name)
-        grant = self.asker.grant
+        grant = self.ask.grant
         if grant is not None and not grant.allows_mcp(server, tool):
             return error_result(
                 server, tool, "denied", f"the API key '{grant.name}' may not use the tool '{c.name}'"
             )
-        if self.runtime.mcp.needs_approval(server, tool) and not self.asker.approved & {c.name, tool, "*"}:
+        if self.runtime.mcp.needs_approval(server, tool) and not self.ask.approved & {c.name, tool, "*"}:
             return error_result(
                 server,
                 tool,
@@ -480,9 +454,11 @@ async def drain(stream: McpStream) -> None:
         await stream.aclose()
 
 
-async def answer(runtime: Runtime, req: ChatRequest, servers: list[str]) -> tuple[McpStream, ChatResponse]:
+async def answer(
+    runtime: Runtime, req: ChatRequest, servers: list[str], ask: Ask
+) -> tuple[McpStream, ChatResponse]:
     """The whole answer to ``req`` with ``servers``' tools: the loop's stream, gathered."""
     gathered = translate.Gathered()
-    stream = await McpStream.open(runtime, req, servers, gathered, SILENT)
+    stream = await McpStream.open(runtime, req, servers, gathered, SILENT, ask)
     await drain(stream)
     return stream, gathered.response(req)

@@ -26,6 +26,7 @@ from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import BlazarError
 from blazar.web import candidates, mcp_loop, pull_job, structured, translate
+from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import (
@@ -189,17 +190,17 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return json_reply(body, headers={**tr.headers(), **said})
         if dialect == "chat" and action is None and (servers := mcp_loop.selected_servers(runtime, call)):
             if not req.stream:
-                loop, resp = await mcp_loop.answer(runtime, req, servers)
+                loop, resp = await mcp_loop.answer(runtime, req, servers, ask_of(call))
                 body = ollama.encode_chat_response(
                     resp, created_at=_now(), timings=_timings(loop.timings()), think=think, model=req.model
                 )
                 return json_reply(body, headers={**loop.headers(), "X-Blazar-Mcp": loop.run.header()})
             looped = await mcp_loop.McpStream.open(
-                runtime, req, servers, _Encoder(req.model, dialect, think), mcp_loop.SILENT
+                runtime, req, servers, _Encoder(req.model, dialect, think), mcp_loop.SILENT, ask_of(call)
             )
             call.on_cleanup(looped.aclose)
             return stream_reply(looped, content_type=NDJSON, headers=looped.headers())
-        tr = translate.EngineCall(runtime, req)
+        tr = translate.EngineCall(runtime, req, ask_of(call))
         await tr.prepare()
         if action == "load":
             tr.release()

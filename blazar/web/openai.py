@@ -32,6 +32,7 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
+from blazar.serve.claim import claim_engine
 from blazar.web import (
     candidates,
     certified,
@@ -43,14 +44,13 @@ from blazar.web import (
     structured,
     translate,
 )
+from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.claim import claim_engine
 from blazar.web.common import (
     LOADING_NS,
     app_runtime,
     json_response,
-    requested_lane,
     set_stream_enders,
     stream_reply,
 )
@@ -178,7 +178,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def answer_chat(call: Call) -> Reply:
         req = openai.decode_chat_request(call.body)
         call.set_model(req.model)
-        strict = honesty.is_strict(runtime.config.strict)
+        ask = ask_of(call)
+        strict = ask.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
         if picked := await candidates.answer(runtime, call, _as_translated(call, req), best_of=False):
             tr, resp, said = picked  # a cascade: the answer names the model that gave it
@@ -187,9 +188,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         chain = runtime.failover.chains.get(req.model)
         engine = None
         if chain is None:
-            engine = await runtime.engine_for(req.model, requested_lane(call.headers))
+            engine = await runtime.engine_for(req.model, ask.lane)
             translate.check_images(req, engine)
-            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
             return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
@@ -209,7 +210,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
         async def on(engine: EngineActor) -> Reply:
             translate.check_images(req, engine)
-            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req))
+            certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
             return await relay(
                 call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
             )
@@ -223,17 +224,17 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     async def with_mcp(call: Call, req: ChatRequest, servers: list[str]) -> Reply:
         if not req.stream:
-            loop, resp = await mcp_loop.answer(runtime, req, servers)
+            loop, resp = await mcp_loop.answer(runtime, req, servers, ask_of(call))
             headers = {**loop.headers(), "X-Blazar-Mcp": loop.run.header()}
             return Reply(openai.encode_chat_response(resp, model=req.model), headers=headers)
         stream = await mcp_loop.McpStream.open(
-            runtime, req, servers, _chat_encoder(req), mcp_loop.SSE_COMMENTS
+            runtime, req, servers, _chat_encoder(req), mcp_loop.SSE_COMMENTS, ask_of(call)
         )
         call.on_cleanup(stream.aclose)
         return stream_reply(stream, content_type="text/event-stream", headers=stream.headers())
 
     async def translated(call: Call, req: ChatRequest) -> Reply:
-        tr = translate.EngineCall(runtime, _as_translated(call, req))
+        tr = translate.EngineCall(runtime, _as_translated(call, req), ask_of(call))
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
@@ -248,12 +249,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def completions(call: Call) -> Reply:
         req = openai.decode_completion_request(call.body)
         call.set_model(req.model)
-        strict = honesty.is_strict(runtime.config.strict)
+        ask = ask_of(call)
+        strict = ask.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
         size = completion_size(req.prompt)
         if want := fanout.asked(call, completions=True):
             chain = runtime.failover.chains.get(req.model)
-            engine = None if chain else await runtime.engine_for(req.model, requested_lane(call.headers))
+            engine = None if chain else await runtime.engine_for(req.model, ask.lane)
             return await fanout.run_on(
                 runtime, call, chain, engine, want, path="/v1/completions", size=size, req=req
             )
@@ -266,7 +268,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
         if (chain := runtime.failover.chains.get(req.model)) is not None:
             return await failover.relay_on_chain(runtime, call, chain, on)
-        return await on(await runtime.engine_for(req.model, requested_lane(call.headers)))
+        return await on(await runtime.engine_for(req.model, ask.lane))
 
     async def relay(
         call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome
@@ -298,7 +300,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if stream:
             body, ours = ask_progress(body)
         refuse_if_too_long(engine, size)  # before queueing, loading or templating
-        lease = await claim_engine(runtime, engine)
+        lease = await claim_engine(runtime, engine, ask_of(call))
         handle = lease.handle
         headers: dict[str, str] = {}
         changed = [f"{outcome.output_param}={capped_to}"] if capped_to is not None else []
@@ -367,6 +369,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             else RenamingStream(upstream, lease, on_error, rename=rename, **options)
         )
         set_stream_enders(
+            call.card,
             cancelled=openai.encode_stream_error,
             interrupted=lambda: b"data: [DONE]\n\n",
         )

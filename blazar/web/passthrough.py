@@ -15,8 +15,9 @@ from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.errors import BlazarError
+from blazar.serve.claim import claim_engine
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
-from blazar.web.claim import claim_engine
 from blazar.web.common import JSON, stream_reply
 from blazar.web.relay import UpstreamStream, crash_error
 
@@ -39,7 +40,7 @@ async def relay_call(
 ) -> Reply:
     """POST ``body`` (default: the request's own) to ``engine`` at ``path``; ``stream_error``
     is what ends a stream the engine fails midway (default: nothing, the stream ends short)."""
-    lease = await claim_engine(runtime, engine)
+    lease = await claim_engine(runtime, engine, ask_of(call))
     handle = lease.handle
     try:
         upstream = await handle.upstream.request(

@@ -31,7 +31,9 @@ from blazar.dialects import realtime as rt
 from blazar.dialects.neutral import ChatRequest, Message
 from blazar.dialects.vad import SpeechStarted, Vad, VadEvent
 from blazar.errors import CATALOG, BlazarError
+from blazar.serve.context import Ask
 from blazar.web import voice
+from blazar.web.ask import ask_of
 from blazar.web.call import current_or_none
 from blazar.web.common import app_runtime, error_response
 
@@ -92,8 +94,10 @@ class RealtimeSession:
     running (at most one); every task it starts runs in its nursery, so the socket's end
     ends them."""
 
-    def __init__(self, runtime: Runtime, session: rt.Session) -> None:
+    def __init__(self, runtime: Runtime, session: rt.Session, ask: Ask) -> None:
         self.runtime = runtime
+        self.ask = ask
+        """The context of the WebSocket request that opened the session (its key, its card)."""
         self.session = session
         self.events = rt.Events()
         self.items: list[Item] = []
@@ -273,6 +277,7 @@ class RealtimeSession:
                 model,
                 pcm,
                 rt.PCM_HZ,
+                self.ask,
                 language=self.session.transcription_language,
                 prompt=self.session.transcription_prompt,
             )
@@ -430,7 +435,7 @@ class _Turn:
             if tts_model is not None:
                 nursery.start_soon(self._speak, tts_model, receive)
             sentences = rt.Sentences()
-            async with send, contextlib.aclosing(voice.stream_chat(s.runtime, req, out)) as text:
+            async with send, contextlib.aclosing(voice.stream_chat(s.runtime, req, out, s.ask)) as text:
                 async for delta in text:
                     if not delta:
                         continue
@@ -445,7 +450,7 @@ class _Turn:
     async def _speak(self, model: str, sentences: trio.MemoryReceiveChannel[str]) -> None:
         async with sentences:
             async for sentence in sentences:
-                spoken = voice.speak(self.s.runtime, model, sentence, speed=self.settings.speed)
+                spoken = voice.speak(self.s.runtime, model, sentence, self.s.ask, speed=self.settings.speed)
                 async with contextlib.aclosing(spoken) as chunks:
                     async for pcm in chunks:
                         delta = base64.b64encode(pcm).decode()
@@ -530,8 +535,9 @@ def _as_event_error(exc: BlazarError) -> rt.EventError:
 async def realtime() -> Any:
     runtime = app_runtime()
     model = websocket.args.get("model") or None
+    call = current_or_none()
+    ask = ask_of(call) if call is not None else Ask()
     if model is not None:
-        call = current_or_none()
         try:
             if call is not None:
                 call.set_model(model)
@@ -549,7 +555,7 @@ async def realtime() -> Any:
     # (read by the gateway): the upgrade must choose one they offered.
     offered = websocket.requested_subprotocols
     await websocket.accept(subprotocol="realtime" if "realtime" in offered else None)
-    await RealtimeSession(runtime, session).run()
+    await RealtimeSession(runtime, session, ask).run()
     return None
 
 

@@ -24,6 +24,7 @@ from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
 from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
 from blazar.web import background, candidates, honesty, mcp_loop, translate
+from blazar.web.ask import ask_of, current_ask
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
     app_runtime,
@@ -50,7 +51,7 @@ def _headers(req: ResponsesRequest, tr: translate.EngineCall | None = None) -> d
 
 
 def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
-    honesty.refuse_ignored(req.ignored, strict=honesty.is_strict(runtime.config.strict))
+    honesty.refuse_ignored(req.ignored, strict=current_ask().is_strict(runtime.config.strict))
 
 
 async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:
@@ -100,7 +101,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             candidates.refuse_in_background(runtime, call, req.model)
             await history_of(store, req)  # an unknown previous response is refused now, not later
             servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
-            approved = mcp_loop.approvals(call.headers.get(mcp_loop.APPROVE))
+            approved = ask_of(call).approved
             doc = await background.submit(
                 runtime, req, call.body, key=call.grant, servers=servers, approved=approved
             )
@@ -121,7 +122,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         if servers := mcp_loop.selected_servers(runtime, call):
             encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
             loop = await mcp_loop.McpStream.open(
-                runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder)
+                runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder), ask_of(call)
             )
             headers = {**_headers(req), **loop.headers()}
             if req.stream:
@@ -134,7 +135,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             assert encoder.final is not None
             await _keep(store, req, call.body, encoder.final)
             return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
-        tr = translate.EngineCall(runtime, chat)
+        tr = translate.EngineCall(runtime, chat, ask_of(call))
         await tr.prepare()
         if not req.stream:
             answer = await tr.complete()
@@ -204,7 +205,7 @@ async def input_tokens() -> Response:
     req = responses.decode_request(body)
     set_model(req.model)
     chat = responses.chat_request(req, await history_of(store_of(runtime), req))
-    n = await translate.count_tokens(runtime, msgspec.structs.replace(chat, stream=False))
+    n = await translate.count_tokens(runtime, msgspec.structs.replace(chat, stream=False), current_ask())
     return json_response(responses.encode_input_tokens(n), headers=_headers(req))
 
 

@@ -20,7 +20,6 @@ import trio
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle, Reconfigure
 from actors.runtime import Runtime
-from actors.scheduling import Tier
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import engine_usage, lora, thinking, tools
 from blazar.dialects.llamacpp import (
@@ -41,12 +40,11 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
-from blazar.serve.cards import Card, CardState
+from blazar.serve.claim import Claim, claim_engine
+from blazar.serve.context import Ask
 from blazar.web import honesty, structured
-from blazar.web.call import current_or_none
 from blazar.web.certified import chat_needs, refuse_failed
-from blazar.web.claim import Claim, claim_engine
-from blazar.web.common import LOADING_NS, requested_lane, set_stream_enders
+from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.failover import ChainRun, failover_code
 from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
@@ -162,20 +160,15 @@ def check_images(req: ChatRequest, engine: EngineActor) -> None:
 class EngineCall:
     """One translated request: ``prepare`` first, then ``complete`` or ``stream``."""
 
-    def __init__(
-        self, runtime: Runtime, req: ChatRequest, *, tier: Tier | None = None, card: Card | None = None
-    ) -> None:
+    def __init__(self, runtime: Runtime, req: ChatRequest, ask: Ask) -> None:
         self.runtime = runtime
         self.req = req
-        self.tier = tier
-        """The admission tier, when not the request's own (a job's)."""
+        self.ask = ask
+        """Who asks, on what terms (tier, deadline, lane, strictness), and the card told."""
         self.timings = Timings(started_ns=time.perf_counter_ns())
-        self._own_card = card is not None
-        if card is None and (call := current_or_none()) is not None:
-            card = call.card
-        self.card = card
+        self.card = ask.card
         """The card that gets the engine's usage: the live card of the HTTP request this
-        serves, or (``card``) one of work that runs outside any request (a job)."""
+        serves, or one of work that runs outside any request (a job)."""
         self.engine: EngineActor | None = None
         self.handle: EngineHandle | None = None
         self.claim: Claim | None = None
@@ -185,7 +178,7 @@ class EngineCall:
         """The request's ``num_ctx`` when it differs from ``context``."""
         self.output_cap: int | None = None
         """The configured output cap, when it was applied to this request."""
-        self.strict = honesty.is_strict(runtime is not None and runtime.config.strict)
+        self.strict = ask.is_strict(runtime is not None and runtime.config.strict)
         self.changed: list[str] = []
         """The request's parameters run with another value (``NAME=VALUE``)."""
         self._ctx_clamped = False
@@ -229,14 +222,12 @@ class EngineCall:
         """Claim the engine. ``purpose`` (``blazar.web.vectors``): ``embed``, ``embed_tokens``
         (a vector per token: late chunking) or ``rerank``; ``embeddings`` is ``embed``."""
         honesty.refuse_ignored(self.req.ignored, strict=self.strict)
-        call = current_or_none()
         self._purpose = purpose or ("embed" if embeddings else "chat")
         embeddings = self._embeddings = self._purpose in ("embed", "embed_tokens")
         if (chain := self.runtime.failover.chains.get(self.req.model)) is not None:
-            self._chain = ChainRun(self.runtime, chain, call, self.card)
+            self._chain = ChainRun(self.runtime, chain, self.ask)
             return await self._prepare_next()
-        lane = requested_lane(call.headers) if call is not None else None
-        engine = self.engine = await self.runtime.engine_for(self.req.model, lane)
+        engine = self.engine = await self.runtime.engine_for(self.req.model, self.ask.lane)
         await self._prepare_on(engine, embeddings)
         return engine
 
@@ -280,7 +271,7 @@ class EngineCall:
             )
         needs = chat_needs(self.req) if self._purpose == "chat" else ["embeddings"]
         if self._purpose != "rerank":
-            refuse_failed(self.runtime, engine.spec.model, needs)
+            refuse_failed(self.runtime, engine.spec.model, needs, self.ask)
         spec = engine.spec
         check_purpose(self._purpose, engine)
         said = thinking.unheeded(self.req, support=spec.thinking)
@@ -310,14 +301,9 @@ class EngineCall:
             self._cap_to_context(slot_ctx)
         # Before queueing, loading or templating; against the context the slot will hold.
         refuse_if_too_long(engine, size, ctx=slot_ctx)
-        self.claim = await claim_engine(
-            self.runtime, engine, keep_alive_s=self.req.keep_alive_s, tier=self.tier
-        )
+        self.claim = await claim_engine(self.runtime, engine, self.ask, keep_alive_s=self.req.keep_alive_s)
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
-        if self._own_card and self.card is not None:  # a request's card learns it in claim_engine
-            self.card.state, self.card.engine = CardState.RUNNING, engine.engine_kind
-            self.card.note_claim(self.claim.queued_s, self.claim.load_ns)
         self.context = engine.served_ctx or engine.spec.ctx_per_slot
         if self.req.num_ctx is not None and self.req.num_ctx != self.context:
             self.ctx_asked = self.req.num_ctx
@@ -431,6 +417,7 @@ class EngineCall:
         resp = await self._open_on_chain() if self._chain is not None else await self._open()
         stream = TranslatedStream(self, resp, encoder)
         set_stream_enders(
+            self.card,
             cancelled=encoder.error,
             interrupted=lambda: encoder.finish(Delta(finish_reason="stop"), self.timings),
         )
@@ -618,9 +605,9 @@ class TranslatedStream:
         self._call.release()
 
 
-async def count_tokens(runtime: Runtime, req: ChatRequest) -> int:
+async def count_tokens(runtime: Runtime, req: ChatRequest, ask: Ask) -> int:
     """The prompt tokens this request would use: the engine's own template and tokenizer."""
-    call = EngineCall(runtime, req)
+    call = EngineCall(runtime, req, ask)
     await call.prepare()
     try:
         _, body = call.engine_request(req)

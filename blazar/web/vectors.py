@@ -12,12 +12,17 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from actors.runtime import Runtime
 from blazar.dialects import engine_usage, ollama, ollama_embed, openai, rerank
 from blazar.dialects.neutral import ChatRequest, EmbedRequest, EmbedResponse, RerankRequest
 from blazar.dialects.pooling import LateChunks, fit_dimensions, late_chunks, mean_pool
 from blazar.errors import BlazarError
-from blazar.web.call import Call, Handler, Reply, Routes, current_or_none
+from blazar.serve.context import Ask
+from blazar.web.ask import ask_of
+from blazar.web.call import Call, Handler, Reply, Routes
+from blazar.web.honesty import truthy
 from blazar.web.translate import EngineCall, Purpose
 
 __all__ = [
@@ -34,19 +39,19 @@ RERANK_ROUTES = ("/v1/rerank", "/v1/reranking", "/rerank", "/reranking")
 """Jina's and Cohere's path, and llama.cpp's other names for it; all answer the same."""
 
 
-def late_chunking_asked(req: EmbedRequest) -> bool:
-    """The body's ``late_chunking``, or ``X-Blazar-Late-Chunking: 1`` (``true``, ``yes``)."""
-    if req.late_chunking:
-        return True
-    call = current_or_none()
-    value = call.headers.get(LATE_CHUNKING_HEADER, "") if call is not None else ""
-    return value.strip().lower() in ("1", "true", "yes", "on")
+def late_chunking_asked(req: EmbedRequest, call: Call) -> EmbedRequest:
+    """``req`` with ``late_chunking`` on when the body or ``X-Blazar-Late-Chunking: 1``
+    (``true``, ``yes``, ``on``) asks for it."""
+    if req.late_chunking or not truthy(call.headers.get(LATE_CHUNKING_HEADER)):
+        return req
+    return msgspec.structs.replace(req, late_chunking=True)
 
 
-def _call(runtime: Runtime, model: str, keep_alive_s: float | None, ignored: list[str]) -> EngineCall:
-    return EngineCall(
-        runtime, ChatRequest(model=model, messages=[], keep_alive_s=keep_alive_s, ignored=ignored)
-    )
+def _call(
+    runtime: Runtime, model: str, keep_alive_s: float | None, ignored: list[str], ask: Ask
+) -> EngineCall:
+    chat = ChatRequest(model=model, messages=[], keep_alive_s=keep_alive_s, ignored=ignored)
+    return EngineCall(runtime, chat, ask)
 
 
 def _note_usage(call: EngineCall, prompt_tokens: int) -> None:
@@ -54,12 +59,12 @@ def _note_usage(call: EngineCall, prompt_tokens: int) -> None:
         call.card.note_usage(engine_usage.EngineUsage(prompt_tokens=prompt_tokens))
 
 
-async def embed(runtime: Runtime, req: EmbedRequest) -> tuple[EmbedResponse, EngineCall]:
+async def embed(runtime: Runtime, req: EmbedRequest, ask: Ask) -> tuple[EmbedResponse, EngineCall]:
     """Embeddings of every input in one engine call, restarting the engine with a pooling
     type if needed; the call says how it ran (``timings``, ``headers()``)."""
-    late = late_chunking_asked(req)
+    late = req.late_chunking
     purpose: Purpose = "embed_tokens" if late else "embed"
-    call = _call(runtime, req.model, req.keep_alive_s, req.ignored)
+    call = _call(runtime, req.model, req.keep_alive_s, req.ignored, ask)
     await call.prepare(purpose=purpose)
     try:
         assert call.engine is not None
@@ -141,9 +146,9 @@ async def _late_chunked(call: EngineCall, req: EmbedRequest) -> tuple[list[list[
         raise BlazarError("BAD_GATEWAY", f"late chunking: {exc}") from exc
 
 
-async def run_rerank(runtime: Runtime, req: RerankRequest) -> tuple[bytes, EngineCall]:
+async def run_rerank(runtime: Runtime, req: RerankRequest, ask: Ask) -> tuple[bytes, EngineCall]:
     """Score every document on the reranker's engine; the gateway sorts and cuts."""
-    call = _call(runtime, req.model, req.keep_alive_s, req.ignored)
+    call = _call(runtime, req.model, req.keep_alive_s, req.ignored, ask)
     await call.prepare(purpose="rerank")
     try:
         doc = await call.post("/v1/rerank", rerank.engine_body(req))
@@ -165,13 +170,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def openai_embeddings(call: Call) -> Reply:
         req, fmt = openai.decode_embeddings_request(call.body)
         call.set_model(req.model)
-        resp, engine_call = await embed(runtime, req)
+        resp, engine_call = await embed(runtime, late_chunking_asked(req, call), ask_of(call))
         return Reply(openai.encode_embeddings(resp, encoding_format=fmt), headers=engine_call.headers())
 
     async def ollama_embed_route(call: Call) -> Reply:
         req = ollama.decode_embed_request(call.body)
         call.set_model(req.model)
-        resp, engine_call = await embed(runtime, req)
+        resp, engine_call = await embed(runtime, late_chunking_asked(req, call), ask_of(call))
         t = engine_call.timings
         body = ollama_embed.encode_embed_response(
             resp, total_ns=t.total_ns, load_ns=t.load_ns if t.loaded else 0
@@ -183,7 +188,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         if not req.inputs:
             return Reply(ollama_embed.encode_legacy_embedding([]))
-        resp, engine_call = await embed(runtime, req)
+        resp, engine_call = await embed(runtime, late_chunking_asked(req, call), ask_of(call))
         vector = ollama_embed.encode_legacy_embedding(resp.embeddings[0])
         return Reply(vector, headers=engine_call.headers())
 
@@ -191,7 +196,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         async def serve(call: Call) -> Reply:
             req = decode(call.body)
             call.set_model(req.model)
-            body, engine_call = await run_rerank(runtime, req)
+            body, engine_call = await run_rerank(runtime, req, ask_of(call))
             return Reply(body, headers=engine_call.headers())
 
         return serve

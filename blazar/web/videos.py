@@ -29,9 +29,11 @@ from actors.scheduling import Tier
 from actors.upstream import UpstreamError
 from blazar.dialects import videos
 from blazar.errors import BlazarError
+from blazar.serve.claim import claim_engine
+from blazar.serve.context import Ask
 from blazar.web import honesty
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.claim import claim_engine
 from blazar.web.common import JSON, app_runtime, json_reply, json_response, query_int
 from blazar.web.images import CANCEL_GRACE_S, POLL_S, exchange, form_of, refusal
 from blazar.web.relay import crash_error
@@ -91,7 +93,7 @@ def _object(job: JobRecord) -> dict[str, object]:
 async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
     job = msgspec.json.decode(ctx.job.request, type=_Job)
     engine = await runtime.engine_for(job.model, kinds=IMAGE_KINDS)
-    with await claim_engine(runtime, engine, tier=Tier.LOW) as claim:
+    with await claim_engine(runtime, engine, Ask.job(tier=Tier.LOW)) as claim:
         handle = claim.handle
         upstream = handle.upstream
         try:
@@ -135,7 +137,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     async def create(call: Call) -> Reply:
         req = videos.decode_video(form_of(call))
-        honesty.refuse_ignored(req.ignored, strict=honesty.is_strict(runtime.config.strict))
+        honesty.refuse_ignored(req.ignored, strict=ask_of(call).is_strict(runtime.config.strict))
         call.set_model(req.model)
         await runtime.engine_for(req.model, kinds=IMAGE_KINDS)  # the kind and the lane, checked now
         size = f"{req.size[0]}x{req.size[1]}" if req.size is not None else ""

@@ -20,7 +20,8 @@ from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.errors import BlazarError
-from blazar.web.claim import claim_engine
+from blazar.serve.claim import claim_engine
+from blazar.serve.context import Ask
 from blazar.web.relay import close_response, crash_error
 from blazar.web.translate import EngineCall, Timings
 
@@ -74,6 +75,7 @@ async def transcribe(
     model: str,
     pcm: bytes,
     rate_hz: int,
+    ask: Ask,
     *,
     language: str | None = None,
     prompt: str | None = None,
@@ -89,7 +91,7 @@ async def transcribe(
     if prompt:
         fields["prompt"] = prompt
     body, content_type = _form(fields, wav)
-    claim = await claim_engine(runtime, engine)
+    claim = await claim_engine(runtime, engine, ask)
     try:
         try:
             upstream = await claim.handle.upstream.request(
@@ -109,7 +111,7 @@ async def transcribe(
 
 
 async def speak(
-    runtime: Runtime, model: str, text: str, *, speed: float = 1.0
+    runtime: Runtime, model: str, text: str, ask: Ask, *, speed: float = 1.0
 ) -> AsyncGenerator[bytes, None]:
     """The sentence as PCM chunks (24 kHz, 16-bit, mono) as the engine makes them; each
     chunk holds whole samples."""
@@ -117,7 +119,7 @@ async def speak(
     body = msgspec.json.encode(
         {"model": model, "input": text, "response_format": "pcm", "stream": True, "speed": speed}
     )
-    claim = await claim_engine(runtime, engine)
+    claim = await claim_engine(runtime, engine, ask)
     try:
         try:
             upstream = await claim.handle.upstream.request(
@@ -171,9 +173,11 @@ class ChatText:
         return b""
 
 
-async def stream_chat(runtime: Runtime, req: ChatRequest, out: ChatText) -> AsyncGenerator[str, None]:
+async def stream_chat(
+    runtime: Runtime, req: ChatRequest, out: ChatText, ask: Ask
+) -> AsyncGenerator[str, None]:
     """The answer's text as it is written; the claim is released however the stream ends."""
-    call = EngineCall(runtime, req)
+    call = EngineCall(runtime, req, ask)
     await call.prepare()
     try:
         stream = await call.stream(out)

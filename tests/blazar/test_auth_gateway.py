@@ -15,9 +15,9 @@ import pytest
 import trio
 
 from blazar.keys import KeyStore, keys_path, parse_scopes
+from blazar.web.ask import _client_key
 from blazar.web.auth import Auth
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.claim import _client_key
 from blazar.web.gateway import GatewayMiddleware
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from blazar.errors import BlazarError, Dialect
+from blazar.serve.context import Ask
 from blazar.web import honesty
+from blazar.web.ask import ask_of
 from blazar.web.call import Call
 
 
@@ -22,13 +24,13 @@ def _call(headers: dict[str, str]) -> Call:
     ("value", "strict"), [("1", True), ("true", True), ("On", True), ("0", False), ("", False)]
 )
 def test_the_header_asks_for_strict_mode(value: str, strict: bool) -> None:
-    with _call({"x-blazar-strict": value}):
-        assert honesty.is_strict(False) is strict
-        assert honesty.is_strict(True) is True  # the config's strict mode cannot be turned off per request
+    ask = ask_of(_call({"x-blazar-strict": value}))
+    assert ask.is_strict(False) is strict
+    assert ask.is_strict(True) is True  # the config's strict mode cannot be turned off per request
 
 
 def test_outside_a_request_only_the_config_counts() -> None:
-    assert honesty.is_strict(False) is False and honesty.is_strict(True) is True
+    assert Ask.job().is_strict(False) is False and Ask.job().is_strict(True) is True
 
 
 def test_ignored_parameters_are_refused_only_in_strict_mode() -> None:

@@ -359,10 +359,11 @@ class _Upstream:
 
 
 async def test_the_first_token_of_an_emulated_call_starts_the_eval_time() -> None:
+    from blazar.serve.context import Ask
     from blazar.web.translate import EngineCall, TranslatedStream
 
     req = _req(tools=[WEATHER], tool_choice=REQUIRED)
-    call = EngineCall(None, req)  # type: ignore[arg-type]
+    call = EngineCall(None, req, Ask.job())  # type: ignore[arg-type]
     upstream = _Upstream(_sse('{"to', 'ol":"get_weather",', '"arguments":{}}', finish="stop"), call)
     out = [chunk async for chunk in TranslatedStream(call, upstream, _Encoder())]  # type: ignore[arg-type]
     assert out[-1] == b"!"
