@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import InvalidModelFile, RegistryError
+from .files import atomic_write
 from .scan import Companion, FoundModel, Roots, StoreKind, files_of_size
 from .store import ModelRecord, Store, sha256_file
 
@@ -83,16 +83,7 @@ class _HashCache:
         live = {k: v for k, v in self.entries.items() if os.path.exists(k)}
         # The cache only saves time; failing to write it must not fail the caller.
         with contextlib.suppress(OSError):
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(msgspec.json.encode(live))
-                os.replace(tmp, self.file)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            atomic_write(self.file, msgspec.json.encode(live), mode=0o600)
         self.dirty = False
 
 
