@@ -20,8 +20,11 @@ import msgspec
 
 from .errors import InvalidModelFile, RegistryError
 from .files import atomic_write
+from .formats import detect
+from .imports import import_gguf
 from .scan import Companion, FoundModel, Roots, StoreKind, files_of_size
 from .store import ModelRecord, Store, sha256_file
+from .weights import import_weights, select_files
 
 __all__ = ["HASH_CACHE_FILE", "Adoption", "adopt", "adopt_all", "find_reusable"]
 
@@ -149,8 +152,6 @@ def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool =
     if found.format != "gguf":
         # A snapshot directory or a diffusion checkpoint: each file becomes a blob, linked from
         # the other store's own (a Hugging Face snapshot's files are symlinks into its blobs/).
-        from .weights import import_weights
-
         single = not Path(found.path).is_dir()
         return import_weights(
             store, Path(found.path), name or found.name, link=link, source=found.source,
@@ -158,7 +159,8 @@ def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool =
             filename=Path(found.origin).name if single else None,
         )  # fmt: skip
     projector = _pick_projector(found.companions)
-    return store.import_file(
+    return import_gguf(
+        store,
         Path(found.path),
         name or found.name,
         link=link,
@@ -184,9 +186,6 @@ def _pick_projector(companions: Sequence[Companion]) -> Companion | None:
 def _same_tree(installed: ModelRecord, found: FoundModel) -> bool:
     """A directory model installed from the same snapshot files: the same names and sizes,
     and the same sha256 where the other store names a file by it (no file is hashed)."""
-    from .formats import detect
-    from .weights import select_files
-
     folder = Path(found.path)
     try:
         pairs = select_files(folder, detect(folder))

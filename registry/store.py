@@ -366,8 +366,9 @@ class Store:
         projector: Path | None = None,
         projector_sha256: str | None = None,
     ) -> ModelRecord:
-        """Add a local GGUF file under `name`, replacing any model already called so (a GGUF
-        diffusion checkpoint goes to ``registry.weights.import_weights``: an image model).
+        """Add a local GGUF text model under `name`, replacing any model already called so (a
+        diffusion checkpoint in GGUF form is refused: ``registry.imports.import_gguf`` stores
+        it as an image model).
 
         ``projector`` (a vision mmproj file) is placed the same way and recorded with
         the model; ``*_sha256`` are checked against the bytes when given. The manifest
@@ -384,12 +385,10 @@ class Store:
         header = read_header(src)
         if projector is None and classify_tensors(t.name for t in header.tensors) is not None:
             # A diffusion checkpoint in GGUF form is an image model, never a chat model.
-            from .weights import import_weights
-
-            return import_weights(
-                self, src, name, link=link, source=source, expected_sha256=expected_sha256,
-                filename=src.name if src.suffix.lower() == ".gguf" else "model.gguf",
-            )  # fmt: skip
+            raise InvalidModelFile(
+                f"{src} is an image model (a diffusion checkpoint in GGUF form), not a text model "
+                "— `blazar import` stores it as an image model"
+            )
         info = model_info(header)
         if info.architecture == "clip":
             raise InvalidModelFile(
