@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from actors.actor import Actor, ActorStatistics
 from actors.errors import JobNotFound, JobNotRunnable
 from actors.ledger import LedgerActor, Write, read_rows
 from actors.mailbox import Envelope
+from registry.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -285,16 +285,6 @@ def _insert(job: JobRecord) -> tuple[str, tuple[Any, ...]]:
     )
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class JobsActor(Actor[JobsMessage]):
     """Owner of every job. Start it with ``nursery.start(jobs.run)`` after the ledger."""
 
@@ -492,7 +482,7 @@ class JobsActor(Actor[JobsMessage]):
         result, artifact = outcome.result, None
         if result is not None and len(result) > self.spill_bytes:
             path = self.data_dir / "jobs" / job.id / "result"
-            await trio.to_thread.run_sync(_write_atomic, path, result)
+            await trio.to_thread.run_sync(atomic_write, path, result)
             result, artifact = None, str(path)
         done = msgspec.structs.replace(
             job,

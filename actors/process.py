@@ -17,6 +17,8 @@ from pathlib import Path
 import msgspec
 import trio
 
+from registry.files import atomic_write
+
 __all__ = ["ChildProcess", "PidFile", "TailBuffer", "cmdline", "read_pidfiles", "reap_orphans"]
 
 _PIDFILE_SUFFIX = ".pid"
@@ -156,10 +158,8 @@ class ChildProcess:
             start_new_session=True,  # a Ctrl-C in the terminal reaches the daemon, not its engines
         )
         if pidfile is not None:
-            pidfile.parent.mkdir(parents=True, exist_ok=True)
-            tmp = pidfile.with_suffix(".tmp")
-            tmp.write_text(f"{proc.pid}\n{os.getpid()}\n{' '.join(argv)}\n")
-            os.replace(tmp, pidfile)
+            # Atomic, not fsynced: after a crash of the machine its child is gone anyway.
+            atomic_write(pidfile, f"{proc.pid}\n{os.getpid()}\n{' '.join(argv)}\n", durable=False)
         return cls(proc, name=name, pidfile=pidfile)
 
 

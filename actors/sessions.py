@@ -30,6 +30,7 @@ import msgspec
 import trio
 
 from actors.errors import SessionError
+from registry.files import atomic_write
 
 __all__ = [
     "AUTO_PREFIX",
@@ -97,13 +98,7 @@ def _meta_path(directory: Path, name: str) -> Path:
 
 
 def _write_meta(directory: Path, info: SessionInfo) -> None:
-    path = _meta_path(directory, info.name)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(msgspec.json.encode(info))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(_meta_path(directory, info.name), msgspec.json.encode(info))
 
 
 def read_session(directory: Path, name: str) -> SessionInfo | None:

@@ -10,7 +10,6 @@ disagree with them.
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import trio
 
 from actors.ledger import LedgerActor, Write, read_rows
 from blazar.dialects.batches import ItemState, Tally, tally
+from registry.files import atomic_write
 
 __all__ = ["BatchItem", "BatchRow", "BatchStore", "FileRow", "Statement"]
 
@@ -110,13 +110,7 @@ def write_blob(folder: Path, data: bytes) -> Path:
     path = folder / f"sha256-{hashlib.sha256(data).hexdigest()}"
     if path.exists():
         return path
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data)
     return path
 
 

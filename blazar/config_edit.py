@@ -11,8 +11,6 @@ same strict loader as the daemon's before it replaces the file (atomically).
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from tomlkit.items import Table
 
 from blazar.config import Config, ConfigError, parse_config
 from blazar.toml_edit import put
+from registry.files import atomic_write
 
 __all__ = [
     "Key",
@@ -263,19 +262,8 @@ def write_checked(path: Path, text: str) -> Config:
     """Check ``text`` as the daemon would, then put it at ``path`` atomically (temp file, fsync,
     rename; the file's mode kept). Nothing is written when it does not load."""
     config = parse_config(text, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text, mode=mode)
     return config
 
 

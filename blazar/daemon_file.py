@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from blazar.config import Paths
+from registry.files import atomic_write
 
 __all__ = [
     "read_daemon_info",
@@ -40,8 +41,6 @@ def read_daemon_info(paths: Paths) -> dict[str, object] | None:
 
 def write_daemon_info(paths: Paths, host: str, port: int, *, tls_cert: str | None = None) -> None:
     """``tls_cert``: the daemon serves HTTPS with this certificate, which the CLI then trusts."""
-    path = Path(paths.daemon_file)
-    path.parent.mkdir(parents=True, exist_ok=True)
     display_host = f"[{host}]" if ":" in host else host
     scheme = "http" if tls_cert is None else "https"
     info: dict[str, object] = {
@@ -52,9 +51,8 @@ def write_daemon_info(paths: Paths, host: str, port: int, *, tls_cert: str | Non
     }
     if tls_cert is not None:
         info["tls_cert"] = str(Path(tls_cert).expanduser().resolve())
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, path)
+    # Atomic (the CLI never reads half of it) but not fsynced: it describes this boot only.
+    atomic_write(paths.daemon_file, json.dumps(info), durable=False)
 
 
 def remove_daemon_info(paths: Paths) -> None:
@@ -74,14 +72,7 @@ LOCAL_TOKEN_FILE = "local.token"
 def write_local_token(run_dir: str, token: str) -> Path:
     """Write the token readable by its owner alone (0600), atomically."""
     path = Path(run_dir) / LOCAL_TOKEN_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, token.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    atomic_write(path, token, mode=0o600, durable=False)  # a new token each boot
     return path
 
 

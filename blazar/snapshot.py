@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import shutil
 import sqlite3
 import tarfile
@@ -28,6 +27,7 @@ import msgspec
 
 from blazar import __version__
 from blazar.config import Paths
+from registry.files import atomic_writer
 from registry.store import ModelRecord, Store
 
 __all__ = ["DATABASES", "ModelOutcome", "SnapshotError", "SnapshotInfo", "make_snapshot", "restore_snapshot"]
@@ -106,8 +106,7 @@ def make_snapshot(paths: Paths, out: Path) -> SnapshotInfo:
             config=config.is_file(),
             jobs=len(job_files),
         )
-        partial = out.with_name(f".{out.name}.partial")
-        with tarfile.open(partial, "w:gz") as tar:
+        with atomic_writer(out) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
             _add_bytes(tar, "snapshot.json", msgspec.json.format(msgspec.json.encode(info)))
             if info.config:
                 tar.add(config, arcname="config.toml")
@@ -117,7 +116,6 @@ def make_snapshot(paths: Paths, out: Path) -> SnapshotInfo:
                 _add_bytes(tar, f"manifests/{record.name}.json", msgspec.json.encode(record))
             for path in job_files:
                 tar.add(path, arcname=f"jobs/{path.relative_to(jobs_dir).as_posix()}")
-        os.replace(partial, out)
     return info
 
 
@@ -155,14 +153,8 @@ def _extract_to(tar: tarfile.TarFile, member: str, dst: Path) -> None:
     handle = tar.extractfile(member)
     if handle is None:
         raise SnapshotError(f"the archive's {member} is not a file")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.restoring")
-    with open(tmp, "wb") as f:
+    with atomic_writer(dst, mode=0o600) as f:
         shutil.copyfileobj(handle, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, dst)
 
 
 def _reuse(store: Store, record: ModelRecord, old_root: Path) -> bool:

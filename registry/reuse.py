@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -20,8 +19,12 @@ from typing import Any, Literal
 import msgspec
 
 from .errors import InvalidModelFile, RegistryError
+from .files import atomic_write
+from .formats import detect
+from .imports import import_gguf
 from .scan import Companion, FoundModel, Roots, StoreKind, files_of_size
 from .store import ModelRecord, Store, sha256_file
+from .weights import import_weights, select_files
 
 __all__ = ["HASH_CACHE_FILE", "Adoption", "adopt", "adopt_all", "find_reusable"]
 
@@ -83,16 +86,7 @@ class _HashCache:
         live = {k: v for k, v in self.entries.items() if os.path.exists(k)}
         # The cache only saves time; failing to write it must not fail the caller.
         with contextlib.suppress(OSError):
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".tmp-", suffix=".json")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(msgspec.json.encode(live))
-                os.replace(tmp, self.file)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            atomic_write(self.file, msgspec.json.encode(live), mode=0o600)
         self.dirty = False
 
 
@@ -158,8 +152,6 @@ def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool =
     if found.format != "gguf":
         # A snapshot directory or a diffusion checkpoint: each file becomes a blob, linked from
         # the other store's own (a Hugging Face snapshot's files are symlinks into its blobs/).
-        from .weights import import_weights
-
         single = not Path(found.path).is_dir()
         return import_weights(
             store, Path(found.path), name or found.name, link=link, source=found.source,
@@ -167,7 +159,8 @@ def adopt(store: Store, found: FoundModel, name: str | None = None, link: bool =
             filename=Path(found.origin).name if single else None,
         )  # fmt: skip
     projector = _pick_projector(found.companions)
-    return store.import_file(
+    return import_gguf(
+        store,
         Path(found.path),
         name or found.name,
         link=link,
@@ -193,9 +186,6 @@ def _pick_projector(companions: Sequence[Companion]) -> Companion | None:
 def _same_tree(installed: ModelRecord, found: FoundModel) -> bool:
     """A directory model installed from the same snapshot files: the same names and sizes,
     and the same sha256 where the other store names a file by it (no file is hashed)."""
-    from .formats import detect
-    from .weights import select_files
-
     folder = Path(found.path)
     try:
         pairs = select_files(folder, detect(folder))

@@ -24,7 +24,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +39,7 @@ from .errors import (
     ModelNotFound,
     RegistryError,
 )
+from .files import atomic_replace, atomic_write, atomic_writer, fsync_dir
 
 if TYPE_CHECKING:
     from .gguf import ModelInfo
@@ -64,6 +64,8 @@ TREE_MARKER = ".blazar-model.json"
 """In a materialized tree: the kind, format and files it was built for (see ``Store.materialize``)."""
 
 _CHUNK_BYTES = 1 << 20
+_FILE_MODE = 0o600
+"""Manifests, header caches and copied blobs are written readable by their owner alone."""
 _HEX = re.compile(r"[0-9a-f]{64}")
 # errnos meaning "this filesystem pair cannot hardlink", where a copy is the answer.
 _NO_HARDLINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
@@ -230,16 +232,6 @@ def _check_hex(sha256_hex: str) -> str:
     return value
 
 
-def _fsync_dir(path: Path) -> None:
-    # Makes the rename itself durable; some filesystems refuse directory fds, which is harmless.
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _storage_error(exc: OSError, what: str) -> RegistryError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return InsufficientStorage(f"not enough disk space to {what} — free some space and retry")
@@ -247,34 +239,12 @@ def _storage_error(exc: OSError, what: str) -> RegistryError:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    atomic_write(path, data, mode=_FILE_MODE)
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out, _CHUNK_BYTES)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(dst.parent)
+    with open(src, "rb") as inp, atomic_writer(dst, mode=_FILE_MODE) as out:
+        shutil.copyfileobj(inp, out, _CHUNK_BYTES)
 
 
 class Store:
@@ -356,15 +326,12 @@ class Store:
             Path(tmp_file).unlink(missing_ok=True)
             return blob
         try:
-            with open(tmp_file, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp_file, blob)
+            atomic_replace(tmp_file, blob)
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise _storage_error(exc, f"store blob sha256-{sha256_hex}") from exc
             _atomic_copy(Path(tmp_file), blob)
             Path(tmp_file).unlink(missing_ok=True)
-        _fsync_dir(blob.parent)
         return blob
 
     def _place_blob(self, src: Path, blob: Path, *, link: bool) -> None:
@@ -399,8 +366,9 @@ class Store:
         projector: Path | None = None,
         projector_sha256: str | None = None,
     ) -> ModelRecord:
-        """Add a local GGUF file under `name`, replacing any model already called so (a GGUF
-        diffusion checkpoint goes to ``registry.weights.import_weights``: an image model).
+        """Add a local GGUF text model under `name`, replacing any model already called so (a
+        diffusion checkpoint in GGUF form is refused: ``registry.imports.import_gguf`` stores
+        it as an image model).
 
         ``projector`` (a vision mmproj file) is placed the same way and recorded with
         the model; ``*_sha256`` are checked against the bytes when given. The manifest
@@ -417,12 +385,10 @@ class Store:
         header = read_header(src)
         if projector is None and classify_tensors(t.name for t in header.tensors) is not None:
             # A diffusion checkpoint in GGUF form is an image model, never a chat model.
-            from .weights import import_weights
-
-            return import_weights(
-                self, src, name, link=link, source=source, expected_sha256=expected_sha256,
-                filename=src.name if src.suffix.lower() == ".gguf" else "model.gguf",
-            )  # fmt: skip
+            raise InvalidModelFile(
+                f"{src} is an image model (a diffusion checkpoint in GGUF form), not a text model "
+                "— `blazar import` stores it as an image model"
+            )
         info = model_info(header)
         if info.architecture == "clip":
             raise InvalidModelFile(
@@ -515,7 +481,7 @@ class Store:
         record = self.get(canonical)
         path = self._manifest_path(canonical)
         path.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         # Tidy directories left empty by names with '/', never the manifests root itself.
         parent = path.parent
         while parent != self.manifests_dir and parent.is_relative_to(self.manifests_dir):

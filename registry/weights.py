@@ -29,7 +29,7 @@ from ._names import canonical_name
 from .errors import ChecksumMismatch, InvalidModelFile, RegistryError
 from .formats import ModelFormat, detect
 from .ggml import read_whisper_header
-from .gguf import check_complete, looks_like_gguf, read_header
+from .gguf import check_complete, read_header
 from .store import ModelFile, ModelRecord, SpeechFacts, Store, WeightFacts, check_file_name
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "FORMATS",
     "MAX_FILES",
     "estimate",
-    "import_path",
     "import_weights",
     "kind_of",
     "lane_format",
@@ -201,7 +200,7 @@ def import_weights(
     written last. ``filename`` names a single file inside the model (default: its own name;
     a blob named by its hash gets one an engine recognises). ``expected_sha256`` checks a
     single file's bytes. Raises ``InvalidModelFile`` for anything else (a GGUF text model is
-    ``Store.import_file``'s)."""
+    ``Store.import_file``'s; ``registry.imports.import_path`` chooses)."""
     canonical = canonical_name(name)
     src = Path(src).absolute()
     fmt = detect(src)
@@ -259,44 +258,3 @@ def estimate(kind: str, fmt: str, file_bytes: int, facts: WeightFacts | None, *,
     return fit.estimate_weights(
         kind, weights, kv_bytes_per_token=per_token or 0, ctx_per_slot=ctx_per_slot, slots=slots
     )
-
-
-_KNOWN = (
-    "a GGUF file, a diffusion checkpoint (.safetensors, .ckpt, .gguf), a whisper.cpp ggml .bin, "
-    "a piper voice (.onnx), or a model folder (Hugging Face safetensors or MLX with config.json, "
-    "a CTranslate2 whisper folder)"
-)
-
-
-def import_path(store: Store, src: Path, name: str, *, link: bool = False) -> ModelRecord:
-    """``blazar import PATH --name NAME``: whatever model ``src`` is, by its own files.
-
-    A folder is a whisper model in CTranslate2 form (``model.bin`` and ``config.json``) or a
-    piper voice (``registry.multifile``), else a safetensors or MLX directory; a file is a
-    GGUF (``Store.import_file``; a diffusion GGUF becomes an image model), a piper ``.onnx``,
-    or a diffusion checkpoint or whisper.cpp file (``import_weights``)."""
-    from .multifile import import_folder
-
-    src = Path(src).absolute()
-    if src.is_dir():
-        try:
-            top = {p.name for p in src.iterdir() if p.is_file()}
-        except OSError as exc:
-            raise InvalidModelFile(f"cannot read {src}: {exc.strerror or exc}") from None
-        speech = {"model.bin", "config.json"} <= top or (
-            "config.json" not in top and any(n.endswith(".onnx") for n in top)
-        )
-        if speech:
-            return import_folder(store, src, name, link=link)
-        return import_weights(store, src, name, link=link)
-    if src.suffix == ".onnx":
-        return import_folder(store, src, name, link=link)
-    if not src.is_file():
-        raise InvalidModelFile(f"no such file or folder: {src}")
-    if looks_like_gguf(src):
-        return store.import_file(src, name, link=link, source=f"import:{src}")
-    try:
-        return import_weights(store, src, name, link=link)
-    except InvalidModelFile as exc:
-        message = f"{src} is not a model Blazar can store ({exc.message}); it takes {_KNOWN}"
-        raise InvalidModelFile(message) from None

@@ -27,6 +27,8 @@ from typing import Literal
 
 import msgspec
 
+from registry.files import atomic_write
+
 __all__ = [
     "BUNDLED",
     "DISTS",
@@ -144,10 +146,7 @@ class Versions:
     # -- changing -------------------------------------------------------
 
     def _write_active(self, state: _Active) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / "active.json.tmp"
-        tmp.write_bytes(msgspec.json.encode(state))
-        os.replace(tmp, self.root / "active.json")
+        atomic_write(self.root / "active.json", msgspec.json.encode(state))
 
     def set_active(self, lane: str, version: str) -> None:
         if version != BUNDLED and self.get(lane, version) is None:
@@ -298,10 +297,7 @@ class Versions:
 
     def add_receipt(self, receipt: Receipt) -> None:
         kept = [*self.receipts(), receipt][-200:]
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / "receipts.json.tmp"
-        tmp.write_bytes(msgspec.json.encode(kept))
-        os.replace(tmp, self.root / "receipts.json")
+        atomic_write(self.root / "receipts.json", msgspec.json.encode(kept))
 
 
 def bundled_version(lane: str) -> str | None:

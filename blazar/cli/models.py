@@ -203,7 +203,7 @@ def import_(
         )
     if not file.exists():
         raise CliError(f"no such file or folder: {file}")
-    from registry.weights import import_path
+    from registry.imports import import_path
 
     record = import_path(open_store(paths), file.absolute(), name, link=link)
     forget(paths, record.name)

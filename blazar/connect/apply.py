@@ -9,20 +9,18 @@ and disconnect removes the file."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import msgspec
 
 from blazar.connect._plan import Plan, Probe
+from registry.files import atomic_write
 
 __all__ = [
     "BACKUP_SUFFIX",
     "CREATED_SUFFIX",
     "Undo",
-    "atomic_write",
     "backup_path",
     "restore",
     "rollback",
@@ -32,6 +30,7 @@ __all__ = [
 
 BACKUP_SUFFIX = ".blazar-backup"
 CREATED_SUFFIX = ".blazar-created"
+_NEW_FILE_MODE = 0o600
 
 
 class Undo(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,36 +50,20 @@ def _marker_path(path: Path) -> Path:
     return path.with_name(path.name + CREATED_SUFFIX)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Temp file in the same directory, fsync, rename: a reader sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_plan(plan: Plan) -> Undo:
     """Write ``plan.new_text`` to ``plan.path``, keeping the user's original as the backup."""
     assert plan.path is not None and plan.new_text is not None
     path = plan.path
     previous = path.read_bytes() if path.exists() else None
-    mode = path.stat().st_mode & 0o7777 if previous is not None else None
+    # A file this write creates may hold a key: readable by its owner alone.
+    mode = path.stat().st_mode & 0o7777 if previous is not None else _NEW_FILE_MODE
     made_backup = made_marker = False
     if not backup_path(path).exists() and not _marker_path(path).exists():
         if previous is not None:
             atomic_write(backup_path(path), previous, mode=mode)
             made_backup = True
         else:
-            atomic_write(_marker_path(path), b"")
+            atomic_write(_marker_path(path), b"", mode=_NEW_FILE_MODE)
             made_marker = True
     atomic_write(path, plan.new_text.encode(), mode=mode)
     return Undo(path=path, previous=previous, made_backup=made_backup, made_marker=made_marker)

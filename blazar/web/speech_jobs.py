@@ -17,7 +17,6 @@ goes when the job is pruned.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from blazar.web.auth import ACT_AS
 from blazar.web.call import Call, Reply
 from blazar.web.common import json_reply
 from blazar.web.jobs import encode_job
+from registry.files import atomic_write
 
 __all__ = ["ASYNC", "KIND", "register_runner", "submit", "wants_async"]
 
@@ -98,16 +98,6 @@ def _folder(runtime: Runtime, job_id: str) -> Path:
     return runtime.jobs.data_dir / "jobs" / job_id
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def job_doc(job: JobRecord) -> dict[str, Any]:
     """The job as the jobs API shows it, with where to poll, fetch and cancel it."""
     base = f"/v1/jobs/{job.id}"
@@ -123,7 +113,7 @@ async def submit(runtime: Runtime, call: Call, path: str, model: str, form: dict
     job_id = f"job_{secrets.token_hex(12)}"
     folder = _folder(runtime, job_id)
     payload = _Job(path=path, content_type=content_type, response_format=req.response_format, key=call.key)
-    await trio.to_thread.run_sync(_write_atomic, folder / UPLOAD, body)
+    await trio.to_thread.run_sync(atomic_write, folder / UPLOAD, body)
     try:
         job = await runtime.jobs.submit(KIND, msgspec.json.encode(payload), model=model, job_id=job_id)
     except BaseException:

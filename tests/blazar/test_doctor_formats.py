@@ -25,9 +25,9 @@ import pytest
 import blazar.cli as cli
 from blazar.config import resolve_paths
 from blazar.diagnose import Report, diagnose
+from registry.imports import import_path
 from registry.integrity import ExpectedFile, expected_files
 from registry.store import Store
-from registry.weights import import_path
 from tests.lora_adapter import build_adapter
 from tests.registry.conftest import write_gguf
 from tests.registry.test_formats import hf_config, hf_dir, llama_tensors, sd15_tensors, write_safetensors

@@ -14,8 +14,8 @@ import pytest
 from actors.config import EngineConfig
 from actors.engines.routing import installed
 from blazar.config import Config
+from registry.imports import import_path
 from registry.store import Store
-from registry.weights import import_path
 from tests.instant import Gateway, serve_gateway
 from tests.registry.test_formats import sd15_tensors, write_safetensors
 from tests.registry.test_weights import awq_dir, sharded_dir, whisper_ggml

@@ -23,12 +23,13 @@ from actors.runtime import launch_spec_for
 from registry import fit
 from registry.errors import ChecksumMismatch, InvalidModelFile, ModelFileIncomplete, ModelKindMismatch
 from registry.ggml import MAGIC, parse_whisper_header
+from registry.imports import import_gguf, import_path
 from registry.kinds import TEXT_KINDS, require
 from registry.multifile import estimate_path
 from registry.reuse import adopt, adopt_all
 from registry.scan import Roots, scan
 from registry.store import ModelRecord, Store
-from registry.weights import import_path, import_weights, lane_format
+from registry.weights import import_weights, lane_format
 from tests.registry.conftest import Pulls
 from tests.registry.hub import Hub
 from tests.registry.test_formats import (
@@ -196,10 +197,13 @@ def test_a_diffusion_checkpoint_is_an_image_model(store: Store, tmp_path: Path) 
     assert record.digests() == [record.digest] and lane_format(record) == "diffusion"
     # A diffusion GGUF is never taken for a chat model, whichever way it comes in.
     gg = diffusion_gguf(tmp_path / "sd-q8.gguf")
-    for record in (import_path(store, gg, "sd-gguf"), store.import_file(gg, "sd-gguf-2")):
+    for record in (import_path(store, gg, "sd-gguf"), import_gguf(store, gg, "sd-gguf-2")):
         assert (record.kind, record.format) == ("image", "diffusion")
         assert record.facts is not None and record.facts.container == "gguf"
         assert Path(record.path).name == "sd-q8.gguf"
+    with pytest.raises(InvalidModelFile, match="image model"):
+        store.import_file(gg, "sd-gguf-3")  # the store's own GGUF import takes text models only
+    assert store.find("sd-gguf-3") is None
     with pytest.raises(ChecksumMismatch):
         import_weights(store, path, "sd-bad", expected_sha256="0" * 64)
     assert store.find("sd-bad") is None
