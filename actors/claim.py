@@ -13,18 +13,28 @@ The gateway and an embedding Trio program use the same entry point,
 ``Runtime.claim``: awaited, it gives a ``Claim`` to release later (a response
 stream that outlives its handler); used as ``async with``, it releases when the
 block ends.
+
+Before the slot, the claim refuses what is sure to fail (``actors/preflight.py``: a
+capability the model's certificate fails, a prompt longer than the slot's context) and
+restarts the engine when the request needs it to run differently (a larger context,
+embeddings on). A name that is a failover chain is walked (``actors/chain_walk.py``):
+the claim is on the first target that could be claimed, and ``Claim.walk`` says which
+and what was passed over.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from actors.admission import Slot, acquire
-from actors.engine import EngineActor, EngineHandle, Lease
+from actors.chain_walk import ChainWalk
+from actors.engine import EngineActor, EngineHandle, Lease, Reconfigure
+from actors.failover import Step
+from actors.preflight import PromptBound, check_certificates, refuse_if_too_long
 from actors.scheduling import Tier
 from registry.kinds import KINDS
 
@@ -33,7 +43,7 @@ _ANY_KIND = frozenset(KINDS)
 if TYPE_CHECKING:
     from actors.runtime import Runtime
 
-__all__ = ["Claim", "ClaimOptions", "ClaimRequest"]
+__all__ = ["Claim", "ClaimOptions", "ClaimRequest", "claim_on", "preflight"]
 
 
 @dataclass(eq=False)
@@ -58,6 +68,8 @@ class Claim:
     """Models stopped to make room for this one's engine."""
     ahead: int = 0
     """Requests already waiting for a slot when this one arrived."""
+    walk: ChainWalk | None = None
+    """The walk along the failover chain the claim named (``walk.target`` served it)."""
     released: bool = False
 
     @property
@@ -95,6 +107,18 @@ class ClaimOptions(TypedDict, total=False):
     """From ``admission.next_id()``, to find the request in the queue while it waits."""
     on_granted: Callable[[EngineActor], None] | None
     """Called once the slot is granted, before the engine is made ready."""
+    needs: Sequence[str]
+    """Capabilities the request relies on (``tools``, ``json_schema``, ``vision``, ``thinking``,
+    ``embeddings``): refused when the model's certificate fails one."""
+    certifying: bool
+    """A model-doctor probe: certificates do not refuse it."""
+    prompt: PromptBound | None
+    """A lower bound on the prompt's tokens: refused when sure not to fit a slot's context."""
+    ctx_per_slot: int | None
+    """Run with at least this per-slot context: the engine restarts with it if it serves less."""
+    embeddings: bool
+    """Run with embeddings on (``token_embeddings``: a vector per token)."""
+    token_embeddings: bool
 
 
 class ClaimRequest:
@@ -123,7 +147,51 @@ class ClaimRequest:
 
 
 async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) -> Claim:
-    engine = await runtime.engine_for(model, kinds=_ANY_KIND)  # the caller's route chose the kind
+    chain = runtime.failover.get(model)
+    if chain is None:
+        engine = await runtime.engine_for(model, kinds=_ANY_KIND)  # the caller's route chose the kind
+        return await claim_on(runtime, engine, **options)
+    walk = ChainWalk(runtime, chain)
+
+    async def attempt(step: Step, engine: EngineActor | None) -> Claim:
+        assert engine is not None  # a walk without remote targets
+        return await claim_on(runtime, engine, **options)
+
+    claim = await walk.run(attempt)
+    claim.walk = walk
+    return claim
+
+
+async def preflight(runtime: Runtime, engine: EngineActor, options: ClaimOptions) -> None:
+    """What is refused or changed before the slot (see the module doc)."""
+    spec = engine.spec
+    if needs := options.get("needs"):
+        check_certificates(
+            runtime.config,
+            runtime.certificates,
+            spec.model,
+            needs,
+            certifying=options.get("certifying", False),
+        )
+    ctx = options.get("ctx_per_slot")
+    if (prompt := options.get("prompt")) is not None:
+        refuse_if_too_long(engine, prompt, ctx=max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot))
+    restart = ctx if ctx is not None and (engine.served_ctx or spec.ctx_per_slot) < ctx else None
+    embeddings = options.get("embeddings", False) and not spec.embeddings
+    tokens = options.get("token_embeddings", False) and not spec.token_embeddings
+    if restart is not None or embeddings or tokens:
+        await engine.ask(
+            Reconfigure(
+                ctx_per_slot=restart,
+                embeddings=True if embeddings or tokens else None,
+                token_embeddings=True if tokens else None,
+            )
+        )
+
+
+async def claim_on(runtime: Runtime, engine: EngineActor, **options: Unpack[ClaimOptions]) -> Claim:
+    """The claim on one engine (``Runtime.claim`` has resolved the name)."""
+    await preflight(runtime, engine, options)
     slot = await acquire(
         runtime.admission,
         waiter_id=options.get("waiter_id"),

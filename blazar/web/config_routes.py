@@ -29,8 +29,8 @@ from actors.engine import Reconfigure
 from actors.reload import apply_config
 from blazar.config import ConfigError, load_config, resolve_paths
 from blazar.errors import BlazarError
+from blazar.serve.prompt_fit import ctx_ceiling
 from blazar.web.common import app_runtime, json_response, read_body
-from blazar.web.prompt_fit import ctx_ceiling
 
 __all__ = ["register"]
 

@@ -28,12 +28,12 @@ from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseForm
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.claim import claim_engine
+from blazar.serve.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web import choices, failover, honesty, mcp_loop
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
 from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.common import LOADING_NS
-from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import close_response, crash_error, send_upstream
 from blazar.web.translate import check_images
 

@@ -16,7 +16,6 @@ that disconnects closes the peer's response, which cancels the request there.
 
 from __future__ import annotations
 
-import math
 import time
 
 import httpx
@@ -26,17 +25,20 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from actors.census import take_census
-from actors.config import FailoverChain, FailoverTarget
+from actors.chain_walk import FailoverExhausted
+from actors.config import FailoverChain
 from actors.engine import EngineState
 from actors.engines.multipart import FormError, Part, boundary_of, encode_form, parse_form
+from actors.failover import Step
 from actors.federation import LOCAL, Candidate, Decision, Ranked, decide, expected_wait_s
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
+from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.common import SSE_CACHE, app_runtime, dialect_for, json_response
-from blazar.web.failover import FAILED_OVER_HEADER, TARGET_HEADER, failover_code
+from blazar.web.failover import failed_reply, walk_for, walk_headers
 from blazar.web.vectors import RERANK_ROUTES
 
 __all__ = ["PEER_HEADER", "decision_for", "register", "relay", "stream_error", "wrap_routes"]
@@ -442,74 +444,29 @@ async def walk_chain(runtime: Runtime, call: Call, chain: FailoverChain, local: 
     the chain's plan gives, a local one through the route's own handler (the body naming the
     target's model, ``x-blazar-engine`` its lane), a remote one relayed; a failure before the
     answer starts benches the target and moves on, as on a chain of local targets."""
-    failover = runtime.failover
-    passed: list[tuple[str, str, str]] = []
-    body, lane = call.body, call.headers.get("x-blazar-engine")
+    ask = ask_of(call)
+    walk = walk_for(runtime, chain, ask, remote=True)
+    body = call.body
 
-    def charge(target: str, code: str, message: str) -> None:
-        bench_s = failover.failed(chain.name, target, code, message, trio.current_time())
-        passed.append((target, code, f"{message} (benched {bench_s:g} s)"))
-        if call.card is not None:
-            call.card.failover.append(f"{target} passed over, {code}: {message}")
-
-    async def attempt(target: FailoverTarget) -> Reply:
+    async def attempt(step: Step, engine: object) -> Reply:
+        target = step.target
         call.headers.pop("x-blazar-engine", None)
         if target.peer is not None:
             return await relay(call, peer_targets(runtime, call, target.peer, target.model))
         call.body = body if target.model == chain.name else _rewrite_model(body, target.model)
         if target.lane is not None:
             call.headers["x-blazar-engine"] = target.lane
+        call.asked = ask.but(lane=target.lane)  # the route's handler runs on the target's lane
         return await local(call)
 
-    if lane is not None:
-        raise BlazarError(
-            "BAD_REQUEST",
-            f"x-blazar-engine does not apply to the failover chain '{chain.name}': its targets name "
-            "their lanes (MODEL@LANE) — drop the header, or ask for a target's model directly",
-        )
     call.set_model(chain.name)
-    for step in failover.plan(chain.name, trio.current_time()):
-        target = step.target
-        if step.action == "skip":
-            passed.append((target.text, "skipped", step.reason or ""))
-            continue
-        try:
-            call.check_model(target.model)
-        except BlazarError as exc:
-            passed.append((target.text, "skipped", exc.message))
-            continue
-        timeout_s = chain.timeout_s
-        try:
-            with trio.move_on_after(timeout_s if timeout_s is not None else math.inf) as scope:
-                reply = await attempt(target)
-        except Exception as exc:
-            code = failover_code(exc)
-            if code is None:
-                raise
-            charge(target.text, code, getattr(exc, "message", None) or str(exc))
-            continue
-        if scope.cancelled_caught:
-            charge(target.text, "GATEWAY_TIMEOUT", f"did not start answering within {timeout_s:g} s")
-            continue
-        if reply.status >= 500 and isinstance(reply.body, bytes):
-            charge(target.text, call.code or "BAD_GATEWAY", call.error or f"answered {reply.status}")
-            call.code = call.error = None
-            continue
-        failover.served(chain.name, target.text)
-        if call.card is not None:
-            call.card.failover.append(f"{target.text} served it")
-        headers = {**(reply.headers or {}), TARGET_HEADER: target.text}
-        if passed:
-            headers[FAILED_OVER_HEADER] = ", ".join(f"{t}={code}" for t, code, _ in passed)
-        reply.headers = headers
-        return reply
-    call.set_model(chain.name)
-    tried = "; ".join(f"{t}: {code} — {why}" for t, code, why in passed)
-    raise BlazarError(
-        "FAILOVER_EXHAUSTED",
-        f"no target of failover chain '{chain.name}' could serve the request ({tried}) — "
-        "see GET /api/failover and `blazar peers`, fix or start a target, or retry once a bench ends",
-    )
+    try:
+        reply = await walk.run(attempt, refused=lambda reply: failed_reply(call, reply))
+    except FailoverExhausted:
+        call.set_model(chain.name)
+        raise
+    reply.headers = {**(reply.headers or {}), **walk_headers(walk)}
+    return reply
 
 
 def wrap_routes(routes: Routes, runtime: Runtime) -> None:

@@ -33,6 +33,7 @@ from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.claim import claim_engine
+from blazar.serve.prompt_fit import check_prompt
 from blazar.web import (
     candidates,
     certified,
@@ -55,7 +56,6 @@ from blazar.web.common import (
     stream_reply,
 )
 from blazar.web.federation import remote_models
-from blazar.web.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.web.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
 
 __all__ = ["register", "register_routes"]
@@ -299,8 +299,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ours = False
         if stream:
             body, ours = ask_progress(body)
-        refuse_if_too_long(engine, size)  # before queueing, loading or templating
-        lease = await claim_engine(runtime, engine, ask_of(call))
+        lease = await claim_engine(runtime, engine, ask_of(call), prompt=size)  # refused before loading
         handle = lease.handle
         headers: dict[str, str] = {}
         changed = [f"{outcome.output_param}={capped_to}"] if capped_to is not None else []

@@ -17,8 +17,9 @@ from typing import Any, Literal, Protocol
 import msgspec
 import trio
 
+from actors.chain_walk import ChainWalk, failover_code
 from actors.context import choose_context
-from actors.engine import EngineActor, EngineHandle, Reconfigure
+from actors.engine import EngineActor, EngineHandle
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import engine_usage, lora, thinking, tools
@@ -42,11 +43,11 @@ from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.serve.claim import Claim, claim_engine
 from blazar.serve.context import Ask
+from blazar.serve.prompt_fit import check_prompt, ctx_ceiling
 from blazar.web import honesty, structured
-from blazar.web.certified import chat_needs, refuse_failed
+from blazar.web.certified import chat_needs
 from blazar.web.common import LOADING_NS, set_stream_enders
-from blazar.web.failover import ChainRun, failover_code
-from blazar.web.prompt_fit import check_prompt, ctx_ceiling, refuse_if_too_long
+from blazar.web.failover import walk_for, walk_headers
 from blazar.web.relay import close_response, crash_error, send_upstream
 from blazar.web.utilities import infill_refusal
 
@@ -186,7 +187,7 @@ class EngineCall:
         self._client_max = req.max_tokens
         self._asked = req
         """The request as it came, before one target's settings changed it (a chain's next starts here)."""
-        self._chain: ChainRun | None = None
+        self._chain: ChainWalk | None = None
         """The walk along a failover chain, when ``req.model`` names one."""
         self._embeddings = False
         self._purpose: Purpose = "chat"
@@ -225,7 +226,7 @@ class EngineCall:
         self._purpose = purpose or ("embed" if embeddings else "chat")
         embeddings = self._embeddings = self._purpose in ("embed", "embed_tokens")
         if (chain := self.runtime.failover.chains.get(self.req.model)) is not None:
-            self._chain = ChainRun(self.runtime, chain, self.ask)
+            self._chain = walk_for(self.runtime, chain, self.ask)
             return await self._prepare_next()
         engine = self.engine = await self.runtime.engine_for(self.req.model, self.ask.lane)
         await self._prepare_on(engine, embeddings)
@@ -238,7 +239,9 @@ class EngineCall:
         assert run is not None
         while True:
             self._reset()
-            engine = self.engine = await run.next()
+            engine = await run.next()
+            assert engine is not None  # a local walk
+            self.engine = engine
             try:
                 with trio.move_on_at(run.deadline) as scope:
                     await self._prepare_on(engine, self._embeddings)
@@ -269,9 +272,6 @@ class EngineCall:
                 f"model '{self.req.model}' runs on {engine.lane.name}, which cannot fill in the middle "
                 "(`suffix`); only llama.cpp engines do (pin the model to llamacpp to use it)",
             )
-        needs = chat_needs(self.req) if self._purpose == "chat" else ["embeddings"]
-        if self._purpose != "rerank":
-            refuse_failed(self.runtime, engine.spec.model, needs, self.ask)
         spec = engine.spec
         check_purpose(self._purpose, engine)
         said = thinking.unheeded(self.req, support=spec.thinking)
@@ -286,22 +286,30 @@ class EngineCall:
             self.req, capped = cap_output(self.req, spec.max_output_tokens)
             self.output_cap = spec.max_output_tokens if capped else None
         ctx = self._restart_ctx(engine)
-        tokens = self._purpose == "embed_tokens" and not spec.token_embeddings
-        if ctx is not None or (embeddings and not spec.embeddings) or tokens:
-            await engine.ask(
-                Reconfigure(
-                    ctx_per_slot=ctx,
-                    embeddings=True if embeddings else None,
-                    token_embeddings=True if tokens else None,
-                )
-            )
         size = chat_size(self.req)
-        slot_ctx = max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot)
         if self._purpose == "chat":
-            self._cap_to_context(slot_ctx)
-        # Before queueing, loading or templating; against the context the slot will hold.
-        refuse_if_too_long(engine, size, ctx=slot_ctx)
-        self.claim = await claim_engine(self.runtime, engine, self.ask, keep_alive_s=self.req.keep_alive_s)
+            self._cap_to_context(max(ctx or 0, engine.served_ctx or 0, spec.ctx_per_slot))
+        needs = (
+            []
+            if self._purpose == "rerank"
+            else chat_needs(self.req)
+            if self._purpose == "chat"
+            else ["embeddings"]
+        )
+        # The claim refuses a failed capability and a prompt too long for the context the
+        # slot will hold, and restarts the engine for a larger context or embeddings, all
+        # before queueing, loading or templating.
+        self.claim = await claim_engine(
+            self.runtime,
+            engine,
+            self.ask,
+            keep_alive_s=self.req.keep_alive_s,
+            needs=needs,
+            prompt=size,
+            ctx_per_slot=ctx,
+            embeddings=embeddings,
+            token_embeddings=self._purpose == "embed_tokens",
+        )
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
         self.context = engine.served_ctx or engine.spec.ctx_per_slot
@@ -355,7 +363,7 @@ class EngineCall:
         if self.output_cap is not None:
             out["X-Blazar-Output-Cap"] = str(self.output_cap)
         if self._chain is not None:
-            out.update(self._chain.headers())
+            out.update(walk_headers(self._chain))
         if self._purpose == "chat" and structured.wanted(self.req.response_format) is not None:
             out[structured.HEADER] = structured.receipt(self.enforced(), self.structured_valid)
         return out

@@ -6,10 +6,12 @@ import pytest
 
 from actors.certificates import Certificate, CertificateBook, Probe
 from actors.config import AdmissionConfig, ModelOverride, RuntimeConfig
+from actors.preflight import CapabilityFailed
+from actors.preflight import check_certificates as check
 from blazar.dialects.neutral import ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec
-from blazar.errors import CATALOG, BlazarError
+from blazar.errors import CATALOG
 from blazar.web.bench_job import _Sample, summarize
-from blazar.web.certified import chat_needs, check
+from blazar.web.certified import chat_needs
 
 TOOL = ToolSpec(name="get_weather", parameters={"type": "object"})
 
@@ -49,7 +51,7 @@ def test_a_failed_capability_is_refused_with_its_evidence() -> None:
     book = _book(chat="PASS", tools="FAIL", json_schema="PASS", vision="N/A")
     check(_config(), book, "m", ["json_schema", "vision"])  # passed, or not applicable: not refused
     check(_config(), book, "other", ["tools"])  # never certified: not refused
-    with pytest.raises(BlazarError) as caught:
+    with pytest.raises(CapabilityFailed) as caught:
         check(_config(), book, "m", ["json_schema", "tools"])
     err = caught.value
     assert err.code == "CAPABILITY_VERIFIED_FAILED" and CATALOG[err.code].status == 400
@@ -66,7 +68,7 @@ def test_trust_can_be_turned_off_globally_per_model_or_by_the_doctor() -> None:
         admission=AdmissionConfig(trust_certificates=False),
         models={"m": ModelOverride(trust_certificate=True)},
     )
-    with pytest.raises(BlazarError):
+    with pytest.raises(CapabilityFailed):
         check(off_but_model_on, book, "m", ["tools"])
 
 
