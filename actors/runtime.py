@@ -2,7 +2,7 @@
 
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
-    ├ jobs              durable long work (background responses, batches)
+    ├ jobs              durable long work (pulls; the gateway's background responses, batches)
     ├ admission         queues, slots and leases of every model
     ├ engines (supervisor)
     │   └ engine[model] → child process (llama.cpp)
@@ -36,6 +36,7 @@ from typing import Literal, Unpack
 import msgspec
 import trio
 
+from actors import pulls
 from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.certificates import CertificateBook
 from actors.claim import ClaimOptions, ClaimRequest
@@ -57,7 +58,7 @@ from actors.engines.spec import SpecLoad
 from actors.engines.versions import BUNDLED, Versions
 from actors.errors import ActorStopped, EngineCrashed
 from actors.failover import FailoverChains
-from actors.jobs import JobsActor, JobsStatistics
+from actors.jobs import JobRecord, JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.mcp import McpServers
@@ -121,7 +122,8 @@ class Runtime:
         self.ledger = ledger
         self.admission = admission
         self.jobs = jobs or JobsActor(ledger, data_dir=Path(config.home))
-        """Long work (background responses, batches); runners are registered by the embedder."""
+        """Long work: pulls (``pull``, registered by ``open_runtime``), and the kinds the
+        embedder registers (the gateway's background responses, batches, …)."""
         self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self.mcp = McpServers(config.mcp, config.mcp_default)
@@ -490,6 +492,13 @@ class Runtime:
         await engine.ask(Reconfigure(loras=spec.loras))
         return True
 
+    async def pull(self, name: str) -> JobRecord:
+        """Pull ``name`` (a catalog name, ``ollama:…``, ``hf:…``) into the store, as a job
+        (``actors/pulls.py``): returns it once it is committed and queued. Follow it with
+        ``jobs.follow(job.id)``, stop it with ``jobs.cancel(job.id)``; it is listed with the
+        other jobs, and a pull that a crash cut short resumes on the next start."""
+        return await self.jobs.submit(pulls.KIND, name.encode(), model=name)
+
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
             engines=[e.statistics() for e in self.loaded()],
@@ -551,6 +560,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             jobs=jobs,
         )
         await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
+        pulls.register(runtime)
         # Last started, first stopped: MCP servers end before the engines do.
         await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
         if config.remotes:
