@@ -24,6 +24,7 @@ __all__ = [
     "MaxLoadedModels",
     "ModelBusy",
     "ModelTooLarge",
+    "PeerIsSelf",
     "PeerNotFound",
     "PeerRefused",
     "PeerUnavailable",
@@ -147,6 +148,12 @@ class PeerNotFound(BlazarRuntimeError):
     """No ``[[remotes]]`` peer (nor ``dns`` remote) has this name."""
 
     code = "PEER_NOT_FOUND"
+
+
+class PeerIsSelf(BlazarRuntimeError):
+    """The peer named is this daemon itself (its own address in a ``dns`` remote's answer)."""
+
+    code = "BAD_REQUEST"
 
 
 class PeerUnavailable(BlazarRuntimeError):

@@ -606,12 +606,16 @@ class Peers:
         """The peer named ``name``; raises ``PeerNotFound`` naming the peers there are."""
         actor = self.actors.get(name)
         if actor is None:
-            known = ", ".join(self.actors) or "none is configured"
-            raise PeerNotFound(
-                f"no peer named '{name}' (peers: {known}) — add a [[remotes]] entry to config.toml "
-                "or see `blazar peers`"
-            )
+            raise self.not_found(name)
         return actor
+
+    def not_found(self, name: str) -> PeerNotFound:
+        """The error for a peer name that is none of these."""
+        known = ", ".join(self.actors) or "none is configured"
+        return PeerNotFound(
+            f"no peer named '{name}' (peers: {known}) — add a [[remotes]] entry to config.toml "
+            "or see `blazar peers`"
+        )
 
     def members(self, remote: str) -> list[PeerActor]:
         """The peers a ``dns`` remote named ``remote`` has now (empty for any other name)."""

@@ -78,8 +78,8 @@ class FakePeer:
         if path.startswith("/api/blobs/"):
             digest = path.removeprefix("/api/blobs/")
             if not self.admin:
-                doc = {"error": {"message": "this key lacks the admin scope", "blazar_code": "NEW_CODE"}}
-                return self._json(doc, 403)
+                refusal = {"message": "this key lacks the admin scope", "blazar_code": "NEW_CODE"}
+                return self._json({"error": refusal}, 403)
             if method == "HEAD":
                 return httpx.Response(200 if self.store.has_blob(digest) else 404)
             with BlobReceiver(self.store, digest) as receiver:
