@@ -31,6 +31,7 @@ __all__ = [
     "SessionError",
     "SupervisorEscalation",
     "UnsupportedEngine",
+    "VisionProjectorMissing",
 ]
 
 
@@ -94,6 +95,12 @@ class UnsupportedEngine(BlazarRuntimeError):
     """No lane here can run the model: its pinned lane is not installed, or none takes its format."""
 
     code = "MODEL_UNSUPPORTED_ENGINE"
+
+
+class VisionProjectorMissing(BlazarRuntimeError):
+    """Images asked of a model that has no vision projector."""
+
+    code = "VISION_PROJECTOR_MISSING"
 
 
 class ContextTooLarge(BlazarRuntimeError):

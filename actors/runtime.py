@@ -41,6 +41,7 @@ from actors.admission import AdmissionActor, AdmissionStatistics
 from actors.certificates import CertificateBook
 from actors.claim import ClaimOptions, ClaimRequest
 from actors.config import RuntimeConfig
+from actors.context import choose_context, slot_ceiling
 from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engine import (
     EngineActor,
@@ -56,7 +57,7 @@ from actors.engines.llamacpp import LaunchSpec
 from actors.engines.routing import LANES, lane_for
 from actors.engines.spec import SpecLoad
 from actors.engines.versions import BUNDLED, Versions
-from actors.errors import ActorStopped, EngineCrashed
+from actors.errors import ActorStopped, EngineCrashed, VisionProjectorMissing
 from actors.failover import FailoverChains
 from actors.jobs import JobRecord, JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
@@ -84,7 +85,7 @@ from registry.catalog import Catalog
 from registry.kinds import TEXT_KINDS, mismatch
 from registry.store import ModelRecord, Store
 
-__all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
+__all__ = ["ReadyCard", "Runtime", "RuntimeStatistics", "open_runtime"]
 
 log = logging.getLogger("blazar.runtime")
 
@@ -96,6 +97,27 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     admission: AdmissionStatistics
     lifecycle: LifecycleStatistics
     reaped_orphans: list[int]
+
+
+class ReadyCard(msgspec.Struct, frozen=True, kw_only=True):
+    """A model made ready by ``Runtime.load``, as it runs now."""
+
+    model: str
+    engine: str
+    lane: str
+    version: str | None
+    pid: int | None
+    slots: int
+    ctx_per_slot: int
+    """What the running engine serves per slot."""
+    ctx_asked: int | None
+    """The context asked for, when it was lowered to what the model can serve."""
+    memory_bytes: int | None
+    """The estimated footprint at these settings (None: unknown)."""
+    evicted: list[str]
+    load_s: float
+    keep_alive_s: float | None
+    vision: bool
 
 
 class Runtime:
@@ -368,6 +390,77 @@ class Runtime:
                 evicted = await self.before_load(engine)  # max_loaded_models and memory
             handle = await engine.ask(EnsureReady())
         return handle, evicted
+
+    async def load(
+        self,
+        model: str,
+        *,
+        ctx: int | None = None,
+        slots: int | None = None,
+        keep_alive_s: float | None = None,
+        vision: bool = False,
+    ) -> ReadyCard:
+        """Make ``model``'s engine ready now, through the request protocol (``claim``: an
+        admission slot, room made for it, a lease, released at once), and say how it runs.
+
+        ``ctx`` (per slot; clamped to what the model can serve as a request's ``num_ctx`` is,
+        or refused with ``ContextTooLarge`` in strict mode) and ``slots`` restart the engine
+        with them once its requests end. ``keep_alive_s`` arms its idle timer as a request's
+        keep-alive would; ``vision`` refuses a model without a vision projector
+        (``VisionProjectorMissing``). Raises what ``claim`` raises, and ``ModelKindMismatch``
+        for a model that is not a text model."""
+        engine = await self.engine_for(model)
+        spec = engine.spec
+        if vision and spec.projector is None:
+            raise VisionProjectorMissing(
+                f"model '{spec.model}' reads no images (it has no vision projector) — pick a model "
+                "that has one (`blazar show NAME` lists its capabilities)"
+            )
+        per_slot = clamped = None
+        if ctx is not None:
+            ceiling = slot_ceiling(spec.ctx_limit, spec.ctx_per_slot, engine.served_ctx)
+            choice = choose_context(ctx, ceiling, strict=self.config.strict, model=spec.model, what="ctx")
+            per_slot, clamped = choice.ctx, (ctx if choice.clamped else None)
+        slots = slots if slots is not None and slots != spec.slots else None
+        serving = engine.served_ctx or spec.ctx_per_slot
+        if slots is not None or (per_slot is not None and per_slot != serving):
+            base = msgspec.structs.replace(spec, slots=slots) if slots is not None else None
+            await engine.ask(Reconfigure(ctx_per_slot=per_slot, spec=base))
+        async with self.claim(model, keep_alive_s=keep_alive_s) as claim:
+            running = claim.engine
+            return ReadyCard(
+                model=running.spec.model,
+                engine=running.engine_kind,
+                lane=running.spec.lane,
+                version=running.version,
+                pid=claim.handle.pid,
+                slots=running.spec.slots,
+                ctx_per_slot=running.served_ctx or running.spec.ctx_per_slot,
+                ctx_asked=clamped,
+                memory_bytes=self.memory.footprint(running.spec.model),
+                evicted=list(claim.evicted),
+                load_s=round(claim.load_ns / 1e9, 3),
+                keep_alive_s=keep_alive_s,
+                vision=running.spec.projector is not None,
+            )
+
+    @asynccontextmanager
+    async def lease(self, model: str) -> AsyncIterator[tuple[EngineActor, EngineHandle]]:
+        """``model``'s engine, made ready as for a request (room made for it) and leased while
+        the block runs, but without an admission slot: for a look at the engine itself (its
+        ``/slots``), which must not queue behind the very requests it looks at. The lease
+        keeps the engine from being stopped or restarted under the look; a look that had to
+        load the engine arms its idle timer, as a request would."""
+        engine = await self.engine_for(model)
+        cold = engine.ready_handle() is None
+        handle, _ = await self.ready(engine)
+        lease = engine.lease()
+        try:
+            yield engine, handle
+        finally:
+            lease.release()
+            if cold:
+                self.lifecycle.touch_nowait(engine.spec.model, None)
 
     def loaded(self) -> list[EngineActor]:
         seen: dict[int, EngineActor] = {}
