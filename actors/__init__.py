@@ -8,7 +8,8 @@
 
 Long work goes to ``rt.jobs``: register a runner for a kind (``rt.jobs.register(kind,
 runner)``), then ``await rt.jobs.submit(kind, request)``; jobs are durable and resume
-after a crash.
+after a crash. Pulls are jobs already: ``job = await rt.pull("smollm2-135m")``, then
+``rt.jobs.follow(job.id)`` for its progress (``actors/pulls.py``).
 
 ``rt.claim`` is the request protocol the daemon's gateway uses too: an admission
 slot (queues, priorities, deadlines), eviction of idle models when needed, a ready

@@ -16,7 +16,14 @@ import msgspec
 
 from actors.errors import ContextTooLarge
 
-__all__ = ["ContextChoice", "choose_context", "context_limit", "describe_clamp", "rope_factor"]
+__all__ = [
+    "ContextChoice",
+    "choose_context",
+    "context_limit",
+    "describe_clamp",
+    "rope_factor",
+    "slot_ceiling",
+]
 
 
 class ContextChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +57,15 @@ def context_limit(trained: int | None, factor: float | None) -> int | None:
     if trained is None:
         return None
     return int(trained * factor) if factor else trained
+
+
+def slot_ceiling(limit: int | None, started: int, served: int | None) -> int | None:
+    """The most one slot of a running engine can hold: what the model can serve (``limit``),
+    or less when the child caps its slots (``served``) below what it was started with
+    (``started``)."""
+    if served is not None and served < started:
+        return served
+    return limit
 
 
 def choose_context(asked: int, limit: int | None, *, strict: bool, model: str, what: str) -> ContextChoice:

@@ -24,9 +24,14 @@ __all__ = [
     "MaxLoadedModels",
     "ModelBusy",
     "ModelTooLarge",
+    "PeerIsSelf",
+    "PeerNotFound",
+    "PeerRefused",
+    "PeerUnavailable",
     "SessionError",
     "SupervisorEscalation",
     "UnsupportedEngine",
+    "VisionProjectorMissing",
 ]
 
 
@@ -92,6 +97,12 @@ class UnsupportedEngine(BlazarRuntimeError):
     code = "MODEL_UNSUPPORTED_ENGINE"
 
 
+class VisionProjectorMissing(BlazarRuntimeError):
+    """Images asked of a model that has no vision projector."""
+
+    code = "VISION_PROJECTOR_MISSING"
+
+
 class ContextTooLarge(BlazarRuntimeError):
     """A context above what the model can serve, refused in strict mode."""
 
@@ -135,6 +146,38 @@ class ModelBusy(BlazarRuntimeError):
     """An unload that only takes idle models found this one serving requests."""
 
     code = "MODEL_BUSY"
+
+
+# -- peers ------------------------------------------------------------------------
+
+
+class PeerNotFound(BlazarRuntimeError):
+    """No ``[[remotes]]`` peer (nor ``dns`` remote) has this name."""
+
+    code = "PEER_NOT_FOUND"
+
+
+class PeerIsSelf(BlazarRuntimeError):
+    """The peer named is this daemon itself (its own address in a ``dns`` remote's answer)."""
+
+    code = "BAD_REQUEST"
+
+
+class PeerUnavailable(BlazarRuntimeError):
+    """The peer cannot be reached now (down, no connection, the connection broke)."""
+
+    code = "PEER_UNAVAILABLE"
+
+
+class PeerRefused(BlazarRuntimeError):
+    """The peer answered with an error: ``code`` is the one it gave (another Blazar daemon's
+    ``blazar_code``), or ``fallback`` where it gave none; a caller that serves a catalog of
+    codes answers ``fallback`` for a code it does not list (a newer peer's)."""
+
+    def __init__(self, code: str | None, message: str, *, fallback: str) -> None:
+        super().__init__(message)
+        self.code = code or fallback
+        self.fallback = fallback
 
 
 # -- sessions ---------------------------------------------------------------------

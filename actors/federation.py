@@ -8,14 +8,30 @@ The rule, in order: a down peer, or one that does not have the model, is skipped
 warm here wins outright; then warm before cold; then the shortest expected queue wait; then
 the most memory left once the model's estimate is taken from the machine's free memory; then
 this machine before a peer, a Blazar peer before a pass-through one, and the name.
+
+The decision's inputs come from the runtime, at the end of the module: ``peer_candidate`` reads
+a peer's last snapshot, ``local_candidate`` this machine (its engines, queues and, when warmth
+does not decide, a census); ``decision_for(runtime, model)`` decides over both, as the gateway
+does for a request and for ``GET /api/route/MODEL``; ``peer_targets`` is where a request for
+``remote:PEER/MODEL`` goes. Relaying the request's bytes there is the gateway's.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
+import trio
+
+from actors.census import take_census
+from actors.engine import EngineState
+from actors.errors import PeerIsSelf, PeerUnavailable
+
+if TYPE_CHECKING:
+    from actors.peer import PeerActor, Peers, PeerView
+    from actors.runtime import Runtime
 
 __all__ = [
     "LOCAL",
@@ -27,9 +43,13 @@ __all__ = [
     "Snapshot",
     "SnapshotError",
     "decide",
+    "decision_for",
     "expected_wait_s",
+    "local_candidate",
     "parse_capacity",
     "parse_models",
+    "peer_candidate",
+    "peer_targets",
     "same_model",
 ]
 
@@ -279,3 +299,99 @@ def _row(c: Candidate, *, rank: int | None = None, skipped: str | None = None) -
         age_s=c.age_s,
         skipped=skipped,
     )
+
+
+# -- the decision's inputs, read from the runtime ---------------------------------------------------
+
+
+def peer_candidate(view: PeerView, model: str) -> Candidate:
+    """A peer as a candidate for ``model``, from what it last published."""
+    snap = view.snapshot
+    if view.state != "up" or snap is None:
+        reason = view.last_error or ("not polled yet" if view.state == "unknown" else None)
+        return Candidate(where=view.name, up=False, reason=reason, age_s=view.snapshot_age_s)
+    loaded = snap.loaded_model(model)
+    return Candidate(
+        where=view.name,
+        has_model=snap.has(model),
+        warm=loaded is not None,
+        expected_wait_s=loaded.expected_wait_s if loaded is not None else None,
+        free_bytes=snap.free_bytes,
+        fit_bytes=(loaded.estimated_bytes if loaded is not None else None) or snap.size_of(model),
+        pass_through=snap.kind == "openai",
+        age_s=view.snapshot_age_s,
+    )
+
+
+async def local_candidate(runtime: Runtime, model: str, *, measure: bool) -> Candidate:
+    """This machine as a candidate for ``model``; ``measure``: read its free memory too (a
+    census: only when warmth alone does not decide)."""
+    engine = runtime.engine_named(model)
+    record = None
+    if engine is None:
+        record = await trio.to_thread.run_sync(runtime.store.find, model)
+        if record is None:
+            return Candidate(where=LOCAL, has_model=False)
+        engine = runtime.engine_named(record.name)
+    warm = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
+    wait = None
+    if warm and engine is not None:
+        q = next((q for q in runtime.admission.statistics().queues if q.model == engine.spec.model), None)
+        wait = (
+            expected_wait_s(
+                slots=engine.spec.slots, running=q.running, queued=q.queued, service_s=q.service_s
+            )
+            if q is not None
+            else 0.0
+        )
+    free = fit = None
+    if measure:
+        census = await trio.to_thread.run_sync(take_census)
+        free = sum(g.free for g in census.gpus) if census.gpus else census.ram_available
+        name = engine.spec.model if engine is not None else model
+        fit = runtime.memory.footprint(name) or (record.size if record is not None else None)
+    return Candidate(where=LOCAL, warm=warm, expected_wait_s=wait, free_bytes=free, fit_bytes=fit)
+
+
+async def decision_for(runtime: Runtime, model: str, *, measure: bool = True) -> Decision:
+    """Which machine serves ``model`` now: this one or a peer (``runtime.peers``)."""
+    local = await local_candidate(runtime, model, measure=measure)
+    # A peer that is this daemon (its own address in a dns remote's answer) is no candidate:
+    # this machine already is one.
+    peers = [peer_candidate(v, model) for v in runtime.peers.views() if v.state != "self"]
+    return decide(model, [local, *peers])
+
+
+def _any(_row: Ranked) -> bool:
+    return True
+
+
+def peer_targets(
+    peers: Peers, peer: str, model: str, *, speaks: Callable[[Ranked], bool] = _any
+) -> list[PeerActor]:
+    """Where ``remote:PEER/MODEL`` goes: that peer, or for the name of a ``dns`` remote its
+    peers that have the model, best first; ``speaks``: whether a ranked peer can be asked
+    (a pass-through peer speaks OpenAI's routes only). Raises ``PeerIsSelf``,
+    ``PeerNotFound`` or ``PeerUnavailable``."""
+    actor = peers.get(peer)
+    if actor is not None:
+        if actor.state == "self":
+            raise PeerIsSelf(
+                f"peer '{peer}' is this daemon itself — ask for '{model}' without remote: to have it "
+                "served here"
+            )
+        if actor.state == "down":
+            raise PeerUnavailable(
+                f"peer '{peer}' is down ({actor.last_error}) — see `blazar peers`; it is used again "
+                "once a poll finds it up"
+            )
+        return [actor]
+    group = peers.members(peer)
+    if not group:
+        raise peers.not_found(peer)
+    decision = decide(model, [peer_candidate(a.view(), model) for a in group if a.state != "self"])
+    members = {a.peer: a for a in group}
+    ranked = [members[r.where] for r in decision.candidates if r.rank is not None and speaks(r)]
+    if not ranked:
+        raise PeerUnavailable(f"no peer of '{peer}' can serve '{model}' now: {decision.why}")
+    return ranked

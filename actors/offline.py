@@ -15,8 +15,15 @@ from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engines.spec import LaunchSpec
 from actors.lifecycle import LoadPreview
 from actors.memory import MemoryPlanner
+from actors.planning import (
+    LoadPlan,
+    launch_spec_for,
+    make_plan,
+    plan_resolve,
+    resolve_for,
+    unsupported_preview,
+)
 from actors.profiles import read_profiles
-from actors.runtime import LoadPlan, _plan_resolve, _unsupported, launch_spec_for, make_plan, resolve_for
 from actors.settings import Explanation
 from registry.store import Store
 
@@ -33,7 +40,7 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
     config = await _with_profiles(config)
     store = Store(Path(config.models_dir))
     record = await trio.to_thread.run_sync(store.get, model)
-    resolved = await trio.to_thread.run_sync(_plan_resolve, config, store, record)
+    resolved = await trio.to_thread.run_sync(plan_resolve, config, store, record)
     spec = resolved.spec
     memory = MemoryPlanner(config.memory_budget_mb)
     need = await memory.need(spec)
@@ -43,7 +50,7 @@ async def plan_offline(config: RuntimeConfig, model: str) -> LoadPlan:
         code = "MODEL_TOO_LARGE"
         refused = f"needs about {need / 2**20:,.0f} MiB; the budget is {budget / 2**20:,.0f} MiB"
     preview = LoadPreview(model=spec.model, need_bytes=need, budget_bytes=budget, refused=refused, code=code)
-    preview = _unsupported(preview, resolved)
+    preview = unsupported_preview(preview, resolved)
     runnable = resolved.refusal is None
     return make_plan(
         spec,

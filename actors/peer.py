@@ -13,6 +13,26 @@ a backoff that doubles up to ``poll_max_s``. A peer that has no ``/api/capacity`
 Requests do not go through the actor's loop: a relay takes the peer's pooled HTTP client
 (``PeerActor.client``) and reports a failure with ``failed_nowait``, which marks the peer down
 at once so the next decision skips it. Nothing here runs when no remote is configured.
+
+The operator's verbs on a peer run on the caller's task too, with this daemon's key there
+(which needs the ``admin`` scope on the peer):
+
+- ``PeerActor.warm(model)`` loads a model on the peer now, with Ollama's load request (a
+  generate with no prompt), so the peer loads it as for any request and answers once it is
+  ready; the peer is polled at once, so its snapshot shows the model warm.
+- ``PeerActor.replicate(store, model)`` puts a model of ``store`` on the peer. First the peer
+  is asked to pull it from its own sources (its ``/api/pull``, by the model's name); when that
+  fails (no network there, a model only this machine has), or with ``from_here``, the model's
+  blobs stream from ``store`` to the peer's ``POST /api/blobs/DIGEST`` (the peer hashes the
+  bytes as they arrive and refuses a blob whose bytes are not its digest), then its manifest in
+  portable form (``registry.replica.Replica``) to the peer's ``POST /admin/models/install``,
+  which installs it only once every blob is there. A pull that brings a different file than
+  this machine's (another digest) is replaced the same way. Each step is told to
+  ``on_progress`` as a dict (``status`` and, while sending, ``digest``, ``total``,
+  ``completed``).
+
+Both raise ``PeerUnavailable`` for a peer that cannot be reached and ``PeerRefused`` (with the
+peer's own ``blazar_code``) for one that answers with an error.
 """
 
 from __future__ import annotations
@@ -21,8 +41,10 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal, assert_never
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, assert_never
 
 import httpx
 import msgspec
@@ -31,11 +53,23 @@ import trio
 from actors import discovery
 from actors.actor import Actor, ActorStatistics
 from actors.config import Remote
+from actors.errors import PeerNotFound, PeerRefused, PeerUnavailable
 from actors.federation import Snapshot, SnapshotError, parse_capacity, parse_models
 from actors.mailbox import Envelope
 from actors.supervisor import ChildSpec, Restart, Supervisor
+from registry.replica import Replica, replica_of
+from registry.store import Store
 
-__all__ = ["PeerActor", "PeerStatistics", "PeerView", "Peers", "PollNow"]
+__all__ = [
+    "PeerActor",
+    "PeerStatistics",
+    "PeerView",
+    "Peers",
+    "PollNow",
+    "Progress",
+    "Replicated",
+    "Warmed",
+]
 
 log = logging.getLogger("blazar.peers")
 
@@ -80,6 +114,36 @@ class PeerView(msgspec.Struct, frozen=True, kw_only=True):
     failures: int
     """Failed polls in a row."""
     snapshot: Snapshot | None
+
+
+class Warmed(msgspec.Struct, frozen=True, kw_only=True):
+    """A model loaded on a peer by ``PeerActor.warm``."""
+
+    peer: str
+    model: str
+    load_s: float
+    answer: Any
+    """The peer's own answer to the load request (Ollama's generate, with ``done_reason``)."""
+    state: str | None
+    """The model's state in the peer's snapshot once polled (``ready``); None: not listed."""
+
+
+class Replicated(msgspec.Struct, frozen=True, kw_only=True):
+    """A model put on a peer by ``PeerActor.replicate``."""
+
+    peer: str
+    model: str
+    digest: str
+    via: Literal["already there", "pull", "stream"]
+    """How: the peer had the same files, pulled them from its own sources, or was sent them."""
+
+
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+"""Where ``replicate`` tells each step, as a dict (``status`` and the step's fields)."""
+
+_CHUNK = 1 << 20
+_EVERY_S = 0.5
+"""Least time between two progress reports of one blob."""
 
 
 class PeerStatistics(ActorStatistics, frozen=True, kw_only=True):
@@ -234,10 +298,216 @@ class PeerActor(Actor[PeerMessage]):
             snapshot=self.snapshot,
         )
 
+    # -- the operator's verbs (on the caller's task) ----------------------------------
+
+    async def warm(self, model: str, *, keep_alive: str | float | None = None) -> Warmed:
+        """Load ``model`` on the peer now (``keep_alive`` as Ollama takes it); returns once the
+        peer has it ready, and this actor has polled the peer again."""
+        load: dict[str, Any] = {"model": model}
+        if keep_alive is not None:
+            load["keep_alive"] = keep_alive
+        started = time.monotonic()
+        try:
+            resp = await self.client.post("/api/generate", json=load, headers=_own(), timeout=None)
+        except httpx.HTTPError as exc:
+            self.failed_nowait(str(exc) or type(exc).__name__)
+            raise PeerUnavailable(
+                f"peer '{self.peer}' cannot be reached ({type(exc).__name__}: {exc}) — see `blazar peers`"
+            ) from exc
+        if resp.status_code >= 400:
+            code, message, fallback = _said(resp)
+            hint = f" — copy it there first: `blazar replicate {model} --to {self.peer}`"
+            raise PeerRefused(
+                code,
+                f"peer '{self.peer}' did not load '{model}': {message}"
+                + (hint if code == "MODEL_NOT_FOUND" else ""),
+                fallback=fallback,
+            )
+        view = await self.ask(PollNow())
+        loaded = view.snapshot.loaded_model(model) if view.snapshot is not None else None
+        return Warmed(
+            peer=self.peer,
+            model=model,
+            load_s=round(time.monotonic() - started, 3),
+            answer=msgspec.json.decode(resp.content),
+            state=loaded.state if loaded is not None else None,
+        )
+
+    async def replicate(
+        self, store: Store, model: str, *, from_here: bool = False, on_progress: Progress | None = None
+    ) -> Replicated:
+        """Put ``store``'s ``model`` on the peer (the module doc says how); each step goes to
+        ``on_progress``, the last with the status ``success``. Raises ``ModelNotFound`` for a
+        model ``store`` lacks, before anything is sent."""
+        send = on_progress or _ignore
+        record = await trio.to_thread.run_sync(store.get, model)
+        replica = await trio.to_thread.run_sync(replica_of, store, record)
+        try:
+            via = await self._replicate(store, replica, from_here, send)
+        except httpx.HTTPError as exc:
+            raise PeerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        await send({"status": "success", "via": via, "digest": replica.digest})
+        return Replicated(peer=self.peer, model=record.name, digest=replica.digest, via=via)
+
+    async def _replicate(
+        self, store: Store, replica: Replica, from_here: bool, send: Progress
+    ) -> Literal["already there", "pull", "stream"]:
+        if _same(await self._their_replica(replica.name), replica):
+            # Nothing to do; a pull there would replace the files with themselves, and unload them.
+            return "already there"
+        if not from_here:
+            await send({"status": "asking the peer to pull it from its own sources"})
+            why = await self._pull_there(replica.name, send)
+            if why is None:
+                theirs = await self._their_replica(replica.name)
+                if _same(theirs, replica):
+                    await self.ask(PollNow())  # its snapshot lists the model now
+                    return "pull"
+                got = theirs.digest if theirs is not None else "nothing"
+                why = f"it pulled {got}, not this machine's {replica.digest}"
+            await send({"status": f"the peer's pull failed ({why}); streaming the model from here"})
+        await self._stream_there(store, replica, send)
+        await self.ask(PollNow())  # its snapshot lists the model now
+        return "stream"
+
+    async def _their_replica(self, name: str) -> Replica | None:
+        resp = await self.client.get(f"/admin/models/{name}/replica", headers=_own(), timeout=30)
+        if resp.status_code != 200:
+            return None
+        return msgspec.json.decode(resp.content, type=Replica)
+
+    async def _pull_there(self, name: str, send: Progress) -> str | None:
+        """Ask the peer to pull ``name`` from its own sources; None once it has, else why not."""
+        request = {"model": name, "stream": True}
+        try:
+            async with self.client.stream("POST", "/api/pull", json=request, headers=_own()) as resp:
+                if resp.status_code != 200:
+                    await resp.aread()
+                    code, message, fallback = _said(resp)
+                    return f"{code or fallback}: {message}"
+                last = ""
+                async for raw in resp.aiter_lines():
+                    if not raw.strip():
+                        continue
+                    doc = msgspec.json.decode(raw)
+                    if "error" in doc:
+                        return str(doc["error"])
+                    status = str(doc.get("status", ""))
+                    if status != last:
+                        last = status
+                        await send({"status": "peer pulling", "message": status})
+                if last == "success":
+                    return None
+                return f"the pull ended without success ({last or 'no answer'})"
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    async def _stream_there(self, store: Store, replica: Replica, send: Progress) -> None:
+        for digest in replica.digests():
+            head = await self.client.head(f"/api/blobs/{digest}", headers=_own(), timeout=30)
+            if head.status_code == 200:
+                await send({"status": "already there", "digest": digest})
+                continue
+            if head.status_code != 404:
+                code, message, fallback = _said(head)
+                hint = (
+                    " — the key this daemon presents there needs the admin scope (on that peer: "
+                    "`blazar keys add NAME --scope chat,admin`)"
+                    if head.status_code in (401, 403)
+                    else ""
+                )
+                raise PeerRefused(
+                    code, f"peer '{self.peer}' refused to receive blobs ({message}){hint}", fallback=fallback
+                )
+            await self._send_blob(store.blob_path(digest), digest, send)
+        resp = await self.client.post(
+            "/admin/models/install", content=msgspec.json.encode(replica), headers=_own(), timeout=120
+        )
+        if resp.status_code >= 300:
+            code, message, fallback = _said(resp)
+            raise PeerRefused(
+                code, f"peer '{self.peer}' did not install '{replica.name}': {message}", fallback=fallback
+            )
+
+    async def _send_blob(self, path: Path, digest: str, send: Progress) -> None:
+        """Stream one blob to the peer's ``POST /api/blobs/DIGEST``, reporting now and then."""
+        total = (await trio.Path(path).stat()).st_size
+        sent = [0]
+        await send({"status": "sending", "digest": digest, "total": total, "completed": 0})
+        failed: list[str] = []
+
+        async def upload() -> None:
+            try:
+                resp = await self.client.post(
+                    f"/api/blobs/{digest}", content=_file_chunks(path, sent), headers=_own(), timeout=None
+                )
+            except httpx.HTTPError as exc:
+                failed.append(f"the upload broke off ({type(exc).__name__}: {exc})")
+            else:
+                if resp.status_code >= 300:
+                    code, message, fallback = _said(resp)
+                    failed.append(f"{code or fallback}: {message}")
+            nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(upload)
+            while True:
+                await trio.sleep(_EVERY_S)
+                await send({"status": "sending", "digest": digest, "total": total, "completed": sent[0]})
+        if failed:
+            raise PeerRefused(
+                None, f"peer '{self.peer}' refused blob {digest[:19]}: {failed[0]}", fallback="BAD_GATEWAY"
+            )
+        await send({"status": "sent", "digest": digest, "total": total, "completed": total})
+
     def statistics(self) -> PeerStatistics:
         return PeerStatistics(
             **self.actor_fields(), peer=self.peer, state=self.state, polls=self._polls, failures=self.failures
         )
+
+
+def _own() -> dict[str, str]:
+    # The peer serves what this daemon asks itself: it never relays it on.
+    return {RELAYED_HEADER: uuid.uuid4().hex}
+
+
+def _said(resp: httpx.Response) -> tuple[str | None, str, str]:
+    """The peer's error answer, whichever dialect it answered in: (its ``blazar_code`` or None,
+    its message, the code to answer where it gave none)."""
+    try:
+        doc = msgspec.json.decode(resp.content)
+    except msgspec.DecodeError:
+        doc = None
+    code, message = None, None
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        if isinstance(err, dict):
+            code, message = err.get("blazar_code"), err.get("message")
+        else:
+            code, message = doc.get("blazar_code"), err
+    fallback = "KEY_SCOPE_FORBIDDEN" if resp.status_code in (401, 403) else "BAD_GATEWAY"
+    return (
+        code if isinstance(code, str) and code else None,
+        message if isinstance(message, str) else f"answered {resp.status_code}",
+        fallback,
+    )
+
+
+def _same(theirs: Replica | None, ours: Replica) -> bool:
+    return (
+        theirs is not None and theirs.digest == ours.digest and set(theirs.digests()) == set(ours.digests())
+    )
+
+
+async def _file_chunks(path: Path, sent: list[int]) -> AsyncIterator[bytes]:
+    async with await trio.open_file(path, "rb") as f:
+        while chunk := await f.read(_CHUNK):
+            sent[0] += len(chunk)
+            yield chunk
+
+
+async def _ignore(_fields: dict[str, Any]) -> None:
+    pass
 
 
 def _describe(exc: BaseException) -> str:
@@ -331,6 +601,21 @@ class Peers:
 
     def get(self, name: str) -> PeerActor | None:
         return self.actors.get(name)
+
+    def require(self, name: str) -> PeerActor:
+        """The peer named ``name``; raises ``PeerNotFound`` naming the peers there are."""
+        actor = self.actors.get(name)
+        if actor is None:
+            raise self.not_found(name)
+        return actor
+
+    def not_found(self, name: str) -> PeerNotFound:
+        """The error for a peer name that is none of these."""
+        known = ", ".join(self.actors) or "none is configured"
+        return PeerNotFound(
+            f"no peer named '{name}' (peers: {known}) — add a [[remotes]] entry to config.toml "
+            "or see `blazar peers`"
+        )
 
     def members(self, remote: str) -> list[PeerActor]:
         """The peers a ``dns`` remote named ``remote`` has now (empty for any other name)."""

@@ -27,7 +27,8 @@ from actors.config_keys import changed_keys, key_class
 from actors.engine import EngineActor, Reconfigure
 from actors.engines.spec import LaunchSpec
 from actors.lifecycle import Retune as LifecycleRetune
-from actors.runtime import Runtime, launch_spec_for, side_spec_for
+from actors.planning import launch_spec_for, side_spec_for
+from actors.runtime import Runtime
 
 __all__ = ["Reloaded", "apply_config", "apply_profile"]
 

@@ -2,7 +2,7 @@
 
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
-    ├ jobs              durable long work (background responses, batches)
+    ├ jobs              durable long work (pulls; the gateway's background responses, batches)
     ├ admission         queues, slots and leases of every model
     ├ engines (supervisor)
     │   └ engine[model] → child process (llama.cpp)
@@ -36,12 +36,12 @@ from typing import Literal, Unpack
 import msgspec
 import trio
 
+from actors import pulls
 from actors.admission import AdmissionActor, AdmissionStatistics
-from actors.census import take_census
 from actors.certificates import CertificateBook
 from actors.claim import ClaimOptions, ClaimRequest
-from actors.config import ModelOverride, RuntimeConfig
-from actors.context import describe_clamp
+from actors.config import RuntimeConfig
+from actors.context import choose_context, slot_ceiling
 from actors.coreside import Coresidence, budget_source, resident_rows, verdict
 from actors.engine import (
     EngineActor,
@@ -53,46 +53,39 @@ from actors.engine import (
     StopEngine,
     WaitSpawned,
 )
-from actors.engines._gpu import memory_fraction
-from actors.engines.lane import Lane
-from actors.engines.llamacpp import LaunchSpec, find_llama_server, gpu_backend
-from actors.engines.routing import LANES, Considered, Route, installed, lane_for
+from actors.engines.llamacpp import LaunchSpec
+from actors.engines.routing import LANES, lane_for
 from actors.engines.spec import SpecLoad
 from actors.engines.versions import BUNDLED, Versions
-from actors.errors import ActorStopped, EngineCrashed, UnsupportedEngine
+from actors.errors import ActorStopped, EngineCrashed, VisionProjectorMissing
 from actors.failover import FailoverChains
-from actors.jobs import JobsActor, JobsStatistics
+from actors.jobs import JobRecord, JobsActor, JobsStatistics
 from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.peer import Peers
+from actors.planning import (
+    LoadPlan,
+    context_note,
+    launch_spec_for,
+    make_plan,
+    plan_resolve,
+    resolve_for,
+    side_spec_for,
+    unsupported_preview,
+)
 from actors.process import reap_orphans
 from actors.profiles import read_profiles
-from actors.rpc import plan_split
 from actors.sessions import model_dir
-from actors.settings import Explanation, Resolved, explain_running, resolve_launch
-from actors.speculation import SpeculationBook, candidate
+from actors.settings import Explanation, explain_running
+from actors.speculation import SpeculationBook
 from actors.supervisor import ChildSpec, Restart, Supervisor
-from registry import fit
 from registry.catalog import Catalog
-from registry.errors import RegistryError
 from registry.kinds import TEXT_KINDS, mismatch
-from registry.kinds import require as require_kind
-from registry.multifile import estimate_path
-from registry.shape import read_shape
-from registry.split import RpcSplit
 from registry.store import ModelRecord, Store
 
-__all__ = [
-    "LoadPlan",
-    "Runtime",
-    "RuntimeStatistics",
-    "launch_spec_for",
-    "open_runtime",
-    "resolve_for",
-    "side_spec_for",
-]
+__all__ = ["ReadyCard", "Runtime", "RuntimeStatistics", "open_runtime"]
 
 log = logging.getLogger("blazar.runtime")
 
@@ -106,196 +99,25 @@ class RuntimeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     reaped_orphans: list[int]
 
 
-class LoadPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """How a model would run: engine lane, context, slots, memory, and what a load would evict."""
+class ReadyCard(msgspec.Struct, frozen=True, kw_only=True):
+    """A model made ready by ``Runtime.load``, as it runs now."""
 
     model: str
-    lane: str | None
-    """What runs it: ``llamacpp-host`` (llama.cpp's server from the xllamacpp wheel),
-    ``llama-server``, ``mistralrs-host`` (the mistralrs wheel), ``mistralrs-serve``, …;
-    None when no lane here can (``lanes`` say why, ``preview`` refuses it with
-    ``MODEL_UNSUPPORTED_ENGINE`` and how to install the lane)."""
-    binary: str | None
-    lanes: list[Considered] = []
-    """Every lane, whether it was taken, and why (not installed, format, capability, pin)."""
-    ctx_per_slot: int
-    """The per-slot context the engine is started with (after any clamp)."""
+    engine: str
+    lane: str
+    version: str | None
+    pid: int | None
     slots: int
-    ctx_total: int
-    ctx_train: int | None = None
-    """The model's training context (GGUF header)."""
-    ctx_asked: int | None = None
-    """The configured per-slot context, when it was clamped to what the model can serve."""
-    ctx_served: int | None = None
-    """What the running engine really gives each slot, read back from it; None: not running."""
-    rope_scaling: str | None = None
-    rope_scale: float | None = None
-    context_note: str | None = None
-    """Why the context is not what was asked for, or how it is extended."""
-    cache_type: str
-    gpu_layers: int
-    prompt_batch: int | None = None
-    """Prompt tokens per engine step (bounds how long a cancelled prompt holds its slot);
-    None: llama.cpp's own (512)."""
-    loaded: bool
-    estimate: fit.Estimate | None
-    preview: LoadPreview
-    rpc: RpcSplit | None = None
-    """How the model is spread over this machine and its RPC workers (``rpc``); None: here alone."""
-
-
-def launch_spec_for(
-    config: RuntimeConfig,
-    store: Store,
-    record: ModelRecord,
-    kinds: frozenset[str] = TEXT_KINDS,
-    *,
-    parked: str | None = None,
-) -> LaunchSpec:
-    """How ``record``'s engine starts under ``config`` (context, slots, template, defaults)."""
-    return resolve_for(config, store, record, kinds, parked=parked).spec
-
-
-def resolve_for(
-    config: RuntimeConfig,
-    store: Store,
-    record: ModelRecord,
-    kinds: frozenset[str] = TEXT_KINDS,
-    *,
-    unrouted: bool = False,
-    parked: str | None = None,
-) -> Resolved:
-    """``launch_spec_for`` with where each setting came from (``blazar explain``).
-
-    Raises ``ModelKindMismatch`` for a model of none of ``kinds`` (by default: a speech or
-    image model, which no text lane runs). ``unrouted``: a model no lane here runs is
-    resolved for the lane that would (``Resolved.refusal`` says why), for a plan."""
-    require_kind(record, kinds, "text" if kinds == TEXT_KINDS else "/".join(sorted(kinds)))
-    return resolve_launch(
-        config,
-        record,
-        store.info(record),
-        lanes=installed(config.engine, config.home),
-        plan_gpu_layers=lambda ctx, slots: _planned_gpu_layers(config, record.path, ctx, slots),
-        plan_memory_fraction=lambda ctx, slots, tp: _planned_memory_fraction(record.path, ctx, slots, tp),
-        plan_rpc=lambda ctx, slots: plan_split(config, record.name, record.path, ctx, slots),
-        unrouted=unrouted,
-        adapter_path=lambda adapter: str(store.blob_path(adapter.digest.removeprefix("sha256:"))),
-        candidate=lambda name, lane: candidate(config, store, name, lane),
-        parked=parked,
-    )
-
-
-def side_spec_for(config: RuntimeConfig, store: Store, record: ModelRecord, lane: str) -> LaunchSpec:
-    """``record``'s launch spec on ``lane``, one its ``lanes`` setting allows."""
-    over = config.models.get(record.name) or ModelOverride()
-    if lane not in (over.lanes or []):
-        allowed = ", ".join(over.lanes or []) or "none besides its own"
-        raise UnsupportedEngine(
-            f"model '{record.name}' may not run on the {lane} lane (lanes it may also run on: {allowed}) "
-            f'— add it to models."{record.name}".lanes in config.toml, or drop x-blazar-engine'
-        )
-    models = {**config.models, record.name: msgspec.structs.replace(over, engine=lane)}
-    spec = resolve_for(msgspec.structs.replace(config, models=models), store, record).spec
-    return msgspec.structs.replace(spec, model=f"{record.name}@{lane}", alias=record.name)
-
-
-def _plan_resolve(config: RuntimeConfig, store: Store, record: ModelRecord) -> Resolved:
-    """A plan's resolution: the model's own kind (a plan serves no route) and no refusal for a
-    lane that is not installed (the plan shows it)."""
-    return resolve_for(config, store, record, frozenset({record.kind}), unrouted=True)
-
-
-def _unsupported(preview: LoadPreview, resolved: Resolved) -> LoadPreview:
-    if resolved.refusal is None:
-        return preview
-    return msgspec.structs.replace(preview, refused=resolved.refusal, code=UnsupportedEngine.code, evict=[])
-
-
-def _planned_gpu_layers(config: RuntimeConfig, path: str, ctx: int, slots: int) -> int | None:
-    """Layers to offload on a GPU build of llama-server, from the fit plan against the GPUs'
-    free memory; None on the CPU lane, or when the GPUs cannot be measured (llama.cpp decides)."""
-    binary = find_llama_server(config.engine.llama_server)
-    if binary is None or gpu_backend(binary) is None:
-        return None
-    census = take_census()
-    if not census.gpus:
-        return None
-    try:
-        shape = read_shape(path)
-    except (RegistryError, OSError):
-        return None
-    report = fit.fit(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), census.memory())
-    return report.gpu_layers or 0
-
-
-def _planned_memory_fraction(path: str, ctx: int, slots: int, tensor_parallel: int) -> float | None:
-    """A GPU serving engine's share of each GPU (vLLM, SGLang): the fit plan's need for the model
-    at ``ctx`` per slot and ``slots`` (weights, KV cache, allowances), split over
-    ``tensor_parallel`` GPUs, against the smallest of them; None when no GPU can be measured or
-    the model's need is not known."""
-    census = take_census()
-    gpus = census.gpus[: max(1, tensor_parallel)]
-    estimate = estimate_path(path, slots=slots, ctx_per_slot=ctx)
-    if not gpus or estimate is None:
-        return None
-    return memory_fraction(estimate.total // max(1, tensor_parallel), min(g.total for g in gpus))
-
-
-def context_note(spec: LaunchSpec, served: int | None = None) -> str | None:
-    """What ``blazar plan`` and the log say about a context that is not what was asked."""
-    extended = bool(spec.rope_scaling and spec.rope_scale)
-    if spec.ctx_asked is not None:
-        return describe_clamp(spec.ctx_asked, spec.ctx_per_slot, trained=spec.ctx_train, extended=extended)
-    if served is not None and served < spec.ctx_per_slot:
-        return (
-            f"the engine serves {served} per slot of the {spec.ctx_per_slot} asked (it caps the slot itself)"
-        )
-    if extended and spec.ctx_train is not None and spec.ctx_per_slot > spec.ctx_train:
-        how = f"{spec.rope_scaling} x{spec.rope_scale:g}"
-        return f"extended with {how} beyond the {spec.ctx_train}-token training length"
-    return None
-
-
-def make_plan(
-    spec: LaunchSpec,
-    config: RuntimeConfig,
-    memory: MemoryPlanner,
-    preview: LoadPreview,
-    *,
-    loaded: bool,
-    served: int | None = None,
-    route: Route | None = None,
-    lane: Lane | None = None,
-    runnable: bool = True,
-    rpc: RpcSplit | None = None,
-) -> LoadPlan:
-    """``lane``: the one ``spec`` runs on (found here when not given: it looks at PATH);
-    not ``runnable``: no lane here runs it (``route`` says why)."""
-    if runnable:
-        lane = lane or lane_for(spec, config.engine, config.home)
-    return LoadPlan(
-        model=spec.model,
-        lane=lane.kind if lane is not None and runnable else None,
-        binary=lane.binary if lane is not None and runnable else None,
-        lanes=route.considered if route is not None else [],
-        ctx_per_slot=spec.ctx_per_slot,
-        slots=spec.slots,
-        ctx_total=spec.ctx_total,
-        ctx_train=spec.ctx_train,
-        ctx_asked=spec.ctx_asked,
-        ctx_served=served,
-        rope_scaling=spec.rope_scaling,
-        rope_scale=spec.rope_scale,
-        context_note=context_note(spec, served),
-        cache_type="f16",
-        gpu_layers=spec.gpu_layers or 0,
-        prompt_batch=spec.prompt_batch,
-        loaded=loaded,
-        estimate=memory.estimate_of(spec.model),
-        preview=preview,
-        rpc=rpc,
-    )
+    ctx_per_slot: int
+    """What the running engine serves per slot."""
+    ctx_asked: int | None
+    """The context asked for, when it was lowered to what the model can serve."""
+    memory_bytes: int | None
+    """The estimated footprint at these settings (None: unknown)."""
+    evicted: list[str]
+    load_s: float
+    keep_alive_s: float | None
+    vision: bool
 
 
 class Runtime:
@@ -322,7 +144,8 @@ class Runtime:
         self.ledger = ledger
         self.admission = admission
         self.jobs = jobs or JobsActor(ledger, data_dir=Path(config.home))
-        """Long work (background responses, batches); runners are registered by the embedder."""
+        """Long work: pulls (``pull``, registered by ``open_runtime``), and the kinds the
+        embedder registers (the gateway's background responses, batches, …)."""
         self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
         self.mcp = McpServers(config.mcp, config.mcp_default)
@@ -376,7 +199,7 @@ class Runtime:
     async def plan(self, model: str) -> LoadPlan:
         """The run decision for ``model`` as a load now would make it (``blazar plan``)."""
         record = await trio.to_thread.run_sync(self.store.get, model)
-        resolved = await trio.to_thread.run_sync(_plan_resolve, self.config, self.store, record)
+        resolved = await trio.to_thread.run_sync(plan_resolve, self.config, self.store, record)
         spec = resolved.spec
         engine = self._engines.get(spec.model)
         loaded = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
@@ -397,7 +220,7 @@ class Runtime:
             spec,
             self.config,
             self.memory,
-            _unsupported(preview, resolved),
+            unsupported_preview(preview, resolved),
             loaded=loaded,
             served=served,
             route=resolved.route,
@@ -568,6 +391,77 @@ class Runtime:
             handle = await engine.ask(EnsureReady())
         return handle, evicted
 
+    async def load(
+        self,
+        model: str,
+        *,
+        ctx: int | None = None,
+        slots: int | None = None,
+        keep_alive_s: float | None = None,
+        vision: bool = False,
+    ) -> ReadyCard:
+        """Make ``model``'s engine ready now, through the request protocol (``claim``: an
+        admission slot, room made for it, a lease, released at once), and say how it runs.
+
+        ``ctx`` (per slot; clamped to what the model can serve as a request's ``num_ctx`` is,
+        or refused with ``ContextTooLarge`` in strict mode) and ``slots`` restart the engine
+        with them once its requests end. ``keep_alive_s`` arms its idle timer as a request's
+        keep-alive would; ``vision`` refuses a model without a vision projector
+        (``VisionProjectorMissing``). Raises what ``claim`` raises, and ``ModelKindMismatch``
+        for a model that is not a text model."""
+        engine = await self.engine_for(model)
+        spec = engine.spec
+        if vision and spec.projector is None:
+            raise VisionProjectorMissing(
+                f"model '{spec.model}' reads no images (it has no vision projector) — pick a model "
+                "that has one (`blazar show NAME` lists its capabilities)"
+            )
+        per_slot = clamped = None
+        if ctx is not None:
+            ceiling = slot_ceiling(spec.ctx_limit, spec.ctx_per_slot, engine.served_ctx)
+            choice = choose_context(ctx, ceiling, strict=self.config.strict, model=spec.model, what="ctx")
+            per_slot, clamped = choice.ctx, (ctx if choice.clamped else None)
+        slots = slots if slots is not None and slots != spec.slots else None
+        serving = engine.served_ctx or spec.ctx_per_slot
+        if slots is not None or (per_slot is not None and per_slot != serving):
+            base = msgspec.structs.replace(spec, slots=slots) if slots is not None else None
+            await engine.ask(Reconfigure(ctx_per_slot=per_slot, spec=base))
+        async with self.claim(model, keep_alive_s=keep_alive_s) as claim:
+            running = claim.engine
+            return ReadyCard(
+                model=running.spec.model,
+                engine=running.engine_kind,
+                lane=running.spec.lane,
+                version=running.version,
+                pid=claim.handle.pid,
+                slots=running.spec.slots,
+                ctx_per_slot=running.served_ctx or running.spec.ctx_per_slot,
+                ctx_asked=clamped,
+                memory_bytes=self.memory.footprint(running.spec.model),
+                evicted=list(claim.evicted),
+                load_s=round(claim.load_ns / 1e9, 3),
+                keep_alive_s=keep_alive_s,
+                vision=running.spec.projector is not None,
+            )
+
+    @asynccontextmanager
+    async def lease(self, model: str) -> AsyncIterator[tuple[EngineActor, EngineHandle]]:
+        """``model``'s engine, made ready as for a request (room made for it) and leased while
+        the block runs, but without an admission slot: for a look at the engine itself (its
+        ``/slots``), which must not queue behind the very requests it looks at. The lease
+        keeps the engine from being stopped or restarted under the look; a look that had to
+        load the engine arms its idle timer, as a request would."""
+        engine = await self.engine_for(model)
+        cold = engine.ready_handle() is None
+        handle, _ = await self.ready(engine)
+        lease = engine.lease()
+        try:
+            yield engine, handle
+        finally:
+            lease.release()
+            if cold:
+                self.lifecycle.touch_nowait(engine.spec.model, None)
+
     def loaded(self) -> list[EngineActor]:
         seen: dict[int, EngineActor] = {}
         for engine in self._engines.values():
@@ -691,6 +585,13 @@ class Runtime:
         await engine.ask(Reconfigure(loras=spec.loras))
         return True
 
+    async def pull(self, name: str) -> JobRecord:
+        """Pull ``name`` (a catalog name, ``ollama:…``, ``hf:…``) into the store, as a job
+        (``actors/pulls.py``): returns it once it is committed and queued. Follow it with
+        ``jobs.follow(job.id)``, stop it with ``jobs.cancel(job.id)``; it is listed with the
+        other jobs, and a pull that a crash cut short resumes on the next start."""
+        return await self.jobs.submit(pulls.KIND, name.encode(), model=name)
+
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
             engines=[e.statistics() for e in self.loaded()],
@@ -752,6 +653,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             jobs=jobs,
         )
         await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
+        pulls.register(runtime)
         # Last started, first stopped: MCP servers end before the engines do.
         await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
         if config.remotes:

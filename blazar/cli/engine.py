@@ -188,7 +188,7 @@ def use(
     from actors.engines.probe import gate, probe
     from actors.engines.routing import lane_for
     from actors.engines.versions import BUNDLED, Receipt
-    from actors.runtime import launch_spec_for
+    from actors.planning import launch_spec_for
 
     if rounds < 1:
         raise CliError("--rounds is how many answers each version is timed on: give 1 or more")

@@ -21,7 +21,6 @@ from quart import Response, current_app, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from actors.engine import EnsureReady
 from actors.ledger import read_requests
 from actors.runtime import Runtime
 from blazar import __version__
@@ -305,13 +304,14 @@ async def admin_switch_engines() -> Response:
 
 
 async def admin_slots(name: str) -> Response:
-    """The engine's own view of its slots (llama.cpp ``/slots``), for diagnostics."""
-    engine = await app_runtime().engine_for(name)
-    handle = await engine.ask(EnsureReady())
-    try:
-        upstream = await handle.client.get("/slots", timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise await crash_error(engine, handle, exc) from exc
+    """The engine's own view of its slots (llama.cpp ``/slots``), for diagnostics: read under a
+    lease, with no admission slot (``Runtime.lease``), so that it never waits behind the
+    requests it shows."""
+    async with app_runtime().lease(name) as (engine, handle):
+        try:
+            upstream = await handle.client.get("/slots", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise await crash_error(engine, handle, exc) from exc
     return Response(upstream.content, upstream.status_code, content_type=JSON)
 
 

@@ -3,8 +3,9 @@
 With ``[[remotes]]`` configured, the inference routes are wrapped (``wrap_routes``): before a
 request reaches its local handler, its ``model`` is read. ``remote:PEER/MODEL`` goes to that
 peer; a model this daemon does not have, or has cold while a peer has it warm, goes to the
-peer the decision picks (``actors/federation.py``); anything else (and every request another
-daemon relayed here) is served here as before. Without remotes nothing is wrapped.
+peer the decision picks (``actors/federation.py``, which gathers its inputs from the
+runtime too); anything else (and every request another daemon relayed here) is served here
+as before. Without remotes nothing is wrapped.
 
 The relay sends the caller's body to the same route of the peer, which speaks the same
 dialects, and relays its bytes back as they come: streams stay streams. The caller's key is
@@ -24,13 +25,14 @@ import trio
 from quart import Response
 from quart_trio import QuartTrio
 
-from actors.census import take_census
+from actors import federation
 from actors.chain_walk import FailoverExhausted
 from actors.config import FailoverChain
 from actors.engine import EngineState
 from actors.engines.multipart import FormError, Part, boundary_of, encode_form, parse_form
+from actors.errors import PeerIsSelf, PeerNotFound, PeerUnavailable
 from actors.failover import Step
-from actors.federation import LOCAL, Candidate, Decision, Ranked, decide, expected_wait_s
+from actors.federation import LOCAL, Decision, Ranked, decision_for
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
@@ -41,7 +43,7 @@ from blazar.web.common import SSE_CACHE, app_runtime, dialect_for, json_response
 from blazar.web.failover import failed_reply, walk_for, walk_headers
 from blazar.web.vectors import RERANK_ROUTES
 
-__all__ = ["PEER_HEADER", "decision_for", "register", "relay", "stream_error", "wrap_routes"]
+__all__ = ["PEER_HEADER", "peer_targets", "register", "relay", "stream_error", "wrap_routes"]
 
 PEER_HEADER = "X-Blazar-Peer"
 """On a relayed answer: the peer that served it."""
@@ -110,65 +112,6 @@ def split_remote(name: str) -> tuple[str, str] | None:
     if not peer or not model:
         raise BlazarError("BAD_REQUEST", f"model {name!r}: write remote:PEER/MODEL", param="model")
     return peer, model
-
-
-# -- the decision's inputs ----------------------------------------------------------------------
-
-
-def peer_candidate(view: PeerView, model: str) -> Candidate:
-    snap = view.snapshot
-    if view.state != "up" or snap is None:
-        reason = view.last_error or ("not polled yet" if view.state == "unknown" else None)
-        return Candidate(where=view.name, up=False, reason=reason, age_s=view.snapshot_age_s)
-    loaded = snap.loaded_model(model)
-    return Candidate(
-        where=view.name,
-        has_model=snap.has(model),
-        warm=loaded is not None,
-        expected_wait_s=loaded.expected_wait_s if loaded is not None else None,
-        free_bytes=snap.free_bytes,
-        fit_bytes=(loaded.estimated_bytes if loaded is not None else None) or snap.size_of(model),
-        pass_through=snap.kind == "openai",
-        age_s=view.snapshot_age_s,
-    )
-
-
-async def local_candidate(runtime: Runtime, model: str, *, measure: bool) -> Candidate:
-    """This machine as a candidate for ``model``; ``measure``: read its free memory too (a
-    census: only when warmth alone does not decide)."""
-    engine = runtime.engine_named(model)
-    record = None
-    if engine is None:
-        record = await trio.to_thread.run_sync(runtime.store.find, model)
-        if record is None:
-            return Candidate(where=LOCAL, has_model=False)
-        engine = runtime.engine_named(record.name)
-    warm = engine is not None and engine.state in (EngineState.READY, EngineState.STARTING)
-    wait = None
-    if warm and engine is not None:
-        q = next((q for q in runtime.admission.statistics().queues if q.model == engine.spec.model), None)
-        wait = (
-            expected_wait_s(
-                slots=engine.spec.slots, running=q.running, queued=q.queued, service_s=q.service_s
-            )
-            if q is not None
-            else 0.0
-        )
-    free = fit = None
-    if measure:
-        census = await trio.to_thread.run_sync(take_census)
-        free = sum(g.free for g in census.gpus) if census.gpus else census.ram_available
-        name = engine.spec.model if engine is not None else model
-        fit = runtime.memory.footprint(name) or (record.size if record is not None else None)
-    return Candidate(where=LOCAL, warm=warm, expected_wait_s=wait, free_bytes=free, fit_bytes=fit)
-
-
-async def decision_for(runtime: Runtime, model: str, *, measure: bool = True) -> Decision:
-    local = await local_candidate(runtime, model, measure=measure)
-    # A peer that is this daemon (its own address in a dns remote's answer) is no candidate:
-    # this machine already is one.
-    peers = [peer_candidate(v, model) for v in runtime.peers.views() if v.state != "self"]
-    return decide(model, [local, *peers])
 
 
 # -- the relay --------------------------------------------------------------------------------------
@@ -349,41 +292,15 @@ def _targets(runtime: Runtime, call: Call, decision: Decision, model: str) -> li
 
 
 def peer_targets(runtime: Runtime, call: Call, peer: str, model: str) -> list[tuple[PeerActor, str]]:
-    """Where ``remote:PEER/MODEL`` goes: that peer, or for the name of a ``dns`` remote its
-    peers that have the model, best first; raises ``PEER_NOT_FOUND`` or ``PEER_UNAVAILABLE``."""
-    actor = runtime.peers.get(peer)
-    if actor is not None:
-        if actor.state == "self":
-            raise BlazarError(
-                "BAD_REQUEST",
-                f"peer '{peer}' is this daemon itself — ask for '{model}' without remote: to have it "
-                "served here",
-                param="model",
-            )
-        if actor.state == "down":
-            raise BlazarError(
-                "PEER_UNAVAILABLE",
-                f"peer '{peer}' is down ({actor.last_error}) — see `blazar peers`; it is used again "
-                "once a poll finds it up",
-            )
-        return [(actor, model)]
-    group = runtime.peers.members(peer)
-    if not group:
-        known = ", ".join(runtime.peers.actors) or "none is configured"
-        raise BlazarError(
-            "PEER_NOT_FOUND",
-            f"no peer named '{peer}' (peers: {known}) — add a [[remotes]] entry to config.toml "
-            "or see `blazar peers`",
-            param="model",
-        )
-    decision = decide(model, [peer_candidate(a.view(), model) for a in group if a.state != "self"])
-    members = {a.peer: a for a in group}
-    ranked = [
-        (members[r.where], model) for r in decision.candidates if r.rank is not None and _speaks(call, r)
-    ]
-    if not ranked:
-        raise BlazarError("PEER_UNAVAILABLE", f"no peer of '{peer}' can serve '{model}' now: {decision.why}")
-    return ranked
+    """Where ``remote:PEER/MODEL`` goes (``actors.federation.peer_targets``), among the peers
+    that speak the call's dialect; raises ``PEER_NOT_FOUND`` or ``PEER_UNAVAILABLE``."""
+    try:
+        actors = federation.peer_targets(runtime.peers, peer, model, speaks=lambda row: _speaks(call, row))
+    except (PeerIsSelf, PeerNotFound) as exc:
+        raise BlazarError(exc.code, exc.message, param="model") from None
+    except PeerUnavailable as exc:
+        raise BlazarError(exc.code, exc.message) from None
+    return [(actor, model) for actor in actors]
 
 
 async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:

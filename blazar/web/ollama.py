@@ -20,12 +20,13 @@ from quart_trio import QuartTrio
 
 from actors.engine import EngineState
 from actors.errors import JobNotFound, JobNotRunnable
+from actors.jobs import read_job
 from actors.runtime import Runtime
 from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
-from blazar.errors import BlazarError
-from blazar.web import candidates, mcp_loop, pull_job, structured, translate
+from blazar.errors import CATALOG, BlazarError
+from blazar.web import candidates, mcp_loop, structured, translate
 from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
@@ -167,9 +168,7 @@ class _CopyBody(msgspec.Struct, kw_only=True):
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
-    """``POST /api/chat`` and ``/api/generate``, served by the gateway layer itself (and the
-    runner of pull jobs, which ``/api/pull`` starts)."""
-    pull_job.register_runner(runtime)
+    """``POST /api/chat`` and ``/api/generate``, served by the gateway layer itself."""
 
     async def run_chat(call: Call, req: ChatRequest, dialect: Literal["chat", "generate"]) -> Reply:
         call.set_model(req.model)
@@ -373,13 +372,37 @@ def _weight_info(arch: str, facts: WeightFacts) -> dict[str, Any]:
 # -- model verbs -------------------------------------------------------
 
 
+async def _pull_lines(runtime: Runtime, job_id: str) -> AsyncIterator[bytes]:
+    """The pull job's events (``actors/pulls.py``) as Ollama's NDJSON progress lines, until it
+    has ended."""
+    ended = False
+    async for event in runtime.jobs.follow(job_id):
+        ended = ended or event.kind == "error" or event.data.get("status") == "success"
+        if event.kind == "error":
+            code = event.data["code"]
+            yield ollama.encode_error(code if code in CATALOG else "INTERNAL", event.data["message"])
+        elif event.kind == "progress":
+            p = event.data
+            yield ollama_models.encode_pull_progress(
+                ollama_models.pull_status(p["status"], p.get("digest")),
+                digest=p.get("digest"),
+                total=p.get("total"),
+                completed=p.get("completed"),
+            )
+    if not ended:
+        job = await trio.to_thread.run_sync(read_job, runtime.jobs.path, job_id)
+        state = job.state if job is not None else "gone"
+        message = f"the pull was {state} before it finished — pull again to resume it"
+        yield ollama.encode_error("UNAVAILABLE", message)
+
+
 async def pull_model() -> Response:
     """A pull is a job (``blazar jobs`` lists it); this request follows it, and cancels it
     if the client leaves before it has ended, as Ollama does."""
     runtime = app_runtime()
     body: _Body = decode_json(await read_body(), _Body)
     name = body.target()
-    job = await runtime.jobs.submit(pull_job.KIND, name.encode(), model=name)
+    job = await runtime.pull(name)
 
     async def cancel() -> None:
         try:
@@ -389,9 +412,9 @@ async def pull_model() -> Response:
 
     on_cleanup(cancel)
     if body.stream:
-        return stream_response(pull_job.lines(runtime, job.id), content_type=NDJSON)
+        return stream_response(_pull_lines(runtime, job.id), content_type=NDJSON)
     last = b""
-    async for line in pull_job.lines(runtime, job.id):
+    async for line in _pull_lines(runtime, job.id):
         last = line
     doc = msgspec.json.decode(last)
     if "error" in doc:

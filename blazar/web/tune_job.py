@@ -29,9 +29,10 @@ from actors.engines.spec import LaunchSpec
 from actors.eviction import format_bytes
 from actors.jobs import JobContext, JobOutcome, read_jobs
 from actors.ledger import Write
+from actors.planning import launch_spec_for
 from actors.profiles import TunedProfile, delete_statement, profile_statement, read_profile
 from actors.reload import apply_profile
-from actors.runtime import Runtime, launch_spec_for
+from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
 from blazar.tune import DIMENSIONS, Facts, Values, search, winner_profile

@@ -11,7 +11,7 @@ from actors.config import ModelOverride, RuntimeConfig
 from actors.context import choose_context, context_limit, describe_clamp, rope_factor
 from actors.engines.llamacpp import LaunchSpec, build_argv
 from actors.errors import ContextTooLarge
-from actors.runtime import context_note, launch_spec_for
+from actors.planning import context_note, launch_spec_for
 from registry.store import Store
 
 

@@ -1,4 +1,5 @@
-"""The federation's decision and the reading of what peers publish (pure, no trio)."""
+"""The federation's decision and the reading of what peers publish (pure, no trio), and the
+decision's inputs from peers' views."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import msgspec
 import pytest
 
 from actors.config import Remote, Tunables
+from actors.errors import PeerIsSelf, PeerNotFound, PeerUnavailable
 from actors.federation import (
     LOCAL,
     Candidate,
@@ -14,7 +16,10 @@ from actors.federation import (
     expected_wait_s,
     parse_capacity,
     parse_models,
+    peer_candidate,
+    peer_targets,
 )
+from actors.peer import PeerActor, Peers
 
 GIB = 2**30
 
@@ -211,3 +216,38 @@ def test_remote_names_are_unique() -> None:
 def test_no_remotes_by_default() -> None:
     assert Tunables().remotes == []
     assert Remote(name="a", url="http://x").key is None
+
+
+# -- the decision's inputs: a peer's view, and where remote:PEER/MODEL goes ----------------------
+
+
+def _peers(**states: str) -> Peers:
+    """Peers (not running) named as given, each in the given state with the CAPACITY snapshot."""
+    peers = Peers([Remote(name=n, url=f"http://{n}", poll_s=60, poll_max_s=60) for n in states])
+    for name, state in states.items():
+        actor = PeerActor(name, f"http://{name}", peers.remotes[0])
+        actor.state = state  # type: ignore[assignment]
+        actor.snapshot = parse_capacity(msgspec.json.encode(CAPACITY)) if state == "up" else None
+        actor.last_error = "cannot connect" if state == "down" else None
+        peers.actors[name] = actor
+    return peers
+
+
+def test_a_peer_candidate_comes_from_its_last_snapshot() -> None:
+    views = {v.name: v for v in _peers(a="up", b="down").views()}
+    warm = peer_candidate(views["a"], "qwen")
+    assert (warm.warm, warm.expected_wait_s, warm.free_bytes, warm.fit_bytes) == (True, 1.5, 8 * GIB, GIB)
+    assert peer_candidate(views["a"], "ghost").has_model is False
+    down = peer_candidate(views["b"], "qwen")
+    assert (down.up, down.reason) == (False, "cannot connect")
+
+
+def test_remote_targets_name_the_peer_or_say_why_not() -> None:
+    peers = _peers(a="up", b="down", c="self")
+    assert [t.peer for t in peer_targets(peers, "a", "qwen")] == ["a"]
+    with pytest.raises(PeerUnavailable, match="peer 'b' is down \\(cannot connect\\)"):
+        peer_targets(peers, "b", "qwen")
+    with pytest.raises(PeerIsSelf, match="peer 'c' is this daemon itself"):
+        peer_targets(peers, "c", "qwen")
+    with pytest.raises(PeerNotFound, match="no peer named 'd' \\(peers: a, b, c\\)"):
+        peer_targets(peers, "d", "qwen")

@@ -14,11 +14,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-import actors.runtime as runtime_mod
+import actors.planning as planning
 from actors.census import Census, Gpu
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.engines.llamacpp import build_argv, gpu_backend
-from actors.runtime import launch_spec_for
+from actors.planning import launch_spec_for
 from registry import fit
 from registry.shape import read_shape
 from registry.store import Store
@@ -80,7 +80,7 @@ def test_ngl_comes_from_the_fit_plan(
     shape = read_shape(model_path)
     config = _config(tmp_path, gpu_binary)
 
-    monkeypatch.setattr(runtime_mod, "take_census", lambda: _census(100 * GIB))
+    monkeypatch.setattr(planning, "take_census", lambda: _census(100 * GIB))
     spec = launch_spec_for(config, store, record)
     assert spec.gpu_layers is not None and spec.gpu_layers >= shape.n_layer  # everything fits
     argv = build_argv(spec, port=1, api_key="k", binary=gpu_binary)
@@ -88,7 +88,7 @@ def test_ngl_comes_from_the_fit_plan(
 
     settings = fit.Settings(ctx_per_slot=4096, slots=1)
     tight = fit.GPU_OVERHEAD + fit.estimate(shape, settings).total // 2  # about half the model fits
-    monkeypatch.setattr(runtime_mod, "take_census", lambda: _census(tight))
+    monkeypatch.setattr(planning, "take_census", lambda: _census(tight))
     partial = launch_spec_for(config, store, record).gpu_layers
     assert partial == fit.fit(shape, settings, _census(tight).memory()).gpu_layers
     assert partial is not None and 0 < partial < shape.n_layer

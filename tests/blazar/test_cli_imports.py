@@ -30,6 +30,7 @@ HEAVY = (
     "blazar.web",
     "blazar.server",
     "actors.runtime",
+    "actors.planning",
 )
 
 _PROBE = """
@@ -88,5 +89,5 @@ def test_show_reads_the_header_without_numpy(instant_home: Path, tmp_path: Path)
 def test_the_probe_sees_a_heavy_import(instant_home: Path, tmp_path: Path) -> None:
     """``plan`` without a daemon runs the runtime's planner, on trio: the probe must see both."""
     loaded, printed = loaded_after(["plan", MODEL], instant_home, tmp_path / "modules.json")
-    assert {"trio", "actors.runtime"} <= set(loaded)
+    assert {"trio", "actors.planning"} <= set(loaded)
     assert printed

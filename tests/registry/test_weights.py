@@ -19,7 +19,7 @@ from actors.config import RuntimeConfig
 from actors.engines.routing import route
 from actors.errors import UnsupportedEngine
 from actors.offline import plan_offline
-from actors.runtime import launch_spec_for
+from actors.planning import launch_spec_for
 from registry import fit
 from registry.errors import ChecksumMismatch, InvalidModelFile, ModelFileIncomplete, ModelKindMismatch
 from registry.ggml import MAGIC, parse_whisper_header
