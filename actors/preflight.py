@@ -30,6 +30,7 @@ import httpx
 
 from actors.certificates import CertificateBook, Probe
 from actors.config import RuntimeConfig
+from actors.context import slot_ceiling
 from actors.engine import EngineActor, EngineHandle
 from actors.engines.llamacpp import LaunchSpec
 from actors.errors import BlazarRuntimeError
@@ -133,12 +134,8 @@ def _certificate_message(book: CertificateBook, model: str, probe: Probe) -> str
 
 
 def ctx_ceiling(engine: EngineActor) -> int | None:
-    """The most a slot of ``engine`` can hold: what the model can serve, or less when the
-    running child caps its slots below what it was started with."""
-    served, spec = engine.served_ctx, engine.spec
-    if served is not None and served < spec.ctx_per_slot:
-        return served
-    return spec.ctx_limit
+    """The most a slot of ``engine`` can hold (``actors.context.slot_ceiling``)."""
+    return slot_ceiling(engine.spec.ctx_limit, engine.spec.ctx_per_slot, engine.served_ctx)
 
 
 def serving_ctx(engine: EngineActor) -> int:
