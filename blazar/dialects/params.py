@@ -10,7 +10,7 @@ Every parameter of a dialect's inference routes is one of:
   ``inert`` value) gets its name in ``X-Blazar-Ignored``;
 * ``refused``: the request is answered ``400`` naming it (unless the value is inert).
 
-Strict mode turns ignored and changed parameters into refusals too (``blazar.web.honesty``).
+Strict mode turns ignored and changed parameters into refusals too (``blazar.serve.policy.honesty``).
 ``docs/api.md`` carries the same tables; a test keeps the two in step.
 """
 

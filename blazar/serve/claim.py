@@ -17,7 +17,7 @@ from actors.preflight import PromptTooLong
 from actors.runtime import Runtime
 from blazar.serve.cards import CardState
 from blazar.serve.context import Ask
-from blazar.serve.prompt_fit import worded
+from blazar.serve.policy.prompt_fit import worded
 
 __all__ = ["Claim", "claim_engine"]
 

@@ -40,7 +40,7 @@ from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.errors import CATALOG
-from blazar.web.choices import stats_for
+from blazar.serve.candidates.choices import stats_for
 
 __all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
 

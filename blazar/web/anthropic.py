@@ -14,11 +14,12 @@ from quart_trio import QuartTrio
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
-from blazar.web import candidates, mcp_loop, translate
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import translated
+from blazar.serve.engine_call import Timings
 from blazar.web.ask import ask_of, current_ask
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
-from blazar.web.translate import Timings
 
 __all__ = ["register", "register_routes"]
 
@@ -46,7 +47,7 @@ class _Encoder:
         return self._enc.ping()
 
 
-def _headers(call: translate.EngineCall | None = None) -> dict[str, str]:
+def _headers(call: engine_call.EngineCall | None = None) -> dict[str, str]:
     headers = {"request-id": current().trace_id}
     if call is not None:
         headers.update(call.headers())
@@ -59,7 +60,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def messages(call: Call) -> Reply:
         req = anthropic.decode_messages_request(call.body)
         call.set_model(req.model)
-        if picked := await candidates.answer(runtime, call, req):
+        if picked := await translated.answer(runtime, call, req):
             tr, resp, said = picked
             return json_reply(anthropic.encode_response(resp, request=req), headers={**_headers(tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):
@@ -74,7 +75,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             call.on_cleanup(looped.aclose)
             headers = {**_headers(), **looped.headers()}
             return stream_reply(looped, content_type="text/event-stream", headers=headers)
-        tr = translate.EngineCall(runtime, req, ask_of(call))
+        tr = engine_call.EngineCall(runtime, req, ask_of(call))
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
@@ -90,7 +91,7 @@ async def count_tokens() -> Response:
     runtime = app_runtime()
     req = anthropic.decode_count_tokens_request(await read_body())
     set_model(req.model)
-    n = await translate.count_tokens(runtime, req, current_ask())
+    n = await engine_call.count_tokens(runtime, req, current_ask())
     return json_response(anthropic.encode_count_tokens(n), headers=_headers())
 
 

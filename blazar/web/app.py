@@ -30,13 +30,16 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
+from blazar.serve.jobs import background, batch_runner
+from blazar.serve.jobs.self_link import link_of
+from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import audio as web_audio
-from blazar.web import background, batch_runner, bench_job, model_doctor, speech_jobs, tune_job
 from blazar.web import batches as web_batches
+from blazar.web import bench_job, model_doctor, speech_jobs, tune_job
 from blazar.web import capacity as web_capacity
 from blazar.web import config_routes as web_config
 from blazar.web import console_api as web_console
@@ -74,8 +77,6 @@ from blazar.web.common import (
 )
 from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
-from blazar.web.relay import crash_error
-from blazar.web.self_link import link_of
 from blazar.web.telemetry_routes import TELEMETRY_KEY
 from blazar.web.tracing import RequestTracer
 

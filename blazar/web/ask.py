@@ -13,11 +13,11 @@ from actors.scheduling import parse_tier
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
 from blazar.serve.context import APPROVE_HEADER, Ask
+from blazar.serve.policy.certified import CERTIFYING
+from blazar.serve.policy.honesty import STRICT_HEADER, truthy
 from blazar.web.auth import presented_secret, secret_tag
 from blazar.web.call import Call, current
-from blazar.web.certified import CERTIFYING
 from blazar.web.common import keep_alive_header, requested_lane
-from blazar.web.honesty import STRICT_HEADER, truthy
 
 __all__ = ["approvals", "ask_of", "current_ask"]
 

@@ -23,10 +23,10 @@ from quart_trio import QuartTrio
 from actors.engines.multipart import FormError, Part, parse_form
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
+from blazar.serve.passthrough import relay_call
 from blazar.web import speech_jobs
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import app_runtime, json_response
-from blazar.web.passthrough import relay_call
 
 __all__ = ["register", "register_routes"]
 

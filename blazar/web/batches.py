@@ -3,7 +3,7 @@
 A batch input file is validated line by line when it is uploaded, and again
 against the batch's endpoint and the installed models when a batch is created
 from it, so a batch that starts can run. The batch, its items and its job are
-committed together; ``blazar.web.batch_runner`` runs it.
+committed together; ``blazar.serve.jobs.batch_runner`` runs it.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from werkzeug.http import parse_options_header
 
 from actors.errors import JobNotRunnable
 from actors.runtime import Runtime
-from blazar.batch_store import BatchRow, BatchStore, FileRow
 from blazar.dialects import batches
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
+from blazar.serve.jobs.batch_runner import KIND, finish, store_of
+from blazar.serve.stores.batches import BatchRow, BatchStore, FileRow
 from blazar.web.auth import model_visible
-from blazar.web.batch_runner import KIND, finish, store_of
 from blazar.web.call import current
 from blazar.web.common import app_runtime, json_response, query_int, query_order, read_body
 

@@ -43,9 +43,9 @@ from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.error_reply import describe_error
 from blazar.errors import BlazarError
+from blazar.serve.jobs.self_link import SelfLink
 from blazar.web.common import app_runtime, json_response, query_int, read_body
 from blazar.web.jobs import encode_job
-from blazar.web.self_link import SelfLink
 
 __all__ = ["KIND", "register", "register_runner"]
 

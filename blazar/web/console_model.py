@@ -35,8 +35,8 @@ from blazar import __version__
 from blazar.dialects.ollama_models import model_capabilities
 from blazar.keys import ADMIN, FAMILIES, Key
 from blazar.serve.cards import Card, Cards, CardState
+from blazar.serve.jobs import background, batch_runner
 from blazar.telemetry.observer import Telemetry
-from blazar.web import background, batch_runner
 from registry.gguf import ModelInfo
 from registry.store import ModelRecord
 

@@ -17,7 +17,7 @@ from blazar.dialects import responses
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
-from blazar.response_store import ConversationRow, ResponseStore, store_of
+from blazar.serve.stores.responses import ConversationRow, ResponseStore, store_of
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.responses import page_args
 

@@ -15,7 +15,7 @@ request, and asks sd-server:
   goes away cancels the job if it has not started.
 
 The answer is OpenAI's shape. sd-server answers base64 only: ``response_format=url``
-keeps each image in the daemon (``blazar.web.image_files``) and answers its URL,
+keeps each image in the daemon (``blazar.serve.stores.image_files``) and answers its URL,
 ``GET /v1/images/files/{id}``. Fields without effect are named in ``X-Blazar-Ignored``
 (strict mode refuses them); a size the model rounded is named in ``X-Blazar-Changed``.
 """
@@ -40,12 +40,12 @@ from blazar.dialects.images import Form, ImageInfo, Images
 from blazar.errors import BlazarError
 from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask
-from blazar.web import honesty
+from blazar.serve.policy import honesty
+from blazar.serve.relay import crash_error
+from blazar.serve.stores.image_files import files_of
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import JSON, app_runtime, error_response
-from blazar.web.image_files import files_of
-from blazar.web.relay import crash_error
 from registry.kinds import IMAGE_KINDS
 
 __all__ = [

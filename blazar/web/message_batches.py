@@ -1,6 +1,6 @@
 """Anthropic Message Batches: ``/v1/messages/batches``.
 
-The same durable batch job as OpenAI's (``blazar.web.batch_runner``): each request's
+The same durable batch job as OpenAI's (``blazar.serve.jobs.batch_runner``): each request's
 ``params`` runs through ``POST /v1/messages`` on the gateway itself, and its answer is
 recorded before it counts. Only the shapes differ: ``msgbatch_`` ids,
 ``processing_status``, live ``request_counts``, and results read as JSONL from the
@@ -17,10 +17,10 @@ import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from blazar.batch_store import BatchItem, BatchRow, BatchStore
 from blazar.dialects import batches
 from blazar.errors import BlazarError
-from blazar.web.batch_runner import KIND, store_of
+from blazar.serve.jobs.batch_runner import KIND, store_of
+from blazar.serve.stores.batches import BatchItem, BatchRow, BatchStore
 from blazar.web.batches import cancel, check_models, creator
 from blazar.web.common import app_runtime, json_response, query_int, read_body
 

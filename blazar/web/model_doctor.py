@@ -7,7 +7,7 @@ gateway), an answer constrained by a JSON schema, embeddings for an embedding mo
 images for a model with a vision projector, thinking for a template that has it. Each
 verdict is PASS, FAIL or N/A with the request and answer that show it; the certificate
 (actors/certificates.py) is committed to the ledger with the engine version that answered,
-and admission trusts it from then on (blazar/web/certified.py). A small model that
+and admission trusts it from then on (blazar/serve/policy/certified.py). A small model that
 fails a probe is a correct result, not an error: the job completes either way.
 """
 
@@ -42,11 +42,11 @@ from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
+from blazar.serve.jobs.self_link import SelfLink
+from blazar.serve.policy.certified import CERTIFYING
 from blazar.web.auth import ACT_AS
-from blazar.web.certified import CERTIFYING
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
-from blazar.web.self_link import SelfLink
 
 __all__ = ["KIND", "register", "register_runner"]
 

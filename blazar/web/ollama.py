@@ -26,7 +26,10 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import CATALOG, BlazarError
-from blazar.web import candidates, mcp_loop, structured, translate
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import translated
+from blazar.serve.engine_call import Timings
+from blazar.serve.policy import structured
 from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
@@ -40,7 +43,6 @@ from blazar.web.common import (
     stream_reply,
     stream_response,
 )
-from blazar.web.translate import Timings
 from registry.disk import copy_model
 from registry.errors import ChecksumMismatch
 from registry.gguf import ModelInfo
@@ -181,7 +183,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 req.model, created_at=_now(), done_reason="unload", dialect=dialect
             )
             return json_reply(body)
-        if dialect == "chat" and action is None and (picked := await candidates.answer(runtime, call, req)):
+        if dialect == "chat" and action is None and (picked := await translated.answer(runtime, call, req)):
             tr, resp, said = picked
             body = ollama.encode_chat_response(
                 resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=resp.model
@@ -199,7 +201,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
             call.on_cleanup(looped.aclose)
             return stream_reply(looped, content_type=NDJSON, headers=looped.headers())
-        tr = translate.EngineCall(runtime, req, ask_of(call))
+        tr = engine_call.EngineCall(runtime, req, ask_of(call))
         await tr.prepare()
         if action == "load":
             tr.release()

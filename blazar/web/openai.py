@@ -32,19 +32,13 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import fanout, translated
 from blazar.serve.claim import claim_engine
-from blazar.serve.prompt_fit import check_prompt
-from blazar.web import (
-    candidates,
-    certified,
-    failover,
-    fanout,
-    honesty,
-    mcp_loop,
-    stored_completions,
-    structured,
-    translate,
-)
+from blazar.serve.policy import certified, honesty, structured
+from blazar.serve.policy.prompt_fit import check_prompt
+from blazar.serve.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
+from blazar.web import failover, stored_completions
 from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
@@ -56,7 +50,6 @@ from blazar.web.common import (
     stream_reply,
 )
 from blazar.web.federation import remote_models
-from blazar.web.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
 
 __all__ = ["register", "register_routes"]
 
@@ -73,7 +66,7 @@ class _Encoder:
     def feed(self, delta: Delta) -> bytes:
         return self._enc.feed(delta)
 
-    def finish(self, final: Delta, timings: translate.Timings) -> bytes:
+    def finish(self, final: Delta, timings: engine_call.Timings) -> bytes:
         return self._enc.finish(final)
 
     def error(self, code: str, message: str) -> bytes:
@@ -181,7 +174,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ask = ask_of(call)
         strict = ask.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
-        if picked := await candidates.answer(runtime, call, _as_translated(call, req), best_of=False):
+        if picked := await translated.answer(runtime, call, _as_translated(call, req), best_of=False):
             tr, resp, said = picked  # a cascade: the answer names the model that gave it
             body = openai.encode_chat_response(resp, model=resp.model)
             return Reply(body, headers={**tr.headers(), **said})
@@ -189,7 +182,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         engine = None
         if chain is None:
             engine = await runtime.engine_for(req.model, ask.lane)
-            translate.check_images(req, engine)
+            engine_call.check_images(req, engine)
             certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
@@ -203,13 +196,13 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ):
             # The model's template knows no tools: the gateway emulates them, so it translates.
             # A chain's targets may differ there: translated, each target runs tools its own way.
-            return await translated(call, req)
+            return await run_translated(call, req)
         size = chat_size(req)
         shape = structured.wanted(req.response_format, call.body)
         outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
 
         async def on(engine: EngineActor) -> Reply:
-            translate.check_images(req, engine)
+            engine_call.check_images(req, engine)
             certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
             return await relay(
                 call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
@@ -233,8 +226,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.on_cleanup(stream.aclose)
         return stream_reply(stream, content_type="text/event-stream", headers=stream.headers())
 
-    async def translated(call: Call, req: ChatRequest) -> Reply:
-        tr = translate.EngineCall(runtime, _as_translated(call, req), ask_of(call))
+    async def run_translated(call: Call, req: ChatRequest) -> Reply:
+        tr = engine_call.EngineCall(runtime, _as_translated(call, req), ask_of(call))
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
@@ -273,7 +266,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def relay(
         call: Call, path: str, *, stream: bool, engine: EngineActor, size: PromptSize, outcome: _Outcome
     ) -> Reply:
-        translate.check_purpose("chat", engine)  # a reranker does not complete text
+        engine_call.check_purpose("chat", engine)  # a reranker does not complete text
         # An output limit above the context is reported (strict: refused), not rewritten:
         # llama.cpp ends the answer where the context ends all the same.
         ctx = engine.served_ctx or engine.spec.ctx_per_slot

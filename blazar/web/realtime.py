@@ -5,7 +5,7 @@ or by the client's commits; each committed turn is transcribed (whisper), and a
 response runs the chat model on the conversation, streaming its text as
 ``response.audio_transcript.delta`` and synthesising it sentence by sentence (piper) as
 ``response.audio.delta``, so the first audio leaves before the answer is written.
-Every engine call claims its engine through admission (``blazar.web.voice``).
+Every engine call claims its engine through admission (``blazar.serve.voice``).
 
 Speech while a response runs (barge-in) cancels it: its chat stream and synthesis are
 cancelled, their claims released, and it ends with ``response.done`` status
@@ -31,8 +31,8 @@ from blazar.dialects import realtime as rt
 from blazar.dialects.neutral import ChatRequest, Message
 from blazar.dialects.vad import SpeechStarted, Vad, VadEvent
 from blazar.errors import CATALOG, BlazarError
+from blazar.serve import voice
 from blazar.serve.context import Ask
-from blazar.web import voice
 from blazar.web.ask import ask_of
 from blazar.web.call import current_or_none
 from blazar.web.common import app_runtime, error_response

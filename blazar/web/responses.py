@@ -22,8 +22,11 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, whole_response
 from blazar.errors import BlazarError
-from blazar.response_store import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
-from blazar.web import background, candidates, honesty, mcp_loop, translate
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import translated
+from blazar.serve.jobs import background
+from blazar.serve.policy import honesty
+from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
 from blazar.web.ask import ask_of, current_ask
 from blazar.web.call import Call, Reply, Routes, current
 from blazar.web.common import (
@@ -41,7 +44,7 @@ from blazar.web.common import (
 __all__ = ["page_args", "register", "register_routes"]
 
 
-def _headers(req: ResponsesRequest, tr: translate.EngineCall | None = None) -> dict[str, str]:
+def _headers(req: ResponsesRequest, tr: engine_call.EngineCall | None = None) -> dict[str, str]:
     headers = {"x-request-id": current().trace_id}
     if tr is not None:
         headers.update(tr.headers())  # the request's ignored parameters among them
@@ -65,7 +68,7 @@ class _StoredStream:
 
     def __init__(
         self,
-        inner: translate.TranslatedStream | mcp_loop.McpStream,
+        inner: engine_call.TranslatedStream | mcp_loop.McpStream,
         encoder: StreamEncoder,
         store: ResponseStore,
         req: ResponsesRequest,
@@ -98,7 +101,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         _check_strict(runtime, req)
         store = store_of(runtime)
         if req.background:
-            candidates.refuse_in_background(runtime, call, req.model)
+            translated.refuse_in_background(runtime, call, req.model)
             await history_of(store, req)  # an unknown previous response is refused now, not later
             servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
             approved = ask_of(call).approved
@@ -112,7 +115,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
         chat = responses.chat_request(req, await history_of(store, req))
         response_id, created_at = responses.new_id("resp"), time.time()
-        if picked := await candidates.answer(runtime, call, chat):
+        if picked := await translated.answer(runtime, call, chat):
             tr, answer, said = picked
             doc = whole_response(
                 req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
@@ -135,7 +138,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             assert encoder.final is not None
             await _keep(store, req, call.body, encoder.final)
             return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
-        tr = translate.EngineCall(runtime, chat, ask_of(call))
+        tr = engine_call.EngineCall(runtime, chat, ask_of(call))
         await tr.prepare()
         if not req.stream:
             answer = await tr.complete()
@@ -205,7 +208,7 @@ async def input_tokens() -> Response:
     req = responses.decode_request(body)
     set_model(req.model)
     chat = responses.chat_request(req, await history_of(store_of(runtime), req))
-    n = await translate.count_tokens(runtime, msgspec.structs.replace(chat, stream=False), current_ask())
+    n = await engine_call.count_tokens(runtime, msgspec.structs.replace(chat, stream=False), current_ask())
     return json_response(responses.encode_input_tokens(n), headers=_headers(req))
 
 

@@ -18,7 +18,6 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
-from blazar.completion_store import CompletionStore, StoredCompletion, Viewer, completions_of, not_found
 from blazar.dialects.responses import item_page
 from blazar.dialects.stored_chat import (
     StreamAssembler,
@@ -26,6 +25,13 @@ from blazar.dialects.stored_chat import (
     encode_deleted,
     metadata_filter,
     stored_messages,
+)
+from blazar.serve.stores.completions import (
+    CompletionStore,
+    StoredCompletion,
+    Viewer,
+    completions_of,
+    not_found,
 )
 from blazar.web.call import Call, Reply, current
 from blazar.web.common import app_runtime, json_response, query_int, query_order, read_body

@@ -16,8 +16,8 @@ import msgspec
 from actors.runtime import Runtime
 from blazar.dialects import openai
 from blazar.errors import BlazarError
+from blazar.serve.passthrough import relay_call
 from blazar.web.call import Call, Reply, Routes
-from blazar.web.passthrough import relay_call
 
 __all__ = ["ROUTES", "register_routes"]
 

@@ -20,10 +20,10 @@ from blazar.dialects.neutral import ChatRequest, EmbedRequest, EmbedResponse, Re
 from blazar.dialects.pooling import LateChunks, fit_dimensions, late_chunks, mean_pool
 from blazar.errors import BlazarError
 from blazar.serve.context import Ask
+from blazar.serve.engine_call import EngineCall, Purpose
+from blazar.serve.policy.honesty import truthy
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Handler, Reply, Routes
-from blazar.web.honesty import truthy
-from blazar.web.translate import EngineCall, Purpose
 
 __all__ = [
     "LATE_CHUNKING_HEADER",

@@ -10,8 +10,8 @@ import pytest
 
 from blazar.dialects.neutral import ResponseFormat
 from blazar.errors import BlazarError
-from blazar.web import choices
-from blazar.web.choices import Candidate, Pick
+from blazar.serve.candidates import choices
+from blazar.serve.candidates.choices import Candidate, Pick
 
 SCHEMA = ResponseFormat(
     kind="json_schema",
@@ -137,7 +137,7 @@ def test_best_of_alone_ignores_a_cascade_field() -> None:
 
 
 def test_fanout_merges_choices_and_sums_usage() -> None:
-    from blazar.web import fanout
+    from blazar.serve.candidates import fanout
 
     def doc(text: str, finish: str, tokens: int, lp: float) -> dict[str, object]:
         return {

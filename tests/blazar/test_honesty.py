@@ -1,4 +1,4 @@
-"""Strict mode and the parameter report headers (blazar.web.honesty), without a daemon."""
+"""Strict mode and the parameter report headers (blazar.serve.policy.honesty), without a daemon."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.context import Ask
-from blazar.web import honesty
+from blazar.serve.policy import honesty
 from blazar.web.ask import ask_of
 from blazar.web.call import Call
 

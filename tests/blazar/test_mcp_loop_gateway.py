@@ -237,7 +237,7 @@ async def test_a_background_response_runs_the_loop_as_a_job(instant_home: Path) 
 
 
 def test_a_job_queued_before_mcp_still_reads() -> None:
-    from blazar.web.background import _job_of
+    from blazar.serve.jobs.background import _job_of
 
     old = _job_of(b"resp_1\nalice")
     assert (old.id, old.key, old.mcp) == ("resp_1", "alice", [])

@@ -10,7 +10,7 @@ import pytest
 from actors.config import EngineConfig
 from actors.engines import llamacpp, mlx
 from blazar.dialects.model_rename import Renamer, rename_request
-from blazar.web.relay import RenamingStream
+from blazar.serve.relay import RenamingStream
 
 STREAM = (
     b'data: {"id":"c1","object":"chat.completion.chunk","model": "default_model","choices":'

@@ -15,7 +15,7 @@ from actors.engines.llamacpp import LaunchSpec
 from blazar.dialects.neutral import ChatRequest, Message
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import BlazarError, Dialect
-from blazar.serve import prompt_fit
+from blazar.serve.policy import prompt_fit
 
 
 @dataclass

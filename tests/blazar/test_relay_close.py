@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from blazar.dialects.llamacpp import ProgressFilter, ask_progress
-from blazar.web.relay import OutputWatch, UpstreamStream
+from blazar.serve.relay import OutputWatch, UpstreamStream
 
 ROLE = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n'
 PROGRESS = b'data: {"choices":[],"prompt_progress":{"total":900,"cache":0,"processed":512}}\n\n'

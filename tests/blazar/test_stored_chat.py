@@ -15,7 +15,7 @@ from blazar.dialects.stored_chat import (
     store_fields,
     stored_messages,
 )
-from blazar.web import structured
+from blazar.serve.policy import structured
 
 
 def _sse(*docs: object) -> bytes:

@@ -360,7 +360,7 @@ class _Upstream:
 
 async def test_the_first_token_of_an_emulated_call_starts_the_eval_time() -> None:
     from blazar.serve.context import Ask
-    from blazar.web.translate import EngineCall, TranslatedStream
+    from blazar.serve.engine_call import EngineCall, TranslatedStream
 
     req = _req(tools=[WEATHER], tool_choice=REQUIRED)
     call = EngineCall(None, req, Ask.job())  # type: ignore[arg-type]

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 
 from blazar.dialects.neutral import ChatRequest, Message
-from blazar.web import translate
+from blazar.serve import engine_call
+from blazar.serve.engine_call import Timings, TranslatedStream
 from blazar.web.anthropic import _Encoder
-from blazar.web.translate import Timings, TranslatedStream
 
 
 def _sse(*docs: dict[str, Any]) -> list[bytes]:
@@ -126,7 +126,7 @@ async def _names(req: ChatRequest, chunks: list[bytes]) -> list[str]:
 async def test_a_long_silent_prompt_keeps_the_stream_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every batch of the prompt takes longer than the keep-alive interval here, so each
     # progress event after the head becomes a ping the client skips.
-    monkeypatch.setattr(translate, "KEEPALIVE_S", 0.0)
+    monkeypatch.setattr(engine_call, "KEEPALIVE_S", 0.0)
     req = ChatRequest(model="m", messages=[Message(role="user", content="hi")], stream=True)
     names = await _names(req, _long_prompt())
     assert names[:5] == ["message_start", "ping", "ping", "ping", "ping"]

@@ -2,7 +2,7 @@
 Responses API, Anthropic messages, Ollama chat), on the neutral request and answer.
 
 ``best_of``: the candidates run side by side, each an ``EngineCall`` of its own (its own
-admission claim), with distinct seeds when the request gives one; ``blazar.web.choices``
+admission claim), with distinct seeds when the request gives one; ``blazar.serve.candidates.choices``
 picks the winner. A cascade runs its models one after the other and stops at the first
 answer that passes the request's validator. Both answer whole: a stream is refused.
 """
@@ -17,15 +17,16 @@ import trio
 from actors.runtime import Runtime
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Usage
 from blazar.errors import BlazarError
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import choices
+from blazar.serve.candidates.fanout import not_streamed
 from blazar.serve.context import Ask
-from blazar.web import choices, mcp_loop, translate
 from blazar.web.ask import ask_of
 from blazar.web.call import Call
-from blazar.web.fanout import not_streamed
 
 __all__ = ["Answered", "answer", "refuse_in_background"]
 
-Answered = tuple[translate.EngineCall, ChatResponse, dict[str, str]]
+Answered = tuple[engine_call.EngineCall, ChatResponse, dict[str, str]]
 """The engine call that answered (for its headers), the answer, and the headers that say
 how it was chosen."""
 
@@ -91,11 +92,11 @@ def _sum(usages: list[Usage]) -> Usage:
 
 
 async def _best_of(runtime: Runtime, req: ChatRequest, ask: Ask, count: int) -> Answered:
-    ran: list[tuple[translate.EngineCall, ChatResponse] | None] = [None] * count
+    ran: list[tuple[engine_call.EngineCall, ChatResponse] | None] = [None] * count
 
     async def one(i: int, seed: int | None) -> None:
         asked = req if seed is None else msgspec.structs.replace(req, seed=seed)
-        tr = translate.EngineCall(runtime, asked, ask)
+        tr = engine_call.EngineCall(runtime, asked, ask)
         await tr.prepare()
         ran[i] = (tr, await tr.complete())
 
@@ -117,7 +118,7 @@ async def _cascade(runtime: Runtime, req: ChatRequest, ask: Ask, want: choices.W
     escalated: list[str] = []
     usages: list[Usage] = []
     for step, model in enumerate(models, 1):
-        tr = translate.EngineCall(runtime, msgspec.structs.replace(req, model=model), ask)
+        tr = engine_call.EngineCall(runtime, msgspec.structs.replace(req, model=model), ask)
         await tr.prepare()
         resp = await tr.complete()
         usages.append(resp.usage)

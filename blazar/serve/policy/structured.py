@@ -29,7 +29,7 @@ import msgspec
 from actors.engine import EngineActor
 from blazar.dialects.neutral import ResponseFormat
 from blazar.dialects.stored_chat import StreamAssembler
-from blazar.web.choices import check_schema
+from blazar.serve.candidates.choices import check_schema
 
 __all__ = [
     "HEADER",

@@ -22,8 +22,8 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.errors import BlazarError
 from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask
-from blazar.web.relay import close_response, crash_error
-from blazar.web.translate import EngineCall, Timings
+from blazar.serve.engine_call import EngineCall, Timings
+from blazar.serve.relay import close_response, crash_error
 
 __all__ = ["ChatText", "first_installed", "speak", "stream_chat", "transcribe"]
 

@@ -1,6 +1,6 @@
 """Stored chat completions (OpenAI ``store: true``), in the ledger's SQLite file.
 
-As with stored responses (``blazar.response_store``), writes go through the ledger actor
+As with stored responses (``blazar.serve.stores.responses``), writes go through the ledger actor
 and are committed before they return; reads use their own read-only connection in a
 worker thread. Each row names the key that made it: a key lists and reads only its own
 completions, an admin key (and the daemon's local token, or a daemon without keys) all.

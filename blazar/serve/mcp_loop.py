@@ -41,12 +41,12 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.responses_stream import StreamEncoder as ResponsesEncoder
 from blazar.errors import BlazarError
+from blazar.serve import engine_call
 from blazar.serve.context import APPROVE_HEADER as APPROVE
 from blazar.serve.context import Ask
-from blazar.web import translate
+from blazar.serve.engine_call import StreamEncoder, Timings
 from blazar.web.call import Call
 from blazar.web.common import set_stream_enders
-from blazar.web.translate import StreamEncoder, Timings
 
 __all__ = [
     "SILENT",
@@ -269,11 +269,11 @@ class McpStream:
         self._offered = False
         self._max_rounds = runtime.mcp.max_rounds(servers)
         self._usage = Usage()
-        self._first: translate.EngineCall | None = None
+        self._first: engine_call.EngineCall | None = None
         self._ended_ns: int | None = None
         self.failure: BlazarError | None = None
         """What ended the loop midway (an engine that failed in a later round)."""
-        self._stream: translate.TranslatedStream | None = None
+        self._stream: engine_call.TranslatedStream | None = None
         self._iter: AsyncGenerator[bytes, None] = self._generate()
 
     @classmethod
@@ -315,11 +315,11 @@ class McpStream:
         assert self._first is not None
         return {**self._first.headers(), "X-Blazar-Mcp": f"servers={','.join(self.run.servers)}"}
 
-    async def _start_round(self) -> translate.EngineCall:
+    async def _start_round(self) -> engine_call.EngineCall:
         req = self.req
         if self.run.rounds >= self._max_rounds and self._offered:
             req = msgspec.structs.replace(req, tool_choice=ToolChoice(mode="none"))
-        tr = translate.EngineCall(self.runtime, req, self.ask)
+        tr = engine_call.EngineCall(self.runtime, req, self.ask)
         await tr.prepare()
         self._round.reset()
         self._stream = await tr.stream(self._round)
@@ -458,7 +458,7 @@ async def answer(
     runtime: Runtime, req: ChatRequest, servers: list[str], ask: Ask
 ) -> tuple[McpStream, ChatResponse]:
     """The whole answer to ``req`` with ``servers``' tools: the loop's stream, gathered."""
-    gathered = translate.Gathered()
+    gathered = engine_call.Gathered()
     stream = await McpStream.open(runtime, req, servers, gathered, SILENT, ask)
     await drain(stream)
     return stream, gathered.response(req)

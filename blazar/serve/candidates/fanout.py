@@ -27,15 +27,18 @@ from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body,
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
+from blazar.serve import mcp_loop
+from blazar.serve.candidates import choices
 from blazar.serve.claim import claim_engine
-from blazar.serve.prompt_fit import check_prompt, refuse_if_too_long
-from blazar.web import choices, failover, honesty, mcp_loop
+from blazar.serve.engine_call import check_images
+from blazar.serve.policy import honesty
+from blazar.serve.policy.certified import chat_needs, refuse_failed
+from blazar.serve.policy.prompt_fit import check_prompt, refuse_if_too_long
+from blazar.serve.relay import close_response, crash_error, send_upstream
+from blazar.web import failover
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
-from blazar.web.certified import chat_needs, refuse_failed
 from blazar.web.common import LOADING_NS
-from blazar.web.relay import close_response, crash_error, send_upstream
-from blazar.web.translate import check_images
 
 __all__ = ["Asked", "asked", "not_streamed", "run", "run_on"]
 

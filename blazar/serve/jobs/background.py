@@ -33,11 +33,11 @@ from blazar.dialects.responses_stream import StreamEncoder, frame
 from blazar.error_reply import describe_error
 from blazar.errors import CATALOG, Dialect
 from blazar.keys import LOCAL_NAME, Key
-from blazar.response_store import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.scrub import scrub
+from blazar.serve import engine_call, mcp_loop
 from blazar.serve.cards import Card
 from blazar.serve.context import Ask
-from blazar.web import mcp_loop, translate
+from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, row_for, store_of
 
 __all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
 
@@ -159,14 +159,14 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
     )
     try:
         chat = msgspec.structs.replace(responses.chat_request(req, await history_of(store, req)), stream=True)
-        stream: translate.TranslatedStream | mcp_loop.McpStream
+        stream: engine_call.TranslatedStream | mcp_loop.McpStream
         if job.mcp:
             grant = Key(name=job.key or LOCAL_NAME, digest="", hint="", mcp=job.mcp_rules, created_at=0.0)
             ask = Ask.job(tier=Tier.LOW, card=card, grant=grant).but(approved=frozenset(job.approved))
             items = mcp_loop.ResponsesItems(encoder)
             stream = await mcp_loop.McpStream.open(runtime, chat, job.mcp, encoder, items, ask)
         else:
-            call = translate.EngineCall(runtime, chat, Ask.job(tier=Tier.LOW, card=card))
+            call = engine_call.EngineCall(runtime, chat, Ask.job(tier=Tier.LOW, card=card))
             await call.prepare()
             stream = await call.stream(encoder)
         try:

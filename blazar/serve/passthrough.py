@@ -16,10 +16,10 @@ from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.errors import BlazarError
 from blazar.serve.claim import claim_engine
+from blazar.serve.relay import UpstreamStream, crash_error
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply
 from blazar.web.common import JSON, stream_reply
-from blazar.web.relay import UpstreamStream, crash_error
 
 __all__ = ["relay_call"]
 

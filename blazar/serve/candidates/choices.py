@@ -1,7 +1,7 @@
 """Several answers for one request — ``n``, ``best_of`` and cascades — as pure decisions.
 
-The gateway runs the candidates (``blazar.web.fanout`` for OpenAI's relayed routes,
-``blazar.web.candidates`` for the dialects that translate); what a candidate is worth,
+The gateway runs the candidates (``blazar.serve.candidates.fanout`` for OpenAI's relayed routes,
+``blazar.serve.candidates.translated`` for the dialects that translate); what a candidate is worth,
 which one wins, which seeds they get and what the response says about it are decided
 here, without I/O, so they are unit-tested on their own.
 

@@ -1,6 +1,6 @@
 """Run a neutral chat request on an engine, for the dialects that translate.
 
-OpenAI requests are relayed as bytes (``blazar.web.relay``); Ollama and
+OpenAI requests are relayed as bytes (``blazar.serve.relay``); Ollama and
 Anthropic requests become a ``ChatRequest`` and come here. ``EngineCall``
 prepares the engine (load, context change, lease) and then either completes
 the request or streams neutral deltas, which a dialect encoder turns into its
@@ -43,12 +43,12 @@ from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.serve.claim import Claim, claim_engine
 from blazar.serve.context import Ask
-from blazar.serve.prompt_fit import check_prompt, ctx_ceiling
-from blazar.web import honesty, structured
-from blazar.web.certified import chat_needs
+from blazar.serve.policy import honesty, structured
+from blazar.serve.policy.certified import chat_needs
+from blazar.serve.policy.prompt_fit import check_prompt, ctx_ceiling
+from blazar.serve.relay import close_response, crash_error, send_upstream
 from blazar.web.common import LOADING_NS, set_stream_enders
 from blazar.web.failover import walk_for, walk_headers
-from blazar.web.relay import close_response, crash_error, send_upstream
 from blazar.web.utilities import infill_refusal
 
 __all__ = [
