@@ -131,8 +131,7 @@ async def _serve(config: Config, paths: Paths) -> None:
         # The HTTP layer takes a tenth of a second or more to import. Imported once the
         # runtime runs (which waits for the first preloaded engine's process to spawn,
         # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
-        from blazar.serve.jobs.self_link import set_address
-        from blazar.web.app import build_gateway
+        from blazar.web.app import build_gateway, set_address
         from blazar.web.listen import hypercorn_config, serve
 
         asgi = build_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer)

@@ -19,6 +19,17 @@ FORBIDDEN = {
     "sdk/python/blazar_sdk": {"blazar", "actors", "registry", "msgspec", "httpx", "trio"},
     "registry": {"actors", "blazar", "quart", "quart_trio", "hypercorn", "cyclopts"},
     "actors": {"blazar", "quart", "quart_trio", "hypercorn", "cyclopts"},
+    # The service layer: what a request does between its route and the runtime, usable
+    # without the HTTP layer (DESIGN §2, the renovation).
+    "blazar/serve": {
+        "quart",
+        "quart_trio",
+        "hypercorn",
+        "werkzeug",
+        "blazar.web",
+        "blazar.cli",
+        "blazar.server",
+    },
     "blazar/dialects": {
         "trio",
         "quart",
@@ -143,3 +154,14 @@ def test_oversized_names_each_offender(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "sub" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
     (tmp_path / "pkg" / "notes.txt").write_text("x\n" * 2000)
     assert oversized(tmp_path, ("pkg",)) == {"pkg/sub/big.py": MAX_LINES + 1}
+
+
+def test_the_service_layer_never_reads_the_request_context_variable() -> None:
+    """The service layer takes the request's context as an argument (``serve.context.Ask``):
+    the HTTP layer's context variable (``blazar.web.call``) is not for it, even by name."""
+    readers = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "blazar" / "serve").rglob("*.py")
+        if any(name in p.read_text() for name in ("current_or_none", "_CURRENT", "ContextVar"))
+    )
+    assert readers == []

@@ -44,6 +44,7 @@ __all__ = [
     "context_advice",
     "engine_request",
     "fold_system_turns",
+    "infill_refusal",
     "parse_response",
     "reminder",
 ]
@@ -655,3 +656,19 @@ def classify_error(
         advice = context_advice(n or None, ctx or None, limit=ctx_limit, extended=extended, model=model)
         return prompt_too_long(n, ctx, advice=advice)
     return BlazarError("BAD_REQUEST" if status < 500 else "BAD_GATEWAY", message)
+
+
+def infill_refusal(status: int, body: bytes) -> BlazarError | None:
+    """llama.cpp's 501 for a model without fill-in-the-middle tokens, as the gateway's 400."""
+    if status != 501:
+        return None
+    try:
+        said = msgspec.json.decode(body).get("error", {}).get("message", "")
+    except (msgspec.DecodeError, AttributeError):
+        said = ""
+    return BlazarError(
+        "MODEL_CANNOT_INFILL",
+        "this model cannot fill in the middle: its vocabulary has no prefix, suffix and middle "
+        f"tokens ({said.strip() or 'the engine refused'}); use a code model trained for it "
+        "(Qwen2.5-Coder, CodeLlama, StarCoder2, DeepSeek-Coder…)",
+    )

@@ -30,7 +30,7 @@ import trio
 from actors.mcp_results import McpCallResult
 from blazar.dialects.engine_usage import EngineUsage
 
-__all__ = ["Card", "CardState", "CardView", "Cards", "StreamEnders"]
+__all__ = ["Card", "CardState", "CardView", "Cards", "StreamEnders", "set_stream_enders"]
 
 INFERENCE_PATHS = frozenset(
     {
@@ -276,3 +276,12 @@ class Cards:
 
     def all(self) -> list[Card]:
         return [*self.live.values(), *reversed(self.finished)]
+
+
+def set_stream_enders(
+    card: Card | None, cancelled: Callable[[str, str], bytes], interrupted: Callable[[], bytes]
+) -> None:
+    """How the stream of ``card``'s request ends when cancelled or interrupted from another
+    connection."""
+    if card is not None:
+        card.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)

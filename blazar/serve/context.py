@@ -11,8 +11,9 @@ variable to find these out.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from actors.scheduling import Tier
 from blazar.errors import BlazarError
@@ -21,10 +22,14 @@ from blazar.serve.cards import Card
 if TYPE_CHECKING:
     from blazar.keys import Key
 
-__all__ = ["APPROVE_HEADER", "Ask", "check_scope"]
+__all__ = ["ACT_AS", "APPROVE_HEADER", "Ask", "Cleanup", "Relayed", "check_scope"]
 
 APPROVE_HEADER = "x-blazar-mcp-approve"
 """Where a client approves MCP tools (``server__tool``, ``tool`` or ``*``); named in refusals."""
+ACT_AS = "x-blazar-act-as"
+"""The key a local-token caller (the batch runner) acts as; ignored from anyone else."""
+
+Cleanup = Callable[[], Awaitable[None]]
 
 
 def check_scope(grant: Key | None, model: str) -> None:
@@ -78,3 +83,29 @@ class Ask:
     def but(self, **changes: object) -> Ask:
         """This context with some fields changed (a job's tier, a sub-request's card)."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+class Relayed(Protocol):
+    """A request whose body the service relays or fans out as it came (OpenAI's routes,
+    the engine's own wire shapes): its bytes and headers, where its outcome is recorded for
+    the ledger (``code``, ``error``) and the card, and how a stream that outlives the
+    handler is closed. The HTTP layer's ``Call`` is one."""
+
+    code: str | None
+    error: str | None
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def card(self) -> Card | None: ...
+
+    @property
+    def grant(self) -> Key | None: ...
+
+    def on_cleanup(self, fn: Cleanup) -> None:
+        """Run ``fn`` (shielded) when the server is done with this request, however it ends."""
+        ...

@@ -30,6 +30,7 @@ from blazar.dialects.llamacpp import (
     cap_output,
     classify_error,
     engine_request,
+    infill_refusal,
 )
 from blazar.dialects.neutral import (
     ChatRequest,
@@ -41,15 +42,15 @@ from blazar.dialects.neutral import (
 )
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
+from blazar.serve.cards import set_stream_enders
 from blazar.serve.claim import Claim, claim_engine
 from blazar.serve.context import Ask
+from blazar.serve.failover import walk_for, walk_headers
 from blazar.serve.policy import honesty, structured
 from blazar.serve.policy.certified import chat_needs
 from blazar.serve.policy.prompt_fit import check_prompt, ctx_ceiling
 from blazar.serve.relay import close_response, crash_error, send_upstream
-from blazar.web.common import LOADING_NS, set_stream_enders
-from blazar.web.failover import walk_for, walk_headers
-from blazar.web.utilities import infill_refusal
+from blazar.serve.reply import LOADING_NS
 
 __all__ = [
     "EngineCall",

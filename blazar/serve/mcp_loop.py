@@ -42,11 +42,10 @@ from blazar.dialects.neutral import (
 from blazar.dialects.responses_stream import StreamEncoder as ResponsesEncoder
 from blazar.errors import BlazarError
 from blazar.serve import engine_call
+from blazar.serve.cards import set_stream_enders
 from blazar.serve.context import APPROVE_HEADER as APPROVE
-from blazar.serve.context import Ask
+from blazar.serve.context import Ask, Relayed
 from blazar.serve.engine_call import StreamEncoder, Timings
-from blazar.web.call import Call
-from blazar.web.common import set_stream_enders
 
 __all__ = [
     "SILENT",
@@ -139,7 +138,7 @@ class _Selection(msgspec.Struct):
     mcp: str | list[str] | None = None
 
 
-def selected_servers(runtime: Runtime, call: Call | None) -> list[str]:
+def selected_servers(runtime: Runtime, call: Relayed | None) -> list[str]:
     """The servers a request asks for: its body's ``"mcp": "a" | ["a", "b"] | "all" | "none"``,
     else ``x-blazar-mcp: a,b``, else the config's ``mcp_default``; narrowed to those its key
     may use (a server named outright that the key may not use is refused)."""

@@ -16,10 +16,9 @@ from actors.upstream import UpstreamError
 from blazar.dialects import openai
 from blazar.errors import BlazarError
 from blazar.serve.claim import claim_engine
+from blazar.serve.context import Ask, Relayed
 from blazar.serve.relay import UpstreamStream, crash_error
-from blazar.web.ask import ask_of
-from blazar.web.call import Call, Reply
-from blazar.web.common import JSON, stream_reply
+from blazar.serve.reply import JSON, Reply, stream_reply
 
 __all__ = ["relay_call"]
 
@@ -29,7 +28,8 @@ Refusal = Callable[[int, bytes], BlazarError | None]
 
 async def relay_call(
     runtime: Runtime,
-    call: Call,
+    call: Relayed,
+    ask: Ask,
     engine: EngineActor,
     path: str,
     *,
@@ -40,7 +40,7 @@ async def relay_call(
 ) -> Reply:
     """POST ``body`` (default: the request's own) to ``engine`` at ``path``; ``stream_error``
     is what ends a stream the engine fails midway (default: nothing, the stream ends short)."""
-    lease = await claim_engine(runtime, engine, ask_of(call))
+    lease = await claim_engine(runtime, engine, ask)
     handle = lease.handle
     try:
         upstream = await handle.upstream.request(

@@ -60,7 +60,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def messages(call: Call) -> Reply:
         req = anthropic.decode_messages_request(call.body)
         call.set_model(req.model)
-        if picked := await translated.answer(runtime, call, req):
+        if picked := await translated.answer(runtime, call, ask_of(call), req):
             tr, resp, said = picked
             return json_reply(anthropic.encode_response(resp, request=req), headers={**_headers(tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):

@@ -31,7 +31,7 @@ from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
 from blazar.serve.jobs import background, batch_runner
-from blazar.serve.jobs.self_link import link_of
+from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
@@ -80,7 +80,7 @@ from blazar.web.gateway import GatewayMiddleware, HostGuard
 from blazar.web.telemetry_routes import TELEMETRY_KEY
 from blazar.web.tracing import RequestTracer
 
-__all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
+__all__ = ["GatewayMiddleware", "build_gateway", "create_app", "link_of", "set_address"]
 
 
 _AUTH_KEY = "blazar.auth"
@@ -406,3 +406,20 @@ async def admin_adapters(name: str) -> dict[str, Any]:
 async def admin_shutdown() -> dict[str, Any]:
     current_app.config["BLAZAR_SHUTDOWN"].set()
     return {"status": "stopping", "pid": os.getpid()}
+
+
+SELF_LINK = "BLAZAR_SELF_LINK"
+"""The app config key that holds the daemon's ``SelfLink`` to its own port."""
+
+
+def link_of(app: QuartTrio) -> SelfLink:
+    link = app.config.get(SELF_LINK)
+    if not isinstance(link, SelfLink):
+        link = SelfLink({})
+        app.config[SELF_LINK] = link
+    return link
+
+
+def set_address(app: QuartTrio, url: str, tls_cert: str | None) -> None:
+    link = link_of(app)
+    link.url, link.tls_cert = url, tls_cert

@@ -25,6 +25,7 @@ from actors.runtime import Runtime
 from blazar.errors import BlazarError
 from blazar.serve.passthrough import relay_call
 from blazar.web import speech_jobs
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import app_runtime, json_response
 
@@ -74,7 +75,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 return await speech_jobs.submit(runtime, call, path, model, form)
             # Audio has no error event: a stream the engine fails midway ends short.
             return await relay_call(
-                runtime, call, engine, path, content_type=call.headers.get("content-type", "")
+                runtime, call, ask_of(call), engine, path, content_type=call.headers.get("content-type", "")
             )
 
         return handler
@@ -83,7 +84,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         model = _json_model(call)
         call.set_model(model)
         engine = await runtime.engine_for(model, kinds=TTS)
-        return await relay_call(runtime, call, engine, "/v1/audio/speech")
+        return await relay_call(runtime, call, ask_of(call), engine, "/v1/audio/speech")
 
     for path in ("/v1/audio/transcriptions", "/v1/audio/translations"):
         routes.add(path, transcribing(path))

@@ -38,6 +38,7 @@ import trio
 from blazar import limits
 from blazar.errors import BlazarError
 from blazar.keys import ADMIN, FAMILIES, LOCAL_NAME, METRICS, Key, KeyStore, digest_of, matches
+from blazar.serve.context import ACT_AS
 from blazar.web.call import Call, current_or_none
 
 Gone = Callable[[], Awaitable[None]]
@@ -57,8 +58,6 @@ __all__ = [
     "secret_tag",
 ]
 
-ACT_AS = "x-blazar-act-as"
-"""The key a local-token caller (the batch runner) acts as; ignored from anyone else."""
 OPEN = "open"
 """Routes no key is needed for."""
 ANY = "any"

@@ -15,14 +15,14 @@ returns a ``Reply``. Everything else goes to the Quart app.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from blazar.errors import BlazarError
 from blazar.serve.cards import Card
 from blazar.serve.context import Ask, check_scope
+from blazar.serve.reply import Reply
 
 if TYPE_CHECKING:
     from blazar.keys import Key
@@ -125,17 +125,6 @@ class Call:
     def declared_length(self) -> int | None:
         raw = self.headers.get("content-length")
         return int(raw) if raw is not None and raw.isdigit() else None
-
-
-@dataclass(slots=True)
-class Reply:
-    """What a gateway-served route answers: a whole body, or a stream of chunks that the
-    gateway sends as they come (and closes, if it has ``aclose``, however the stream ends)."""
-
-    body: bytes | AsyncIterator[bytes]
-    status: int = 200
-    content_type: str = "application/json"
-    headers: Mapping[str, str] | None = None
 
 
 Handler = Callable[[Call], Awaitable[Reply]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, cast
 
 import msgspec
@@ -14,7 +14,7 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError, Dialect, error_body, status_code_for
-from blazar.serve.cards import Card, StreamEnders
+from blazar.serve.reply import JSON, LOADING_NS, SSE_CACHE, stream_reply
 from blazar.web.call import Call, Cleanup, Reply, current
 
 __all__ = [
@@ -37,19 +37,13 @@ __all__ = [
     "read_body",
     "response_of",
     "set_model",
-    "set_stream_enders",
     "stream_reply",
     "stream_response",
 ]
 
 log = logging.getLogger("blazar.web")
 
-JSON = "application/json"
-LOADING_NS = 100_000_000
-"""A request that waited longer than this for its engine is marked as loading
-(``X-Blazar-Status: loading``, Ollama ``load_duration``)."""
 NDJSON = "application/x-ndjson"
-SSE_CACHE = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 RUNTIME_KEY = "blazar.runtime"
 """Where ``create_app`` keeps the runtime among the app's extensions."""
 CARDS_KEY = "blazar.cards"
@@ -125,13 +119,6 @@ def json_reply(obj: Any, status: int = 200, headers: Mapping[str, str] | None = 
     return Reply(obj if isinstance(obj, bytes) else msgspec.json.encode(obj), status, headers=headers)
 
 
-def stream_reply(
-    stream: AsyncIterator[bytes], *, content_type: str, headers: Mapping[str, str] | None = None
-) -> Reply:
-    """A streamed answer of one of the gateway's own routes: never cached nor buffered by a proxy."""
-    return Reply(stream, content_type=content_type, headers={**SSE_CACHE, **(headers or {})})
-
-
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     body = obj if isinstance(obj, bytes) else msgspec.json.encode(obj)
     return Response(body, status, headers=headers, content_type=JSON)
@@ -187,15 +174,6 @@ def keep_alive_header(value: str) -> float | None:
         return parse_duration_s(value)
     except DecodeError as exc:
         raise BlazarError("BAD_REQUEST", f"X-Blazar-Keep-Alive: {exc.message}") from exc
-
-
-def set_stream_enders(
-    card: Card | None, cancelled: Callable[[str, str], bytes], interrupted: Callable[[], bytes]
-) -> None:
-    """How the stream of ``card``'s request ends when cancelled or interrupted from another
-    connection."""
-    if card is not None:
-        card.enders = StreamEnders(cancelled=cancelled, interrupted=interrupted)
 
 
 def query_int(name: str, default: int, high: int) -> int:

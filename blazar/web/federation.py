@@ -36,11 +36,11 @@ from actors.federation import LOCAL, Decision, Ranked, decision_for
 from actors.peer import RELAYED_HEADER, PeerActor, PeerView
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
+from blazar.serve.failover import failed_reply, walk_for, walk_headers
 from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.common import SSE_CACHE, app_runtime, dialect_for, json_response
-from blazar.web.failover import failed_reply, walk_for, walk_headers
 from blazar.web.vectors import RERANK_ROUTES
 
 __all__ = ["PEER_HEADER", "peer_targets", "register", "relay", "stream_error", "wrap_routes"]

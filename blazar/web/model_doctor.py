@@ -42,9 +42,9 @@ from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
+from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.policy.certified import CERTIFYING
-from blazar.web.auth import ACT_AS
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
 

@@ -183,7 +183,11 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 req.model, created_at=_now(), done_reason="unload", dialect=dialect
             )
             return json_reply(body)
-        if dialect == "chat" and action is None and (picked := await translated.answer(runtime, call, req)):
+        if (
+            dialect == "chat"
+            and action is None
+            and (picked := await translated.answer(runtime, call, ask_of(call), req))
+        ):
             tr, resp, said = picked
             body = ollama.encode_chat_response(
                 resp, created_at=_now(), timings=_timings(tr.timings), think=think, model=resp.model

@@ -32,13 +32,14 @@ from blazar.dialects.neutral import ChatRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError, Dialect
-from blazar.serve import engine_call, mcp_loop
+from blazar.serve import engine_call, failover, mcp_loop
 from blazar.serve.candidates import fanout, translated
+from blazar.serve.cards import set_stream_enders
 from blazar.serve.claim import claim_engine
 from blazar.serve.policy import certified, honesty, structured
 from blazar.serve.policy.prompt_fit import check_prompt
 from blazar.serve.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
-from blazar.web import failover, stored_completions
+from blazar.web import stored_completions
 from blazar.web.ask import ask_of
 from blazar.web.auth import model_visible, require_model
 from blazar.web.call import Call, Reply, Routes
@@ -46,7 +47,6 @@ from blazar.web.common import (
     LOADING_NS,
     app_runtime,
     json_response,
-    set_stream_enders,
     stream_reply,
 )
 from blazar.web.federation import remote_models
@@ -174,7 +174,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         ask = ask_of(call)
         strict = ask.is_strict(runtime.config.strict)
         honesty.refuse_ignored(req.ignored, strict=strict)
-        if picked := await translated.answer(runtime, call, _as_translated(call, req), best_of=False):
+        if picked := await translated.answer(
+            runtime, call, ask_of(call), _as_translated(call, req), best_of=False
+        ):
             tr, resp, said = picked  # a cascade: the answer names the model that gave it
             body = openai.encode_chat_response(resp, model=resp.model)
             return Reply(body, headers={**tr.headers(), **said})
@@ -186,7 +188,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
         if want := fanout.asked(call, completions=False):
             path, size = "/v1/chat/completions", chat_size(req)
-            return await fanout.run_on(runtime, call, chain, engine, want, path=path, size=size, req=req)
+            return await fanout.run_on(runtime, call, ask, chain, engine, want, path=path, size=size, req=req)
         if servers := mcp_loop.selected_servers(runtime, call):
             return await with_mcp(call, _as_translated(call, req), servers)
         if (
@@ -209,7 +211,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
 
         if chain is not None:
-            return await failover.relay_on_chain(runtime, call, chain, on)
+            return await failover.relay_on_chain(runtime, call, ask, chain, on)
         assert engine is not None
         return await relay(
             call, "/v1/chat/completions", stream=req.stream, engine=engine, size=size, outcome=outcome
@@ -250,7 +252,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             chain = runtime.failover.chains.get(req.model)
             engine = None if chain else await runtime.engine_for(req.model, ask.lane)
             return await fanout.run_on(
-                runtime, call, chain, engine, want, path="/v1/completions", size=size, req=req
+                runtime, call, ask, chain, engine, want, path="/v1/completions", size=size, req=req
             )
         outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
 
@@ -260,7 +262,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
 
         if (chain := runtime.failover.chains.get(req.model)) is not None:
-            return await failover.relay_on_chain(runtime, call, chain, on)
+            return await failover.relay_on_chain(runtime, call, ask, chain, on)
         return await on(await runtime.engine_for(req.model, ask.lane))
 
     async def relay(

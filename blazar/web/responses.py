@@ -115,7 +115,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             )
         chat = responses.chat_request(req, await history_of(store, req))
         response_id, created_at = responses.new_id("resp"), time.time()
-        if picked := await translated.answer(runtime, call, chat):
+        if picked := await translated.answer(runtime, call, ask_of(call), chat):
             tr, answer, said = picked
             doc = whole_response(
                 req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()

@@ -33,7 +33,7 @@ from actors.jobs import JobContext, JobOutcome, JobRecord
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
-from blazar.web.auth import ACT_AS
+from blazar.serve.context import ACT_AS
 from blazar.web.call import Call, Reply
 from blazar.web.common import json_reply
 from blazar.web.jobs import encode_job

@@ -15,8 +15,10 @@ import msgspec
 
 from actors.runtime import Runtime
 from blazar.dialects import openai
+from blazar.dialects.llamacpp import infill_refusal
 from blazar.errors import BlazarError
 from blazar.serve.passthrough import relay_call
+from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
 
 __all__ = ["ROUTES", "register_routes"]
@@ -45,22 +47,6 @@ def _model_of(call: Call) -> str:
     return model
 
 
-def infill_refusal(status: int, body: bytes) -> BlazarError | None:
-    """llama.cpp's 501 for a model without fill-in-the-middle tokens, as the gateway's 400."""
-    if status != 501:
-        return None
-    try:
-        said = msgspec.json.decode(body).get("error", {}).get("message", "")
-    except (msgspec.DecodeError, AttributeError):
-        said = ""
-    return BlazarError(
-        "MODEL_CANNOT_INFILL",
-        "this model cannot fill in the middle: its vocabulary has no prefix, suffix and middle "
-        f"tokens ({said.strip() or 'the engine refused'}); use a code model trained for it "
-        "(Qwen2.5-Coder, CodeLlama, StarCoder2, DeepSeek-Coder…)",
-    )
-
-
 def register_routes(routes: Routes, runtime: Runtime) -> None:
     """The utility routes, served by the gateway layer itself."""
 
@@ -78,6 +64,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return await relay_call(
                 runtime,
                 call,
+                ask_of(call),
                 engine,
                 path,
                 stream_error=lambda err: openai.encode_stream_error(err.code, err.message),

@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from blazar.keys import KeyStore, keys_path
-from blazar.web.auth import ACT_AS, Auth
+from blazar.serve.context import ACT_AS
+from blazar.web.auth import Auth
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.gateway import GatewayMiddleware
 from tests.blazar.test_auth_gateway import ANTHROPIC, CHAT, bearer, gateway, local_token

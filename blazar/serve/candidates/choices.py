@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,7 +215,7 @@ def _best_of(value: Any, source: str) -> int | None:
     return value
 
 
-def _asked_best_of(field: Any, headers: dict[str, str]) -> int | None:
+def _asked_best_of(field: Any, headers: Mapping[str, str]) -> int | None:
     if field is not None:
         return _best_of(field, "field `best_of`")
     if (raw := headers.get(BEST_OF_HEADER)) is not None:
@@ -223,7 +223,7 @@ def _asked_best_of(field: Any, headers: dict[str, str]) -> int | None:
     return None
 
 
-def best_of(body_value: Any, headers: dict[str, str]) -> int | None:
+def best_of(body_value: Any, headers: Mapping[str, str]) -> int | None:
     """The candidates a request's ``best_of`` (a decoded body field; else the header) asks for:
     2 to 4, or None for one."""
     return _asked_best_of(body_value, headers)
@@ -236,7 +236,7 @@ def refusals(patterns: Iterable[str]) -> list[re.Pattern[str]]:
 
 def wanted(
     body: bytes,
-    headers: dict[str, str],
+    headers: Mapping[str, str],
     *,
     model: str,
     cascades: dict[str, tuple[list[str], list[str]]],

@@ -27,18 +27,16 @@ from blazar.dialects.llamacpp import apply_defaults_to_body, cap_output_in_body,
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, ResponseFormat
 from blazar.dialects.prompt_size import PromptSize
 from blazar.errors import BlazarError, Dialect
-from blazar.serve import mcp_loop
+from blazar.serve import failover, mcp_loop
 from blazar.serve.candidates import choices
 from blazar.serve.claim import claim_engine
+from blazar.serve.context import Ask, Relayed
 from blazar.serve.engine_call import check_images
 from blazar.serve.policy import honesty
 from blazar.serve.policy.certified import chat_needs, refuse_failed
 from blazar.serve.policy.prompt_fit import check_prompt, refuse_if_too_long
 from blazar.serve.relay import close_response, crash_error, send_upstream
-from blazar.web import failover
-from blazar.web.ask import ask_of
-from blazar.web.call import Call, Reply
-from blazar.web.common import LOADING_NS
+from blazar.serve.reply import LOADING_NS, Reply
 
 __all__ = ["Asked", "asked", "not_streamed", "run", "run_on"]
 
@@ -67,7 +65,7 @@ def not_streamed(what: str) -> BlazarError:
     )
 
 
-def asked(call: Call, *, completions: bool) -> Asked | None:
+def asked(call: Relayed, *, completions: bool) -> Asked | None:
     """The candidates an OpenAI body asks for, or None for one answer (``n`` is range-checked
     by the dialect's decoder; ``best_of`` here, also from the ``x-blazar-best-of`` header)."""
     body = call.body
@@ -100,7 +98,8 @@ def asked(call: Call, *, completions: bool) -> Asked | None:
 
 async def run_on(
     runtime: Runtime,
-    call: Call,
+    call: Relayed,
+    ask: Ask,
     chain: FailoverChain | None,
     engine: EngineActor | None,
     want: Asked,
@@ -126,18 +125,19 @@ async def run_on(
     async def attempt(target: EngineActor) -> Reply:
         if isinstance(req, ChatRequest):
             check_images(req, target)
-            refuse_failed(runtime, target.spec.model, chat_needs(req), ask_of(call))
-        return await run(runtime, call, target, want, path=path, size=size, req=req)
+            refuse_failed(runtime, target.spec.model, chat_needs(req), ask)
+        return await run(runtime, call, ask, target, want, path=path, size=size, req=req)
 
     if chain is not None:
-        return await failover.relay_on_chain(runtime, call, chain, attempt)
+        return await failover.relay_on_chain(runtime, call, ask, chain, attempt)
     assert engine is not None
-    return await run(runtime, call, engine, want, path=path, size=size, req=req)
+    return await run(runtime, call, ask, engine, want, path=path, size=size, req=req)
 
 
 async def run(
     runtime: Runtime,
-    call: Call,
+    call: Relayed,
+    ask: Ask,
     engine: EngineActor,
     want: Asked,
     *,
@@ -151,7 +151,6 @@ async def run(
     ignored, max_tokens, output_param = req.ignored, req.max_tokens, req.output_param
     completions = path == "/v1/completions"
     count = want.best_of or want.n
-    ask = ask_of(call)
     strict = ask.is_strict(runtime.config.strict)
     ctx = engine.served_ctx or engine.spec.ctx_per_slot
     capped_to = honesty.output_limit(

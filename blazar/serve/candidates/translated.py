@@ -20,9 +20,7 @@ from blazar.errors import BlazarError
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.candidates import choices
 from blazar.serve.candidates.fanout import not_streamed
-from blazar.serve.context import Ask
-from blazar.web.ask import ask_of
-from blazar.web.call import Call
+from blazar.serve.context import Ask, Relayed
 
 __all__ = ["Answered", "answer", "refuse_in_background"]
 
@@ -31,7 +29,7 @@ Answered = tuple[engine_call.EngineCall, ChatResponse, dict[str, str]]
 how it was chosen."""
 
 
-def _wanted(runtime: Runtime, call: Call, model: str) -> choices.Wanted:
+def _wanted(runtime: Runtime, call: Relayed, model: str) -> choices.Wanted:
     cfg = runtime.config
     return choices.wanted(
         call.body,
@@ -42,7 +40,7 @@ def _wanted(runtime: Runtime, call: Call, model: str) -> choices.Wanted:
     )
 
 
-def refuse_in_background(runtime: Runtime, call: Call, model: str) -> None:
+def refuse_in_background(runtime: Runtime, call: Relayed, model: str) -> None:
     """A background response runs as a job, one answer: ``best_of`` or a cascade is refused."""
     want = _wanted(runtime, call, model)
     if want.best_of is not None or want.cascade is not None:
@@ -53,7 +51,9 @@ def refuse_in_background(runtime: Runtime, call: Call, model: str) -> None:
         )
 
 
-async def answer(runtime: Runtime, call: Call, req: ChatRequest, *, best_of: bool = True) -> Answered | None:
+async def answer(
+    runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, *, best_of: bool = True
+) -> Answered | None:
     """The chosen answer when the request asks for ``best_of`` (unless ``best_of`` is False:
     the route runs it itself) or a cascade; None when it asks for neither."""
     want = _wanted(runtime, call, req.model)
@@ -67,9 +67,9 @@ async def answer(runtime: Runtime, call: Call, req: ChatRequest, *, best_of: boo
     if mcp_loop.selected_servers(runtime, call):
         raise BlazarError("BAD_REQUEST", f"{what} does not combine with MCP tools yet: send one or the other")
     if want.cascade is not None:
-        return await _cascade(runtime, req, ask_of(call), want)
+        return await _cascade(runtime, req, ask, want)
     assert want.best_of is not None
-    return await _best_of(runtime, req, ask_of(call), want.best_of)
+    return await _best_of(runtime, req, ask, want.best_of)
 
 
 def _judge(req: ChatRequest, resp: ChatResponse, want: choices.Wanted) -> str | None:

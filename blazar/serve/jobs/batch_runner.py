@@ -30,8 +30,8 @@ import trio
 from actors.jobs import JobContext, JobOutcome
 from actors.runtime import Runtime
 from blazar.dialects import batches
+from blazar.serve.context import ACT_AS
 from blazar.serve.stores.batches import BatchItem, BatchRow, BatchStore, FileRow, Statement, write_blob
-from blazar.web.auth import ACT_AS
 
 log = logging.getLogger(__name__)
 

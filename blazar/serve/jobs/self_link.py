@@ -3,23 +3,16 @@
 The model doctor and ``blazar bench`` judge what a client gets, so they send their
 requests over a real connection to the daemon's own port (routing, admission, auth,
 dialects and streaming all on the path), with the daemon's local token. The address is
-known once the server listens: ``set_address`` is called then.
+known once the server listens: the HTTP layer sets it then (``blazar.web.app.set_address``).
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING
 
 import httpx
 
-if TYPE_CHECKING:
-    from quart_trio import QuartTrio
-
-__all__ = ["SELF_LINK", "SelfLink", "link_of", "set_address"]
-
-SELF_LINK = "BLAZAR_SELF_LINK"
-"""The app config key that holds the ``SelfLink``."""
+__all__ = ["SelfLink"]
 
 
 class SelfLink:
@@ -43,16 +36,3 @@ class SelfLink:
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             verify=verify,
         )
-
-
-def link_of(app: QuartTrio) -> SelfLink:
-    link = app.config.get(SELF_LINK)
-    if not isinstance(link, SelfLink):
-        link = SelfLink({})
-        app.config[SELF_LINK] = link
-    return link
-
-
-def set_address(app: QuartTrio, url: str, tls_cert: str | None) -> None:
-    link = link_of(app)
-    link.url, link.tls_cert = url, tls_cert
