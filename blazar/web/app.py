@@ -73,12 +73,12 @@ from blazar.web.common import (
     exception_reply,
     response_of,
 )
-from blazar.web.cors import CorsPolicy
 from blazar.web.gateway import GatewayMiddleware, HostGuard
+from blazar.web.middleware.cors import CorsPolicy
+from blazar.web.middleware.tracing import RequestTracer
 from blazar.web.relay import crash_error
 from blazar.web.self_link import link_of
 from blazar.web.telemetry_routes import TELEMETRY_KEY
-from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app"]
 
@@ -106,7 +106,7 @@ def build_gateway(
     runtime: Runtime, config: Config, *, log_dir: str | None = None, tracer: RequestTracer | None = None
 ) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app;
-    ``tracer`` traces each request (``blazar.web.tracing``).
+    ``tracer`` traces each request (``blazar.web.middleware.tracing``).
     ``gateway.telemetry.audit``, when there is one, is started here; close it at shutdown
     (``gateway.telemetry.close()``)."""
     cards = Cards()

@@ -30,8 +30,8 @@ from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
-from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
-from blazar.web.tracing import RequestTracer
+from blazar.web.middleware.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
+from blazar.web.middleware.tracing import RequestTracer
 
 __all__ = ["JOB_ROUTE", "GatewayMiddleware", "HostGuard"]
 
