@@ -61,7 +61,7 @@ from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
 from blazar.web import vectors as web_vectors
 from blazar.web import videos as web_videos
-from blazar.web.auth import Auth, is_loopback
+from blazar.web.auth import is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.cards import Card, Cards, CardState, CardView
 from blazar.web.common import (
@@ -74,6 +74,7 @@ from blazar.web.common import (
     response_of,
 )
 from blazar.web.gateway import GatewayMiddleware, HostGuard
+from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy
 from blazar.web.middleware.tracing import RequestTracer
 from blazar.web.relay import crash_error

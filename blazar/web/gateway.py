@@ -1,7 +1,7 @@
 """The gateway layer: the ASGI application the HTTP server runs, around the Quart app.
 
 For every request it makes the ``Call`` (trace id, live card, cleanups), refuses
-foreign hosts and origins, checks the API key and its limits (``blazar.web.auth``),
+foreign hosts and origins, checks the API key and its limits (``blazar.web.middleware.auth``),
 stamps ``x-blazar-trace-id`` on the answer, runs the request inside its card's
 cancel scope, runs its cleanups however it ends, and records it in the ledger
 without waiting. The hot inference routes (``Routes``) it serves itself, straight
@@ -26,10 +26,10 @@ from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.scrub import scrub
 from blazar.telemetry.observer import Telemetry, dialect_label
-from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.web.common import dialect_for, error_reply, exception_reply
+from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
 from blazar.web.middleware.tracing import RequestTracer
 
