@@ -73,9 +73,10 @@ from blazar.web.common import (
     exception_reply,
     response_of,
 )
-from blazar.web.gateway import GatewayMiddleware, HostGuard
+from blazar.web.gateway import GatewayMiddleware
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy
+from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
 from blazar.web.relay import crash_error
 from blazar.web.self_link import link_of
