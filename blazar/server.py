@@ -27,7 +27,7 @@ from blazar.daemon_file import remove_daemon_info, remove_local_token, write_dae
 from blazar.scrub import ScrubFilter, scrub
 
 if TYPE_CHECKING:
-    from blazar.web.tracing import RequestTracer
+    from blazar.web.middleware.tracing import RequestTracer
 
 __all__ = ["BindError", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
 
@@ -195,7 +195,7 @@ def _raise_open_files_limit(max_connections: int) -> None:
 
 
 def _open_tracer(config: Config) -> RequestTracer | None:
-    from blazar.web.tracing import TracingUnavailable, endpoint_from, open_tracer
+    from blazar.web.middleware.tracing import TracingUnavailable, endpoint_from, open_tracer
 
     endpoint = endpoint_from(config.otel_endpoint)
     if endpoint is None:

@@ -64,7 +64,7 @@ from blazar.web import telemetry_routes as web_telemetry
 from blazar.web import utilities as web_utilities
 from blazar.web import vectors as web_vectors
 from blazar.web import videos as web_videos
-from blazar.web.auth import Auth, is_loopback
+from blazar.web.auth import is_loopback
 from blazar.web.call import Call, Routes, current, current_or_none
 from blazar.web.common import (
     CARDS_KEY,
@@ -75,10 +75,12 @@ from blazar.web.common import (
     exception_reply,
     response_of,
 )
-from blazar.web.cors import CorsPolicy
-from blazar.web.gateway import GatewayMiddleware, HostGuard
+from blazar.web.gateway import GatewayMiddleware
+from blazar.web.middleware.auth import Auth
+from blazar.web.middleware.cors import CorsPolicy
+from blazar.web.middleware.host_guard import HostGuard
+from blazar.web.middleware.tracing import RequestTracer
 from blazar.web.telemetry_routes import TELEMETRY_KEY
-from blazar.web.tracing import RequestTracer
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app", "link_of", "set_address"]
 
@@ -106,7 +108,7 @@ def build_gateway(
     runtime: Runtime, config: Config, *, log_dir: str | None = None, tracer: RequestTracer | None = None
 ) -> GatewayMiddleware:
     """The ASGI application hypercorn serves: the gateway layer, its own routes, the app;
-    ``tracer`` traces each request (``blazar.web.tracing``).
+    ``tracer`` traces each request (``blazar.web.middleware.tracing``).
     ``gateway.telemetry.audit``, when there is one, is started here; close it at shutdown
     (``gateway.telemetry.close()``)."""
     cards = Cards()

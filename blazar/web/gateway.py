@@ -1,10 +1,14 @@
 """The gateway layer: the ASGI application the HTTP server runs, around the Quart app.
 
-For every request it makes the ``Call`` (trace id, live card, cleanups), refuses
-foreign hosts and origins, checks the API key and its limits (``blazar.web.auth``),
-stamps ``x-blazar-trace-id`` on the answer, runs the request inside its card's
-cancel scope, runs its cleanups however it ends, and records it in the ledger
-without waiting. The hot inference routes (``Routes``) it serves itself, straight
+For every request it makes the ``Call`` (trace id, live card, cleanups) and passes it
+through the middleware steps of ``blazar.web.middleware``, in the order ``__call__``
+shows: the trace span begins (``tracing``), the request's messages are watched and its
+answer stamped with ``x-blazar-trace-id`` and the CORS grant (``exchange``, ``cors``), the
+host guard refuses foreign hosts and origins (``host_guard``), the key step checks the
+API key and takes its place under the key's limits (``auth``), a CORS preflight is
+answered; then the route runs, an inference request inside its card's cancel scope.
+However it ends, its cleanups run, its key's place is freed, and it is recorded in the
+ledger without waiting. The hot inference routes (``Routes``) it serves itself, straight
 on ASGI: a relayed request there costs a fraction of what a trip through the
 framework's request and response objects does
 (BENCHMARK.md). Every other route goes to the Quart app.
@@ -16,8 +20,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -27,13 +30,18 @@ from blazar.errors import CATALOG, BlazarError, error_body
 from blazar.scrub import scrub
 from blazar.serve.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry, dialect_label
-from blazar.web.auth import Auth
 from blazar.web.call import Call, Handler, Reply, Routes
 from blazar.web.common import dialect_for, error_reply, exception_reply
-from blazar.web.cors import LOOPBACK_NAMES, CorsPolicy, expose_header, host_name, local_origin
-from blazar.web.tracing import RequestTracer
+from blazar.web.middleware.auth import Auth
+from blazar.web.middleware.cors import CorsPolicy, send_preflight
+from blazar.web.middleware.exchange import Exchange
+from blazar.web.middleware.host_guard import HostGuard
+from blazar.web.middleware.tracing import RequestTracer
 
-__all__ = ["JOB_ROUTE", "GatewayMiddleware", "HostGuard"]
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+__all__ = ["JOB_ROUTE", "GatewayMiddleware"]
 
 log = logging.getLogger("blazar.web")
 
@@ -41,40 +49,8 @@ _DEFAULT_MAX_BODY = 50 * 1024 * 1024
 _BODY_TIMEOUT_S = 60.0
 JOB_ROUTE = "job:/v1/responses"
 """The ``route`` label of a background response's own facts (its job, not its HTTP request)."""
-_ANSWER_KEEP = 256 * 1024
 _KEY_PROTOCOL = "openai-insecure-api-key."
-"""The most reply bytes kept for an audit log that records answers."""
-
-
-class HostGuard:
-    """A daemon bound to loopback answers only local names and local origins: a web
-    page (which sends ``Origin``) or a DNS-rebound name must not drive it. Origins that
-    ``cors`` grants (``cors_origins``) may call; their ``Host`` must still be local."""
-
-    def __init__(self, allowed_hosts: Iterable[str] = (), cors: CorsPolicy | None = None) -> None:
-        self.allowed = LOOPBACK_NAMES | {h.lower() for h in allowed_hosts}
-        self.cors = cors
-
-    @staticmethod
-    def applies_to(bind_host: str) -> bool:
-        return bind_host in LOOPBACK_NAMES or bind_host.startswith("127.")
-
-    def refusal(self, headers: Mapping[str, str]) -> BlazarError | None:
-        host = host_name(headers.get("host", "").strip().lower())
-        if host and host not in self.allowed:
-            return BlazarError(
-                "HOST_FORBIDDEN",
-                f"Host '{host}' is not allowed on a loopback-bound daemon; call it as 127.0.0.1 or "
-                "localhost, or add the name to `allowed_hosts` in config.toml",
-            )
-        origin = headers.get("origin")
-        if origin and not local_origin(origin) and not (self.cors is not None and self.cors.grants(origin)):
-            return BlazarError(
-                "HOST_FORBIDDEN",
-                f"requests from the web origin {origin} are refused: only local clients may call "
-                "(an operator can list the origin in `cors_origins` in config.toml)",
-            )
-        return None
+"""The WebSocket subprotocol prefix a browser gives its API key in."""
 
 
 class _ClientGone(Exception):
@@ -131,178 +107,111 @@ class GatewayMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        trace_id = self._trace_id()
         path, method = scope["path"], scope["method"]
-        card: Card | None = None
-        if method == "POST" and path in INFERENCE_PATHS:
-            card = self.cards.open(trace_id, path)
+        card = self.cards.open(trace_id, path) if method == "POST" and path in INFERENCE_PATHS else None
         call = Call(scope, trace_id=trace_id, max_body=self.max_body, card=card)
-        stamp = [(b"x-blazar-trace-id", trace_id.encode())]
-        tracer, span = self.tracer, None
-        if tracer is not None:
-            span = tracer.begin(method, path, call.headers, trace_id)
-            stamp.append((b"traceparent", tracer.traceparent(span)))
-        started_at, t0 = time.time(), time.perf_counter()
-        status = 0
-        first_body_s: float | None = None
-        sent = 0
-        response_started = response_done = disconnected = False
-        body_done = call.headers.get("content-length", "0") == "0" and "transfer-encoding" not in call.headers
-        # The reply's bytes, kept only for an audit log that records answers.
-        answer: list[bytes] | None = (
-            [] if card is not None and self.telemetry and self.telemetry.wants_text else None
+        span = self.tracer.begin(method, path, call.headers, trace_id) if self.tracer is not None else None
+        exchange = Exchange(
+            call,
+            receive,
+            send,
+            traceparent=RequestTracer.traceparent(span) if span is not None else None,
+            keep_answer=card is not None and self.telemetry is not None and self.telemetry.wants_text,
+            grant=self.cors.grant_for(call.headers),
         )
-        origin = call.headers.get("origin")
-        grant = self.cors.actual(origin) if origin else None  # None for every non-browser client
+        self._arrive()
+        try:
+            with call:
+                # The host guard, then the key: a page or a rebound name never gets to try one.
+                refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                if refusal is None and self.auth is not None:
+                    refusal = await self.auth.enter(call, exchange.client_gone)
+                await self._answer(call, exchange, refusal, scope, send)
+        finally:
+            await _run_cleanups(call)
+            if self.auth is not None:
+                self.auth.leave(call)  # after the cleanups: they may fill in the card's tokens
+            self._depart()
+            if card is not None:
+                # a client that hangs up after the whole answer has not disconnected early
+                gone_early = exchange.disconnected and not exchange.done
+                self.cards.close(card, status=exchange.status or 499, disconnected=gone_early)
+                card.key = card.key or call.key
+            self._report(exchange, span)
 
-        early: list[dict[str, Any]] = []  # read while waiting in the auth step, for the app
+    async def _answer(
+        self, call: Call, exchange: Exchange, refusal: BlazarError | None, scope: dict[str, Any], send: Any
+    ) -> None:
+        """Answer the request: its refusal, a CORS preflight, a gateway route's other
+        methods, or its route (the gateway's own or the app's), an inference request
+        inside its card's cancel scope and finished from here if it was ended from outside."""
+        path, method = call.path, call.method
+        handler = self.routes.post.get(path)
+        if handler is not None and method != "POST" and path in self.routes.shared:
+            handler = None  # the app serves this path's other methods
+        if refusal is not None:
+            exchange.grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
+            reply = exception_reply(call, refusal)
+            if not exchange.disconnected:  # gone while waiting for its key's turn: nobody to tell
+                await _send_reply(reply, exchange.send)
+        elif (preflight := self.cors.preflight_for(method, call.headers)) is not None:
+            # before any check of keys: a preflight carries none
+            await send_preflight(preflight, send)
+            exchange.status = 204
+        elif handler is not None and method != "POST":
+            await _send_reply(_other_method(call), exchange.send)
+        elif (card := call.card) is None:
+            await self._dispatch(handler, call, scope, exchange.receive, exchange.send)
+        else:
+            with card.scope:
+                await self._dispatch(handler, call, scope, exchange.receive, exchange.send)
+            card.note_expiry()
+            if card.ended_by is not None and not exchange.disconnected:
+                with trio.CancelScope(shield=True), trio.move_on_after(5.0):
+                    await self._end_from_outside(call, card, send, exchange.started, exchange.done)
+                    exchange.status = exchange.status or 499
 
-        async def tracked_receive() -> dict[str, Any]:
-            return early.pop(0) if early else await receive_tracking()
+    def _report(self, exchange: Exchange, span: Span | None) -> None:
+        """The ended request's record: to the ledger (never waited on) and telemetry; then
+        its trace span ends, with the record's status and code."""
+        call, card = exchange.call, exchange.card
+        record = exchange.record()
+        if self.ledger is not None:
+            self.ledger.record_nowait(record)
+        if self.telemetry is not None:
+            answer = exchange.answer
+            self.telemetry.observe(
+                record,
+                route=call.route or (call.path if call.path in self.routes.post else "other"),
+                inference=card is not None,
+                body=call.body or None,
+                answer=b"".join(answer) if answer else None,
+                drafts=(card.drafted or 0, card.accepted or 0) if card is not None else None,
+            )
+        if self.tracer is not None and span is not None:
+            self.tracer.end(span, status=record.status, model=call.model, code=record.blazar_code, card=card)
 
-        async def receive_tracking() -> dict[str, Any]:
-            nonlocal body_done, disconnected
-            message = await receive()
-            if message["type"] == "http.request" and not message.get("more_body", False):
-                body_done = True
-            elif message["type"] == "http.disconnect":
-                disconnected = True
-            return message
+    def _trace_id(self) -> str:
+        return f"blz-{self._boot}-{next(self._seq)}"
 
-        async def tracked_send(message: dict[str, Any]) -> None:
-            nonlocal status, first_body_s, sent, response_started, response_done
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                response_started = True
-                headers = [*message.get("headers", ()), *stamp]
-                if grant is not None:
-                    headers += [*grant, expose_header(headers)]
-                if not body_done:
-                    # Answered before reading the whole body (an error): the rest of it
-                    # would be taken for the next request, so this connection must end.
-                    headers.append((b"connection", b"close"))
-                message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body":
-                body = message.get("body", b"")
-                if body:
-                    if first_body_s is None:
-                        first_body_s = time.perf_counter() - t0
-                    if card is not None:
-                        card.first_byte_s = card.first_byte_s or time.perf_counter()
-                        card.chunks += 1
-                        card.bytes_out += len(body)
-                        if answer is not None and card.bytes_out <= _ANSWER_KEEP:
-                            answer.append(body)
-                sent += len(body)
-                response_done = not message.get("more_body", False)
-            # Shielded: a cancel from another connection (or the app's own nursery)
-            # must not land inside the server's send. Hypercorn recycles a
-            # keep-alive connection from within the final send; cancelled there, the
-            # connection stays open but never reads the client's next request.
-            with trio.CancelScope(shield=True):
-                await send(message)
-
-        async def client_gone() -> None:
-            """Return once the client disconnects; keep what arrives before for the app."""
-            while True:
-                message = await receive_tracking()
-                if message["type"] == "http.disconnect":
-                    return
-                early.append(message)
-
+    def _arrive(self) -> None:
+        """A request has arrived: the gateway is no longer idle (drain)."""
         self.in_flight += 1
         if self._idle.is_set():
             self._idle = trio.Event()
-        try:
-            with call:
-                refusal = self.guard.refusal(call.headers) if self.guard is not None else None
-                if refusal is None and self.auth is not None:
-                    refusal = await self.auth.enter(call, client_gone)
-                handler = self.routes.post.get(path)
-                if handler is not None and method != "POST" and path in self.routes.shared:
-                    handler = None  # the app serves this path's other methods
-                preflight = (
-                    self.cors.preflight(origin, call.headers)
-                    if origin and method == "OPTIONS" and "access-control-request-method" in call.headers
-                    else None
-                )
-                if refusal is not None:
-                    grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
-                    reply = exception_reply(call, refusal)
-                    if not disconnected:  # gone while waiting for its key's turn: nobody to tell
-                        await _send_reply(reply, tracked_send)
-                elif preflight is not None:  # before any check of keys: a preflight carries none
-                    await _send_preflight(preflight, send)
-                    status = 204
-                elif handler is not None and method != "POST":
-                    await _send_reply(_other_method(call), tracked_send)
-                elif card is None:
-                    await self._dispatch(handler, call, scope, tracked_receive, tracked_send)
-                else:
-                    with card.scope:
-                        await self._dispatch(handler, call, scope, tracked_receive, tracked_send)
-                    card.note_expiry()
-                    if card.ended_by is not None and not disconnected:
-                        with trio.CancelScope(shield=True), trio.move_on_after(5.0):
-                            await self._end_from_outside(call, card, send, response_started, response_done)
-                            status = status or 499
-        finally:
-            with trio.CancelScope(shield=True):
-                for fn in reversed(call.cleanups):
-                    with trio.move_on_after(5.0):
-                        await fn()
-            if self.auth is not None:
-                self.auth.leave(call)  # after the cleanups: they may fill in the card's tokens
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
-            if card is not None:
-                # a client that hangs up after the whole answer has not disconnected early
-                self.cards.close(card, status=status or 499, disconnected=disconnected and not response_done)
-                card.key = card.key or call.key
-            code, error = call.code, call.error
-            if card is not None and code is None:
-                if card.failed_code is not None:  # a stream that failed after its 200 head
-                    code, error = card.failed_code, card.failed_reason
-                elif card.ended_by is not None:
-                    error = card.reason
-            record = RequestRecord(
-                trace_id=trace_id,
-                started_at=started_at,
-                method=method,
-                path=path,
-                model=call.model,
-                status=status or 499,  # nothing sent: the client went away first
-                duration_ms=(time.perf_counter() - t0) * 1000,
-                ttft_ms=first_body_s * 1000 if first_body_s is not None else None,
-                blazar_code=code,
-                bytes_out=sent,
-                client=call.client,
-                dialect=dialect_label(path, call.headers),
-                key=call.key,
-                error=scrub(error) if error else None,
-                **(card.facts() if card is not None else {}),
-            )
-            if self.ledger is not None:
-                self.ledger.record_nowait(record)
-            if self.telemetry is not None:
-                self.telemetry.observe(
-                    record,
-                    route=call.route or (path if path in self.routes.post else "other"),
-                    inference=card is not None,
-                    body=call.body or None,
-                    answer=b"".join(answer) if answer else None,
-                    drafts=(card.drafted or 0, card.accepted or 0) if card is not None else None,
-                )
-            if tracer is not None and span is not None:
-                tracer.end(span, status=record.status, model=call.model, code=code, card=card)
+
+    def _depart(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
 
     async def _websocket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A WebSocket (``/v1/realtime``): the host guard and the key check of any request
         (a browser, which cannot send headers on a WebSocket, may give its key as the
         ``openai-insecure-api-key.KEY`` subprotocol, as OpenAI's clients do), then the app;
         one ledger record when the socket ends."""
-        trace_id = f"blz-{self._boot}-{next(self._seq)}"
+        trace_id = self._trace_id()
         call = Call({**scope, "method": "GET"}, trace_id=trace_id, max_body=self.max_body)
         if "authorization" not in call.headers and "x-api-key" not in call.headers:
             for proto in call.headers.get("sec-websocket-protocol", "").split(","):
@@ -310,9 +219,7 @@ class GatewayMiddleware:
                     call.headers["authorization"] = "Bearer " + proto[len(_KEY_PROTOCOL) :]
         started_at, t0 = time.time(), time.perf_counter()
         status = 101
-        self.in_flight += 1
-        if self._idle.is_set():
-            self._idle = trio.Event()
+        self._arrive()
         try:
             with call:
                 refusal = self.guard.refusal(call.headers) if self.guard is not None else None
@@ -327,9 +234,7 @@ class GatewayMiddleware:
         finally:
             if self.auth is not None:
                 self.auth.leave(call)
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+            self._depart()
             record = RequestRecord(
                 trace_id=trace_id,
                 started_at=started_at,
@@ -437,9 +342,13 @@ async def _deny_websocket(scope: dict[str, Any], reply: Reply, send: Any) -> Non
     await send({"type": "websocket.http.response.body", "body": reply.body, "more_body": False})
 
 
-async def _send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:
-    await send({"type": "http.response.start", "status": 204, "headers": headers})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+async def _run_cleanups(call: Call) -> None:
+    """The request's cleanups, last registered first, each bounded and all shielded: they
+    run however the request ended, a cancel included."""
+    with trio.CancelScope(shield=True):
+        for fn in reversed(call.cleanups):
+            with trio.move_on_after(5.0):
+                await fn()
 
 
 def _other_method(call: Call) -> Reply:

@@ -16,9 +16,9 @@ import trio
 
 from blazar.keys import KeyStore, keys_path, parse_scopes
 from blazar.web.ask import _client_key
-from blazar.web.auth import Auth
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.gateway import GatewayMiddleware
+from blazar.web.middleware.auth import Auth
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}

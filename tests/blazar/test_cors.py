@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from blazar.config import Config, ConfigError, load_config, resolve_paths
-from blazar.web.cors import CorsPolicy
 from blazar.web.listen import ConnectionLimits
+from blazar.web.middleware.cors import CorsPolicy
 from tests.instant import serve_gateway
 
 APP = "https://app.example"

@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from blazar.serve.cards import Card, CardState
-from blazar.web.tracing import RequestTracer, endpoint_from, open_tracer, phases
+from blazar.web.middleware.tracing import RequestTracer, endpoint_from, open_tracer, phases
 
 PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"

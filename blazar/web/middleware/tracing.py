@@ -15,6 +15,11 @@ when the request ends, from the durations its card measured (the engine's own
 anchored at the first byte sent: nothing is done per relayed chunk, and the
 request path never waits on the exporter (the SDK's batch processor exports from
 its own thread).
+
+In the gateway the span begins as soon as the request has its trace id, before the host
+guard and the key step, so refused requests are traced too and every answer but a
+preflight's (the refusal included) carries its ``traceparent``; it ends last, after the
+cleanups and the ledger record, with the status and code the ledger recorded.
 """
 
 from __future__ import annotations

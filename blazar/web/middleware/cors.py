@@ -6,13 +6,21 @@ with a preflight (``OPTIONS`` with ``Access-Control-Request-Method``). Local ori
 on this machine, an editor's webview) are always granted; others only when listed in
 ``cors_origins`` (``"*"`` lists every origin). Nothing here runs for a request that carries
 no ``Origin`` header, which is every SDK, ``curl`` and program.
+
+In the gateway: the grant (``grant_for``) is worked out as the request arrives and added to
+the head of whatever answers it, the route's answer or an error, unless the host guard or
+the key step refused it (a refused ``Host`` gets no grant). A preflight (``preflight_for``)
+is answered by the gateway itself after those two steps (the key step lets every
+``OPTIONS`` through: a preflight carries no credentials) and before any route, which
+never sees it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["LOOPBACK_NAMES", "CorsPolicy", "expose_header", "host_name", "local_origin"]
+__all__ = ["LOOPBACK_NAMES", "CorsPolicy", "expose_header", "host_name", "local_origin", "send_preflight"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
 _LOCAL_SCHEMES = ("app://", "file://", "tauri://", "vscode-webview://", "vscode-file://")
@@ -99,6 +107,20 @@ class CorsPolicy:
         """What an actual answer to a granted origin carries beyond the expose list, or None."""
         return self._grant(origin) if self.grants(origin) else None
 
+    def grant_for(self, headers: Mapping[str, str]) -> list[tuple[bytes, bytes]] | None:
+        """What the answer to a request with these headers carries beyond the expose list:
+        None without an ``Origin`` (every non-browser client) or for one not granted."""
+        origin = headers.get("origin")
+        return self.actual(origin) if origin else None
+
+    def preflight_for(self, method: str, headers: Mapping[str, str]) -> list[tuple[bytes, bytes]] | None:
+        """The headers of the ``204`` answer when this request is a preflight (``OPTIONS`` with
+        ``Origin`` and ``Access-Control-Request-Method``) from a granted origin, else None."""
+        if method != "OPTIONS" or "access-control-request-method" not in headers:
+            return None
+        origin = headers.get("origin")
+        return self.preflight(origin, headers) if origin else None
+
 
 def expose_header(response_headers: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
     """``Access-Control-Expose-Headers`` naming the trace id and every ``x-blazar-*`` header sent."""
@@ -108,3 +130,9 @@ def expose_header(response_headers: Iterable[tuple[bytes, bytes]]) -> tuple[byte
         if text.startswith("x-blazar-") and text not in names:
             names.append(text)
     return (b"access-control-expose-headers", ", ".join(names).encode("latin-1"))
+
+
+async def send_preflight(headers: list[tuple[bytes, bytes]], send: Any) -> None:
+    """Answer a preflight on ASGI: ``204``, ``headers`` and no body."""
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
