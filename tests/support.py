@@ -132,6 +132,31 @@ def make_home(root: Path, model_path: Path, *, config: str = "") -> Path:
     return root
 
 
+def install_damaged_copy(home: Path, name: str, model_path: Path) -> Path:
+    """Install in ``home``'s store, as ``name``, a copy of the GGUF at ``model_path`` cut short
+    1 MiB into its tensor data, as a download that stopped early leaves it: the runtime reads
+    its whole header, and llama.cpp refuses to load it. The store's import refuses such a file,
+    so its blob and manifest are written here directly. Returns the blob."""
+    from registry.gguf import read_header
+    from registry.store import ModelRecord, Store
+
+    store = Store(home / "models")
+    with open(model_path, "rb") as f:
+        data = f.read(read_header(model_path).data_offset + (1 << 20))
+    sha = hashlib.sha256(data).hexdigest()
+    partial = store.partial_path(sha)
+    partial.write_bytes(data)
+    blob = store.add_blob(partial, sha)
+    now = time.time()
+    store.write_manifest(
+        ModelRecord(
+            name=name, digest=f"sha256:{sha}", size=len(data), path=str(blob), source="test: cut short",
+            created_at=now, modified_at=now,
+        )
+    )  # fmt: skip
+    return blob
+
+
 def engine_pids(host: str = "llamacpp_host") -> list[int]:
     """Pids of our engine host processes (``llamacpp_host``, ``mistralrs_host``)."""
     out = subprocess.run(["pgrep", "-f", f"actors.engines.{host}"], capture_output=True, text=True)
