@@ -28,6 +28,7 @@ from actors.config import FailoverChain
 from actors.engine import EngineActor, EngineState
 from actors.errors import BlazarRuntimeError
 from actors.failover import Step
+from registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from actors.runtime import Runtime
@@ -48,6 +49,7 @@ FAILOVER_CODES = frozenset(
         "INSUFFICIENT_MEMORY",
         "MAX_LOADED_MODELS",
         "MODEL_NOT_FOUND",
+        "MODEL_FILE_INCOMPLETE",
         "MODEL_UNSUPPORTED_ENGINE",
         "PEER_UNAVAILABLE",
         "PEER_NOT_FOUND",
@@ -135,6 +137,11 @@ class ChainWalk:
                 return None
             try:
                 engine = await self.runtime.engine_for(target.model, target.lane)
+            except RegistryError as exc:
+                # The target's files or its record (a header cut short, a kind this route does
+                # not serve): the target's failure whatever its code, never the request's.
+                self._charge(exc.code, exc.message)
+                continue
             except Exception as exc:
                 self.failed(exc)
                 continue

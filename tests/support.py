@@ -132,17 +132,18 @@ def make_home(root: Path, model_path: Path, *, config: str = "") -> Path:
     return root
 
 
-def install_damaged_copy(home: Path, name: str, model_path: Path) -> Path:
+def install_damaged_copy(home: Path, name: str, model_path: Path, *, keep: int | None = None) -> Path:
     """Install in ``home``'s store, as ``name``, a copy of the GGUF at ``model_path`` cut short
     1 MiB into its tensor data, as a download that stopped early leaves it: the runtime reads
-    its whole header, and llama.cpp refuses to load it. The store's import refuses such a file,
-    so its blob and manifest are written here directly. Returns the blob."""
+    its whole header, and llama.cpp refuses to load it (``keep``: cut after that many bytes
+    instead; inside the header, the runtime cannot read it). The store's import refuses such
+    a file, so its blob and manifest are written here directly. Returns the blob."""
     from registry.gguf import read_header
     from registry.store import ModelRecord, Store
 
     store = Store(home / "models")
     with open(model_path, "rb") as f:
-        data = f.read(read_header(model_path).data_offset + (1 << 20))
+        data = f.read(keep if keep is not None else read_header(model_path).data_offset + (1 << 20))
     sha = hashlib.sha256(data).hexdigest()
     partial = store.partial_path(sha)
     partial.write_bytes(data)

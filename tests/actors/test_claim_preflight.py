@@ -19,7 +19,7 @@ from actors.config import EngineConfig, FailoverChain, ModelOverride
 from actors.engine import EngineState
 from actors.preflight import CapabilityFailed, PromptTooLong
 from tests.instant import SHIM
-from tests.support import MODEL
+from tests.support import MODEL, install_damaged_copy
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,16 @@ async def test_a_chain_is_claimed_by_name_and_walked_past_a_target_that_cannot_s
             assert again.walk is not None and again.walk.passed[0][1] == "skipped"
         assert rt.failover.state("assistant", "not-installed").failures == 1
         assert rt.failover.state("assistant", MODEL).served == 2
+
+
+async def test_a_target_whose_file_cannot_be_read_is_passed_over(home: Path, model_path: Path) -> None:
+    install_damaged_copy(home, "cut-short", model_path, keep=4096)  # inside the GGUF header
+    chain = FailoverChain(name="assistant", targets=["cut-short", MODEL])
+    async with open_runtime(_config(home, failover=[chain])) as rt:
+        async with rt.claim("assistant") as claim:
+            assert claim.walk is not None and claim.walk.target == MODEL
+            [(target, code, _why)] = claim.walk.passed
+            assert target == "cut-short" and code != "skipped"
 
 
 async def test_a_chain_with_no_target_left_is_exhausted(home: Path) -> None:
