@@ -221,7 +221,7 @@ class EngineCall:
         return path, body
 
     async def prepare(self, *, embeddings: bool = False, purpose: Purpose | None = None) -> EngineActor:
-        """Claim the engine. ``purpose`` (``blazar.web.vectors``): ``embed``, ``embed_tokens``
+        """Claim the engine. ``purpose`` (``blazar.serve.vectors``): ``embed``, ``embed_tokens``
         (a vector per token: late chunking) or ``rerank``; ``embeddings`` is ``embed``."""
         honesty.refuse_ignored(self.req.ignored, strict=self.strict)
         self._purpose = purpose or ("embed" if embeddings else "chat")
