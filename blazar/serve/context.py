@@ -95,6 +95,12 @@ class Relayed(Protocol):
     error: str | None
 
     @property
+    def path(self) -> str: ...
+
+    @property
+    def trace_id(self) -> str: ...
+
+    @property
     def body(self) -> bytes: ...
 
     @property

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["JSON", "LOADING_NS", "SSE_CACHE", "Reply", "stream_reply"]
+from blazar.errors import Dialect
+
+__all__ = ["JSON", "LOADING_NS", "SSE_CACHE", "Reply", "dialect_for", "stream_reply"]
 
 JSON = "application/json"
 LOADING_NS = 100_000_000
@@ -36,3 +38,27 @@ def stream_reply(
 ) -> Reply:
     """A streamed answer: never cached nor buffered by a proxy."""
     return Reply(stream, content_type=content_type, headers={**SSE_CACHE, **(headers or {})})
+
+
+_NATIVE_API = (
+    "/api/errors",
+    "/api/why",
+    "/api/explain/",
+    "/api/quantiles",
+    "/api/failover",
+    "/api/model-doctor",
+    "/api/bench",  # and /api/benchmarks
+    "/api/scorecard/",
+    "/api/tune",
+    "/api/profiles/",
+)
+"""Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
+
+
+def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
+    """Which error shape a request gets (DESIGN §7); ``headers`` has lower-case names."""
+    if path.startswith("/v1/messages") or "anthropic-version" in headers:
+        return Dialect.ANTHROPIC
+    if path.startswith("/api/") and not path.startswith(_NATIVE_API):
+        return Dialect.OLLAMA
+    return Dialect.OPENAI

@@ -13,8 +13,8 @@ from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.error_reply import ErrorReply, describe_error
-from blazar.errors import BlazarError, Dialect, error_body, status_code_for
-from blazar.serve.reply import JSON, LOADING_NS, SSE_CACHE, stream_reply
+from blazar.errors import BlazarError, error_body, status_code_for
+from blazar.serve.reply import JSON, LOADING_NS, SSE_CACHE, dialect_for, stream_reply
 from blazar.web.call import Call, Cleanup, Reply, current
 
 __all__ = [
@@ -48,30 +48,6 @@ RUNTIME_KEY = "blazar.runtime"
 """Where ``create_app`` keeps the runtime among the app's extensions."""
 CARDS_KEY = "blazar.cards"
 """…and the live and recently finished request cards."""
-
-
-_NATIVE_API = (
-    "/api/errors",
-    "/api/why",
-    "/api/explain/",
-    "/api/quantiles",
-    "/api/failover",
-    "/api/model-doctor",
-    "/api/bench",  # and /api/benchmarks
-    "/api/scorecard/",
-    "/api/tune",
-    "/api/profiles/",
-)
-"""Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
-
-
-def dialect_for(path: str, headers: Mapping[str, str]) -> Dialect:
-    """Which error shape a request gets (DESIGN §7); ``headers`` has lower-case names."""
-    if path.startswith("/v1/messages") or "anthropic-version" in headers:
-        return Dialect.ANTHROPIC
-    if path.startswith("/api/") and not path.startswith(_NATIVE_API):
-        return Dialect.OLLAMA
-    return Dialect.OPENAI
 
 
 def error_reply(
