@@ -46,7 +46,7 @@ def open_bind_refusal(config: Config, paths: Paths) -> str | None:
     """Why the daemon must not start as configured, or None: a non-loopback bind with no API
     key lets anyone who reaches the port run, pull and delete models."""
     from blazar.keys import KeyStore, keys_path
-    from blazar.web.auth import is_loopback
+    from blazar.web.asgi.auth import is_loopback
 
     if is_loopback(config.host) or config.insecure_open:
         return None
@@ -132,7 +132,7 @@ async def _serve(config: Config, paths: Paths) -> None:
         # runtime runs (which waits for the first preloaded engine's process to spawn,
         # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
         from blazar.web.app import build_gateway, set_address
-        from blazar.web.listen import hypercorn_config, serve
+        from blazar.web.asgi.listen import hypercorn_config, serve
 
         asgi = build_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer)
         asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown

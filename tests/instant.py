@@ -22,7 +22,7 @@ from actors.config import EngineConfig
 from actors.runtime import Runtime, open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.web.app import build_gateway
-from blazar.web.listen import hypercorn_config, serve
+from blazar.web.asgi.listen import hypercorn_config, serve
 from tests.support import MODEL, ROOT, make_home
 
 __all__ = [

@@ -158,7 +158,7 @@ def test_oversized_names_each_offender(tmp_path: Path) -> None:
 
 def test_the_service_layer_never_reads_the_request_context_variable() -> None:
     """The service layer takes the request's context as an argument (``serve.context.Ask``):
-    the HTTP layer's context variable (``blazar.web.call``) is not for it, even by name."""
+    the HTTP layer's context variable (``blazar.web.asgi.call``) is not for it, even by name."""
     readers = sorted(
         str(p.relative_to(ROOT))
         for p in (ROOT / "blazar" / "serve").rglob("*.py")

@@ -183,7 +183,7 @@ def rm(
 
 def _open_after() -> str:
     """What the daemon (as configured) does once no key exists."""
-    from blazar.web.auth import is_loopback  # only here: `blazar keys` stays light
+    from blazar.web.asgi.auth import is_loopback  # only here: `blazar keys` stays light
 
     try:
         config = load_config(resolve_paths())

@@ -4,7 +4,7 @@ Everything the service layer needs to know about the request it serves, beyond t
 request body itself, is one value: the key and its scopes, the admission tier and
 fairness key, the deadline, a pinned lane, strict mode, the MCP tools the caller
 approved, and the live card that records what happened. The HTTP layer builds it from
-a request's headers (``blazar.web.ask``); a job or an embedding program builds it
+a request's headers (``blazar.web.asgi.ask``); a job or an embedding program builds it
 directly (``Ask.job``). Nothing below the HTTP layer reads headers or a context
 variable to find these out.
 """

@@ -7,7 +7,7 @@ its answer starts (no connection, a 5xx) is marked down and the next candidate i
 one that fails mid-stream ends the stream with the dialect's error event. A client that
 disconnects closes the peer's response, which cancels the request there. Which machine
 serves is the runtime's decision (``actors/federation.py``); the HTTP layer wraps the
-inference routes with it (``blazar.web.federation``).
+inference routes with it (``blazar.web.routes.federation``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ llama.cpp speaks this dialect, so chat and completions are relayed as bytes: the
 body goes to the engine (with the model's own settings and the gateway's checks applied)
 and the engine's response or SSE stream comes back as it is. A request the engine cannot
 take as it came (tools its template does not know, an MCP loop, a cascade, ``n`` or
-``best_of``) runs through the service's other paths. The routes are ``blazar.web.openai``.
+``best_of``) runs through the service's other paths. The routes are ``blazar.web.routes.openai.chat``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Speech while a response runs (barge-in) cancels it: its chat stream and synthesi
 cancelled, their claims released, and it ends with ``response.done`` status
 ``cancelled``. A closed socket cancels everything the session started (the caller
 cancels ``run``). A bad event gets an ``error`` event and the socket stays open. The
-WebSocket route is ``blazar.web.realtime``.
+WebSocket route is ``blazar.web.routes.openai.realtime``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both go through ``EngineCall`` like chat: admission, loading, leases and a resta
 the engine must run differently (embeddings on; a vector per token for late chunking).
 A reranker (a GGUF whose pooling type is rank) starts with ``--reranking`` and serves
 ``/v1/rerank`` only. The rules and shapes are in docs/api.md (Embeddings, Reranking); the
-routes are ``blazar.web.vectors``.
+routes are ``blazar.web.routes.vectors``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The engine calls of a voice turn: speech to text, a chat answer as text deltas, text to
 speech as PCM chunks; each claims its engine through admission like the HTTP routes.
 
-Used by the realtime WebSocket (``blazar.web.realtime``). The whisper and piper engines
+Used by the realtime WebSocket (``blazar.web.routes.openai.realtime``). The whisper and piper engines
 speak OpenAI's audio routes themselves, so a transcription is a multipart POST of a WAV
 and speech a streamed ``pcm`` answer (24 kHz, ``actors/engines/piper_host.py``). The chat
 runs through ``EngineCall`` like the translated dialects, on any text lane.

@@ -44,7 +44,7 @@ from blazar.dialects._wire import decode_json
 from blazar.error_reply import describe_error
 from blazar.errors import BlazarError
 from blazar.serve.jobs.self_link import SelfLink
-from blazar.web.common import app_runtime, json_response, query_int, read_body
+from blazar.web.asgi.replies import app_runtime, json_response, query_int, read_body
 from blazar.web.jobs import encode_job
 
 __all__ = ["KIND", "register", "register_runner"]

@@ -19,7 +19,7 @@ from actors.jobs import JobRecord, read_events, read_job, read_jobs
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
-from blazar.web.common import app_runtime, json_response, query_int, stream_response
+from blazar.web.asgi.replies import app_runtime, json_response, query_int, stream_response
 
 __all__ = ["encode_job", "register"]
 

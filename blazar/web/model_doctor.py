@@ -45,7 +45,7 @@ from blazar.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.policy.certified import CERTIFYING
-from blazar.web.common import app_runtime, json_response, read_body
+from blazar.web.asgi.replies import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
 
 __all__ = ["KIND", "register", "register_runner"]

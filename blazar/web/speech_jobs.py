@@ -34,8 +34,8 @@ from actors.runtime import Runtime
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
-from blazar.web.call import Call, Reply
-from blazar.web.common import json_reply
+from blazar.web.asgi.call import Call, Reply
+from blazar.web.asgi.replies import json_reply
 from blazar.web.jobs import encode_job
 from registry.files import atomic_write
 

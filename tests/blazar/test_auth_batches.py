@@ -15,8 +15,8 @@ import trio
 
 from blazar.keys import KeyStore, keys_path
 from blazar.serve.context import ACT_AS
-from blazar.web.call import Call, Reply, Routes
-from blazar.web.gateway import GatewayMiddleware
+from blazar.web.asgi.call import Call, Reply, Routes
+from blazar.web.asgi.gateway import GatewayMiddleware
 from blazar.web.middleware.auth import Auth
 from tests.blazar.test_auth_gateway import ANTHROPIC, CHAT, bearer, gateway, local_token
 from tests.instant import MODEL, Gateway

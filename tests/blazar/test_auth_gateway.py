@@ -15,9 +15,9 @@ import pytest
 import trio
 
 from blazar.keys import KeyStore, keys_path, parse_scopes
-from blazar.web.ask import _client_key
-from blazar.web.call import Call, Reply, Routes
-from blazar.web.gateway import GatewayMiddleware
+from blazar.web.asgi.ask import _client_key
+from blazar.web.asgi.call import Call, Reply, Routes
+from blazar.web.asgi.gateway import GatewayMiddleware
 from blazar.web.middleware.auth import Auth
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway
 

@@ -18,8 +18,8 @@ from actors.lifecycle import ResidentStatistics
 from blazar.cli.watch import render, sparkline
 from blazar.keys import FAMILIES, Key
 from blazar.telemetry.series import SeriesRing
-from blazar.web.console_api import PING, sse_event, stream
-from blazar.web.console_model import (
+from blazar.web.console.api import PING, sse_event, stream
+from blazar.web.console.model import (
     CardRow,
     Shared,
     job_results,
@@ -436,7 +436,7 @@ def test_sparkline_scales_to_the_largest_value() -> None:
 async def test_subscribers_share_one_snapshot_per_tick(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from blazar.web import console_api
+    from blazar.web.console import api
 
     builds: list[float] = []
 
@@ -445,8 +445,8 @@ async def test_subscribers_share_one_snapshot_per_tick(
         await trio.sleep(0.05)  # the worker thread's reads
         return Shared(**{**_changed(), "built_s": trio.current_time()})
 
-    monkeypatch.setattr(console_api, "gather", fake_gather)
-    hub = console_api.ConsoleHub(None, None, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(api, "gather", fake_gather)
+    hub = api.ConsoleHub(None, None, None)  # type: ignore[arg-type]
     got: list[Shared] = []
 
     async def subscriber() -> None:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from blazar.config import Config, ConfigError, load_config, resolve_paths
-from blazar.web.listen import ConnectionLimits
+from blazar.web.asgi.listen import ConnectionLimits
 from blazar.web.middleware.cors import CorsPolicy
 from tests.instant import serve_gateway
 

@@ -14,8 +14,8 @@ from blazar.cli import _one_line
 from blazar.dialects.neutral import DecodeError
 from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import CATALOG, BlazarError, Dialect
-from blazar.web.call import Call
-from blazar.web.common import exception_reply
+from blazar.web.asgi.call import Call
+from blazar.web.asgi.replies import exception_reply
 from registry.errors import ModelNotFound, RegistryError
 
 

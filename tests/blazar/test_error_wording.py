@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from blazar.errors import prompt_too_long
-from blazar.web.call import Call
-from blazar.web.common import exception_reply
+from blazar.web.asgi.call import Call
+from blazar.web.asgi.replies import exception_reply
 
 
 def _answer(path: str, exc: Exception, **headers: str) -> tuple[int, dict[str, object]]:

@@ -19,7 +19,7 @@ from actors.engine import EngineState
 from actors.runtime import Runtime
 from blazar.config import Config
 from blazar.keys import ADMIN
-from blazar.web.auth import ANY, family_of
+from blazar.web.asgi.auth import ANY, family_of
 from registry.store import Store
 from tests.instant import MODEL, instant_config, serve_gateway
 from tests.support import make_home

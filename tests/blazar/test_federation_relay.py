@@ -19,8 +19,8 @@ from actors.config import Remote
 from actors.peer import RELAYED_HEADER, Peers
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect
-from blazar.web.call import Call
 from blazar.serve.federation import peer_targets, relay, split_remote, stream_error
+from blazar.web.asgi.call import Call
 from tests.support import ROOT, free_port, unreachable_url
 
 REPLY = "relayed bytes"

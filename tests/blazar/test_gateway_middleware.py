@@ -9,8 +9,8 @@ from typing import Any
 import trio
 
 from blazar.serve.cards import Cards, CardState
-from blazar.web.call import Call, Reply, Routes
-from blazar.web.gateway import GatewayMiddleware
+from blazar.web.asgi.call import Call, Reply, Routes
+from blazar.web.asgi.gateway import GatewayMiddleware
 
 
 def _scope() -> dict[str, Any]:

@@ -7,8 +7,8 @@ import pytest
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.context import Ask
 from blazar.serve.policy import honesty
-from blazar.web.ask import ask_of
-from blazar.web.call import Call
+from blazar.web.asgi.ask import ask_of
+from blazar.web.asgi.call import Call
 
 
 def _call(headers: dict[str, str]) -> Call:

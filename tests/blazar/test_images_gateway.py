@@ -27,8 +27,8 @@ import trio
 from blazar.dialects.images import Images
 from blazar.keys import KeyStore, keys_path
 from blazar.serve.stores.image_files import ImageFiles, files_of
-from blazar.web import images as web_images
-from blazar.web.call import Call
+from blazar.web.asgi.call import Call
+from blazar.web.routes.openai import images as web_images
 from registry.store import ModelFile, ModelRecord, Store
 from tests.blazar.test_images_dialect import png
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway

@@ -21,7 +21,7 @@ from blazar.keys import (
     parse_expiry,
     parse_scopes,
 )
-from blazar.web.auth import ANY, OPEN, family_of
+from blazar.web.asgi.auth import ANY, OPEN, family_of
 
 
 def test_a_key_is_stored_as_a_hash_only(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ import trio
 
 from blazar.errors import BlazarError
 from blazar.serve.cards import Cards, CardState
-from blazar.web.call import Call
-from blazar.web.gateway import GatewayMiddleware
+from blazar.web.asgi.call import Call
+from blazar.web.asgi.gateway import GatewayMiddleware
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy, send_preflight
 from blazar.web.middleware.exchange import Exchange

@@ -12,7 +12,7 @@ import pytest
 from blazar.dialects.neutral import ChatRequest, Message
 from blazar.serve import engine_call
 from blazar.serve.engine_call import Timings, TranslatedStream
-from blazar.web.anthropic import _Encoder
+from blazar.web.routes.anthropic.messages import _Encoder
 
 
 def _sse(*docs: dict[str, Any]) -> list[bytes]:

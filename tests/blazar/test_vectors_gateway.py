@@ -196,8 +196,8 @@ async def test_late_chunking_pools_each_chunk_of_one_pass(vector_home: Path) -> 
 
 def test_rerank_routes_are_in_the_embeddings_key_scope_and_have_cards() -> None:
     from blazar.serve.cards import INFERENCE_PATHS
-    from blazar.web.auth import family_of
-    from blazar.web.vectors import RERANK_ROUTES
+    from blazar.web.asgi.auth import family_of
+    from blazar.web.routes.vectors import RERANK_ROUTES
 
     for path in (*RERANK_ROUTES, "/api/rerank"):
         assert family_of(path) == "embeddings" and path in INFERENCE_PATHS

@@ -77,7 +77,7 @@ def test_the_wheel_gives_a_working_blazar_on_path(tmp_path: Path) -> None:
             [
                 str(python),
                 "-c",
-                "import json, blazar, actors, registry, registry.catalog as c, blazar.web.console_page as p;"
+                "import json, blazar, actors, registry, registry.catalog as c, blazar.web.console.page as p;"
                 "print(json.dumps([m.__file__ for m in (blazar, actors, registry, c, p)]))",
             ],
             cwd=work,

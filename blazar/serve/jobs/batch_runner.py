@@ -4,7 +4,7 @@ Each item is sent in-process to the daemon's own ASGI application, so it gets ex
 what the same request sent over HTTP would get (validation, translation, the error
 shapes), at the low admission tier: interactive requests are admitted first, and the
 batch leaves one slot of each model to them. Each item runs as the API key the batch
-was made with (``BatchRow.key``; see ``blazar.web.auth``): its scopes, its limits.
+was made with (``BatchRow.key``; see ``blazar.web.asgi.auth``): its scopes, its limits.
 An answer is committed to the ledger before the next step counts it, so after a
 crash the batch goes on at its first unrecorded item: no item is lost, none is
 recorded twice, and one whose answer was being written when the crash came simply
@@ -123,7 +123,7 @@ class _Batch:
                 headers["anthropic-version"] = "2023-06-01"
             if batch.key is not None:
                 # Beside the local token, this makes the item run as the batch's key: its
-                # scopes and limits, its name in the ledger (blazar.web.auth).
+                # scopes and limits, its name in the ledger (blazar.web.asgi.auth).
                 headers[ACT_AS] = batch.key
             try:
                 resp = await self.client.post(item.url, content=item.body, headers=headers)

@@ -22,7 +22,7 @@ window) leaves the wait as soon as its client disconnects (``gone``).
 It runs after the host guard (a page or a DNS-rebound name is refused before any key
 is looked at, and before it could wait for a key's place) and before the route; its
 ``leave`` runs after the request's cleanups, which may fill in the tokens it charges.
-Which scope a route needs, and how a secret is presented, are ``blazar.web.auth``'s:
+Which scope a route needs, and how a secret is presented, are ``blazar.web.asgi.auth``'s:
 routes ask those too.
 
 Per request this costs a ``PRAGMA data_version`` (has the CLI changed the keys?),
@@ -44,8 +44,8 @@ from blazar import limits
 from blazar.errors import BlazarError
 from blazar.keys import LOCAL_NAME, Key, KeyStore, digest_of, matches
 from blazar.serve.context import ACT_AS
-from blazar.web.auth import ANY, LOCAL_KEY, OPEN, WATCHES, family_of, presented_secret
-from blazar.web.call import Call
+from blazar.web.asgi.auth import ANY, LOCAL_KEY, OPEN, WATCHES, family_of, presented_secret
+from blazar.web.asgi.call import Call
 
 Gone = Callable[[], Awaitable[None]]
 """Returns once the request's client has disconnected."""

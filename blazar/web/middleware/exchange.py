@@ -25,7 +25,7 @@ import trio
 from actors.ledger import RequestRecord
 from blazar.scrub import scrub
 from blazar.telemetry.observer import dialect_label
-from blazar.web.call import Call
+from blazar.web.asgi.call import Call
 from blazar.web.middleware.cors import expose_header
 
 __all__ = ["Exchange"]

@@ -1,0 +1,146 @@
+"""One HTTP request as the gateway sees it: ``Call``, and ``Reply`` for the routes
+that the gateway serves itself.
+
+The gateway layer (``blazar.web.asgi.gateway``) makes a ``Call`` for every request
+and makes it current for the request's task (a context variable, which the
+tasks a route starts inherit), so route code anywhere below — the framework's
+routes as well as the gateway's own — names the request's model, its error code,
+its cleanups and its live card in one typed place, and reads its headers without
+a framework.
+
+The hot inference routes are served by the gateway itself, straight on ASGI
+(``Routes``): such a handler takes the ``Call`` with its body already read and
+returns a ``Reply``. Everything else goes to the Quart app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from blazar.errors import BlazarError
+from blazar.serve.cards import Card
+from blazar.serve.context import Ask, check_scope
+from blazar.serve.reply import Reply
+
+if TYPE_CHECKING:
+    from blazar.keys import Key
+
+__all__ = ["Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
+
+Cleanup = Callable[[], Awaitable[None]]
+
+_CURRENT: ContextVar[Call] = ContextVar("blazar_call")
+
+
+def current() -> Call:
+    """The request being handled by this task (LookupError outside a request)."""
+    return _CURRENT.get()
+
+
+def current_or_none() -> Call | None:
+    return _CURRENT.get(None)
+
+
+class Call:
+    """The gateway's state of one request; ``headers`` has lower-case names."""
+
+    __slots__ = (
+        "_token",
+        "asked",
+        "body",
+        "card",
+        "cleanups",
+        "client",
+        "code",
+        "error",
+        "grant",
+        "headers",
+        "key",
+        "max_body",
+        "method",
+        "model",
+        "path",
+        "route",
+        "scheme",
+        "trace_id",
+    )
+
+    def __init__(
+        self, scope: Mapping[str, Any], *, trace_id: str, max_body: int, card: Card | None = None
+    ) -> None:
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.scheme: str = scope.get("scheme") or "http"
+        self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or ()}
+        client = scope.get("client")
+        self.client: str | None = client[0] if client else None
+        self.trace_id = trace_id
+        self.max_body = max_body
+        self.card = card
+        self.cleanups: list[Cleanup] = []
+        self.model: str | None = None
+        self.code: str | None = None
+        self.error: str | None = None
+        """The message of the error the request was answered with (for the ledger, scrubbed there)."""
+        self.route: str | None = None
+        """The route's template (``/v1/requests/<card_id>``), once the framework matched one."""
+        self.key: str | None = None
+        """The name of the API key the request authenticated with (never the secret)."""
+        self.grant: Key | None = None
+        """The key itself (its scopes), set by the gateway's auth step."""
+        self.body = b""
+        self.asked: Ask | None = None
+        """The request's context for the service layer (``blazar.web.asgi.ask.ask_of``)."""
+        self._token: Any = None
+
+    def __enter__(self) -> Call:
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+    def set_model(self, name: str) -> None:
+        """Name the model in the request's ledger record and live card; refuse it (403
+        ``MODEL_NOT_IN_SCOPE``) when the request's key may not use it."""
+        self.check_model(name)
+        self.model = name
+        if self.card is not None:
+            self.card.model = name
+
+    def check_model(self, name: str) -> None:
+        check_scope(self.grant, name)
+
+    def on_cleanup(self, fn: Cleanup) -> None:
+        """Run ``fn`` (shielded) when the server is done with this request, however it ends."""
+        self.cleanups.append(fn)
+
+    def check_length(self, size: int) -> None:
+        """Refuse a body that is (or has grown) larger than the configured limit."""
+        if size > self.max_body:
+            raise BlazarError("PAYLOAD_TOO_LARGE", f"body of {size} bytes exceeds {self.max_body} bytes")
+
+    def declared_length(self) -> int | None:
+        raw = self.headers.get("content-length")
+        return int(raw) if raw is not None and raw.isdigit() else None
+
+
+Handler = Callable[[Call], Awaitable[Reply]]
+
+
+class Routes:
+    """The POST routes the gateway serves itself, by exact path."""
+
+    def __init__(self) -> None:
+        self.post: dict[str, Handler] = {}
+        self.shared: set[str] = set()
+        """Paths whose other methods the app serves (``GET /v1/videos`` beside the POST)."""
+
+    def add(self, path: str, handler: Handler, *, shared: bool = False) -> None:
+        if path in self.post:
+            raise ValueError(f"route POST {path} is already served")
+        self.post[path] = handler
+        if shared:
+            self.shared.add(path)

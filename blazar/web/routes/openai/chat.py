@@ -1,0 +1,81 @@
+"""OpenAI routes: ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``.
+
+The routes decode the request, name its model, and call the service
+(``blazar.serve.openai_chat``); a stored chat completion is kept once answered.
+"""
+
+from __future__ import annotations
+
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from actors.runtime import Runtime
+from blazar.dialects import openai
+from blazar.dialects.stored_chat import store_fields
+from blazar.errors import BlazarError
+from blazar.serve import openai_chat
+from blazar.web.asgi.ask import ask_of
+from blazar.web.asgi.auth import model_visible, require_model
+from blazar.web.asgi.call import Call, Reply, Routes
+from blazar.web.asgi.replies import app_runtime, json_response
+from blazar.web.routes.federation import remote_models
+from blazar.web.routes.openai import stored
+
+__all__ = ["register", "register_routes"]
+
+
+async def list_models() -> Response:
+    runtime = app_runtime()
+    records = await trio.to_thread.run_sync(runtime.store.list)
+    chains = runtime.failover.chains
+    data = [
+        openai.encode_model(r.name, created=int(r.created_at))
+        for r in records
+        if model_visible(r.name) and r.name not in chains  # a chain of that name wins
+    ]
+    data += [openai.encode_model(name, created=0) for name in chains if model_visible(name)]
+    include = request.args.get("include")
+    if include == "remote":
+        data += [m for m in remote_models(runtime) if model_visible(str(m["id"]))]
+    elif include is not None:
+        raise BlazarError(
+            "BAD_REQUEST", f"include={include!r} is not known: write include=remote", param="include"
+        )
+    return json_response(openai.encode_model_list(data))
+
+
+async def get_model(name: str) -> Response:
+    require_model(name)
+    runtime = app_runtime()
+    if name in runtime.failover.chains:  # a failover chain answers as a model of its own
+        return json_response(openai.encode_model(name, created=0))
+    record = await trio.to_thread.run_sync(runtime.store.get, name)
+    require_model(record.name)
+    body = openai.encode_model(record.name, created=int(record.created_at))
+    return json_response(body)
+
+
+def register(app: QuartTrio) -> None:
+    """The model listings, served by the framework (embeddings: ``blazar.web.routes.vectors``)."""
+    app.get("/v1/models")(list_models)
+    app.get("/v1/models/<path:name>")(get_model)
+
+
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """Chat and completions, served by the gateway layer itself (no framework on this path)."""
+
+    async def chat_completions(call: Call) -> Reply:
+        store, metadata = store_fields(call.body)
+        req = openai.decode_chat_request(call.body)
+        call.set_model(req.model)
+        reply = await openai_chat.answer_chat(runtime, call, ask_of(call), req)
+        return await stored.keep(runtime, call, reply, metadata) if store else reply
+
+    async def completions(call: Call) -> Reply:
+        req = openai.decode_completion_request(call.body)
+        call.set_model(req.model)
+        return await openai_chat.complete_text(runtime, call, ask_of(call), req)
+
+    routes.add("/v1/chat/completions", chat_completions, shared=True)  # GET lists the stored ones
+    routes.add("/v1/completions", completions)

@@ -1,0 +1,232 @@
+"""OpenAI Responses routes: ``/v1/responses`` and the stored responses under it.
+
+A request becomes a neutral chat request after the items it continues (a
+``previous_response_id`` chain or a ``conversation``), runs on the model's engine
+like any translated request, and its answer is rendered as a Response object or
+as the Responses event stream. A stored response (``store`` is the default) is
+committed to the ledger before the client sees it finished.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import msgspec
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from actors.runtime import Runtime
+from blazar.dialects import responses
+from blazar.dialects.neutral import DecodeError
+from blazar.dialects.responses import ResponsesRequest
+from blazar.dialects.responses_stream import StreamEncoder, whole_response
+from blazar.errors import BlazarError
+from blazar.serve import engine_call, mcp_loop
+from blazar.serve.candidates import translated
+from blazar.serve.jobs import background
+from blazar.serve.policy import honesty
+from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
+from blazar.web.asgi.ask import ask_of, current_ask
+from blazar.web.asgi.call import Call, Reply, Routes, current
+from blazar.web.asgi.replies import (
+    app_runtime,
+    json_reply,
+    json_response,
+    query_int,
+    query_order,
+    read_body,
+    set_model,
+    stream_reply,
+    stream_response,
+)
+
+__all__ = ["page_args", "register", "register_routes"]
+
+
+def _headers(req: ResponsesRequest, tr: engine_call.EngineCall | None = None) -> dict[str, str]:
+    headers = {"x-request-id": current().trace_id}
+    if tr is not None:
+        headers.update(tr.headers())  # the request's ignored parameters among them
+    else:
+        honesty.report(headers, ignored=req.ignored, changed=[], context=None)
+    return headers
+
+
+def _check_strict(runtime: Runtime, req: ResponsesRequest) -> None:
+    honesty.refuse_ignored(req.ignored, strict=current_ask().is_strict(runtime.config.strict))
+
+
+async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: dict[str, Any]) -> None:
+    if req.store:
+        await store.put(row_for(req, body, doc), conversation_items=[*req.items, *doc["output"]])
+
+
+class _StoredStream:
+    """The engine's stream as Responses events; the finished response is stored before
+    the event that says so leaves."""
+
+    def __init__(
+        self,
+        inner: engine_call.TranslatedStream | mcp_loop.McpStream,
+        encoder: StreamEncoder,
+        store: ResponseStore,
+        req: ResponsesRequest,
+        body: bytes,
+    ) -> None:
+        self._inner, self._encoder, self._store = inner, encoder, store
+        self._req, self._body = req, body
+        self._kept = False
+
+    def __aiter__(self) -> _StoredStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._inner.__anext__()
+        if self._encoder.final is not None and not self._kept:
+            self._kept = True
+            await _keep(self._store, self._req, self._body, self._encoder.final)
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def register_routes(routes: Routes, runtime: Runtime) -> None:
+    """``POST /v1/responses``, served by the gateway layer itself."""
+
+    async def create(call: Call) -> Reply:
+        req = responses.decode_request(call.body)
+        call.set_model(req.model)
+        _check_strict(runtime, req)
+        store = store_of(runtime)
+        if req.background:
+            translated.refuse_in_background(runtime, call, req.model)
+            await history_of(store, req)  # an unknown previous response is refused now, not later
+            servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
+            approved = ask_of(call).approved
+            doc = await background.submit(
+                runtime, req, call.body, key=call.grant, servers=servers, approved=approved
+            )
+            if not req.stream:
+                return json_reply(doc, headers=_headers(req))
+            return stream_reply(
+                background.follow(runtime, doc["id"]), content_type="text/event-stream", headers=_headers(req)
+            )
+        chat = responses.chat_request(req, await history_of(store, req))
+        response_id, created_at = responses.new_id("resp"), time.time()
+        if picked := await translated.answer(runtime, call, ask_of(call), chat):
+            tr, answer, said = picked
+            doc = whole_response(
+                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+            )
+            await _keep(store, req, call.body, doc)
+            return json_reply(doc, headers={**_headers(req, tr), **said})
+        if servers := mcp_loop.selected_servers(runtime, call):
+            encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
+            loop = await mcp_loop.McpStream.open(
+                runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder), ask_of(call)
+            )
+            headers = {**_headers(req), **loop.headers()}
+            if req.stream:
+                call.on_cleanup(loop.aclose)
+                stream = _StoredStream(loop, encoder, store, req, call.body)
+                return stream_reply(stream, content_type="text/event-stream", headers=headers)
+            await mcp_loop.drain(loop)
+            if loop.failure is not None:
+                raise loop.failure
+            assert encoder.final is not None
+            await _keep(store, req, call.body, encoder.final)
+            return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
+        tr = engine_call.EngineCall(runtime, chat, ask_of(call))
+        await tr.prepare()
+        if not req.stream:
+            answer = await tr.complete()
+            doc = whole_response(
+                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+            )
+            await _keep(store, req, call.body, doc)
+            return json_reply(doc, headers=_headers(req, tr))
+        encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
+        inner = await tr.stream(encoder)
+        call.on_cleanup(inner.aclose)
+        stream = _StoredStream(inner, encoder, store, req, call.body)
+        return stream_reply(stream, content_type="text/event-stream", headers=_headers(req, tr))
+
+    routes.add("/v1/responses", create)
+
+
+# -- stored responses (framework routes) -------------------------------------
+
+
+async def _stored(response_id: str) -> ResponseRow:
+    row = await store_of(app_runtime()).get(response_id)
+    if row is None:
+        raise not_found(response_id)
+    return row
+
+
+async def get_response(response_id: str) -> Response:
+    row = await _stored(response_id)
+    if request.args.get("stream", "").lower() != "true":
+        return json_response(row.response)
+    if not row.background:
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"response '{response_id}' was not created with `background: true`: only background "
+            "responses can be streamed again — GET it without `stream`",
+        )
+    raw = request.args.get("starting_after", "-1")
+    if not raw.lstrip("-").isdigit():
+        raise DecodeError(
+            f"invalid query `starting_after`: {raw!r} is not an integer", param="starting_after"
+        )
+    follow = background.follow(app_runtime(), response_id, after=int(raw))
+    return stream_response(follow, content_type="text/event-stream")
+
+
+async def delete_response(response_id: str) -> Response:
+    if not await store_of(app_runtime()).delete(response_id):
+        raise not_found(response_id)
+    return json_response(responses.encode_deleted(response_id))
+
+
+def page_args() -> tuple[str | None, int, Literal["asc", "desc"]]:
+    """``after``, ``limit`` (1 to 100, default 20) and ``order`` of a list route."""
+    return request.args.get("after"), query_int("limit", 20, 100), query_order()
+
+
+async def input_items(response_id: str) -> Response:
+    row = await _stored(response_id)
+    after, limit, order = page_args()
+    return json_response(responses.item_page(row.input_items, after=after, limit=limit, order=order))
+
+
+async def input_tokens() -> Response:
+    runtime = app_runtime()
+    body = await read_body()
+    req = responses.decode_request(body)
+    set_model(req.model)
+    chat = responses.chat_request(req, await history_of(store_of(runtime), req))
+    n = await engine_call.count_tokens(runtime, msgspec.structs.replace(chat, stream=False), current_ask())
+    return json_response(responses.encode_input_tokens(n), headers=_headers(req))
+
+
+async def cancel_response(response_id: str) -> Response:
+    row = await _stored(response_id)
+    if not row.background:
+        raise BlazarError(
+            "BAD_REQUEST",
+            f"response '{row.id}' was not created with `background: true`: only background responses "
+            "can be cancelled (close the stream to stop a foreground one)",
+        )
+    await app_runtime().jobs.cancel(response_id)
+    return json_response((await _stored(response_id)).response)
+
+
+def register(app: QuartTrio) -> None:
+    app.get("/v1/responses/<response_id>")(get_response)
+    app.delete("/v1/responses/<response_id>")(delete_response)
+    app.get("/v1/responses/<response_id>/input_items")(input_items)
+    app.post("/v1/responses/<response_id>/cancel")(cancel_response)
+    app.post("/v1/responses/input_tokens")(input_tokens)
