@@ -13,7 +13,6 @@ otherwise, and must only be exposed on a trusted network.
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 import msgspec
 import trio
 
+from actors.addresses import is_loopback
 from actors.census import take_census
 from actors.config import ModelOverride, RuntimeConfig
 from registry import fit
@@ -71,15 +71,6 @@ def find_rpc_server(configured: str | None) -> str | None:
     if configured:
         return configured
     return next((found for name in NAMES if (found := shutil.which(name))), None)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 _mem_cache: dict[str, bool] = {}

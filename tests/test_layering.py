@@ -28,7 +28,7 @@ FORBIDDEN = {
         "werkzeug",
         "blazar.web",
         "blazar.cli",
-        "blazar.server",
+        "blazar.daemon",
     },
     "blazar/dialects": {
         "trio",
@@ -41,7 +41,7 @@ FORBIDDEN = {
         "registry",
         "blazar.web",
         "blazar.cli",
-        "blazar.server",
+        "blazar.daemon",
     },
 }
 
@@ -104,11 +104,11 @@ def test_imports_point_down(package: str) -> None:
     [
         ("import blazar.web.app", "blazar.dialects.x", False),
         ("from blazar.cli import main", "blazar.dialects.x", False),
-        ("from blazar import server", "blazar.dialects.x", False),
+        ("from blazar.daemon import serve", "blazar.dialects.x", False),
         ("from ..web import app", "blazar.dialects.x", False),
         ("from .. import web", "blazar.dialects.x", False),
         ("from ...cli.models import run", "blazar.dialects.sub.x", False),
-        ("from ..server import main", "blazar.dialects", True),
+        ("from ..daemon.serve import main", "blazar.dialects", True),
     ],
 )
 def test_upward_imports_from_dialects_are_seen(source: str, module: str, is_package: bool) -> None:

@@ -12,7 +12,7 @@ with ``-m``; a standalone diffusion model (a Flux or SD3 transformer alone) with
 ``t5xxl``, ``llm``). Offloading to the CPU, flash attention, VAE tiling and a weight
 type come from the model's settings; an upscalers folder is a keyword of ``build_argv``.
 
-API mapping (``blazar/web/images.py``). ``POST /v1/images/generations`` (JSON) and
+API mapping (``blazar/web/routes/openai/images.py``). ``POST /v1/images/generations`` (JSON) and
 ``POST /v1/images/edits`` (multipart: ``image[]``, optional ``mask``) are OpenAI's and are
 relayed with the fields sd-server reads; replies are always ``b64_json`` (the gateway
 keeps the image and answers a URL for ``response_format=url``). Its errors are

@@ -16,8 +16,8 @@ import cyclopts
 
 from blazar import __version__
 from blazar.cli._common import err
-from blazar.client import CliError
 from blazar.config import ConfigError
+from blazar.daemon.client import CliError
 
 __all__ = ["app", "main"]
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    from blazar.error_reply import describe_error
+    from blazar.errors.describe import describe_error
 
     # A failure inside the daemon's task tree arrives wrapped in exception groups:
     # the line names the failure itself (the first one when several happened at once).

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from blazar.client import Daemon, find_daemon
 from blazar.config import Config, Paths, load_config, resolve_paths
+from blazar.daemon.client import Daemon, find_daemon
 
 __all__ = [
     "Json",

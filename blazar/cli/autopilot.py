@@ -1,4 +1,4 @@
-"""``blazar autopilot``: recommendations from observed traffic (``blazar.autopilot``)."""
+"""``blazar autopilot``: recommendations from observed traffic (``blazar.ops.autopilot``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, daemon_or_here, load_setup, out, print_json, run_offline
-from blazar.client import CliError
+from blazar.daemon.client import CliError
 
 __all__ = ["autopilot", "write_recommendations"]
 
@@ -31,7 +31,7 @@ def _window_s(text: str) -> float:
 def _current(model: str, paths: Any, config: Any) -> Any:
     """What ``model`` runs with now, from ``blazar explain``'s resolution (the daemon's, if one
     runs); None when it cannot be resolved (no longer installed)."""
-    from blazar.autopilot import Current
+    from blazar.ops.autopilot import Current
 
     try:
         doc, _ = daemon_or_here(
@@ -65,7 +65,7 @@ def autopilot(
     often; each with its evidence and the config key to set. --apply writes those keys as
     `blazar config set` does (checked, comments kept; a running daemon applies what it can)."""
     from actors.ledger import read_requests
-    from blazar.autopilot import recommend
+    from blazar.ops.autopilot import recommend
 
     paths, config = load_setup()
     ledger = Path(paths.data_dir) / "blazar.db"
@@ -99,9 +99,9 @@ def autopilot(
 
 def write_recommendations(paths: Any, recs: list[Any]) -> None:
     """--apply: the recommendations' keys written into config.toml as `blazar config set` writes
-    them (checked; the file's comments and order kept, blazar.toml_edit)."""
+    them (checked; the file's comments and order kept, blazar.config.toml_edit)."""
     from blazar.cli.config import _change
-    from blazar.config_edit import resolve_key
+    from blazar.config.edit import resolve_key
 
     edits = {resolve_key(str(r.key)): r.value for r in recs}
     _change(paths, edits, "autopilot set " + ", ".join(f"{r.key} = {_toml(r.value)}" for r in recs))

@@ -16,8 +16,8 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, err, human_size, load_setup, out, print_json
-from blazar.client import CliError, Daemon, ensure_daemon, find_daemon
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError, Daemon, ensure_daemon, find_daemon
 
 __all__ = ["bench", "model_doctor", "scorecard"]
 

@@ -27,9 +27,8 @@ from actors.config import Tunables
 from actors.config_keys import changed_keys, key_class
 from blazar.cli import app
 from blazar.cli._common import Json, err, out, print_json
-from blazar.client import CliError, find_daemon
 from blazar.config import Config, ConfigError, Paths, load_config, resolve_paths
-from blazar.config_edit import (
+from blazar.config.edit import (
     Key,
     defaults,
     parse_value,
@@ -39,7 +38,8 @@ from blazar.config_edit import (
     unset_value,
     write_checked,
 )
-from blazar.presets import PRESETS, preset_changes
+from blazar.config.presets import PRESETS, preset_changes
+from blazar.daemon.client import CliError, find_daemon
 
 __all__ = ["config"]
 

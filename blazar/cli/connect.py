@@ -17,8 +17,8 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, err, load_setup, open_store, out, print_json
-from blazar.client import CliError, ensure_daemon, find_daemon
 from blazar.config import Config, Paths
+from blazar.daemon.client import CliError, ensure_daemon, find_daemon
 
 if TYPE_CHECKING:
     from blazar.connect import ModelChoice, Plan, Tool

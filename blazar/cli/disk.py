@@ -9,8 +9,8 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, listing, open_store, out, print_json, remove_model
-from blazar.client import CliError
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError
 
 
 @app.command

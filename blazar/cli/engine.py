@@ -19,7 +19,7 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, err, listing, load_setup, open_store, out, print_json, time_ago
-from blazar.client import CliError, find_daemon
+from blazar.daemon.client import CliError, find_daemon
 
 __all__ = ["engine"]
 

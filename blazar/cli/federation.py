@@ -16,8 +16,8 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, listing, out, print_json
-from blazar.client import CliError, Daemon, error_message, find_daemon
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError, Daemon, error_message, find_daemon
 
 __all__ = ["peers", "replicate", "route", "warm"]
 

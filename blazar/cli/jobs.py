@@ -16,8 +16,8 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, err, out, print_json, time_ago
-from blazar.client import CliError, Daemon, find_daemon
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError, Daemon, find_daemon
 
 if TYPE_CHECKING:
     import httpx

@@ -16,11 +16,11 @@ import cyclopts
 from cyclopts import Parameter
 from rich.text import Text
 
+from blazar.auth.keys import Key, KeyStore, KeyStoreError, LastKeyError, keys_path, parse_expiry, parse_scopes
 from blazar.cli import app
 from blazar.cli._common import Json, err, listing, out, print_json
-from blazar.client import CliError, find_daemon
 from blazar.config import ConfigError, load_config, resolve_paths
-from blazar.keys import Key, KeyStore, KeyStoreError, LastKeyError, keys_path, parse_expiry, parse_scopes
+from blazar.daemon.client import CliError, find_daemon
 
 __all__ = ["keys"]
 
@@ -183,7 +183,7 @@ def rm(
 
 def _open_after() -> str:
     """What the daemon (as configured) does once no key exists."""
-    from blazar.web.asgi.auth import is_loopback  # only here: `blazar keys` stays light
+    from actors.addresses import is_loopback  # only here: `blazar keys` stays light
 
     try:
         config = load_config(resolve_paths())

@@ -16,8 +16,8 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, listing, open_store, out, print_json, time_ago
-from blazar.client import find_daemon
 from blazar.config import Paths, resolve_paths
+from blazar.daemon.client import find_daemon
 
 __all__ = ["lora"]
 

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import Json, load_setup, out, print_json
-from blazar.client import CliError, find_daemon
+from blazar.daemon.client import CliError, find_daemon
 
 __all__ = ["mcp"]
 

@@ -24,8 +24,8 @@ from blazar.cli._common import (
     remove_model,
     time_ago,
 )
-from blazar.client import CliError
 from blazar.config import Paths, resolve_paths
+from blazar.daemon.client import CliError
 
 if TYPE_CHECKING:
     from registry.store import ModelRecord, Store
@@ -316,7 +316,7 @@ def list_(*, remote: Remote = False, json_: Json = False) -> None:
 
 def _remote_models(paths: Paths) -> list[dict[str, Any]]:
     """Every model of every peer, as the running daemon's fresh poll of them says."""
-    from blazar.client import find_daemon
+    from blazar.daemon.client import find_daemon
 
     daemon = find_daemon(paths)
     if daemon is None:

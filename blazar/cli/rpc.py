@@ -11,7 +11,7 @@ from rich.table import Table
 
 from blazar.cli import app
 from blazar.cli._common import err, load_setup, out
-from blazar.client import CliError
+from blazar.daemon.client import CliError
 
 
 def _bin(n: int | float) -> str:

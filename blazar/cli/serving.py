@@ -15,9 +15,9 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, err, human_size, listing, load_setup, open_store, out, print_json
-from blazar.client import CliError, Daemon, ensure_daemon, find_daemon
 from blazar.config import Paths, resolve_paths
-from blazar.presets import INTENTS
+from blazar.config.presets import INTENTS
+from blazar.daemon.client import CliError, Daemon, ensure_daemon, find_daemon
 
 
 @app.command
@@ -53,7 +53,7 @@ def serve(
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
     import trio
 
-    from blazar.server import BindError, StartRefused, run_server, setup_logging
+    from blazar.daemon.serve import BindError, StartRefused, run_server, setup_logging
 
     paths, config = load_setup()
     config = msgspec.structs.replace(

@@ -14,8 +14,8 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, daemon_or_here, err, human_size, listing, out, print_json, time_ago
-from blazar.client import CliError, Daemon, find_daemon
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError, Daemon, find_daemon
 
 __all__ = ["session"]
 
@@ -108,7 +108,7 @@ def rm(name: str, *, model: str | None = None) -> None:
         )
         resp = daemon.http.request("DELETE", route)
         if resp.status_code >= 400:
-            from blazar.client import error_message
+            from blazar.daemon.client import error_message
 
             raise CliError(error_message(resp))
         removed = resp.json()["removed"]

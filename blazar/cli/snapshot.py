@@ -1,4 +1,4 @@
-"""``blazar snapshot`` and ``blazar restore-snapshot`` (``blazar/snapshot.py`` does the work)."""
+"""``blazar snapshot`` and ``blazar restore-snapshot`` (``blazar/ops/snapshot.py`` does the work)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import err, human_size, open_store, out
-from blazar.client import CliError, find_daemon
 from blazar.config import resolve_paths
+from blazar.daemon.client import CliError, find_daemon
 
 __all__ = ["restore_snapshot", "snapshot"]
 
@@ -26,7 +26,7 @@ def snapshot(
 ) -> None:
     """Write the config, model manifests, keys and the ledger (stored responses, jobs, batches,
     files) to one tar.gz, consistent while the daemon runs. Model weights are not in it."""
-    from blazar.snapshot import SnapshotError, make_snapshot
+    from blazar.ops.snapshot import SnapshotError, make_snapshot
 
     paths = resolve_paths()
     target = out_ or Path(f"blazar-snapshot-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
@@ -56,8 +56,8 @@ def restore_snapshot(
     --force. Models reuse their files when still on disk (hash-checked), else are pulled again."""
     import trio
 
-    from blazar.snapshot import ModelOutcome, SnapshotError
-    from blazar.snapshot import restore_snapshot as do_restore
+    from blazar.ops.snapshot import ModelOutcome, SnapshotError
+    from blazar.ops.snapshot import restore_snapshot as do_restore
     from registry.catalog import Catalog
     from registry.pull import pull as do_pull
 

@@ -15,7 +15,7 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import err, load_setup, open_store
-from blazar.client import CliError, Daemon, ensure_daemon
+from blazar.daemon.client import CliError, Daemon, ensure_daemon
 
 Transcript = Literal["text", "json", "srt", "vtt", "verbose_json"]
 Audio = Literal["wav", "pcm", "mp3", "opus", "aac", "flac"]

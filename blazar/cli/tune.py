@@ -17,7 +17,7 @@ from rich.table import Table
 from blazar.cli import app
 from blazar.cli._common import Json, load_setup, out, print_json
 from blazar.cli.certify import _wait, _when
-from blazar.client import CliError, ensure_daemon
+from blazar.daemon.client import CliError, ensure_daemon
 
 __all__ = ["tune"]
 

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from blazar.cli import app
 from blazar.cli._common import Json, human_size, out, print_json
-from blazar.client import CliError, Daemon
+from blazar.daemon.client import CliError, Daemon
 
 __all__ = ["render", "sparkline"]
 
@@ -44,7 +44,7 @@ def watch(
 
     With --once: one snapshot, printed (with --json: as JSON, for scripts)."""
     from blazar.cli._common import load_setup
-    from blazar.client import find_daemon
+    from blazar.daemon.client import find_daemon
 
     paths, _ = load_setup()
     daemon = find_daemon(paths)

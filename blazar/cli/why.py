@@ -8,7 +8,7 @@ from cyclopts import Parameter
 
 from blazar.cli import app
 from blazar.cli._common import Json, out, print_json
-from blazar.client import CliError
+from blazar.daemon.client import CliError
 
 
 @app.command

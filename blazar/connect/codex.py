@@ -11,9 +11,9 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from blazar.config.toml_edit import put
 from blazar.connect import _probes
 from blazar.connect._plan import ConnectError, Context, Plan, Tool
-from blazar.toml_edit import put
 
 __all__ = ["TOOL", "plan", "settings_path"]
 
@@ -32,7 +32,7 @@ def plan(ctx: Context, text: str | None) -> Plan:
         doc = tomlkit.parse(text or "")
     except TOMLKitError as exc:
         raise ConnectError(f"{path} is not valid TOML ({exc}): fix it, then run connect again") from None
-    # Values written in blazar's style, new keys after the user's last one (blazar.toml_edit).
+    # Values written in blazar's style, new keys after the user's last one (blazar.config.toml_edit).
     put(doc, "model", ctx.model)
     put(doc, "model_provider", PROVIDER)
     put(doc, "web_search", "disabled")

@@ -20,7 +20,7 @@ from blazar.errors import BlazarError
 from blazar.serve.cards import Card
 
 if TYPE_CHECKING:
-    from blazar.keys import Key
+    from blazar.auth.keys import Key
 
 __all__ = ["ACT_AS", "APPROVE_HEADER", "Ask", "Cleanup", "Relayed", "check_scope"]
 

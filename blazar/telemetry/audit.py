@@ -10,7 +10,7 @@ A line: ``time`` (UTC, ISO 8601), ``trace_id``, ``key`` (the API key's *name*),
 ``method``, ``route``, ``model``, ``status``, ``code`` (the ``blazar_code`` of an
 error), ``prompt_tokens``, ``completion_tokens``, ``duration_ms``, ``ttft_ms``,
 ``error`` (scrubbed). With ``audit_prompts`` on, also ``prompt`` and ``answer``:
-the text of the request and of the reply, scrubbed (``blazar.scrub``) and cut
+the text of the request and of the reply, scrubbed (``blazar.telemetry.scrub``) and cut
 at ``TEXT_MAX`` characters. Keys, bearer tokens and client addresses are never
 written.
 """
@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from actors.ledger import RequestRecord
-from blazar.scrub import scrub
+from blazar.telemetry.scrub import scrub
 
 __all__ = ["TEXT_MAX", "AuditLine", "AuditLog", "text_of"]
 

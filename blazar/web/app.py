@@ -16,11 +16,12 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from actors.addresses import is_loopback
 from actors.runtime import Runtime
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.config import Config
-from blazar.daemon_file import write_local_token
+from blazar.daemon.files import write_local_token
 from blazar.dialects import unimplemented
-from blazar.keys import KeyStore, keys_path
 from blazar.serve.cards import Cards
 from blazar.serve.jobs import background, batch_runner
 from blazar.serve.jobs.self_link import SelfLink
@@ -30,7 +31,6 @@ from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import bench_job, model_doctor, speech_jobs, tune_job
 from blazar.web import jobs as web_jobs
 from blazar.web import videos as web_videos
-from blazar.web.asgi.auth import is_loopback
 from blazar.web.asgi.call import Call, Routes, current, current_or_none
 from blazar.web.asgi.gateway import GatewayMiddleware
 from blazar.web.asgi.replies import (

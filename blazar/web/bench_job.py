@@ -41,8 +41,8 @@ from actors.jobs import JobContext, JobOutcome
 from actors.ledger import Write
 from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
-from blazar.error_reply import describe_error
 from blazar.errors import BlazarError
+from blazar.errors.describe import describe_error
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.web.asgi.replies import app_runtime, json_response, query_int, read_body
 from blazar.web.jobs import encode_job

@@ -39,9 +39,9 @@ from actors.certificates import (
 from actors.jobs import JobContext, JobOutcome
 from actors.ledger import Write
 from actors.runtime import Runtime
+from blazar.auth.keys import LOCAL_NAME
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
-from blazar.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.policy.certified import CERTIFYING

@@ -31,8 +31,8 @@ from actors.engines import transcript as tx
 from actors.engines.multipart import Part, boundary_of, encode_form
 from actors.jobs import JobContext, JobOutcome, JobRecord
 from actors.runtime import Runtime
+from blazar.auth.keys import LOCAL_NAME
 from blazar.errors import BlazarError
-from blazar.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
 from blazar.web.asgi.call import Call, Reply
 from blazar.web.asgi.replies import json_reply

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from blazar.keys import KeyStore, keys_path
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.serve.context import ACT_AS
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.gateway import GatewayMiddleware

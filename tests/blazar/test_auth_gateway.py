@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from blazar.keys import KeyStore, keys_path, parse_scopes
+from blazar.auth.keys import KeyStore, keys_path, parse_scopes
 from blazar.web.asgi.ask import _client_key
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.gateway import GatewayMiddleware

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from actors.ledger import RequestRecord
-from blazar.autopilot import Current, recommend
 from blazar.cli.autopilot import write_recommendations
 from blazar.config import resolve_paths
+from blazar.ops.autopilot import Current, recommend
 from tests.tomlkit_versions import Scenario
 
 NOW = Current(slots=2, ctx=1024, keep_alive_s=60.0, training_ctx=8192)

@@ -28,7 +28,7 @@ HEAVY = (
     "numpy",
     "trio",
     "blazar.web",
-    "blazar.server",
+    "blazar.daemon.serve",
     "actors.runtime",
     "actors.planning",
 )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from blazar.auth.keys import KeyStore, digest_of, keys_path, new_secret, valid_secret
 from blazar.cli import main
-from blazar.keys import KeyStore, digest_of, keys_path, new_secret, valid_secret
 from tests.support import home_env
 
 

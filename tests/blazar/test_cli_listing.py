@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rich.text import Text
 
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.cli import main
 from blazar.cli._common import listing, out
-from blazar.keys import KeyStore, keys_path
 from registry.store import ModelRecord, Store
 from tests.support import home_env
 

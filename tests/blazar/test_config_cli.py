@@ -12,7 +12,7 @@ import pytest
 
 from blazar.cli import main
 from blazar.config import load_config, resolve_paths
-from blazar.presets import OWNED, PRESETS
+from blazar.config.presets import OWNED, PRESETS
 from tests.tomlkit_versions import Scenario
 
 COMMENTED = """\
@@ -400,7 +400,7 @@ def test_presets_print_their_keys_and_need_yes_without_a_terminal(
 
 
 def test_presets_use_only_keys_the_schema_has() -> None:
-    from blazar.config_edit import resolve_key
+    from blazar.config.edit import resolve_key
 
     for preset in PRESETS.values():
         for key in preset.keys:
@@ -413,7 +413,7 @@ def test_presets_use_only_keys_the_schema_has() -> None:
 
 
 def test_a_model_key_in_toml_s_quoted_form_names_the_model_itself() -> None:
-    from blazar.config_edit import resolve_key
+    from blazar.config.edit import resolve_key
 
     assert resolve_key('models."smollm2-135m".slots').path == resolve_key("models.smollm2-135m.slots").path
     assert resolve_key("models.'qwen2.5:7b'.ctx").path == ("models", "qwen2.5:7b", "ctx")

@@ -15,8 +15,8 @@ from actors.census import Census, Gpu
 from actors.engine import EngineStatistics
 from actors.jobs import JobRecord
 from actors.lifecycle import ResidentStatistics
+from blazar.auth.keys import FAMILIES, Key
 from blazar.cli.watch import render, sparkline
-from blazar.keys import FAMILIES, Key
 from blazar.telemetry.series import SeriesRing
 from blazar.web.console.api import PING, sse_event, stream
 from blazar.web.console.model import (

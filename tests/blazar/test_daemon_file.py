@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from blazar.config import resolve_paths
-from blazar.daemon_file import read_daemon_info, write_daemon_info
+from blazar.daemon.files import read_daemon_info, write_daemon_info
 
 
 def test_a_file_naming_this_process_is_a_stale_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,7 @@ def test_the_parser_would_refuse_a_broken_example(tmp_path: Path, monkeypatch: p
 def test_the_mcp_example_loads_and_its_key_scopes_parse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from blazar.keys import Key, parse_scopes
+    from blazar.auth.keys import Key, parse_scopes
 
     (example,) = examples("mcp.md", "## Configuration")
     config = _load(example, tmp_path / "m", monkeypatch)

@@ -12,8 +12,8 @@ import registry.errors
 from actors.errors import AdmissionRejected, BlazarRuntimeError, MaxLoadedModels, ModelBusy
 from blazar.cli import _one_line
 from blazar.dialects.neutral import DecodeError
-from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import CATALOG, BlazarError, Dialect
+from blazar.errors.describe import ErrorReply, describe_error
 from blazar.web.asgi.call import Call
 from blazar.web.asgi.replies import exception_reply
 from registry.errors import ModelNotFound, RegistryError

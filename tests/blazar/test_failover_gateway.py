@@ -17,8 +17,8 @@ import trio
 from actors.config import FailoverChain
 from actors.engine import EngineState
 from actors.runtime import Runtime
+from blazar.auth.keys import ADMIN
 from blazar.config import Config
-from blazar.keys import ADMIN
 from blazar.web.asgi.auth import ANY, family_of
 from registry.store import Store
 from tests.instant import MODEL, instant_config, serve_gateway

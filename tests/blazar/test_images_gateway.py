@@ -24,8 +24,8 @@ import openai
 import pytest
 import trio
 
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.dialects.images import Images
-from blazar.keys import KeyStore, keys_path
 from blazar.serve.stores.image_files import ImageFiles, files_of
 from blazar.web.asgi.call import Call
 from blazar.web.routes.openai import images as web_images

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from blazar import limits
-from blazar.keys import (
+from blazar.auth import limits
+from blazar.auth.keys import (
     DEFAULT_FAMILIES,
     Key,
     KeyStore,

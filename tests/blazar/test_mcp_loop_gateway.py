@@ -23,8 +23,8 @@ import pytest
 import trio
 
 from actors.ledger import Flush
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.config import Config
-from blazar.keys import KeyStore, keys_path
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway, sse_events
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from blazar.scrub import ScrubFilter, luhn_ok, scrub
+from blazar.telemetry.scrub import ScrubFilter, luhn_ok, scrub
 
 
 @pytest.mark.parametrize(

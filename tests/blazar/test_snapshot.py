@@ -1,4 +1,4 @@
-"""``blazar/snapshot.py`` on real files: SQLite copies, manifests, refusals (no daemon, no engine)."""
+"""``blazar/ops/snapshot.py`` on real files: SQLite copies, manifests, refusals (no daemon, no engine)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from blazar.auth.keys import KeyStore, keys_path
 from blazar.config import resolve_paths
-from blazar.keys import KeyStore, keys_path
-from blazar.snapshot import SnapshotError, home_in_use, make_snapshot, restore_snapshot
+from blazar.ops.snapshot import SnapshotError, home_in_use, make_snapshot, restore_snapshot
 from registry.store import Store
 from tests.support import MODEL, make_home
 

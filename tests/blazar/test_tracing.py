@@ -115,7 +115,7 @@ def test_a_daemon_configured_to_trace_without_the_extra_refuses_to_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from blazar.config import Config, ConfigError
-    from blazar.server import _open_tracer
+    from blazar.daemon.serve import _open_tracer
 
     # as if the [otel] extra were not installed: importing the exporter fails
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)

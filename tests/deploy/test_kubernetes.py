@@ -24,8 +24,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from blazar.auth.keys import new_secret
 from blazar.config import load_config, resolve_paths
-from blazar.keys import new_secret
 from tests.support import ROOT, free_port, home_env, start_daemon
 
 DEPLOY = ROOT / "deploy" / "kubernetes"

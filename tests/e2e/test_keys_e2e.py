@@ -17,7 +17,7 @@ import ollama
 import openai
 import pytest
 
-from blazar.keys import KeyStore, keys_path
+from blazar.auth.keys import KeyStore, keys_path
 from tests.support import MODEL, DaemonProc, home_env, make_home, start_daemon
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, WebSocketConnection, open_websocket_url
 
-from blazar.keys import KeyStore, keys_path
+from blazar.auth.keys import KeyStore, keys_path
 from tests.support import (
     MODEL,
     DaemonProc,

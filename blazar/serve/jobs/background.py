@@ -27,17 +27,17 @@ from actors.jobs import JobContext, JobOutcome
 from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from actors.scheduling import Tier
+from blazar.auth.keys import LOCAL_NAME, Key
 from blazar.dialects import responses
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, frame
-from blazar.error_reply import describe_error
 from blazar.errors import CATALOG, Dialect
-from blazar.keys import LOCAL_NAME, Key
-from blazar.scrub import scrub
+from blazar.errors.describe import describe_error
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.cards import Card
 from blazar.serve.context import Ask
 from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, row_for, store_of
+from blazar.telemetry.scrub import scrub
 
 __all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
 

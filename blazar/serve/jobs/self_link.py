@@ -12,6 +12,8 @@ import ssl
 
 import httpx
 
+from blazar.auth.trust import pinned_context
+
 __all__ = ["SelfLink"]
 
 
@@ -27,9 +29,7 @@ class SelfLink:
             raise RuntimeError("the daemon does not listen yet: try again once it has started")
         verify: ssl.SSLContext | bool = True
         if self.tls_cert is not None:
-            from blazar.client import _trust
-
-            verify = _trust(self.tls_cert)
+            verify = pinned_context(self.tls_cert)
         return httpx.AsyncClient(
             base_url=self.url,
             headers=self.headers,

@@ -16,9 +16,9 @@ import trio
 
 from actors.ledger import LedgerActor, Write, read_rows
 from actors.runtime import Runtime
+from blazar.auth.keys import ADMIN, Key
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
-from blazar.keys import ADMIN, Key
 
 __all__ = ["CompletionStore", "StoredCompletion", "Viewer", "completions_of", "not_found"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import trio
 
 from actors.scheduling import parse_tier
+from blazar.auth.keys import LOCAL_NAME
 from blazar.errors import BlazarError
-from blazar.keys import LOCAL_NAME
 from blazar.serve.context import APPROVE_HEADER, Ask
 from blazar.serve.policy.certified import CERTIFYING
 from blazar.serve.policy.honesty import STRICT_HEADER, truthy

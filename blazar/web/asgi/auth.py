@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from blazar.keys import ADMIN, FAMILIES, LOCAL_NAME, METRICS, Key
+from blazar.auth.keys import ADMIN, FAMILIES, LOCAL_NAME, METRICS, Key
 from blazar.serve.context import ACT_AS
 from blazar.web.asgi.call import current_or_none
 
@@ -22,7 +22,6 @@ __all__ = [
     "OPEN",
     "WATCHES",
     "family_of",
-    "is_loopback",
     "model_visible",
     "presented_secret",
     "require_model",
@@ -97,7 +96,6 @@ _PREFIXES = (
     # The console page holds no data; the routes it reads are scoped.
     ("/ui", OPEN),
 )
-_LOOPBACK = frozenset({"localhost", "::1", "[::1]"})
 WATCHES = frozenset({"/api/console/events"})
 """Long-lived read streams (an open console tab): charged one request against the key's rpm,
 never a concurrency place, so a tab left open does not use up ``max_concurrent``."""
@@ -114,10 +112,6 @@ def family_of(path: str) -> str:
         ):
             return family
     return ANY
-
-
-def is_loopback(host: str) -> bool:
-    return host in _LOOPBACK or host.startswith("127.")
 
 
 LOCAL_KEY = Key(name=LOCAL_NAME, digest="", hint="", families=FAMILIES, models=("*",), created_at=0.0)

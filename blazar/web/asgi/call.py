@@ -25,7 +25,7 @@ from blazar.serve.context import Ask, check_scope
 from blazar.serve.reply import Reply
 
 if TYPE_CHECKING:
-    from blazar.keys import Key
+    from blazar.auth.keys import Key
 
 __all__ = ["Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
 

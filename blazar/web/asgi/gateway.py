@@ -27,9 +27,9 @@ import trio
 
 from actors.ledger import LedgerActor, RequestRecord
 from blazar.errors import CATALOG, BlazarError, error_body
-from blazar.scrub import scrub
 from blazar.serve.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry, dialect_label
+from blazar.telemetry.scrub import scrub
 from blazar.web.asgi.call import Call, Handler, Reply, Routes
 from blazar.web.asgi.replies import dialect_for, error_reply, exception_reply
 from blazar.web.middleware.auth import Auth

@@ -12,8 +12,8 @@ from quart import Response, current_app, request
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
-from blazar.error_reply import ErrorReply, describe_error
 from blazar.errors import BlazarError, error_body, status_code_for
+from blazar.errors.describe import ErrorReply, describe_error
 from blazar.serve.reply import JSON, LOADING_NS, SSE_CACHE, dialect_for, stream_reply
 from blazar.web.asgi.call import Call, Cleanup, Reply, current
 

@@ -21,7 +21,7 @@ from quart import Response, current_app, request
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
-from blazar.keys import Key
+from blazar.auth.keys import Key
 from blazar.serve.cards import Cards
 from blazar.telemetry.observer import Telemetry
 from blazar.web.asgi.call import current_or_none

@@ -32,8 +32,8 @@ from actors.ledger import read_rows
 from actors.lifecycle import ResidentStatistics
 from actors.runtime import Runtime
 from blazar import __version__
+from blazar.auth.keys import ADMIN, FAMILIES, Key
 from blazar.dialects.ollama_models import model_capabilities
-from blazar.keys import ADMIN, FAMILIES, Key
 from blazar.serve.cards import Card, Cards, CardState
 from blazar.serve.jobs import background, batch_runner
 from blazar.telemetry.observer import Telemetry

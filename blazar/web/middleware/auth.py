@@ -40,9 +40,9 @@ from typing import Any
 
 import trio
 
-from blazar import limits
+from blazar.auth import limits
+from blazar.auth.keys import LOCAL_NAME, Key, KeyStore, digest_of, matches
 from blazar.errors import BlazarError
-from blazar.keys import LOCAL_NAME, Key, KeyStore, digest_of, matches
 from blazar.serve.context import ACT_AS
 from blazar.web.asgi.auth import ANY, LOCAL_KEY, OPEN, WATCHES, family_of, presented_secret
 from blazar.web.asgi.call import Call

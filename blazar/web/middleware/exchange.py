@@ -23,8 +23,8 @@ from typing import Any
 import trio
 
 from actors.ledger import RequestRecord
-from blazar.scrub import scrub
 from blazar.telemetry.observer import dialect_label
+from blazar.telemetry.scrub import scrub
 from blazar.web.asgi.call import Call
 from blazar.web.middleware.cors import expose_header
 

@@ -11,8 +11,8 @@ import msgspec
 from quart import Response, current_app, request
 from quart_trio import QuartTrio
 
+from blazar.auth.keys import ADMIN
 from blazar.errors import BlazarError
-from blazar.keys import ADMIN
 from blazar.serve.cards import Card, Cards, CardState, CardView
 from blazar.web.asgi.call import current
 from blazar.web.asgi.replies import CARDS_KEY, JSON, app_runtime

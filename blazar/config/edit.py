@@ -21,7 +21,7 @@ import tomlkit
 from tomlkit.items import Table
 
 from blazar.config import Config, ConfigError, parse_config
-from blazar.toml_edit import put
+from blazar.config.toml_edit import put
 from registry.files import atomic_write
 
 __all__ = [
@@ -233,7 +233,7 @@ def _table(container: Any, name: str, *, super_table: bool = False) -> Any:
 def set_value(doc: tomlkit.TOMLDocument, key: Key, value: Any) -> None:
     """Write ``value`` at ``key`` in ``doc``, making its tables as needed. The value is written in
     blazar's style (double-quoted strings) in place of the old one, keeping that line's comment;
-    a new key goes after the last key of its table (``blazar.toml_edit`` has the rules)."""
+    a new key goes after the last key of its table (``blazar.config.toml_edit`` has the rules)."""
     container: Any = doc
     for i, part in enumerate(key.path[:-1]):
         container = _table(container, part, super_table=(i == 0 and len(key.path) == 3))

@@ -23,15 +23,15 @@ import trio
 from actors.admission import Draining
 from actors.runtime import open_runtime
 from blazar.config import Config, ConfigError, Paths
-from blazar.daemon_file import remove_daemon_info, remove_local_token, write_daemon_info
-from blazar.scrub import ScrubFilter, scrub
+from blazar.daemon.files import remove_daemon_info, remove_local_token, write_daemon_info
+from blazar.telemetry.scrub import ScrubFilter, scrub
 
 if TYPE_CHECKING:
     from blazar.web.middleware.tracing import RequestTracer
 
 __all__ = ["BindError", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
 
-log = logging.getLogger("blazar.server")
+log = logging.getLogger("blazar.daemon.serve")
 
 
 class BindError(Exception):
@@ -45,8 +45,8 @@ class StartRefused(Exception):
 def open_bind_refusal(config: Config, paths: Paths) -> str | None:
     """Why the daemon must not start as configured, or None: a non-loopback bind with no API
     key lets anyone who reaches the port run, pull and delete models."""
-    from blazar.keys import KeyStore, keys_path
-    from blazar.web.asgi.auth import is_loopback
+    from actors.addresses import is_loopback
+    from blazar.auth.keys import KeyStore, keys_path
 
     if is_loopback(config.host) or config.insecure_open:
         return None

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from blazar.auth.trust import UnreadableCertificate, pinned_context
 from blazar.config import Config, Paths
-from blazar.daemon_file import read_daemon_info, read_local_token
+from blazar.daemon.files import read_daemon_info, read_local_token
 
 if TYPE_CHECKING:
-    import ssl
-
     import httpx
 
 __all__ = ["CliError", "Daemon", "ensure_daemon", "error_message", "find_daemon"]
@@ -39,10 +38,14 @@ class Daemon:
         self.pid = pid
         import httpx  # only once a daemon runs: `blazar list` and `--help` never pay for it
 
+        try:
+            verify = pinned_context(tls_cert)
+        except UnreadableCertificate as exc:
+            raise CliError(str(exc)) from exc
         self.http = httpx.Client(
             base_url=self.url,
             timeout=httpx.Timeout(30.0, read=None),
-            verify=_trust(tls_cert),
+            verify=verify,
             # The daemon's per-boot local token (run/local.token, readable by its owner only):
             # the CLI passes the auth step once API keys exist.
             headers={"authorization": f"Bearer {token}"} if token else None,
@@ -83,31 +86,6 @@ class Daemon:
                     text = (choice.get("delta") or {}).get("content")
                     if text:
                         yield text
-
-
-def _trust(tls_cert: str | None) -> ssl.SSLContext:
-    """What the CLI trusts: exactly the daemon's own certificate (from daemon.json), or nothing.
-
-    A plain-HTTP daemon needs no CAs (httpx's default bundle costs a tenth of a second per
-    client; a verifying context without CAs trusts no TLS peer). A TLS daemon's certificate
-    is pinned: the file's first certificate is trusted as an anchor by itself, so a
-    self-signed one works and a CA-issued leaf needs no chain; its names are not checked,
-    since the CLI calls the address the daemon wrote, which a certificate made for a
-    public name rarely carries."""
-    import ssl
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    if tls_cert is not None:
-        context.check_hostname = False
-        context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
-        try:
-            # The leaf alone: a chain's intermediates as anchors would trust what else they issued.
-            pem = Path(tls_cert).read_text()
-            end = pem.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
-            context.load_verify_locations(cadata=pem[pem.index("-----BEGIN CERTIFICATE-----") : end])
-        except (OSError, ValueError, ssl.SSLError) as exc:
-            raise CliError(f"cannot read the daemon's certificate {tls_cert}: {exc}") from exc
-    return context
 
 
 def error_message(resp: httpx.Response) -> str:
