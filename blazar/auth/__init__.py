@@ -1,6 +1,6 @@
 """Who may call the daemon: the API key store (``keys``), the per-key limits (``limits``), and
 what a client of the daemon trusts of its TLS certificate (``trust``).
 
-Neither is HTTP: the gateway's key step (``blazar.web.middleware.auth``) and the CLI's
+None is HTTP: the gateway's key step (``blazar.web.middleware.auth``) and the CLI's
 ``blazar keys`` both use them.
 """
