@@ -33,10 +33,11 @@ from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask
 from blazar.serve.policy import honesty
 from blazar.serve.relay import crash_error
+from blazar.serve.sdcpp import CANCEL_GRACE_S, POLL_S, exchange, refusal
 from blazar.web.ask import ask_of
 from blazar.web.call import Call, Reply, Routes
 from blazar.web.common import JSON, app_runtime, json_reply, json_response, query_int
-from blazar.web.images import CANCEL_GRACE_S, POLL_S, exchange, form_of, refusal
+from blazar.web.images import form_of
 from registry.kinds import IMAGE_KINDS
 
 __all__ = ["KIND", "register", "register_routes"]
