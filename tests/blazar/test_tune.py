@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from blazar.tune import Facts, dimensions, search, winner_profile
+from blazar.serve.jobs.tune import Facts, dimensions, search, winner_profile
 
 NOW = {
     "slots": 4, "gpu_layers": None, "threads": None, "flash_attn": None, "kv_cache": "f16",
