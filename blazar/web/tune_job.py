@@ -35,9 +35,9 @@ from actors.reload import apply_profile
 from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
+from blazar.serve.jobs.bench import BenchRequest, one_request, run_level
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.jobs.tune import DIMENSIONS, Facts, Values, search, winner_profile
-from blazar.web.bench_job import BenchRequest, one_request, run_level
 from blazar.web.common import app_runtime, json_response, read_body
 from blazar.web.jobs import encode_job
 from registry.store import ModelRecord
