@@ -30,7 +30,7 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
-from blazar.serve.jobs import background, batch_runner, bench
+from blazar.serve.jobs import background, batch_runner, bench, tune
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
@@ -152,7 +152,7 @@ def build_gateway(
     link.headers.update(auth.local_headers())
     model_doctor.register_runner(runtime, link)
     bench.register_runner(runtime, link)
-    tune_job.register_runner(runtime, link)
+    tune.register_runner(runtime, link)
     return gateway
 
 

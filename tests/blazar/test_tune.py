@@ -1,4 +1,4 @@
-"""``blazar tune``'s search (blazar/tune.py): what it tries, in what order, within its budget,
+"""``blazar tune``'s search (blazar/serve/jobs/tune.py): what it tries, in what order, within its budget,
 and which values it keeps; speeds come from a fixed function of the settings so that each
 decision is known in advance."""
 
