@@ -30,7 +30,7 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
-from blazar.serve.jobs import background, batch_runner, bench, tune
+from blazar.serve.jobs import background, batch_runner, bench, doctor, tune
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
@@ -150,7 +150,7 @@ def build_gateway(
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
     link = link_of(gateway.app)
     link.headers.update(auth.local_headers())
-    model_doctor.register_runner(runtime, link)
+    doctor.register_runner(runtime, link)
     bench.register_runner(runtime, link)
     tune.register_runner(runtime, link)
     return gateway
