@@ -30,7 +30,7 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
-from blazar.serve.jobs import background, batch_runner, bench, doctor, tune
+from blazar.serve.jobs import background, batch_runner, bench, doctor, speech, tune
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
@@ -39,7 +39,7 @@ from blazar.telemetry.quantiles import QuantileWindow
 from blazar.web import anthropic as web_anthropic
 from blazar.web import audio as web_audio
 from blazar.web import batches as web_batches
-from blazar.web import bench_job, model_doctor, speech_jobs, tune_job
+from blazar.web import bench_job, model_doctor, tune_job
 from blazar.web import capacity as web_capacity
 from blazar.web import config_routes as web_config
 from blazar.web import console_api as web_console
@@ -146,7 +146,7 @@ def build_gateway(
     background.register_runner(runtime, record=gateway.record_job)  # background responses
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
-    speech_jobs.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
+    speech.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
     link = link_of(gateway.app)
     link.headers.update(auth.local_headers())
