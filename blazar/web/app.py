@@ -30,7 +30,7 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
-from blazar.serve.jobs import background, batch_runner, bench, doctor, speech, tune
+from blazar.serve.jobs import background, batch_runner, bench, doctor, speech, tune, video
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
@@ -147,6 +147,7 @@ def build_gateway(
     # batch items run through the whole gateway, as the same requests over HTTP would
     batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
     speech.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
+    video.register_runner(runtime)
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
     link = link_of(gateway.app)
     link.headers.update(auth.local_headers())
