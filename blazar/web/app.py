@@ -30,7 +30,7 @@ from blazar.dialects import unimplemented
 from blazar.errors import CATALOG, BlazarError
 from blazar.keys import ADMIN, KeyStore, keys_path
 from blazar.serve.cards import Card, Cards, CardState, CardView
-from blazar.serve.jobs import background, batch_runner, bench, doctor, speech, tune, video
+from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.relay import crash_error
 from blazar.telemetry.audit import AuditLog
@@ -143,17 +143,12 @@ def build_gateway(
     )
     if telemetry.audit is not None:
         telemetry.audit.start()
-    background.register_runner(runtime, record=gateway.record_job)  # background responses
-    # batch items run through the whole gateway, as the same requests over HTTP would
-    batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
-    speech.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
-    video.register_runner(runtime)
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
     link = link_of(gateway.app)
     link.headers.update(auth.local_headers())
-    doctor.register_runner(runtime, link)
-    bench.register_runner(runtime, link)
-    tune.register_runner(runtime, link)
+    # batch items and async transcriptions run through the whole gateway, as the same
+    # requests over HTTP would
+    register_all(runtime, app=gateway, headers=auth.local_headers(), link=link, record=gateway.record_job)
     return gateway
 
 

@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from actors.certificates import Receipt, engine_tag, percentile, receipt_statement
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.ledger import Write
 from actors.runtime import Runtime
 from blazar.serve.jobs.self_link import SelfLink
@@ -35,8 +35,8 @@ __all__ = [
     "BenchRequest",
     "active_engine",
     "one_request",
-    "register_runner",
     "run_level",
+    "runner",
     "summarize",
 ]
 
@@ -57,11 +57,13 @@ class BenchRequest(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int = 64
 
 
-def register_runner(runtime: Runtime, link: SelfLink) -> None:
+def runner(runtime: Runtime, link: SelfLink) -> Runner:
+    """Run benchmarks; their requests go to the daemon's own port through ``link``."""
+
     async def run(ctx: JobContext) -> JobOutcome:
         return await _run(runtime, link, ctx)
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 async def active_engine(runtime: Runtime, model: str) -> tuple[str, dict[str, Any]]:

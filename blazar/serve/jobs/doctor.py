@@ -34,7 +34,7 @@ from actors.certificates import (
     engine_tag,
     truncate,
 )
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.ledger import Write
 from actors.runtime import Runtime
 from blazar.keys import LOCAL_NAME
@@ -42,7 +42,7 @@ from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.serve.policy.certified import CERTIFYING
 
-__all__ = ["KIND", "DoctorRequest", "Facts", "facts_of", "register_runner"]
+__all__ = ["KIND", "DoctorRequest", "Facts", "facts_of", "runner"]
 
 KIND = "model-doctor"
 PROBE_TIMEOUT_S = 300.0
@@ -85,11 +85,13 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     template: str
 
 
-def register_runner(runtime: Runtime, link: SelfLink) -> None:
+def runner(runtime: Runtime, link: SelfLink) -> Runner:
+    """Run the doctor; its probes go to the daemon's own port through ``link``."""
+
     async def run(ctx: JobContext) -> JobOutcome:
         return await _run(runtime, link, ctx)
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 async def facts_of(runtime: Runtime, name: str) -> Facts:

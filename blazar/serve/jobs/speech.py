@@ -16,20 +16,20 @@ goes when the job is pruned.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import httpx
 import msgspec
 import trio
 
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.runtime import Runtime
 from blazar.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
+from blazar.serve.jobs.in_process import ASGIApp, asgi_client
 
-__all__ = ["KIND", "UPLOAD", "TranscriptionJob", "job_folder", "register_runner"]
+__all__ = ["KIND", "UPLOAD", "TranscriptionJob", "job_folder", "runner"]
 
 KIND = "transcription"
 UPLOAD = "upload"
@@ -51,19 +51,15 @@ def job_folder(runtime: Runtime, job_id: str) -> Path:
     return runtime.jobs.data_dir / "jobs" / job_id
 
 
-def register_runner(
-    runtime: Runtime, app: Callable[..., Any], *, headers: dict[str, str] | None = None
-) -> None:
+def runner(runtime: Runtime, app: ASGIApp, *, headers: Mapping[str, str] | None = None) -> Runner:
     """Run transcription jobs through ``app``, the daemon's ASGI application; ``headers`` go
     with each (the local token, so that the job may act as the key that made it)."""
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None, headers=headers
-    )
+    client = asgi_client(app, headers)
 
     async def run(ctx: JobContext) -> JobOutcome:
         return await _run(runtime, client, ctx)
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 async def _run(runtime: Runtime, client: httpx.AsyncClient, ctx: JobContext) -> JobOutcome:

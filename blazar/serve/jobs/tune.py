@@ -41,7 +41,7 @@ from actors.config import Profile
 from actors.engine import EngineState
 from actors.engines.spec import LaunchSpec
 from actors.eviction import format_bytes
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.ledger import Write
 from actors.planning import launch_spec_for
 from actors.profiles import TunedProfile, profile_statement
@@ -58,7 +58,7 @@ __all__ = [
     "Trial",
     "TuneRequest",
     "dimensions",
-    "register_runner",
+    "runner",
     "search",
     "winner_profile",
 ]
@@ -270,11 +270,13 @@ class TuneRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Load the model with the profile when the tune ends (else at its next load)."""
 
 
-def register_runner(runtime: Runtime, link: SelfLink) -> None:
+def runner(runtime: Runtime, link: SelfLink) -> Runner:
+    """Run tunes; their trials go to the daemon's own port through ``link``."""
+
     async def run(ctx: JobContext) -> JobOutcome:
         return await _run(runtime, link, ctx)
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 def _values(spec: LaunchSpec) -> Values:

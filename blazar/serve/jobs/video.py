@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 import trio
 
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.runtime import Runtime
 from actors.scheduling import Tier
 from actors.upstream import UpstreamError
@@ -24,7 +24,7 @@ from blazar.serve.reply import JSON
 from blazar.serve.sdcpp import CANCEL_GRACE_S, POLL_S, exchange, refusal
 from registry.kinds import IMAGE_KINDS
 
-__all__ = ["KIND", "Made", "VideoJob", "register_runner"]
+__all__ = ["KIND", "Made", "VideoJob", "runner"]
 
 KIND = "video"
 _DONE = ("completed", "failed", "cancelled")
@@ -48,11 +48,13 @@ class Made(msgspec.Struct, frozen=True, kw_only=True):
     fps: int = 0
 
 
-def register_runner(runtime: Runtime) -> None:
+def runner(runtime: Runtime) -> Runner:
+    """Run video jobs on ``runtime``'s stable-diffusion.cpp engines."""
+
     async def run(ctx: JobContext) -> JobOutcome:
         return await _run(runtime, ctx)
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
