@@ -4,7 +4,7 @@ One ledger row per model: the profile (``actors.config.Profile``), the engine it
 measured on, the workload it was measured with and every trial's figures, so that
 ``blazar tune --show`` can say what was tried. The runtime reads the profiles once at
 start (``RuntimeConfig.profiles``); a new one replaces the old when its tune ends.
-Pure data and SQL: the trials themselves run in the gateway layer (blazar/web/tune_job.py).
+Pure data and SQL: the trials themselves run above the runtime (blazar/serve/jobs/tune.py).
 """
 
 from __future__ import annotations

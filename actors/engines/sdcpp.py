@@ -22,7 +22,7 @@ jobs of its native API, ``POST /sdcpp/v1/img_gen`` (the image as ``init_image``;
 upscale turns on the ``hires`` pass, with upscaler models from ``--hires-upscalers-dir``),
 polled at ``GET /sdcpp/v1/jobs/{id}``. Video models (Wan) take ``POST /sdcpp/v1/vid_gen``,
 the same kind of job, which ``POST /v1/videos`` runs as a durable job of the daemon's
-(``blazar/web/videos.py``).
+(``blazar/serve/jobs/video.py``).
 
 The server checks no API key and generates one image request at a time (the others
 wait inside it). It loads the model before it listens, so its first answer on

@@ -1,7 +1,7 @@
 """``blazar tune``: search the launch settings that run a model fastest here and keep the best.
 
 The search runs as a job in the daemon (started in the background if none runs; see
-``blazar/web/tune_job.py`` and ``blazar/tune.py``); this command waits for it and prints
+``blazar/serve/jobs/tune.py``); this command waits for it and prints
 every trial. ``--show`` prints the stored profile, ``--reset`` drops it.
 """
 

@@ -23,12 +23,12 @@ from blazar.config import Config
 from blazar.daemon.files import write_local_token
 from blazar.dialects import unimplemented
 from blazar.serve.cards import Cards
-from blazar.serve.jobs import background, batch_runner
+from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
-from blazar.web import bench_job, model_doctor, speech_jobs, tune_job
+from blazar.web import bench_job, model_doctor, tune_job
 from blazar.web import jobs as web_jobs
 from blazar.web import videos as web_videos
 from blazar.web.asgi.call import Call, Routes, current, current_or_none
@@ -134,16 +134,12 @@ def build_gateway(
     )
     if telemetry.audit is not None:
         telemetry.audit.start()
-    background.register_runner(runtime, record=gateway.record_job)  # background responses
-    # batch items run through the whole gateway, as the same requests over HTTP would
-    batch_runner.register_runner(runtime, gateway, headers=auth.local_headers())
-    speech_jobs.register_runner(runtime, gateway, headers=auth.local_headers())  # async transcriptions
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
     link = link_of(gateway.app)
     link.headers.update(auth.local_headers())
-    model_doctor.register_runner(runtime, link)
-    bench_job.register_runner(runtime, link)
-    tune_job.register_runner(runtime, link)
+    # batch items and async transcriptions run through the whole gateway, as the same
+    # requests over HTTP would
+    register_all(runtime, app=gateway, headers=auth.local_headers(), link=link, record=gateway.record_job)
     return gateway
 
 

@@ -2,11 +2,9 @@
 
 ``POST /v1/videos`` (and the original product's ``/v1/videos/generations``) checks the
 request (``blazar.dialects.videos``), resolves the model (kind ``image``: a video
-diffusion model such as Wan), and queues a durable job of kind ``video``; it answers at
-once with OpenAI's ``video`` object, ``queued``. The job claims the engine at the low
-admission tier (interactive requests go first), runs sd-server's native video job
-(``POST /sdcpp/v1/vid_gen``, polled at ``GET /sdcpp/v1/jobs/{id}``) and keeps the
-container it answers as the job's result (a large one in a file under the data dir).
+diffusion model such as Wan), and queues a durable job of kind ``video``
+(``blazar/serve/jobs/video.py`` runs it); it answers at once with OpenAI's ``video``
+object, ``queued``.
 
 ``GET /v1/videos/{video_id}`` is the object as the job stands; ``/content`` the video
 once completed; ``GET /v1/videos`` lists them, newest first. A video is a job of the
@@ -23,44 +21,19 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from actors.jobs import JobContext, JobOutcome, JobRecord, read_job, read_jobs
+from actors.jobs import JobRecord, read_job, read_jobs
 from actors.runtime import Runtime
-from actors.scheduling import Tier
-from actors.upstream import UpstreamError
 from blazar.dialects import videos
 from blazar.errors import BlazarError
-from blazar.serve.claim import claim_engine
-from blazar.serve.context import Ask
+from blazar.serve.jobs.video import KIND, Made, VideoJob
 from blazar.serve.policy import honesty
-from blazar.serve.relay import crash_error
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
-from blazar.web.asgi.replies import JSON, app_runtime, json_reply, json_response, query_int
-from blazar.web.routes.openai.images import CANCEL_GRACE_S, POLL_S, exchange, form_of, refusal
+from blazar.web.asgi.replies import app_runtime, json_reply, json_response, query_int
+from blazar.web.routes.openai.images import form_of
 from registry.kinds import IMAGE_KINDS
 
-__all__ = ["KIND", "register", "register_routes"]
-
-KIND = "video"
-_DONE = ("completed", "failed", "cancelled")
-
-
-class _Job(msgspec.Struct, frozen=True, kw_only=True):
-    """What a video job carries: what its object shows, and sd-server's body."""
-
-    model: str
-    prompt: str
-    seconds: str
-    size: str
-    body: msgspec.Raw
-
-
-class _Made(msgspec.Struct, frozen=True, kw_only=True):
-    """The job's progress once done: what its result is."""
-
-    content_type: str = "application/octet-stream"
-    frames: int = 0
-    fps: int = 0
+__all__ = ["register", "register_routes"]
 
 
 def _seconds(req: videos.VideoRequest) -> str:
@@ -72,8 +45,8 @@ def _seconds(req: videos.VideoRequest) -> str:
 
 
 def _object(job: JobRecord) -> dict[str, object]:
-    asked = msgspec.json.decode(job.request, type=_Job)
-    made = msgspec.convert(job.progress, type=_Made) if job.progress else None
+    asked = msgspec.json.decode(job.request, type=VideoJob)
+    made = msgspec.convert(job.progress, type=Made) if job.progress else None
     seconds = asked.seconds
     if not seconds and made is not None and made.fps:
         seconds = f"{max(made.frames - 1, 0) / made.fps:g}"
@@ -90,50 +63,8 @@ def _object(job: JobRecord) -> dict[str, object]:
     )
 
 
-async def _run(runtime: Runtime, ctx: JobContext) -> JobOutcome:
-    job = msgspec.json.decode(ctx.job.request, type=_Job)
-    engine = await runtime.engine_for(job.model, kinds=IMAGE_KINDS)
-    with await claim_engine(runtime, engine, Ask.job(tier=Tier.LOW)) as claim:
-        handle = claim.handle
-        upstream = handle.upstream
-        try:
-            status, content = await exchange(
-                await upstream.request(
-                    "POST", "/sdcpp/v1/vid_gen", body=job.body, headers={"content-type": JSON}
-                )
-            )
-            if status != 202:
-                raise refusal(status, content)
-            job_id, state, result, error = videos.decode_video_job(content)
-            try:
-                while state not in _DONE:
-                    await trio.sleep(POLL_S)
-                    status, content = await exchange(
-                        await upstream.request("GET", f"/sdcpp/v1/jobs/{job_id}")
-                    )
-                    if status != 200:
-                        raise refusal(status, content)
-                    _, state, result, error = videos.decode_video_job(content)
-            finally:
-                if state not in _DONE:  # cancelled, or the daemon stops: take back a job still queued
-                    with trio.move_on_after(CANCEL_GRACE_S, shield=True):
-                        await exchange(await upstream.request("POST", f"/sdcpp/v1/jobs/{job_id}/cancel"))
-        except UpstreamError as exc:
-            raise await crash_error(engine, handle, exc) from exc
-        except ValueError as exc:
-            raise BlazarError("BAD_GATEWAY", str(exc)) from None
-    if state != "completed" or result is None:
-        return JobOutcome(
-            state="failed", error=f"stable-diffusion.cpp's video job {state}: {error or 'no video'}"
-        )
-    await ctx.progress(
-        msgspec.to_builtins(_Made(content_type=result.content_type, frames=result.frames, fps=result.fps))
-    )
-    return JobOutcome(result=result.data)
-
-
 def register_routes(routes: Routes, runtime: Runtime) -> None:
-    """``POST /v1/videos`` (and ``/v1/videos/generations``) and the runner of their jobs."""
+    """``POST /v1/videos`` (and ``/v1/videos/generations``)."""
 
     async def create(call: Call) -> Reply:
         req = videos.decode_video(form_of(call))
@@ -141,7 +72,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         await runtime.engine_for(req.model, kinds=IMAGE_KINDS)  # the kind and the lane, checked now
         size = f"{req.size[0]}x{req.size[1]}" if req.size is not None else ""
-        payload = _Job(
+        payload = VideoJob(
             model=req.model,
             prompt=req.prompt,
             seconds=_seconds(req),
@@ -155,11 +86,6 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     routes.add("/v1/videos", create, shared=True)  # GET /v1/videos lists them (the app's)
     routes.add("/v1/videos/generations", create)
-
-    async def run(ctx: JobContext) -> JobOutcome:
-        return await _run(runtime, ctx)
-
-    runtime.jobs.register(KIND, run)
 
 
 async def _video(video_id: str) -> JobRecord:
@@ -213,7 +139,7 @@ async def video_content(video_id: str) -> Response:
     data = job.result
     if data is None and job.artifact is not None:
         data = await trio.to_thread.run_sync(Path(job.artifact).read_bytes)
-    made = msgspec.convert(job.progress, type=_Made) if job.progress else _Made()
+    made = msgspec.convert(job.progress, type=Made) if job.progress else Made()
     return Response(data or b"", 200, content_type=made.content_type)
 
 

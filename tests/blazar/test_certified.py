@@ -10,8 +10,8 @@ from actors.preflight import CapabilityFailed
 from actors.preflight import check_certificates as check
 from blazar.dialects.neutral import ChatRequest, Message, ResponseFormat, ToolChoice, ToolSpec
 from blazar.errors import CATALOG
+from blazar.serve.jobs.bench import _Sample, summarize
 from blazar.serve.policy.certified import chat_needs
-from blazar.web.bench_job import _Sample, summarize
 
 TOOL = ToolSpec(name="get_weather", parameters={"type": "object"})
 

@@ -1,4 +1,4 @@
-"""``blazar tune``'s search (blazar/tune.py): what it tries, in what order, within its budget,
+"""``blazar tune``'s search (blazar/serve/jobs/tune.py): what it tries, in what order, within its budget,
 and which values it keeps; speeds come from a fixed function of the settings so that each
 decision is known in advance."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from blazar.tune import Facts, dimensions, search, winner_profile
+from blazar.serve.jobs.tune import Facts, dimensions, search, winner_profile
 
 NOW = {
     "slots": 4, "gpu_layers": None, "threads": None, "flash_attn": None, "kv_cache": "f16",

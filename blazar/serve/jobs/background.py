@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import trio
 
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.ledger import RequestRecord
 from actors.runtime import Runtime
 from actors.scheduling import Tier
@@ -39,7 +39,7 @@ from blazar.serve.context import Ask
 from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, row_for, store_of
 from blazar.telemetry.scrub import scrub
 
-__all__ = ["KIND", "Record", "follow", "register_runner", "submit"]
+__all__ = ["KIND", "Record", "follow", "runner", "submit"]
 
 KIND = "response"
 
@@ -99,7 +99,7 @@ async def submit(
     return doc
 
 
-def register_runner(runtime: Runtime, record: Record | None = None) -> None:
+def runner(runtime: Runtime, record: Record | None = None) -> Runner:
     """Run background responses as jobs; ``record`` gets the facts of each run, as a
     ``RequestRecord`` (``method`` ``JOB``, its trace id the response's id)."""
 
@@ -116,7 +116,7 @@ def register_runner(runtime: Runtime, record: Record | None = None) -> None:
             if record is not None and card.model is not None:
                 record(_record_of(card, job.key, started_at))
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 def _record_of(card: Card, key: str | None, started_at: float) -> RequestRecord:

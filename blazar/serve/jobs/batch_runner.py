@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +27,16 @@ import httpx
 import msgspec
 import trio
 
-from actors.jobs import JobContext, JobOutcome
+from actors.jobs import JobContext, JobOutcome, Runner
 from actors.runtime import Runtime
 from blazar.dialects import batches
 from blazar.serve.context import ACT_AS
+from blazar.serve.jobs.in_process import ASGIApp, asgi_client
 from blazar.serve.stores.batches import BatchItem, BatchRow, BatchStore, FileRow, Statement, write_blob
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KIND", "finish", "item_id", "output_file_ids", "register_runner", "store_of"]
+__all__ = ["KIND", "finish", "item_id", "output_file_ids", "runner", "store_of"]
 
 KIND = "batch"
 PROGRESS_EVERY_S = 1.0
@@ -56,20 +57,16 @@ def output_file_ids(batch_id: str) -> tuple[str, str]:
     return f"file-out-{tail}", f"file-err-{tail}"
 
 
-def register_runner(
-    runtime: Runtime, app: Callable[..., Any], *, headers: dict[str, str] | None = None
-) -> None:
+def runner(runtime: Runtime, app: ASGIApp, *, headers: Mapping[str, str] | None = None) -> Runner:
     """Run batch jobs through ``app``, the daemon's ASGI application; ``headers`` go with
     every item (the local token, so that items pass the auth step; with it, each item
     names the key its batch was made with, whose grant and limits it then runs under)."""
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=None, headers=headers
-    )
+    client = asgi_client(app, headers)
 
     async def run(ctx: JobContext) -> JobOutcome:
         return await _Batch(runtime, client, ctx).run()
 
-    runtime.jobs.register(KIND, run)
+    return run
 
 
 class _Batch:

@@ -34,7 +34,7 @@ from quart_trio import QuartTrio
 from actors.engine import EngineActor
 from actors.engines.multipart import FormError, parse_form
 from actors.runtime import Runtime
-from actors.upstream import UpstreamError, UpstreamResponse
+from actors.upstream import UpstreamError
 from blazar.dialects import images
 from blazar.dialects.images import Form, ImageInfo, Images
 from blazar.errors import BlazarError
@@ -42,27 +42,16 @@ from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask
 from blazar.serve.policy import honesty
 from blazar.serve.relay import crash_error
+from blazar.serve.sdcpp import CANCEL_GRACE_S, POLL_S, exchange, refusal
 from blazar.serve.stores.image_files import files_of
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import JSON, app_runtime, error_response
 from registry.kinds import IMAGE_KINDS
 
-__all__ = [
-    "CANCEL_GRACE_S",
-    "FILES_PATH",
-    "POLL_S",
-    "exchange",
-    "form_of",
-    "refusal",
-    "register",
-    "register_routes",
-]
+__all__ = ["FILES_PATH", "form_of", "register", "register_routes"]
 
 FILES_PATH = "/v1/images/files/"
-POLL_S = 0.5
-"""How often a job of sd-server's is polled: images take seconds to minutes."""
-CANCEL_GRACE_S = 5.0
 
 _MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 _T = TypeVar("_T")
@@ -87,23 +76,6 @@ def _checked(runtime: Runtime, call: Call, decode: Callable[[_T], _R], raw: _T) 
 
 async def _engine(runtime: Runtime, model: str) -> EngineActor:
     return await runtime.engine_for(model, kinds=IMAGE_KINDS)
-
-
-def refusal(status: int, body: bytes) -> BlazarError:
-    """sd-server's error (``{"error": "…"}``) as one of ours."""
-    detail = images.engine_error_message(body)
-    if status == 429:
-        return BlazarError("QUEUE_FULL", f"stable-diffusion.cpp's job queue is full ({detail}) — retry later")
-    if status < 500:
-        return BlazarError("BAD_REQUEST", f"stable-diffusion.cpp refused the request: {detail}")
-    return BlazarError("BAD_GATEWAY", f"stable-diffusion.cpp failed ({status}): {detail}")
-
-
-async def exchange(response: UpstreamResponse) -> tuple[int, bytes]:
-    try:
-        return response.status_code, await response.aread()
-    finally:
-        await response.aclose()
 
 
 async def _ask(
