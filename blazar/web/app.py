@@ -28,9 +28,6 @@ from blazar.serve.jobs.self_link import SelfLink
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
-from blazar.web import bench_job, model_doctor, tune_job
-from blazar.web import jobs as web_jobs
-from blazar.web import videos as web_videos
 from blazar.web.asgi.call import Call, Routes, current, current_or_none
 from blazar.web.asgi.gateway import GatewayMiddleware
 from blazar.web.asgi.replies import (
@@ -41,39 +38,13 @@ from blazar.web.asgi.replies import (
     exception_reply,
     response_of,
 )
-from blazar.web.console import api as web_console
-from blazar.web.console import page as web_console_page
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy
 from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
-from blazar.web.routes import federation as web_federation
-from blazar.web.routes import llamacpp as web_utilities
-from blazar.web.routes import native as web_native
-from blazar.web.routes import ollama as web_ollama
-from blazar.web.routes import requests as web_requests
-from blazar.web.routes import vectors as web_vectors
-from blazar.web.routes.admin import capacity as web_capacity
-from blazar.web.routes.admin import config as web_config
-from blazar.web.routes.admin import diagnostics as web_diagnostics
-from blazar.web.routes.admin import engines as web_engines
-from blazar.web.routes.admin import failover as web_failover
-from blazar.web.routes.admin import lifecycle as web_lifecycle
-from blazar.web.routes.admin import mcp as web_mcp
-from blazar.web.routes.admin import pool as web_pool_verbs
-from blazar.web.routes.admin import sessions as web_sessions
-from blazar.web.routes.admin import telemetry as web_telemetry
+from blazar.web.routes import FRAMEWORK_SERVED, GATEWAY_SERVED, federation
 from blazar.web.routes.admin.telemetry import TELEMETRY_KEY
-from blazar.web.routes.anthropic import batches as web_message_batches
-from blazar.web.routes.anthropic import messages as web_anthropic
-from blazar.web.routes.openai import audio as web_audio
-from blazar.web.routes.openai import batches as web_batches
-from blazar.web.routes.openai import chat as web_openai
-from blazar.web.routes.openai import conversations as web_conversations
-from blazar.web.routes.openai import images as web_images
-from blazar.web.routes.openai import realtime as web_realtime
-from blazar.web.routes.openai import responses as web_responses
-from blazar.web.routes.openai import stored as web_stored_completions
+from blazar.web.routes.openai import realtime
 
 __all__ = ["GatewayMiddleware", "build_gateway", "create_app", "link_of", "set_address"]
 
@@ -104,19 +75,9 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
-    for module in (
-        web_openai,
-        web_ollama,
-        web_anthropic,
-        web_responses,
-        web_audio,
-        web_images,
-        web_videos,
-        web_utilities,
-        web_vectors,
-    ):
+    for module in GATEWAY_SERVED:
         module.register_routes(routes, runtime)
-    web_federation.wrap_routes(routes, runtime)  # only with [[remotes]]
+    federation.wrap_routes(routes, runtime)  # only with [[remotes]]
     telemetry = build_telemetry(runtime, config, log_dir)
     cors = CorsPolicy(config.cors_origins)
     auth = open_auth(runtime, config)
@@ -212,42 +173,10 @@ def create_app(
     app.extensions[CARDS_KEY] = cards
     app.extensions[TELEMETRY_KEY] = telemetry
     app.extensions[AUTH_KEY] = auth
-    app.extensions[web_realtime.DEFAULTS_KEY] = web_realtime.Defaults(
+    app.extensions[realtime.DEFAULTS_KEY] = realtime.Defaults(
         transcription_model=config.realtime_transcription_model, voice=config.realtime_voice
     )
-    for module in (
-        web_native,
-        web_engines,
-        web_requests,
-        web_openai,
-        web_anthropic,
-        web_ollama,
-        web_lifecycle,
-        web_config,
-        web_sessions,
-        web_mcp,
-        web_failover,
-        web_federation,
-        web_pool_verbs,
-        web_capacity,
-        web_diagnostics,
-        web_responses,
-        web_stored_completions,
-        web_conversations,
-        web_jobs,
-        web_batches,
-        web_message_batches,
-        web_telemetry,
-        web_console,
-        web_console_page,
-        web_audio,
-        web_images,
-        web_videos,
-        web_realtime,
-        model_doctor,
-        bench_job,
-        tune_job,
-    ):
+    for module in FRAMEWORK_SERVED:
         module.register(app)
     return app
 

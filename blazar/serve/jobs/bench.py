@@ -7,7 +7,7 @@ and inter-token percentiles, the prefill speed (prompt tokens over TTFT, queuein
 at a level above the model's slots) and the decode speed (per stream, and of all streams
 together). Every prompt starts with text of its own, so that no request reuses another's
 prompt cache. The receipt (actors/certificates.py) records the engine version and launch
-settings it ran under. ``POST /api/bench`` submits it (``blazar/web/bench_job.py``).
+settings it ran under. ``POST /api/bench`` submits it (``blazar/web/routes/admin/bench.py``).
 """
 
 from __future__ import annotations

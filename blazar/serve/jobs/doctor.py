@@ -9,7 +9,7 @@ with the request and answer that show it; the certificate (actors/certificates.p
 committed to the ledger with the engine version that answered, and admission trusts it
 from then on (blazar/serve/policy/certified.py). A small model that fails a probe is a
 correct result, not an error: the job completes either way. ``POST /api/model-doctor``
-submits it (``blazar/web/model_doctor.py``).
+submits it (``blazar/web/routes/admin/doctor.py``).
 """
 
 from __future__ import annotations

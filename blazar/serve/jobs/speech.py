@@ -6,7 +6,7 @@ the engine's claim, the ledger record are those of the same request sent over HT
 answer, in the ``response_format`` asked for, is the job's result (``GET
 /v1/jobs/{id}/result``); a cancel through the jobs API cancels that request, which closes
 the engine's connection, and whisper stops at its next segment. ``async=true`` on the
-route submits it (``blazar/web/speech_jobs.py``), with the upload written under the data
+route submits it (``blazar/web/routes/openai/audio_jobs.py``), with the upload written under the data
 dir (``jobs/<id>/upload``).
 
 A job cut by a crash runs again from the start on the next daemon start (a transcription

@@ -8,7 +8,7 @@ bench`` does (the same request and timing code, ``blazar.serve.jobs.bench``). Th
 settings (what differs from the model's settings without a profile) are stored in the
 ledger with every trial's figures and stay applied: the engine runs them from its next
 load, at once with ``apply``. A tune that fails or is cancelled puts the previous profile
-back. ``POST /api/tune`` submits it (``blazar/web/tune_job.py``).
+back. ``POST /api/tune`` submits it (``blazar/web/routes/admin/tune.py``).
 
 The search: which launch settings to try, in what order, and which won. A coordinate
 search from the settings the model runs with now (the baseline): one setting at a time,

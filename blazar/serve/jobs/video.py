@@ -3,7 +3,7 @@
 The job claims the engine at the low admission tier (interactive requests go first), runs
 sd-server's native video job (``POST /sdcpp/v1/vid_gen``, polled at ``GET
 /sdcpp/v1/jobs/{id}``) and keeps the container it answers as the job's result (a large one
-in a file under the data dir). ``POST /v1/videos`` submits it (``blazar/web/videos.py``).
+in a file under the data dir). ``POST /v1/videos`` submits it (``blazar/web/routes/openai/videos.py``).
 """
 
 from __future__ import annotations

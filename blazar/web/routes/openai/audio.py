@@ -24,10 +24,10 @@ from actors.engines.multipart import FormError, Part, parse_form
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
 from blazar.serve.passthrough import relay_call
-from blazar.web import speech_jobs
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import app_runtime, json_response
+from blazar.web.routes.openai import audio_jobs
 
 __all__ = ["register", "register_routes"]
 
@@ -71,8 +71,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             model, form = _form(call)
             call.set_model(model)
             engine = await runtime.engine_for(model, kinds=STT)
-            if speech_jobs.wants_async(form):
-                return await speech_jobs.submit(runtime, call, path, model, form)
+            if audio_jobs.wants_async(form):
+                return await audio_jobs.submit(runtime, call, path, model, form)
             # Audio has no error event: a stream the engine fails midway ends short.
             return await relay_call(
                 runtime, call, ask_of(call), engine, path, content_type=call.headers.get("content-type", "")

@@ -24,7 +24,7 @@ from blazar.errors import BlazarError
 from blazar.serve.jobs.speech import KIND, UPLOAD, TranscriptionJob, job_folder
 from blazar.web.asgi.call import Call, Reply
 from blazar.web.asgi.replies import json_reply
-from blazar.web.jobs import encode_job
+from blazar.web.routes.admin.jobs import encode_job
 from registry.files import atomic_write
 
 __all__ = ["ASYNC", "submit", "wants_async"]

@@ -22,7 +22,7 @@ from blazar.errors import BlazarError
 from blazar.errors.describe import describe_error
 from blazar.serve.jobs.bench import KIND, BenchRequest, active_engine
 from blazar.web.asgi.replies import app_runtime, json_response, query_int, read_body
-from blazar.web.jobs import encode_job
+from blazar.web.routes.admin.jobs import encode_job
 
 __all__ = ["register"]
 

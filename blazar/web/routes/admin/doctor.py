@@ -17,7 +17,7 @@ from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
 from blazar.serve.jobs.doctor import KIND, DoctorRequest, facts_of
 from blazar.web.asgi.replies import app_runtime, json_response, read_body
-from blazar.web.jobs import encode_job
+from blazar.web.routes.admin.jobs import encode_job
 
 __all__ = ["register"]
 
