@@ -1,5 +1,6 @@
 """DESIGN §2 and §10: imports point down only (blazar → actors → registry), dialects are
-sans-io and never reach up into the HTTP layer, and no module grows past 800 lines."""
+sans-io, the service layer (blazar/serve) and everything beside the HTTP layer (telemetry,
+CLI, ops, auth, config, errors) never reach up into it, and no module grows past 800 lines."""
 
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ FORBIDDEN = {
         "blazar.cli",
         "blazar.daemon",
     },
+    # Below the HTTP layer, or beside it: they never reach into it.
+    "blazar/telemetry": {"blazar.web"},
+    "blazar/cli": {"blazar.web"},
+    "blazar/ops": {"blazar.web", "blazar.serve"},
+    "blazar/auth": {"blazar.web", "blazar.serve", "blazar.cli"},
+    "blazar/config": {"blazar.web", "blazar.serve", "blazar.cli"},
+    "blazar/errors": {"blazar.web", "blazar.serve", "blazar.cli", "blazar.daemon"},
     "blazar/dialects": {
         "trio",
         "quart",
@@ -156,12 +164,40 @@ def test_oversized_names_each_offender(tmp_path: Path) -> None:
     assert oversized(tmp_path, ("pkg",)) == {"pkg/sub/big.py": MAX_LINES + 1}
 
 
+_CONTEXT_NAMES = ("current_or_none", "_CURRENT", "ContextVar")
+
+
+def reads_request_context(source: str) -> bool:
+    """Whether ``source`` names the HTTP layer's request context variable (or makes one)."""
+    return any(name in source for name in _CONTEXT_NAMES)
+
+
 def test_the_service_layer_never_reads_the_request_context_variable() -> None:
     """The service layer takes the request's context as an argument (``serve.context.Ask``):
     the HTTP layer's context variable (``blazar.web.asgi.call``) is not for it, even by name."""
     readers = sorted(
         str(p.relative_to(ROOT))
         for p in (ROOT / "blazar" / "serve").rglob("*.py")
-        if any(name in p.read_text() for name in ("current_or_none", "_CURRENT", "ContextVar"))
+        if reads_request_context(p.read_text())
     )
     assert readers == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from quart import request",
+        "import quart_trio",
+        "from hypercorn.trio import serve",
+        "from blazar.web.asgi.call import current_or_none",
+        "from ..web.routes import ollama",
+    ],
+)
+def test_a_service_module_that_reaches_into_http_is_caught(source: str) -> None:
+    names = imported_modules(source, "blazar.serve.x")
+    assert forbidden_imports(names, FORBIDDEN["blazar/serve"]), names
+
+
+def test_a_service_module_that_reads_the_context_variable_is_caught() -> None:
+    assert reads_request_context("call = current_or_none()\n")
+    assert not reads_request_context("ask = Ask.job()\n")

@@ -2,7 +2,7 @@
 
 No clock, no I/O, no trio: every function takes ``now`` (seconds, any monotonic
 origin), so the accounting is unit-tested with plain numbers. The gateway's auth
-step (``blazar.web.asgi.auth``) owns one ``Usage`` per key and asks ``decide`` before
+step (``blazar.web.middleware.auth``) owns one ``Usage`` per key and asks ``decide`` before
 each request.
 """
 
