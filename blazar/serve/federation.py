@@ -24,7 +24,7 @@ from actors.peer import RELAYED_HEADER, PeerActor
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect, error_body
 from blazar.serve.context import Relayed
-from blazar.serve.reply import SSE_CACHE, Reply, dialect_for
+from blazar.serve.reply import Reply, dialect_for, stream_reply
 
 __all__ = [
     "OPENAI_PATHS",
@@ -212,7 +212,7 @@ async def relay(call: Relayed, targets: list[tuple[PeerActor, str]]) -> Reply:
             return Reply(content, status=response.status_code, content_type=content_type, headers=headers)
         stream = _PeerStream(response, actor, dialect)
         call.on_cleanup(stream.aclose)
-        return Reply(stream, content_type=content_type, headers={**SSE_CACHE, **headers})
+        return stream_reply(stream, content_type=content_type, headers=headers)
     raise BlazarError(
         "PEER_UNAVAILABLE",
         f"no peer could serve the request ({'; '.join(passed)}) — see `blazar peers`; "

@@ -14,7 +14,7 @@ from blazar.dialects.neutral import DecodeError
 from blazar.dialects.ollama_time import parse_duration_s
 from blazar.errors import BlazarError, error_body, status_code_for
 from blazar.errors.describe import ErrorReply, describe_error
-from blazar.serve.reply import JSON, LOADING_NS, SSE_CACHE, dialect_for, stream_reply
+from blazar.serve.reply import JSON, LOADING_NS, dialect_for, stream_reply
 from blazar.web.asgi.call import Call, Cleanup, Reply, current
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "LOADING_NS",
     "NDJSON",
     "RUNTIME_KEY",
-    "SSE_CACHE",
     "Cleanup",
     "app_runtime",
     "dialect_for",
@@ -104,10 +103,11 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | None = None) -> Response:
-    """A streamed response that no framework timeout may cut, never cached nor buffered by a
-    proxy (the same headers as ``stream_reply``: without X-Accel-Buffering, a buffering proxy
-    held back the events of a job's or a background response's stream)."""
-    resp = Response(body, 200, headers={**SSE_CACHE, **(headers or {}), "Content-Type": content_type})
+    """``stream_reply`` as the framework's response, which no framework timeout may cut: one
+    helper decides a stream's headers (without X-Accel-Buffering, a buffering proxy held back
+    the events of a job's or a background response's stream)."""
+    reply = stream_reply(body, content_type=content_type, headers=headers)
+    resp = Response(body, reply.status, headers={**(reply.headers or {}), "Content-Type": content_type})
     resp.timeout = None
     return resp
 

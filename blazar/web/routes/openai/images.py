@@ -27,22 +27,17 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-import trio
 from quart import Response
 from quart_trio import QuartTrio
 
 from actors.engine import EngineActor
 from actors.engines.multipart import FormError, parse_form
 from actors.runtime import Runtime
-from actors.upstream import UpstreamError
 from blazar.dialects import images
 from blazar.dialects.images import Form, ImageInfo, Images
 from blazar.errors import BlazarError
-from blazar.serve.claim import claim_engine
-from blazar.serve.context import Ask
+from blazar.serve import sdcpp
 from blazar.serve.policy import honesty
-from blazar.serve.relay import crash_error
-from blazar.serve.sdcpp import CANCEL_GRACE_S, POLL_S, exchange, refusal
 from blazar.serve.stores.image_files import files_of
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
@@ -76,63 +71,6 @@ def _checked(runtime: Runtime, call: Call, decode: Callable[[_T], _R], raw: _T) 
 
 async def _engine(runtime: Runtime, model: str) -> EngineActor:
     return await runtime.engine_for(model, kinds=IMAGE_KINDS)
-
-
-async def _ask(
-    runtime: Runtime, engine: EngineActor, ask: Ask, path: str, body: bytes, content_type: str
-) -> Images:
-    """One synchronous request to sd-server (its OpenAI routes), under a claim."""
-    with await claim_engine(runtime, engine, ask) as claim:
-        handle = claim.handle
-        try:
-            status, content = await exchange(
-                await handle.upstream.request("POST", path, body=body, headers={"content-type": content_type})
-            )
-        except UpstreamError as exc:
-            raise await crash_error(engine, handle, exc) from exc
-    if status != 200:
-        raise refusal(status, content)
-    try:
-        return images.decode_images(content)
-    except ValueError as exc:
-        raise BlazarError("BAD_GATEWAY", str(exc)) from None
-
-
-async def _run_job(runtime: Runtime, engine: EngineActor, ask: Ask, body: bytes) -> Images:
-    """A job of sd-server's native API, submitted and polled under one claim."""
-    with await claim_engine(runtime, engine, ask) as claim:
-        handle = claim.handle
-        upstream = handle.upstream
-        try:
-            status, content = await exchange(
-                await upstream.request("POST", "/sdcpp/v1/img_gen", body=body, headers={"content-type": JSON})
-            )
-            if status != 202:
-                raise refusal(status, content)
-            job = images.decode_job(content)
-            try:
-                while not job.done:
-                    await trio.sleep(POLL_S)
-                    status, content = await exchange(
-                        await upstream.request("GET", f"/sdcpp/v1/jobs/{job.id}")
-                    )
-                    if status != 200:
-                        raise refusal(status, content)
-                    job = images.decode_job(content)
-            finally:
-                if not job.done:  # the client went away: a job still queued can be taken back
-                    with trio.move_on_after(CANCEL_GRACE_S, shield=True):
-                        await exchange(await upstream.request("POST", f"/sdcpp/v1/jobs/{job.id}/cancel"))
-        except UpstreamError as exc:
-            raise await crash_error(engine, handle, exc) from exc
-        except ValueError as exc:
-            raise BlazarError("BAD_GATEWAY", str(exc)) from None
-    if job.status != "completed":
-        raise BlazarError("BAD_GATEWAY", f"stable-diffusion.cpp's job {job.status}: {job.failure()}")
-    try:
-        return job.images()
-    except ValueError as exc:
-        raise BlazarError("BAD_GATEWAY", str(exc)) from None
 
 
 def _first_info(result: Images) -> ImageInfo | None:
@@ -178,7 +116,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def generations(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_generation, call.body)
         engine = await _engine(runtime, req.model)
-        result = await _ask(
+        result = await sdcpp.generate(
             runtime, engine, ask_of(call), "/v1/images/generations", images.generation_body(req), JSON
         )
         return _answer(
@@ -190,7 +128,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         engine = await _engine(runtime, req.model)
         boundary = uuid.uuid4().hex
         body = images.edit_form(req, boundary)
-        result = await _ask(
+        result = await sdcpp.generate(
             runtime,
             engine,
             ask_of(call),
@@ -205,7 +143,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def variations(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_variation, form_of(call))
         engine = await _engine(runtime, req.model)
-        result = await _run_job(runtime, engine, ask_of(call), images.variation_job(req))
+        result = await sdcpp.run_image_job(runtime, engine, ask_of(call), images.variation_job(req))
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=req.size
         )
@@ -213,7 +151,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def upscale(call: Call) -> Reply:
         req = _checked(runtime, call, images.decode_upscale, form_of(call))
         engine = await _engine(runtime, req.model)
-        result = await _run_job(runtime, engine, ask_of(call), images.upscale_job(req))
+        result = await sdcpp.run_image_job(runtime, engine, ask_of(call), images.upscale_job(req))
         return _answer(
             runtime, call, result, response_format=req.response_format, ignored=req.ignored, asked=None
         )
