@@ -13,6 +13,7 @@ the sender compares digests) and ``POST /admin/models/install``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ from registry.errors import RegistryError
 from registry.replica import Replica, install, replica_of
 
 __all__ = ["register"]
+
+log = logging.getLogger("blazar.web")
 
 
 class _WarmBody(msgspec.Struct, kw_only=True):
@@ -88,7 +91,8 @@ def _lines_of(work: Callable[[Progress], Awaitable[object]], peer: str) -> Async
                     await failed(exc.code, exc.message)  # a registry error: a missing blob here
                 except (httpx.HTTPError, OSError) as exc:
                     await failed("PEER_UNAVAILABLE", f"{type(exc).__name__}: {exc}")
-                except Exception as exc:  # named, never lost
+                except Exception as exc:  # a bug: named in the stream and logged, never lost
+                    log.exception("replicating with peer '%s' failed", peer)
                     await failed(getattr(exc, "code", "INTERNAL"), str(exc))  # the catalog's code for a bug
 
     app: QuartTrio = current_app  # type: ignore[assignment]
