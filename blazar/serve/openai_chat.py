@@ -161,16 +161,7 @@ async def answer_chat(runtime: Runtime, call: Relayed, ask: Ask, req: ChatReques
     if chain is not None:
         return await failover.relay_on_chain(runtime, call, ask, chain, on)
     assert engine is not None
-    return await relay(
-        runtime,
-        call,
-        ask,
-        "/v1/chat/completions",
-        stream=req.stream,
-        engine=engine,
-        size=size,
-        outcome=outcome,
-    )
+    return await on(engine)  # its checks again: pure, and already passed above
 
 
 async def with_mcp(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, servers: list[str]) -> Reply:
