@@ -217,6 +217,7 @@ class OutputBuilder:
                 "type": "response.function_call_arguments.done",
                 "item_id": item["id"],
                 "output_index": index,
+                "name": item["name"],
                 "arguments": item["arguments"],
             },
             {"type": "response.output_item.done", "output_index": index, "item": _copy(item)},

@@ -169,6 +169,22 @@ def test_the_event_stream_parses_and_is_numbered() -> None:
     assert {e.output_index for e in events if e.type == "response.output_text.delta"} == {1}
 
 
+def test_the_arguments_done_event_names_the_function() -> None:
+    """OpenAI's reference requires ``name`` on ``response.function_call_arguments.done``; the
+    SDK's own model lags behind it, so the raw event is read."""
+    final = Delta(finish_reason="tool_calls", usage=Usage(prompt_tokens=1, completion_tokens=1))
+    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    raw = enc.start() + b"".join(enc.feed(d) for d in DELTAS) + enc.finish(final)
+    done = [
+        json.loads(block.split("\n")[1].removeprefix("data: "))
+        for block in raw.decode().split("\n\n")
+        if block.startswith("event: response.function_call_arguments.done")
+    ]
+    assert [(d["name"], d["arguments"], d["item_id"]) for d in done] == [
+        ("f", '{"x": 1}', done[0]["item_id"])
+    ]
+
+
 def test_streamed_and_whole_give_the_same_output() -> None:
     req = decode(input="x")
     usage = Usage(prompt_tokens=3, completion_tokens=4)
