@@ -31,6 +31,7 @@ from blazar.errors import BlazarError, prompt_too_long
 
 __all__ = [
     "OPTION_FIELDS",
+    "SAMPLING_DEFAULTS",
     "EngineError",
     "EngineStream",
     "ProgressFilter",
@@ -48,6 +49,10 @@ __all__ = [
     "parse_response",
     "reminder",
 ]
+
+SAMPLING_DEFAULTS = (0.8, 0.95)
+"""The temperature and top_p llama.cpp's server samples with when a request names neither
+(``common_params_sampling``), for the APIs whose answers must say what was used."""
 
 TOOL_CALL_MAX_TOKENS = 512
 """Output cap for a forced tool call when the caller set none."""

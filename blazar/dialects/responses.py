@@ -41,6 +41,7 @@ __all__ = [
     "encode_response",
     "item_page",
     "new_id",
+    "sampled",
     "split_name",
     "usage_doc",
 ]
@@ -198,6 +199,14 @@ def decode_request(body: bytes) -> ResponsesRequest:
         "previous_response_id": wire.previous_response_id,
         "truncation": wire.truncation or "disabled",
         "user": wire.user,
+        # Required by OpenAI's reference and Open Responses: what ran, or the field's neutral value.
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_logprobs": wire.top_logprobs or 0,
+        "max_tool_calls": wire.max_tool_calls,
+        "service_tier": "default",
+        "safety_identifier": wire.safety_identifier if isinstance(wire.safety_identifier, str) else None,
+        "prompt_cache_key": wire.prompt_cache_key if isinstance(wire.prompt_cache_key, str) else None,
     }
     return ResponsesRequest(
         model=wire.model,
@@ -585,6 +594,17 @@ def encode_response(
     conv = conversation or req.conversation
     doc["conversation"] = {"id": conv} if conv else None
     return doc
+
+
+def sampled(req: ResponsesRequest, temperature: float | None, top_p: float | None) -> ResponsesRequest:
+    """``req`` whose Response echoes the sampling the engine ran with (the model's own defaults,
+    or the engine's) where the request left ``temperature`` or ``top_p`` out."""
+    echo = dict(req.echo)
+    if echo.get("temperature") is None and temperature is not None:
+        echo["temperature"] = temperature
+    if echo.get("top_p") is None and top_p is not None:
+        echo["top_p"] = top_p
+    return msgspec.structs.replace(req, echo=echo)
 
 
 def encode_deleted(response_id: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from blazar.dialects.responses import (
     Status,
     encode_response,
     new_id,
+    sampled,
     split_name,
     usage_doc,
 )
@@ -305,6 +306,10 @@ class StreamEncoder:
         self._builder = OutputBuilder(req.namespaces)
         self._seq = 0
         self.final: dict[str, Any] | None = None
+
+    def ran_with(self, temperature: float | None, top_p: float | None) -> None:
+        """The sampling the engine runs with, for the Response objects not sent yet."""
+        self._req = sampled(self._req, temperature, top_p)
 
     def _frames(self, events: list[Event]) -> bytes:
         out = []

@@ -20,10 +20,12 @@ import trio
 from actors.chain_walk import ChainWalk, failover_code
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle
+from actors.engines.llamacpp import LANE as LLAMACPP
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import engine_usage, lora, thinking, tools
 from blazar.dialects.llamacpp import (
+    SAMPLING_DEFAULTS,
     EngineError,
     EngineStream,
     apply_defaults,
@@ -349,6 +351,16 @@ class EngineCall:
         if limit is not None:
             self.req = msgspec.structs.replace(self.req, max_tokens=limit)
             self.changed.append(f"{param}={limit}")
+
+    def sampling(self) -> tuple[float | None, float | None]:
+        """The temperature and top_p the engine samples with: the request's or the model's own,
+        else the engine's defaults where they are known (llama.cpp's); None where unknown."""
+        temperature, top_p = self.req.temperature, self.req.top_p
+        if self.engine is not None and self.engine.lane.name == LLAMACPP:
+            default_t, default_p = SAMPLING_DEFAULTS
+            temperature = default_t if temperature is None else temperature
+            top_p = default_p if top_p is None else top_p
+        return temperature, top_p
 
     def headers(self) -> dict[str, str]:
         """What the response says about how the request ran."""

@@ -168,6 +168,7 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         else:
             call = engine_call.EngineCall(runtime, chat, Ask.job(tier=Tier.LOW, card=card))
             await call.prepare()
+            encoder.ran_with(*call.sampling())
             stream = await call.stream(encoder)
         try:
             await store.update(row.id, "in_progress", {**row.response, "status": "in_progress"})

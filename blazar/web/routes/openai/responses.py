@@ -117,6 +117,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         response_id, created_at = responses.new_id("resp"), time.time()
         if picked := await translated.answer(runtime, call, ask_of(call), chat):
             tr, answer, said = picked
+            req = responses.sampled(req, *tr.sampling())
             doc = whole_response(
                 req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
             )
@@ -140,6 +141,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
         tr = engine_call.EngineCall(runtime, chat, ask_of(call))
         await tr.prepare()
+        req = responses.sampled(req, *tr.sampling())
         if not req.stream:
             answer = await tr.complete()
             doc = whole_response(
