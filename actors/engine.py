@@ -501,8 +501,11 @@ class EngineActor(Actor[EngineMessage]):
         self._last_exit = (rc, summary)
         tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
         log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
-        message = f"engine for '{self.spec.model}' exited with code {rc}" + (
-            f": {summary}" if summary else ""
+        # What a client is told names the model and what to do; the child's own lines (paths,
+        # log text) stay in the daemon's log and the engine's statistics (admin scope).
+        message = (
+            f"engine for '{self.spec.model}' exited with code {rc} — the next request starts it "
+            "again; `blazar logs` shows why"
         )
         waiters, self._waiters = self._waiters, []
         await self._stop_child(message, state=EngineState.FAILED)
@@ -672,11 +675,16 @@ class EngineActor(Actor[EngineMessage]):
                     await child.exited.wait()
                 if trio.current_time() > slow_after:
                     delay_s = min(delay_s * 1.5, _HEALTH_POLL_MAX_S)
-            summary = child.stderr_tail.summary()
+            log.warning(
+                "%s: engine exited during start (code %s): %s",
+                self.name,
+                child.returncode,
+                child.stderr_tail.summary(),
+            )
             return (
                 "ENGINE_CRASHED",
-                f"engine for '{self.spec.model}' exited during start (code {child.returncode})"
-                + (f": {summary}" if summary else ""),
+                f"engine for '{self.spec.model}' exited during start (code {child.returncode}) — "
+                "`blazar logs` shows why; check the model file (`blazar doctor`) and its settings",
             )
         return (
             "MODEL_LOAD_TIMEOUT",

@@ -8,6 +8,7 @@ upstream response is closed, exactly once, whichever way the request ends.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -37,6 +38,8 @@ __all__ = [
     "renamer_for",
     "send_upstream",
 ]
+
+log = logging.getLogger("blazar.serve")
 
 Background = Callable[[Callable[[], Awaitable[object]]], None]
 """Starts a task that may outlive the request (``Runtime.start_soon``)."""
@@ -115,10 +118,16 @@ async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception)
     except ActorStopped:
         return BlazarError("ENGINE_CRASHED", f"engine for '{handle.model}' stopped during the request")
     if report.crashed:
-        detail = f": {report.stderr_summary}" if report.stderr_summary else ""
+        # The child's last lines (paths, log text) are the operator's: the daemon's log has them.
+        log.warning(
+            "engine for '%s' crashed (exit code %s): %s",
+            handle.model,
+            report.returncode,
+            report.stderr_summary,
+        )
         return BlazarError(
             "ENGINE_CRASHED",
-            f"engine for '{handle.model}' crashed (exit code {report.returncode}){detail}"
+            f"engine for '{handle.model}' crashed (exit code {report.returncode})"
             " — the next request starts it again; see `blazar logs`",
         )
     return BlazarError("BAD_GATEWAY", f"lost the connection to the engine for '{handle.model}': {exc!r}")

@@ -92,7 +92,10 @@ async def test_bad_model_file_fails_with_stderr_then_opens_breaker(tmp_path: Pat
             for _ in range(2):
                 with pytest.raises(EngineCrashed) as info:
                     await engine.ask(EnsureReady())
-                assert "llama.cpp could not start with model" in info.value.message
+                # The child's own words are the operator's (stderr_tail), not the message a
+                # client is sent, which names the model and where to look.
+                assert "llama.cpp could not start with model" in info.value.stderr_tail
+                assert "blazar logs" in info.value.message and str(bogus) not in info.value.message
             assert engine.state is EngineState.FAILED
             with pytest.raises(EngineCircuitOpen):
                 await engine.ask(EnsureReady())
