@@ -45,7 +45,7 @@ from blazar.web.asgi.replies import (
 )
 from registry.disk import copy_model
 from registry.errors import ChecksumMismatch
-from registry.gguf import ModelInfo
+from registry.gguf import ModelInfo, check_complete
 from registry.replica import BlobReceiver
 from registry.store import ModelRecord, ModelSettings, Store, WeightFacts
 
@@ -535,7 +535,16 @@ async def create() -> Response:
         modified_at=now,
         source=f"create:{base.source}",
     )
-    await trio.to_thread.run_sync(store.info, record)  # refuse a blob that is not a GGUF
+    info = await trio.to_thread.run_sync(store.info, record)  # refuse a blob that is not a GGUF
+    if body.files and not body.from_:
+        # A blob cut short makes a model that fails only at its first request: refused now, as
+        # `blazar import` refuses the same file.
+        check_complete(
+            info,
+            record.size,
+            f"blob {ggufs[0]}",
+            advice=f"upload the whole file again with POST /api/blobs/{ggufs[0]}",
+        )
     await trio.to_thread.run_sync(store.write_manifest, record)
     await runtime.forget(record.name)
     lines += [
