@@ -76,5 +76,8 @@ async def run_pull(runtime: Runtime, ctx: JobContext) -> JobOutcome:
     except (RegistryError, BlazarRuntimeError) as exc:  # anything else is a bug: the job says so
         await ctx.event("error", {"code": exc.code, "message": exc.message})
         return JobOutcome(state="failed", error=exc.message)
-    await runtime.forget(record.name)  # the pull's own progress already said "success"
+    # A pull that changed nothing leaves a running engine alone (clients that pull before each
+    # run, as Codex does, keep its warm cache); one that changed the files restarts it once
+    # the requests on it have finished. The pull's own progress already said "success".
+    await runtime.refresh(record)
     return JobOutcome(result=record.name.encode())

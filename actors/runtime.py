@@ -561,6 +561,29 @@ class Runtime:
         assert self._nursery is not None
         self._nursery.start_soon(fn)
 
+    async def refresh(self, record: ModelRecord) -> bool:
+        """``record`` was written to the store again (a pull, a create): its engine, if one
+        runs, restarts with the new files or settings once the requests running on it have
+        finished (they end on the old child, never cut); when what the engine runs did not
+        change, nothing happens. Returns whether a restart was scheduled."""
+        engine = self._engines.get(record.name)
+        if engine is None:
+            return False
+        spec = await trio.to_thread.run_sync(self.launch_spec, record, frozenset({engine.spec.kind}))
+        old = engine.spec
+        same = (old.path, old.projector, old.chat_template, old.system, old.defaults) == (
+            spec.path,
+            spec.projector,
+            spec.chat_template,
+            spec.system,
+            spec.defaults,
+        )
+        if same:
+            return False
+        spec = await trio.to_thread.run_sync(self._with_sessions, spec, record)
+        await engine.ask(Reconfigure(spec=spec))
+        return True
+
     async def forget(self, model: str) -> None:
         """Stop and drop the engine of a model that was removed from the store."""
         engine = self._engines.get(model)
