@@ -184,8 +184,18 @@ def engine_request(
     messages = list(req.messages)
     if tools.emulated(req, native_tools=native_tools):
         schema = _tool_schema(req)
-        messages = tools.render_for_prompt(messages, req.tools, req.tool_choice, wrapped=schema is not None)
-        if schema is not None and llguidance:
+        own_format = req.response_format is not None and req.response_format.kind != "text"
+        prose = (
+            tools.prose_grammar(req.tools, req.tool_choice, response_format=own_format)
+            if llguidance
+            else None
+        )
+        # With a grammar that lets the answer be prose, the model is asked to answer normally.
+        wrapped = schema is not None and prose is None
+        messages = tools.render_for_prompt(messages, req.tools, req.tool_choice, wrapped=wrapped)
+        if prose is not None:
+            body["grammar"] = prose
+        elif schema is not None and llguidance:
             # Our own grammar, because the one llama.cpp derives from a JSON schema lets
             # the model pretty-print: newlines and indents cost tokens before the first
             # argument. llguidance's JSON is compact when whitespace is not flexible.

@@ -41,6 +41,7 @@ __all__ = [
     "forced",
     "parse_output",
     "parse_whole_output",
+    "prose_grammar",
     "render_for_prompt",
 ]
 
@@ -208,6 +209,31 @@ def constraint_schema(
             return None
         return {"anyOf": [*calls, _TEXT_SCHEMA]}
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def prose_grammar(
+    specs: list[ToolSpec], choice: ToolChoice | None, *, response_format: bool = False
+) -> str | None:
+    """For an engine that reads llguidance grammars: the grammar of a free (``auto``) choice,
+    a call in our JSON shape or an answer in the model's own words; None when the choice is
+    not free (``constraint_schema`` then holds). An answer is never wrapped in a JSON string
+    here: a small model writes a quote or a code block as it would without tools, where a
+    JSON string's grammar would end the answer at its first ``"``."""
+    if response_format or not (choice is None or choice.mode == "auto"):
+        return None
+    key = call_key(specs)
+    calls = [_call_schema(t, key) for t in specs]
+    schema = {
+        **(calls[0] if len(calls) == 1 else {"anyOf": calls}),
+        "x-guidance": {"whitespace_flexible": False},
+    }
+    return (
+        "%llguidance {}\n"
+        "start: call | prose\n"
+        f"call: %json {msgspec.json.encode(schema).decode()}\n"
+        "prose: PROSE\n"
+        "PROSE: /[^{\\s][\\s\\S]*/\n"
+    )
 
 
 def _strip_fence(text: str) -> str:

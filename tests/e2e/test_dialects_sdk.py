@@ -231,7 +231,17 @@ def test_claude_code_replay_with_a_system_turn_in_messages(daemon: DaemonProc) -
     assert events[0] == "message_start" and events[-1] == "message_stop" and "error" not in events
 
 
-def test_anthropic_prompt_over_the_context_reads_as_anthropic_says_it(ant: anthropic.Anthropic) -> None:
+def _fresh_engine(daemon: DaemonProc) -> None:
+    """Drop the model's engine, so the next request starts it with its configured context:
+    the module's tests share one daemon, and a test that grew the context (``num_ctx``) is
+    not undone by a pull of the same files any more."""
+    httpx.post(f"{daemon.url}/admin/models/{MODEL}/forget", timeout=30).raise_for_status()
+
+
+def test_anthropic_prompt_over_the_context_reads_as_anthropic_says_it(
+    daemon: DaemonProc, ant: anthropic.Anthropic
+) -> None:
+    _fresh_engine(daemon)
     with pytest.raises(anthropic.BadRequestError) as exc:
         ant.messages.create(
             model=MODEL, max_tokens=4, messages=[{"role": "user", "content": "hello " * 6000}]
@@ -244,6 +254,7 @@ def test_anthropic_prompt_over_the_context_reads_as_anthropic_says_it(ant: anthr
 
 
 def test_openai_prompt_over_the_context_reads_as_openai_says_it(daemon: DaemonProc) -> None:
+    _fresh_engine(daemon)
     client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(
@@ -337,6 +348,7 @@ def test_ollama_blob_digest_is_checked(daemon: DaemonProc) -> None:
 def test_ollama_num_ctx_restarts_the_engine_once_and_only_to_grow(
     daemon: DaemonProc, oll: ollama.Client
 ) -> None:
+    _fresh_engine(daemon)
     oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
     before = daemon.engines()[0]
     oll.generate(model=MODEL, prompt="Hi", options={"num_predict": 2, "num_ctx": 1024})

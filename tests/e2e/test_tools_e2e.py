@@ -145,3 +145,59 @@ def test_ollama_stream_with_tools_reports_real_eval_duration(daemon: DaemonProc)
     # At least 1 ms per generated token on any machine: not the few microseconds of a
     # clock started when the whole call was already there.
     assert final["eval_duration"] > final["eval_count"] * 1_000_000
+
+
+QUOTE = [{"role": "user", "content": 'Repeat this sentence exactly: She said "good morning" to everyone.'}]
+CODE = [{"role": "user", "content": "Write a Python hello world program."}]
+
+
+def _texts(daemon: DaemonProc, messages: list[dict[str, str]], max_tokens: int) -> dict[str, str]:
+    """The answer through each dialect, with tools offered (the model's template has none)."""
+    out: dict[str, str] = {}
+    with httpx.Client(base_url=daemon.url, timeout=120) as http:
+        chat = http.post(
+            "/v1/chat/completions",
+            json={
+                "model": MODEL,
+                "messages": messages,
+                "tools": TOOLS,
+                "temperature": 0,
+                "max_tokens": max_tokens,
+            },
+        ).json()
+        out["openai"] = chat["choices"][0]["message"]["content"] or ""
+        tools = [
+            {"name": t["function"]["name"], "description": t["function"]["description"],
+             "input_schema": t["function"]["parameters"]}
+            for t in TOOLS
+        ]  # fmt: skip
+        msg = http.post(
+            "/v1/messages",
+            headers={"anthropic-version": "2023-06-01"},
+            json={
+                "model": MODEL,
+                "messages": messages,
+                "tools": tools,
+                "temperature": 0,
+                "max_tokens": max_tokens,
+            },
+        ).json()
+        out["anthropic"] = "".join(b.get("text", "") for b in msg["content"])
+        ollama = http.post(
+            "/api/chat",
+            json={
+                "model": MODEL, "messages": messages, "tools": TOOLS, "stream": False,
+                "options": {"temperature": 0, "num_predict": max_tokens},
+            },
+        ).json()  # fmt: skip
+        out["ollama"] = ollama["message"]["content"]
+    return out
+
+
+def test_a_text_answer_with_quotes_or_code_is_not_cut_when_tools_are_offered(daemon: DaemonProc) -> None:
+    """A JSON string's grammar ended the answer at its first ``"`` (``She said ``, finish
+    ``stop``); the answer is prose now, so quotes and code come through whole."""
+    for dialect, text in _texts(daemon, QUOTE, 32).items():
+        assert '"good morning"' in text, (dialect, text)
+    for dialect, text in _texts(daemon, CODE, 96).items():
+        assert "print(" in text and len(text) > 30, (dialect, text)
