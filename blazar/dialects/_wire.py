@@ -16,7 +16,16 @@ import msgspec
 
 from blazar.dialects.neutral import DecodeError
 
-__all__ = ["OutOfRange", "Wording", "convert", "decode_json", "explain", "out_of_range", "plain_wording"]
+__all__ = [
+    "OutOfRange",
+    "Wording",
+    "convert",
+    "decode_json",
+    "explain",
+    "out_of_range",
+    "plain_wording",
+    "refuse_huge_integers",
+]
 
 T = TypeVar("T")
 
@@ -139,11 +148,49 @@ def out_of_range(exc: msgspec.ValidationError, body: bytes, kind: type[Any]) -> 
     )
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+_LONG_DIGITS = re.compile(rb"\d{19,}")
+"""A JSON integer beyond a 64-bit one has at least 19 digits: only a body with such a run is
+walked (a long number inside a string is one too, and passes the walk)."""
+
+
+def _beyond_int64(value: Any, path: str = "") -> str | None:
+    """The path of the first integer in ``value`` that no wire type holds (int64), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return path if not _INT64[0] <= value <= _INT64[1] else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if (found := _beyond_int64(item, f"{path}.{key}" if path else str(key))) is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if (found := _beyond_int64(item, f"{path}[{i}]")) is not None:
+                return found
+    return None
+
+
+def refuse_huge_integers(body: bytes) -> None:
+    """Refuse a body with an integer beyond 64 bits (``BAD_REQUEST`` naming the field), as the
+    APIs' own servers do: every integer of every dialect is at most an int64 on the wire."""
+    if _LONG_DIGITS.search(body) is None:
+        return
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return  # not JSON: the typed decode says so
+    if (path := _beyond_int64(doc)) is not None:
+        raise DecodeError(f"field `{path}` is beyond a 64-bit integer: send a smaller number", param=path)
+
+
 def decode_json(body: bytes, kind: type[T], wording: Wording = plain_wording) -> T:
     """Decode a request body into ``kind``: unknown fields ignored, wrong types refused,
-    numbers outside their declared range refused in the dialect's ``wording``."""
+    numbers outside their declared range refused in the dialect's ``wording``, and any
+    integer beyond 64 bits refused."""
     if not body.strip():
         raise DecodeError("the request body is empty: send a JSON object", code="INVALID_JSON")
+    refuse_huge_integers(body)
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import msgspec
 
 from blazar.dialects import params
+from blazar.dialects._wire import refuse_huge_integers
 from blazar.dialects.neutral import DecodeError
 
 __all__ = [
@@ -305,6 +306,7 @@ class Generation:
 
 def decode_generation(body: bytes) -> Generation:
     try:
+        refuse_huge_integers(body)
         wire = msgspec.json.decode(body, type=_WireGeneration)
     except msgspec.ValidationError as exc:
         at = _AT.search(str(exc))
