@@ -223,7 +223,13 @@ async def cancel_response(response_id: str) -> Response:
             "can be cancelled (close the stream to stop a foreground one)",
         )
     await app_runtime().jobs.cancel(response_id)
-    return json_response((await _stored(response_id)).response)
+    row = await _stored(response_id)
+    if row.response.get("status") == "queued":
+        # It never started, so no runner is there to say it ended: it is cancelled now.
+        doc = {**row.response, "status": "cancelled"}
+        await store_of(app_runtime()).update(row.id, "cancelled", doc)
+        return json_response(doc)
+    return json_response(row.response)
 
 
 def register(app: QuartTrio) -> None:
