@@ -89,6 +89,7 @@ def build_gateway(
         guard=HostGuard(config.allowed_hosts, cors) if HostGuard.applies_to(config.host) else None,
         auth=auth,
         max_body=int(config.max_body_mb * 1024 * 1024),
+        max_head=config.max_header_kb * 1024,
         tracer=tracer,
         telemetry=telemetry,
         cors=cors,

@@ -212,6 +212,26 @@ def test_an_oversized_head_is_refused_with_431(guarded: DaemonProc) -> None:
     assert httpx.get(f"{guarded.url}/health", headers={"x-ok": "a" * 8000}, timeout=30).status_code == 200
 
 
+@pytest.mark.parametrize("piece", [None, 4096], ids=["one write", "4 KiB pieces"])
+def test_a_head_over_the_limit_is_431_however_it_arrives(guarded: DaemonProc, piece: int | None) -> None:
+    """A 20 KiB head against max_header_kb = 16, under one read (64 KiB): hypercorn's parser
+    bounds only an incomplete head, so the gateway measures the whole one itself."""
+    host, port = guarded.url.removeprefix("http://").split(":")
+    head = f"GET /health HTTP/1.1\r\nHost: {host}\r\nx-big: {'a' * 20_000}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        if piece is None:
+            sock.sendall(head)
+        else:
+            for i in range(0, len(head), piece):
+                sock.sendall(head[i : i + piece])
+                time.sleep(0.01)
+        answer = b""
+        while b"HEADERS_TOO_LARGE" not in answer and (chunk := sock.recv(65536)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b"HEADERS_TOO_LARGE" in answer
+
+
 def _close_wait(port: int) -> int:
     """The daemon's sockets on ``port`` whose client has closed but which it has not (CLOSE-WAIT)."""
     count = 0

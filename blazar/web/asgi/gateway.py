@@ -35,6 +35,7 @@ from blazar.web.asgi.replies import dialect_for, error_reply, exception_reply
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy, send_preflight
 from blazar.web.middleware.exchange import Exchange
+from blazar.web.middleware.head_limit import head_refusal
 from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
 
@@ -76,6 +77,7 @@ class GatewayMiddleware:
         guard: HostGuard | None = None,
         auth: Auth | None = None,
         max_body: int = _DEFAULT_MAX_BODY,
+        max_head: int | None = None,
         tracer: RequestTracer | None = None,
         telemetry: Telemetry | None = None,
         cors: CorsPolicy | None = None,
@@ -88,6 +90,8 @@ class GatewayMiddleware:
         self.guard = guard
         self.auth = auth
         self.max_body = max_body
+        self.max_head = max_head
+        """The largest request head in bytes (``max_header_kb``); None: hypercorn's own bound."""
         self.tracer = tracer
         self.cors = cors if cors is not None else CorsPolicy()
         self.in_flight = 0
@@ -123,8 +127,11 @@ class GatewayMiddleware:
         self._arrive()
         try:
             with call:
-                # The host guard, then the key: a page or a rebound name never gets to try one.
-                refusal = self.guard.refusal(call.headers) if self.guard is not None else None
+                # The head's size, the host guard, then the key: a page or a rebound name never
+                # gets to try one.
+                refusal = head_refusal(scope, self.max_head)
+                if refusal is None and self.guard is not None:
+                    refusal = self.guard.refusal(call.headers)
                 if refusal is None and self.auth is not None:
                     refusal = await self.auth.enter(call, exchange.client_gone)
                 await self._answer(call, exchange, refusal, scope, send)

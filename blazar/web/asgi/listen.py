@@ -7,8 +7,10 @@ immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or is clo
 where an answer would first cost a handshake). A new connection that has not sent a whole
 request head within ``header_timeout_s`` is closed; an idle keep-alive one after
 ``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431`` with a
-message. This is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling,
-with ``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py).
+message: here while it is still incomplete, and by the gateway once parsed
+(``web/middleware/head_limit.py``), since the parser bounds only an incomplete head. This
+is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling, with
+``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py).
 """
 
 from __future__ import annotations
