@@ -31,6 +31,8 @@ def env_block(ctx: Context) -> dict[str, str]:
         "ANTHROPIC_DEFAULT_SONNET_MODEL": ctx.model,
         "ANTHROPIC_DEFAULT_OPUS_MODEL": ctx.model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Claude Code's per-prompt attribution block would defeat the engine's prompt cache.
+        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
     }
 
 

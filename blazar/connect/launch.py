@@ -18,6 +18,8 @@ def launch_env(base_url: str, key: str, model: str | None) -> dict[str, str]:
         "ANTHROPIC_BASE_URL": base,
         "ANTHROPIC_AUTH_TOKEN": key,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Claude Code's per-prompt attribution block would defeat the engine's prompt cache.
+        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
         # Ollama clients; litellm's ollama_chat/ route.
         "OLLAMA_HOST": base,
         "OLLAMA_API_BASE": base,

@@ -220,6 +220,11 @@ def _request(wire: _CountBody) -> ChatRequest:
     )
 
 
+ATTRIBUTION_PREFIX = "x-anthropic-billing-header:"
+"""How Claude Code's attribution block starts: a version and a hash that change with every
+prompt, sent as the first system block."""
+
+
 def _system_text(system: str | list[dict[str, Any]], path: str) -> str:
     if isinstance(system, str):
         return system
@@ -230,7 +235,12 @@ def _system_text(system: str | list[dict[str, Any]], path: str) -> str:
             raise DecodeError(
                 f"invalid field `{path}[{j}].type`: {kind!r} is not supported: send text blocks"
             )
-        parts.append(convert(block, _Text, f"{path}[{j}]").text)
+        text = convert(block, _Text, f"{path}[{j}]").text
+        if text.startswith(ATTRIBUTION_PREFIX):
+            # Billing attribution for Anthropic's servers, not words for the model: at the head
+            # of the prompt it changed every prompt's prefix, so no prompt reused the cache.
+            continue
+        parts.append(text)
     return "\n".join(parts)
 
 

@@ -397,3 +397,15 @@ def test_sdk_raises_on_error_event() -> None:
         ) as s,
     ):
         s.get_final_message()
+
+
+def test_claude_codes_attribution_block_is_kept_out_of_the_prompt() -> None:
+    """Claude Code's first system block changes with every prompt (a version and a hash): at
+    the head of the prompt it left no prefix for the engine's cache to reuse."""
+    system = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.3.a1b; cc_entrypoint=cli;"},
+        {"type": "text", "text": "You are Claude Code."},
+    ]
+    body = {"model": "m", "max_tokens": 8, "system": system, "messages": [{"role": "user", "content": "hi"}]}
+    req = anthropic.decode_messages_request(msgspec.json.encode(body))
+    assert req.messages[0].role == "system" and req.messages[0].content == "You are Claude Code."
