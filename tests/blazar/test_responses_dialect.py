@@ -258,3 +258,18 @@ def test_namespace_tools_are_offered_and_answered_in_their_namespace() -> None:
     )
     msgs = responses.chat_request(back, []).messages
     assert msgs[0].tool_calls[0].name == "agents.spawn" and msgs[1].tool_name == "agents.spawn"
+
+
+def test_a_stream_that_fails_midway_sends_openais_error_event() -> None:
+    """OpenAI's ``error`` event, then ``response.failed`` (docs/api.md, OpenAI Responses)."""
+    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    raw = enc.start() + enc.feed(Delta(text="Hel")) + enc.error("ENGINE_CRASHED", "engine for 'm' crashed")
+    events = [
+        EVENT.validate_python(json.loads(block.split("\n")[1].removeprefix("data: ")))
+        for block in raw.decode().split("\n\n")
+        if block
+    ]
+    error, failed = events[-2], events[-1]
+    assert error.type == "error" and error.code == "ENGINE_CRASHED" and error.message.startswith("engine")
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert failed.response.error is not None and failed.response.error.code == "server_error"
