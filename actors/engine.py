@@ -501,8 +501,7 @@ class EngineActor(Actor[EngineMessage]):
         self._last_exit = (rc, summary)
         tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
         log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
-        # What a client is told names the model and what to do; the child's own lines (paths,
-        # log text) stay in the daemon's log and the engine's statistics (admin scope).
+        # A client is told the model and what to do; the child's lines stay in the log (admin).
         message = (
             f"engine for '{self.spec.model}' exited with code {rc} — the next request starts it "
             "again; `blazar logs` shows why"

@@ -221,8 +221,7 @@ def _request(wire: _CountBody) -> ChatRequest:
 
 
 ATTRIBUTION_PREFIX = "x-anthropic-billing-header:"
-"""How Claude Code's attribution block starts: a version and a hash that change with every
-prompt, sent as the first system block."""
+"""How Claude Code's first system block starts: a version and hash that change every prompt."""
 
 
 def _system_text(system: str | list[dict[str, Any]], path: str) -> str:
