@@ -275,7 +275,11 @@ async def _opened(lane: Lane, spec: LaunchSpec, config: EngineConfig) -> AsyncIt
                     probed.version = await trio.to_thread.run_sync(lane.version)
                 except (BlazarRuntimeError, trio.TooSlowError, httpx.HTTPError) as exc:
                     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-                    probed.checks.append(Check(name="start and health", ok=False, detail=message))
+                    # The operator's own check: the child's last words belong in it, where a
+                    # client's error leaves them out.
+                    said = getattr(exc, "stderr_tail", "") or _last_line(engine.statistics().stderr_tail)
+                    detail = f"{message} ({said})" if said else message
+                    probed.checks.append(Check(name="start and health", ok=False, detail=detail))
                     probed.handle = None
                 yield probed
             finally:
@@ -291,3 +295,8 @@ async def probe(lane: Lane, spec: LaunchSpec, config: EngineConfig, *, rounds: i
             await probed.measure()
         await probed.embeddings()
     return probed.report(spec)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
