@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -310,3 +310,17 @@ def start_daemon(
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError("daemon did not start")
+
+
+def offline_stores(monkeypatch: Any, root: Path) -> Path:
+    """Other tools' stores (Ollama, Hugging Face, llama.cpp's cache) under ``root``, and no
+    registry or Hub to reach: a pull finds only what a test puts there. Returns ``root``."""
+    monkeypatch.setenv("HOME", str(root / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
+    monkeypatch.setenv("OLLAMA_MODELS", str(root / "ollama"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf"))
+    monkeypatch.setenv("LLAMA_CACHE", str(root / "llama.cpp"))
+    url = unreachable_url()
+    monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", url)
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    return root

@@ -8,6 +8,7 @@ from an ``OutOfRange`` that names the field, the value sent and the range.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from blazar.dialects.neutral import DecodeError
 __all__ = [
     "OutOfRange",
     "Wording",
+    "beyond_int64",
     "convert",
     "decode_json",
     "explain",
@@ -149,38 +151,50 @@ def out_of_range(exc: msgspec.ValidationError, body: bytes, kind: type[Any]) -> 
 
 
 _INT64 = (-(2**63), 2**63 - 1)
-_LONG_DIGITS = re.compile(rb"\d{19,}")
-"""A JSON integer beyond a 64-bit one has at least 19 digits: only a body with such a run is
-walked (a long number inside a string is one too, and passes the walk)."""
 
 
-def _beyond_int64(value: Any, path: str = "") -> str | None:
-    """The path of the first integer in ``value`` that no wire type holds (int64), or None."""
+def _watched(t: msgspec.inspect.Type) -> str | None:
+    """``int`` when a field of type ``t`` may hold an integer, ``struct`` when a struct that
+    has such fields; None for every other type (text, lists, free JSON)."""
+    if isinstance(t, msgspec.inspect.UnionType):
+        kinds = {_watched(u) for u in t.types} - {None}
+        return "struct" if "struct" in kinds else ("int" if kinds else None)
+    if isinstance(t, msgspec.inspect.IntType):
+        return "int"
+    if isinstance(t, msgspec.inspect.StructType):
+        return "struct" if _fields_of(t.cls) else None
+    return None
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, str], ...]:
+    """The (attribute, wire name) of ``cls``'s fields that can hold an integer, itself or in a
+    struct below it: found once per class, so a request's check reads only those."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return tuple((f.name, f.encode_name) for f in info.fields if _watched(f.type) is not None)
+
+
+def beyond_int64(value: Any, path: str = "") -> str | None:
+    """The wire path of the first integer field of a decoded request (``value``, a struct) that
+    no wire type holds (int64), or None. Only the integer fields of the request's structs are
+    read (free JSON, text and lists are not), so the check costs a few attribute reads."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return path if not _INT64[0] <= value <= _INT64[1] else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if (found := _beyond_int64(item, f"{path}.{key}" if path else str(key))) is not None:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            if (found := _beyond_int64(item, f"{path}[{i}]")) is not None:
+    if isinstance(value, msgspec.Struct):
+        for name, wire in _fields_of(type(value)):
+            found = beyond_int64(getattr(value, name), f"{path}.{wire}" if path else wire)
+            if found is not None:
                 return found
     return None
 
 
-def refuse_huge_integers(body: bytes) -> None:
-    """Refuse a body with an integer beyond 64 bits (``BAD_REQUEST`` naming the field), as the
-    APIs' own servers do: every integer of every dialect is at most an int64 on the wire."""
-    if _LONG_DIGITS.search(body) is None:
-        return
-    try:
-        doc = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return  # not JSON: the typed decode says so
-    if (path := _beyond_int64(doc)) is not None:
+def refuse_huge_integers(decoded: Any) -> None:
+    """Refuse a decoded request with an integer field beyond 64 bits (``BAD_REQUEST`` naming
+    the field), as the APIs' own servers do: their integers are int64 on the wire."""
+    if (path := beyond_int64(decoded)) is not None:
         raise DecodeError(f"field `{path}` is beyond a 64-bit integer: send a smaller number", param=path)
 
 
@@ -190,9 +204,8 @@ def decode_json(body: bytes, kind: type[T], wording: Wording = plain_wording) ->
     integer beyond 64 bits refused."""
     if not body.strip():
         raise DecodeError("the request body is empty: send a JSON object", code="INVALID_JSON")
-    refuse_huge_integers(body)
     try:
-        return msgspec.json.decode(body, type=kind)
+        decoded = msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
         if str(exc).startswith("Expected `object`, got") and "$." not in str(exc):
             raise DecodeError("the request body must be a JSON object") from exc
@@ -202,6 +215,8 @@ def decode_json(body: bytes, kind: type[T], wording: Wording = plain_wording) ->
         raise DecodeError(explain(exc)) from exc
     except msgspec.DecodeError as exc:
         raise DecodeError(f"the request body is not valid JSON: {exc}", code="INVALID_JSON") from exc
+    refuse_huge_integers(decoded)
+    return decoded
 
 
 def convert(obj: Any, kind: type[T], path: str) -> T:

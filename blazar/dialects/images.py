@@ -306,8 +306,8 @@ class Generation:
 
 def decode_generation(body: bytes) -> Generation:
     try:
-        refuse_huge_integers(body)
         wire = msgspec.json.decode(body, type=_WireGeneration)
+        refuse_huge_integers(wire)
     except msgspec.ValidationError as exc:
         at = _AT.search(str(exc))
         raise DecodeError(f"invalid request body: {exc}", param=at.group(1) if at else None) from None

@@ -16,20 +16,14 @@ from actors.engine import EngineState
 from actors.jobs import read_job
 from actors.runtime import Runtime
 from tests.instant import SHIM
-from tests.support import fake_ollama_store, unreachable_url
+from tests.support import fake_ollama_store, offline_stores
 
 NAME = "smollm2:135m"
 
 
 @pytest.fixture
 def ollama_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: Path) -> None:
-    root = tmp_path / "others"
-    for var, sub in (("HOME", "home"), ("XDG_CACHE_HOME", "cache"), ("HF_HUB_CACHE", "hf")):
-        monkeypatch.setenv(var, str(root / sub))
-    monkeypatch.setenv("OLLAMA_MODELS", str(root / "ollama"))
-    monkeypatch.setenv("LLAMA_CACHE", str(root / "llama.cpp"))
-    monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", unreachable_url())
-    monkeypatch.setenv("HF_ENDPOINT", unreachable_url())
+    root = offline_stores(monkeypatch, tmp_path / "others")
     fake_ollama_store(root / "ollama", "smollm2", "135m", model_path)
 
 

@@ -12,22 +12,13 @@ import trio
 from actors import RuntimeConfig, open_runtime
 from actors.jobs import JobEvent, read_job
 from actors.runtime import Runtime
-from tests.support import fake_ollama_store, unreachable_url
+from tests.support import fake_ollama_store, offline_stores
 
 
 @pytest.fixture
 def others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Other tools' stores under the test's folder, and no registry to reach."""
-    root = tmp_path / "others"
-    monkeypatch.setenv("HOME", str(root / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(root / "cache"))
-    monkeypatch.setenv("OLLAMA_MODELS", str(root / "ollama"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf"))
-    monkeypatch.setenv("LLAMA_CACHE", str(root / "llama.cpp"))
-    url = unreachable_url()
-    monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", url)
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    return root
+    return offline_stores(monkeypatch, tmp_path / "others")
 
 
 async def _events(rt: Runtime, job_id: str) -> list[JobEvent]:

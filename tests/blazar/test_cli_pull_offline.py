@@ -11,7 +11,7 @@ from rich.console import Console
 import blazar.cli as cli
 import blazar.cli.models as cli_models
 from registry.store import Store
-from tests.support import fake_hf_cache, fake_ollama_store, unreachable_url
+from tests.support import fake_hf_cache, fake_ollama_store, offline_stores
 
 
 @pytest.fixture
@@ -19,16 +19,8 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A BLAZAR_HOME, other tools' stores under the test's folder, and no network."""
     import huggingface_hub.constants as hf_constants
 
-    others = tmp_path / "others"
-    monkeypatch.setenv("HOME", str(others / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(others / "cache"))
-    monkeypatch.setenv("OLLAMA_MODELS", str(others / "ollama"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(others / "hf"))
-    monkeypatch.setenv("LLAMA_CACHE", str(others / "llama.cpp"))
+    others = offline_stores(monkeypatch, tmp_path / "others")
     monkeypatch.setenv("BLAZAR_HOME", str(tmp_path / "blazar"))
-    url = unreachable_url()
-    monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", url)
-    monkeypatch.setenv("HF_ENDPOINT", url)
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "BLAZAR_CACHE_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
