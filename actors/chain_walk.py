@@ -40,6 +40,7 @@ T = TypeVar("T")
 FAILOVER_CODES = frozenset(
     {
         "ENGINE_CRASHED",
+        "ENGINE_STOPPED",
         "ENGINE_CIRCUIT_OPEN",
         "MODEL_LOAD_TIMEOUT",
         "UNAVAILABLE",

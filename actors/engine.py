@@ -38,7 +38,6 @@ from actors.engines.routing import lane_for
 from actors.engines.spec import LaunchSpec, LoraLoad, SpecLoad
 from actors.errors import (
     ActorStopped,
-    BlazarRuntimeError,
     EngineCircuitOpen,
     EngineCrashed,
     EngineStartTimeout,
@@ -46,7 +45,7 @@ from actors.errors import (
 )
 from actors.mailbox import Envelope
 from actors.process import ChildProcess
-from actors.sessions import bank_slots, restore_bank
+from actors.sessions import bank_on_stop, restore_on_start
 from actors.upstream import UpstreamPool
 
 log = logging.getLogger("blazar.engine")
@@ -61,8 +60,6 @@ _HEALTH_POLL_S = 0.02
 _HEALTH_POLL_FAST_FOR_S = 3.0
 _HEALTH_POLL_MAX_S = 0.25
 _STDERR_TAIL_LINES = 20
-_BANK_S = 3.0
-"""The most a graceful stop waits for the slot bank to be written (or a start to read it)."""
 
 
 def _plain_http() -> ssl.SSLContext:
@@ -213,6 +210,8 @@ class CrashReport(msgspec.Struct, frozen=True, kw_only=True):
     crashed: bool
     returncode: int | None
     stderr_summary: str
+    stopped: str | None = None
+    """Why the daemon itself stopped the child the request was using (not a crash)."""
 
 
 class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
@@ -317,6 +316,8 @@ class EngineActor(Actor[EngineMessage]):
         self._port: int | None = None
         self._started_at: float | None = None
         self._last_exit: tuple[int | None, str] = (None, "")
+        self._stopped_for: tuple[int, str] = (-1, "")
+        """The generation the daemon itself last stopped (unload, reload, shutdown), and why."""
         self._pending_spec: LaunchSpec | None = None
         self._pending_lane: Lane | None = None
         self.version: str | None = None
@@ -713,46 +714,20 @@ class EngineActor(Actor[EngineMessage]):
         return Path(spec.slot_save_path)
 
     async def _restore_bank(self, client: httpx.AsyncClient, served: int | None) -> None:
-        """Read back the slots the last graceful stop saved, at the same per-slot context only."""
-        folder = self._bank_folder()
-        if folder is None:
-            return
-        ctx = served or self.spec.ctx_per_slot
-        assert self.spec.digest is not None
-        with trio.move_on_after(_BANK_S):
-            try:
-                restored = await restore_bank(
-                    client, folder, slots=self.spec.slots, digest=self.spec.digest, ctx_per_slot=ctx
-                )
-            except BlazarRuntimeError as exc:
-                log.warning("%s: the slot bank was not restored: %s", self.name, exc)
-                return
-            self.banked_tokens = restored
-            if restored:
-                log.info("%s: restored %d tokens of prompt cache from the bank", self.name, restored)
+        if (folder := self._bank_folder()) is not None:
+            assert self.spec.digest is not None
+            self.banked_tokens = await restore_on_start(
+                client, folder, who=self.name, slots=self.spec.slots, digest=self.spec.digest,
+                ctx_per_slot=served or self.spec.ctx_per_slot,
+            )  # fmt: skip
 
     async def _save_bank(self, handle: EngineHandle) -> None:
-        """Save the warm slots of a child that stops gracefully (shielded, bounded)."""
-        folder = self._bank_folder()
-        if folder is None or self.in_flight:
-            return
-        assert self.spec.digest is not None
-        with trio.move_on_after(_BANK_S, shield=True):
-            try:
-                banked = await bank_slots(
-                    handle.client,
-                    folder,
-                    slots=self.spec.slots,
-                    model=self.spec.model,
-                    digest=self.spec.digest,
-                    ctx_per_slot=handle.served_ctx or self.spec.ctx_per_slot,
-                )
-            except (BlazarRuntimeError, OSError) as exc:
-                log.warning("%s: the slot bank was not saved: %s", self.name, exc)
-                return
-            if banked:
-                tokens = sum(b.tokens for b in banked)
-                log.info("%s: banked %d slots (%d tokens) of prompt cache", self.name, len(banked), tokens)
+        if (folder := self._bank_folder()) is not None and not self.in_flight:
+            assert self.spec.digest is not None
+            await bank_on_stop(
+                handle.client, folder, who=self.name, slots=self.spec.slots, model=self.spec.model,
+                digest=self.spec.digest, ctx_per_slot=handle.served_ctx or self.spec.ctx_per_slot,
+            )  # fmt: skip
 
     async def _stop_child(self, reason: str, *, state: EngineState = EngineState.STOPPED) -> None:
         child, handle = self._child, self._handle
@@ -762,6 +737,8 @@ class EngineActor(Actor[EngineMessage]):
                 await self._save_bank(handle)
         if child is not None:
             self._last_stderr = self.stderr_tail()
+            if state is EngineState.STOPPED and child.returncode is None:
+                self._stopped_for = (self.generation, reason)
         self._child, self._handle = None, None
         self._answer_spawn_waiters()  # whatever start was in progress is over
         if self.state is EngineState.STARTING:
@@ -786,6 +763,13 @@ class EngineActor(Actor[EngineMessage]):
         self, env: Envelope[EngineMessage], generation: int, child: ChildProcess | None
     ) -> None:
         if child is None or generation != self.generation:
+            if self._stopped_for[0] == generation:
+                env.answer(
+                    CrashReport(
+                        crashed=False, returncode=None, stderr_summary="", stopped=self._stopped_for[1]
+                    )
+                )
+                return
             rc, summary = self._last_exit
             env.answer(CrashReport(crashed=True, returncode=rc, stderr_summary=summary))
             return

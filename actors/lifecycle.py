@@ -76,10 +76,12 @@ class PlanLoad(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class Unload(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Unload ``model`` now (or every idle model when None); ``only_idle`` refuses a busy one."""
+    """Unload ``model`` now (or every idle model when None); ``only_idle`` refuses a busy one,
+    ``when_idle`` unloads a busy one as soon as its work ends (Ollama's ``keep_alive: 0``)."""
 
     model: str | None = None
     only_idle: bool = False
+    when_idle: bool = False
 
 
 class _Stopped(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -218,6 +220,7 @@ class LifecycleActor(Actor[LifecycleMessage]):
         self._last_used: dict[str, float] = {}
         self._reserved: dict[str, float] = {}  # passed before_load, engine not seen starting yet
         self._evicting: set[str] = set()
+        self._unload_when_idle: set[str] = set()  # asked to unload while busy (Ollama's keep_alive 0)
         self._loads: list[_Load] = []
         self._replan_s = math.inf  # when the waiting loads are planned again without a message
         self._stops: dict[int, _Stop] = {}
@@ -251,10 +254,12 @@ class LifecycleActor(Actor[LifecycleMessage]):
         plan: EvictionPlan = await self.mailbox.ask(PlanLoad(model=model, need_bytes=need_bytes))
         return plan.evict
 
-    async def unload(self, model: str, *, only_idle: bool = False) -> bool:
+    async def unload(self, model: str, *, only_idle: bool = False, when_idle: bool = False) -> bool:
         """Stop ``model``'s engine now; True when it was loaded. ``only_idle`` raises
-        ``ModelBusy`` instead of stopping a model with work."""
-        evicted: tuple[str, ...] = await self.mailbox.ask(Unload(model=model, only_idle=only_idle))
+        ``ModelBusy`` instead of stopping a model with work; ``when_idle`` lets that work
+        finish and stops it then, never ending another client's request."""
+        unload = Unload(model=model, only_idle=only_idle, when_idle=when_idle)
+        evicted: tuple[str, ...] = await self.mailbox.ask(unload)
         return bool(evicted)
 
     async def evict_idle(self) -> list[str]:
@@ -344,12 +349,18 @@ class LifecycleActor(Actor[LifecycleMessage]):
                 self._last_used[model] = now
                 self._reserved.pop(model, None)
                 ka = self._default_keep_alive(model) if keep is None else keep
+                if model in self._unload_when_idle:
+                    self._unload_when_idle.discard(model)
+                    ka = 0.0
                 self._timers[model] = arm(now, ka)
             case PlanLoad(model=model, need_bytes=need):
                 # planned in settle, with the rest of the batch already applied
                 self._loads.append(
                     _Load(env=env, model=model, need_bytes=need, deadline_s=now + self.load_wait_s)
                 )
+            case Unload(model=model, when_idle=True) if model and self._busy(model):
+                self._unload_when_idle.add(model)  # its keep-alive is 0 once its work ends
+                env.answer((model,))
             case Unload(model=model, only_idle=only_idle):
                 self._unload(env, model, only_idle)
             case Retune() as retune:

@@ -29,12 +29,13 @@ import httpx
 import msgspec
 import trio
 
-from actors.errors import SessionError
+from actors.errors import BlazarRuntimeError, SessionError
 from registry.files import atomic_write
 
 __all__ = [
     "AUTO_PREFIX",
     "SessionInfo",
+    "bank_on_stop",
     "bank_slots",
     "check_name",
     "find_sessions",
@@ -43,6 +44,7 @@ __all__ = [
     "read_session",
     "remove_session",
     "restore_bank",
+    "restore_on_start",
     "restore_slot",
     "save_slot",
     "save_warmest",
@@ -54,6 +56,8 @@ log = logging.getLogger("blazar.sessions")
 AUTO_PREFIX = "_auto-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SLOT_TIMEOUT_S = 60.0
+_BANK_S = 3.0
+"""The most a graceful stop waits for the slot bank to be written (or a start to read it)."""
 
 
 class SessionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -264,6 +268,49 @@ async def restore_bank(
             continue
         restored += await restore_slot(client, slot=slot, name=name)
     return restored
+
+
+async def bank_on_stop(
+    client: httpx.AsyncClient,
+    directory: Path,
+    *,
+    who: str,
+    slots: int,
+    model: str,
+    digest: str,
+    ctx_per_slot: int,
+) -> None:
+    """An engine's graceful stop: bank its warm slots, shielded and bounded; a failure is logged."""
+    with trio.move_on_after(_BANK_S, shield=True):
+        try:
+            banked = await bank_slots(
+                client, directory, slots=slots, model=model, digest=digest, ctx_per_slot=ctx_per_slot
+            )
+        except (BlazarRuntimeError, OSError) as exc:
+            log.warning("%s: the slot bank was not saved: %s", who, exc)
+            return
+        if banked:
+            tokens = sum(b.tokens for b in banked)
+            log.info("%s: banked %d slots (%d tokens) of prompt cache", who, len(banked), tokens)
+
+
+async def restore_on_start(
+    client: httpx.AsyncClient, directory: Path, *, who: str, slots: int, digest: str, ctx_per_slot: int
+) -> int | None:
+    """An engine's start: read back the bank saved at the same per-slot context, bounded; the
+    tokens restored (None: the bank could not be read)."""
+    with trio.move_on_after(_BANK_S):
+        try:
+            restored = await restore_bank(
+                client, directory, slots=slots, digest=digest, ctx_per_slot=ctx_per_slot
+            )
+        except BlazarRuntimeError as exc:
+            log.warning("%s: the slot bank was not restored: %s", who, exc)
+            return None
+        if restored:
+            log.info("%s: restored %d tokens of prompt cache from the bank", who, restored)
+        return restored
+    return None
 
 
 async def save_warmest(

@@ -57,6 +57,11 @@ CATALOG: dict[str, CodeInfo] = {
         _c("MODEL_TOO_LARGE", 503, "The model cannot fit on this machine even when nothing else is loaded."),
         _c("INSUFFICIENT_MEMORY", 507, "Not enough free memory right now: unload other models."),
         _c("ENGINE_CRASHED", 502, "The engine process failed; the next request starts it again."),
+        _c(
+            "ENGINE_STOPPED",
+            503,
+            "The daemon stopped the engine during the request (unload, reload, shutdown): send it again.",
+        ),
         _c("INTERNAL", 500, "A bug in Blazar: report it with the x-blazar-trace-id."),
         _c("PROMPT_TOO_LONG", 400, "The prompt exceeds the context: shorten it or raise the context."),
         _c("UNAUTHORIZED", 401, "Missing or invalid API key."),

@@ -93,6 +93,8 @@ class CardView(msgspec.Struct, frozen=True, kw_only=True):
     ttft_ms: float | None
     elapsed_ms: float
     reason: str | None
+    code: str | None
+    """The ``blazar_code`` it ended with, when it failed or was ended from outside."""
 
 
 @dataclass
@@ -215,7 +217,13 @@ class Card:
             ttft_ms=(self.first_byte_s - self.t0) * 1000 if self.first_byte_s is not None else None,
             elapsed_ms=(end - self.t0) * 1000,
             reason=self.reason,
+            code=self._code(),
         )
+
+    def _code(self) -> str | None:
+        if self.ended_by is not None:
+            return self.end_code
+        return self.failed_code
 
     def end_from_outside(self, how: CardState, reason: str) -> bool:
         """Cancel or interrupt; False when the request has already ended."""
@@ -259,15 +267,30 @@ class Cards:
         self.live[trace_id] = card
         return card
 
-    def close(self, card: Card, *, status: int, disconnected: bool) -> None:
+    def close(
+        self,
+        card: Card,
+        *,
+        status: int,
+        disconnected: bool,
+        code: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """The request ended with ``status`` (``code`` and ``error``: its failure, if any);
+        a stream that failed after its ``200`` head (``note_failure``) ends ``failed``."""
         card.ended_s = time.perf_counter()
         card.status = status
+        if status >= 400 and code is not None:
+            card.note_failure(code, error or "")
         if card.ended_by is not None:
             card.state = card.ended_by
         elif disconnected:
             card.state = CardState.DISCONNECTED
+        elif status >= 400 or card.failed_code is not None:
+            card.state = CardState.FAILED
+            card.reason = card.reason or card.failed_reason or None
         else:
-            card.state = CardState.DONE if status < 400 else CardState.FAILED
+            card.state = CardState.DONE
         self.live.pop(card.trace_id, None)
         self.finished.append(card)
 

@@ -116,7 +116,13 @@ async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception)
     try:
         report: CrashReport = await engine.ask(ConfirmCrash(generation=handle.generation))
     except ActorStopped:
-        return BlazarError("ENGINE_CRASHED", f"engine for '{handle.model}' stopped during the request")
+        report = CrashReport(crashed=False, returncode=None, stderr_summary="", stopped="the daemon stopped")
+    if report.stopped is not None:
+        return BlazarError(
+            "ENGINE_STOPPED",
+            f"the engine for '{handle.model}' was stopped while this request ran ({report.stopped})"
+            " — send it again; the next request starts the engine",
+        )
     if report.crashed:
         # The child's last lines (paths, log text) are the operator's: the daemon's log has them.
         log.warning(

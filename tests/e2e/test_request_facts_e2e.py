@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -107,6 +108,73 @@ def test_engine_killed_midway_is_a_failed_request(daemon: DaemonProc) -> None:
         code="ENGINE_CRASHED",
     )
     assert failed == failed_before + 1
+    card = httpx.get(f"{daemon.url}/v1/requests/{trace_id}").json()
+    assert (card["state"], card["status"], card["code"]) == ("failed", 200, "ENGINE_CRASHED"), card
     # the next request starts the engine again
     again = client.responses.create(model=MODEL, input="Hi.", max_output_tokens=2)
     assert again.usage is not None and again.usage.output_tokens > 0
+
+
+def _stream_story(daemon: DaemonProc, on_third: Any) -> tuple[str, list[str]]:
+    """Stream a long chat answer; call ``on_third()`` once three deltas have arrived."""
+    lines: list[str] = []
+    with _client(daemon).chat.completions.with_streaming_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        max_tokens=200,
+        stream=True,
+    ) as raw:
+        trace_id = raw.headers["x-blazar-trace-id"]
+        for line in raw.iter_lines():
+            lines.append(line)
+            if sum('"delta"' in e for e in lines) == 3:
+                on_third()
+    return trace_id, [e for e in lines if e]
+
+
+def test_an_unload_midway_is_a_stop_not_a_crash(daemon: DaemonProc) -> None:
+    """The operator's unload while a stream runs ends it with ENGINE_STOPPED, never a crash;
+    the card says how it ended."""
+    _client(daemon).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=2
+    )
+    unloads: list[httpx.Response] = []
+
+    def unload() -> None:
+        def run() -> None:
+            unloads.append(httpx.post(f"{daemon.url}/admin/models/{MODEL}/unload", timeout=60))
+
+        threading.Thread(target=run).start()
+
+    trace_id, lines = _stream_story(daemon, unload)
+    assert "ENGINE_STOPPED" in lines[-1] and "crash" not in lines[-1], lines[-3:]
+    assert "[DONE]" not in lines[-1]
+    card = httpx.get(f"{daemon.url}/v1/requests/{trace_id}").json()
+    assert (card["state"], card["status"], card["code"]) == ("failed", 200, "ENGINE_STOPPED"), card
+    assert (_row(daemon, trace_id)["blazar_code"]) == "ENGINE_STOPPED"
+    again = _client(daemon).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=2
+    )
+    assert again.usage is not None and again.usage.completion_tokens > 0
+
+
+def test_ollama_keep_alive_zero_waits_for_the_stream_in_flight(daemon: DaemonProc) -> None:
+    """As Ollama: ``keep_alive: 0`` from one client unloads the model once another client's
+    stream has finished, never in the middle of it."""
+    answers: list[httpx.Response] = []
+
+    def unload() -> None:
+        answers.append(httpx.post(f"{daemon.url}/api/generate", json={"model": MODEL, "keep_alive": 0}))
+
+    trace_id, lines = _stream_story(daemon, unload)
+    assert answers[0].status_code == 200 and answers[0].json()["done_reason"] == "unload"
+    assert lines[-1] == "data: [DONE]", lines[-3:]
+    assert httpx.get(f"{daemon.url}/v1/requests/{trace_id}").json()["state"] == "done"
+    deadline = time.monotonic() + 30
+    while _running(daemon) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(daemon)
+
+
+def _running(daemon: DaemonProc) -> list[dict[str, object]]:
+    return [e for e in daemon.engines() if e["state"] not in ("stopped", "failed")]

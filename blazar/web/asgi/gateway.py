@@ -143,7 +143,13 @@ class GatewayMiddleware:
             if card is not None:
                 # a client that hangs up after the whole answer has not disconnected early
                 gone_early = exchange.disconnected and not exchange.done
-                self.cards.close(card, status=exchange.status or 499, disconnected=gone_early)
+                self.cards.close(
+                    card,
+                    status=exchange.status or 499,
+                    disconnected=gone_early,
+                    code=call.code,
+                    error=call.error,
+                )
                 card.key = card.key or call.key
             self._report(exchange, span)
 

@@ -178,7 +178,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         action = ollama.load_action(req)
         if action == "unload":
             await trio.to_thread.run_sync(runtime.store.get, req.model)
-            await runtime.lifecycle.unload(req.model)  # also clears its idle timer
+            # as Ollama: another client's request in flight finishes first
+            await runtime.lifecycle.unload(req.model, when_idle=True)
             body = ollama.encode_load_response(
                 req.model, created_at=_now(), done_reason="unload", dialect=dialect
             )
