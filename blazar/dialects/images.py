@@ -26,9 +26,10 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
+from msgspec import Meta
 
 from blazar.dialects import params
 from blazar.dialects._wire import refuse_huge_integers
@@ -284,7 +285,7 @@ class _WireGeneration(msgspec.Struct, kw_only=True):
     style: str | None = None
     background: str | None = None
     moderation: str | None = None
-    partial_images: int | None = None
+    partial_images: Annotated[int, Meta(ge=0, le=3)] | None = None
     stream: bool | None = None
     user: str | None = None
 

@@ -43,8 +43,8 @@ class _Body(msgspec.Struct, kw_only=True):
     top_n: Annotated[int, Meta(ge=1)] | None = None
     return_documents: bool | None = None
     rank_fields: list[str] | None = None
-    max_chunks_per_doc: int | None = None
-    max_tokens_per_doc: int | None = None
+    max_chunks_per_doc: Annotated[int, Meta(ge=1)] | None = None
+    max_tokens_per_doc: Annotated[int, Meta(ge=1)] | None = None
     user: Any = None
 
 

@@ -110,8 +110,8 @@ class _Body(msgspec.Struct, kw_only=True):
     stream: bool | None = None
     include: list[str] | None = None
     truncation: str | None = None
-    top_logprobs: int | None = None
-    max_tool_calls: int | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    max_tool_calls: Annotated[int, Meta(ge=0)] | None = None
     user: str | None = None
     # Read only to be named when they have no effect (blazar.dialects.params).
     safety_identifier: Any = None

@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import sys
 from array import array
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
 
 __all__ = [
     "FRAME_MS",
@@ -41,9 +43,9 @@ class TurnDetection(msgspec.Struct, frozen=True, kw_only=True):
     """The session's ``turn_detection`` (OpenAI's field names and defaults)."""
 
     type: str = "server_vad"
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
+    threshold: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    prefix_padding_ms: Annotated[int, Meta(ge=0)] = 300
+    silence_duration_ms: Annotated[int, Meta(ge=0)] = 500
     create_response: bool = True
     interrupt_response: bool = True
 
