@@ -99,24 +99,79 @@ def _chat(**extra: Any) -> dict[str, Any]:
 
 BELOW: list[tuple[str, Callable[[bytes], Any], dict[str, Any], str]] = [
     ("openai max_tokens", openai.decode_chat_request, _chat(max_tokens=0), "max_tokens"),
-    ("openai max_completion", openai.decode_chat_request, _chat(max_completion_tokens=-1), "max_completion_tokens"),
+    (
+        "openai max_completion",
+        openai.decode_chat_request,
+        _chat(max_completion_tokens=-1),
+        "max_completion_tokens",
+    ),
     ("openai n", openai.decode_chat_request, _chat(n=0), "n"),
-    ("openai top_logprobs", openai.decode_chat_request, _chat(logprobs=True, top_logprobs=-1), "top_logprobs"),
+    (
+        "openai top_logprobs",
+        openai.decode_chat_request,
+        _chat(logprobs=True, top_logprobs=-1),
+        "top_logprobs",
+    ),
     ("completions n", openai.decode_completion_request, {"model": "m", "prompt": "x", "n": -1}, "n"),
-    ("embeddings dimensions", openai.decode_embeddings_request, {"model": "m", "input": "x", "dimensions": 0}, "dimensions"),
+    (
+        "embeddings dimensions",
+        openai.decode_embeddings_request,
+        {"model": "m", "input": "x", "dimensions": 0},
+        "dimensions",
+    ),
     ("anthropic max_tokens", anthropic.decode_messages_request, _chat(max_tokens=0), "max_tokens"),
     ("anthropic top_k", anthropic.decode_messages_request, _chat(max_tokens=8, top_k=-1), "top_k"),
     ("ollama num_ctx", ollama.decode_chat_request, _chat(options={"num_ctx": 0}), "options.num_ctx"),
-    ("ollama num_predict", ollama.decode_generate_request, {"model": "m", "prompt": "x", "options": {"num_predict": -3}}, "options.num_predict"),
+    (
+        "ollama num_predict",
+        ollama.decode_generate_request,
+        {"model": "m", "prompt": "x", "options": {"num_predict": -3}},
+        "options.num_predict",
+    ),
     ("ollama top_k", ollama.decode_chat_request, _chat(options={"top_k": -1}), "options.top_k"),
-    ("ollama repeat_last_n", ollama.decode_chat_request, _chat(options={"repeat_last_n": -2}), "options.repeat_last_n"),
-    ("responses max_output", responses.decode_request, {"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
-    ("responses top_logprobs", responses.decode_request, {"model": "m", "input": "x", "top_logprobs": -1}, "top_logprobs"),
-    ("responses max_tool_calls", responses.decode_request, {"model": "m", "input": "x", "max_tool_calls": -1}, "max_tool_calls"),
-    ("rerank top_n", rerank.decode_request, {"model": "m", "query": "q", "documents": ["a"], "top_n": 0}, "top_n"),
-    ("rerank max_tokens_per_doc", rerank.decode_request, {"model": "m", "query": "q", "documents": ["a"], "max_tokens_per_doc": 0}, "max_tokens_per_doc"),
-    ("images partial_images", images.decode_generation, {"model": "m", "prompt": "x", "partial_images": -1}, "partial_images"),
-]  # fmt: skip
+    (
+        "ollama repeat_last_n",
+        ollama.decode_chat_request,
+        _chat(options={"repeat_last_n": -2}),
+        "options.repeat_last_n",
+    ),
+    (
+        "responses max_output",
+        responses.decode_request,
+        {"model": "m", "input": "x", "max_output_tokens": 0},
+        "max_output_tokens",
+    ),
+    (
+        "responses top_logprobs",
+        responses.decode_request,
+        {"model": "m", "input": "x", "top_logprobs": -1},
+        "top_logprobs",
+    ),
+    (
+        "responses max_tool_calls",
+        responses.decode_request,
+        {"model": "m", "input": "x", "max_tool_calls": -1},
+        "max_tool_calls",
+    ),
+    (
+        "rerank top_n",
+        rerank.decode_request,
+        {"model": "m", "query": "q", "documents": ["a"], "top_n": 0},
+        "top_n",
+    ),
+    (
+        "rerank max_tokens_per_doc",
+        rerank.decode_request,
+        {"model": "m", "query": "q", "documents": ["a"], "max_tokens_per_doc": 0},
+        "max_tokens_per_doc",
+    ),
+    (
+        "images partial_images",
+        images.decode_generation,
+        {"model": "m", "prompt": "x", "partial_images": -1},
+        "partial_images",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "decode", "body", "field"), BELOW, ids=[c[0] for c in BELOW])
