@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    attribution,
     batch,
     cancel,
     console,
@@ -60,6 +61,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "federation": (federation.TITLE, federation.run),
     "speculation": (speculation.TITLE, speculation.run),
     "sessions": (sessions.TITLE, sessions.run),
+    "attribution": (attribution.TITLE, attribution.run),
 }
 
 
