@@ -43,7 +43,7 @@ def stream_reply(
 _NATIVE_API = (
     "/api/errors",
     "/api/why",
-    "/api/explain/",
+    "/api/explain",
     "/api/quantiles",
     "/api/failover",
     "/api/model-doctor",
@@ -51,6 +51,14 @@ _NATIVE_API = (
     "/api/scorecard/",
     "/api/tune",
     "/api/profiles/",
+    "/api/console/",
+    "/api/capacity",
+    "/api/peers",
+    "/api/route/",
+    "/api/plan/",
+    "/api/coreside",
+    "/api/mcp",
+    "/api/evict",
 )
 """Blazar's own routes under Ollama's ``/api/`` prefix: they answer in the native shape."""
 

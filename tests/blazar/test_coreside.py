@@ -42,7 +42,7 @@ async def test_the_route_counts_a_loaded_model_as_it_runs(instant_home: Path) ->
 
             missing = await gw.client.get("/api/coreside")
             # an /api/ route: the Ollama dialect's error shape
-            assert missing.status_code == 400 and missing.json()["blazar_code"] == "BAD_REQUEST"
+            assert missing.status_code == 400 and missing.json()["error"]["blazar_code"] == "BAD_REQUEST"
             unknown = await gw.client.get("/api/coreside", params={"model": "no-such-model"})
             assert unknown.status_code == 404, unknown.text
-            assert unknown.json()["blazar_code"] == "MODEL_NOT_FOUND"
+            assert unknown.json()["error"]["blazar_code"] == "MODEL_NOT_FOUND"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -14,6 +16,7 @@ from blazar.cli import _one_line
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import CATALOG, BlazarError, Dialect
 from blazar.errors.describe import ErrorReply, describe_error
+from blazar.serve.reply import dialect_for
 from blazar.web.asgi.call import Call
 from blazar.web.asgi.replies import exception_reply
 from registry.errors import ModelNotFound, RegistryError
@@ -102,3 +105,29 @@ def test_a_failure_in_a_task_tree_is_named_not_its_group() -> None:
     assert "ExceptionGroup" not in _one_line(
         ExceptionGroup("two", [OSError(98, "Address in use"), ValueError()])
     )
+
+
+_OLLAMA_ROUTES = {
+    "/api/version", "/api/tags", "/api/ps", "/api/show", "/api/chat", "/api/generate", "/api/embed",
+    "/api/embeddings", "/api/pull", "/api/push", "/api/delete", "/api/copy", "/api/create",
+    "/api/blobs/{digest}", "/api/rerank",
+}  # fmt: skip
+"""Ollama's routes (and the Ollama-style rerank): errors in Ollama's envelope."""
+
+
+def _documented_api_routes() -> set[str]:
+    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    return {m.group(1) for m in re.finditer(r"^### `(?:[A-Z]+ )+(/api/[^` ]*)`", text, re.M)}
+
+
+def test_every_documented_api_route_gets_its_envelope() -> None:
+    """Ollama's routes answer errors in Ollama's shape; Blazar's own routes under /api/ (the
+    console, capacity, peers, MCP, evict, …) in the native one, as docs/errors.md says."""
+    routes = _documented_api_routes()
+    assert {"/api/chat", "/api/capacity", "/api/mcp", "/api/evict"} <= routes, routes
+    for route in sorted(routes):
+        path = route.replace("{digest}", "sha256:ab").replace("{name}", "m").replace("{trace_id}", "t")
+        path = path.replace("{model}", "m")
+        expected = Dialect.OLLAMA if route in _OLLAMA_ROUTES else Dialect.OPENAI
+        assert dialect_for(path, {}) is expected, route
+    assert dialect_for("/api/not-a-route", {}) is Dialect.OLLAMA  # an Ollama client's unknown route

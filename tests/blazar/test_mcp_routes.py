@@ -54,9 +54,9 @@ async def test_routes_list_without_starting_then_tools_and_call(
         assert server["started"] is True and len(server["tools"]) >= 5
 
         r = await gw.client.post("/api/mcp/nowhere/tools")  # /api/ errors: Ollama's shape
-        assert r.status_code == 404 and r.json()["blazar_code"] == "MCP_SERVER_NOT_FOUND"
+        assert r.status_code == 404 and r.json()["error"]["blazar_code"] == "MCP_SERVER_NOT_FOUND"
         r = await gw.client.post("/api/mcp/local/call", json={"arguments": {}})
-        assert r.status_code == 400 and r.json()["blazar_code"] == "BAD_REQUEST"
+        assert r.status_code == 400 and r.json()["error"]["blazar_code"] == "BAD_REQUEST"
 
 
 def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
