@@ -67,6 +67,10 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     license: str | None = None
     capabilities: list[str] = []
     """What the model does: completion, tools, thinking, vision, embedding, rerank, code…"""
+    context_length: int | None = None
+    """A chat model's training context, as its publishers declare it, for advice before a pull
+    (``blazar connect`` names the models that can hold a tool's prompt); once pulled, the
+    file's own header (GGUF ``context_length``) is what the daemon uses."""
     kind: str | None = None
     """``chat``, ``embedding``, ``rerank``, ``stt`` or ``tts`` (``registry.store.KINDS``);
     unset, a GGUF model's kind follows from ``capabilities``."""

@@ -41,7 +41,7 @@ from blazar.config.edit import (
 from blazar.config.presets import PRESETS, preset_changes
 from blazar.daemon.client import CliError, find_daemon
 
-__all__ = ["config"]
+__all__ = ["config", "report_change", "write_edits"]
 
 config = cyclopts.App(
     name="config",
@@ -197,7 +197,8 @@ def edit() -> None:
     finally:
         draft.unlink(missing_ok=True)
     out.print(f"saved {target}", markup=False)
-    _report(paths, before, after)
+    for line in report_change(paths, before, after):
+        out.print(line, markup=False)
 
 
 @config.command
@@ -248,6 +249,15 @@ def preset(
 
 def _change(paths: Paths, edits: dict[Key, Any], done: str) -> None:
     """Write ``edits`` (None: remove the key) checked and atomically, then report what they need."""
+    before, after = write_edits(paths, edits)
+    out.print(f"{done} in {paths.config_file}", markup=False)
+    for line in report_change(paths, before, after):
+        out.print(line, markup=False)
+
+
+def write_edits(paths: Paths, edits: dict[Key, Any]) -> tuple[Config, Config]:
+    """Write ``edits`` (None: remove the key) into config.toml, checked as the daemon loads it
+    and atomically, comments and order kept: the config before and after."""
     target = Path(paths.config_file)
     before = load_config(paths)
     doc = read_document(target)
@@ -256,39 +266,36 @@ def _change(paths: Paths, edits: dict[Key, Any], done: str) -> None:
             unset_value(doc, key)
         else:
             set_value(doc, key, value)
-    after = write_checked(target, tomlkit.dumps(doc))
-    out.print(f"{done} in {target}", markup=False)
-    _report(paths, before, after)
+    return before, write_checked(target, tomlkit.dumps(doc))
 
 
-def _report(paths: Paths, before: Config, after: Config) -> None:
-    """What the change needs: applied live by a running daemon, engines restarted, or a restart."""
+def report_change(paths: Paths, before: Config, after: Config) -> list[str]:
+    """What a change needs, in lines: applied live by a running daemon (which is asked to reload
+    now), engines restarted, or a restart."""
     fields = Config.__struct_fields__
     changed = changed_keys(before, after, fields)
     if not changed:
-        return
+        return []
     server = [k for k in changed if k.split(".", 1)[0] not in Tunables.__struct_fields__]
     restart = server + [k for k in changed if k not in server and key_class(k) == "restart"]
     daemon = find_daemon(paths)
     if daemon is None:
-        out.print("no daemon is running: the next `blazar serve` (or `blazar run`) uses it")
-        return
+        return ["no daemon is running: the next `blazar serve` (or `blazar run`) uses it"]
+    said = []
     reloaded = daemon.post("/admin/config/reload")
     if reloaded["applied"]:
-        out.print(f"applied now by the running daemon: {', '.join(reloaded['applied'])}", markup=False)
+        said.append(f"applied now by the running daemon: {', '.join(reloaded['applied'])}")
     if reloaded["engines"]:
-        out.print(
+        said.append(
             "engines that restart with the new settings once their requests end: "
-            + ", ".join(reloaded["engines"]),
-            markup=False,
+            + ", ".join(reloaded["engines"])
         )
     elif reloaded["engine_keys"]:
-        out.print(
-            f"used by engines as they start: {', '.join(reloaded['engine_keys'])} (no loaded engine changes)",
-            markup=False,
+        said.append(
+            f"used by engines as they start: {', '.join(reloaded['engine_keys'])} (no loaded engine changes)"
         )
     if restart:
-        out.print(
-            f"needs a daemon restart (`blazar stop`, then `blazar serve`): {', '.join(sorted(set(restart)))}",
-            markup=False,
+        said.append(
+            f"needs a daemon restart (`blazar stop`, then `blazar serve`): {', '.join(sorted(set(restart)))}"
         )
+    return said

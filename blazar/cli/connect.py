@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 from cyclopts import Parameter
 
 from blazar.cli import app
@@ -21,7 +22,9 @@ from blazar.config import Config, Paths
 from blazar.daemon.client import CliError, ensure_daemon, find_daemon
 
 if TYPE_CHECKING:
+    from blazar.config.edit import Key
     from blazar.connect import ModelChoice, Plan, Tool
+    from blazar.connect.fit import Candidate, Fit, ModelContext
 
 __all__ = ["connect", "disconnect", "launch"]
 
@@ -34,6 +37,15 @@ _Key = Annotated[
     Parameter(
         help="The API key the tool sends (`blazar keys add`); without it a placeholder, "
         "which the daemon accepts while it has no keys."
+    ),
+]
+_Ctx = Annotated[
+    int | None,
+    Parameter(
+        name="--ctx",
+        help='Give the offered models this context per slot: `ctx` under [models."NAME"] in the '
+        "daemon's config.toml (written with --write; refused above a model's training context "
+        "unless rope_scaling extends it).",
     ),
 ]
 _Models = Annotated[
@@ -89,7 +101,12 @@ def _installed_chat_models(paths: Paths) -> list[ModelChoice]:
             continue
         template = info.chat_template or ""
         found.append(
-            ModelChoice(name=record.name, native_tools="tools" in template, params=info.parameter_count)
+            ModelChoice(
+                name=record.name,
+                native_tools="tools" in template,
+                params=info.parameter_count,
+                ctx_train=info.context_length,
+            )
         )
     return found
 
@@ -103,6 +120,170 @@ def _models(paths: Paths, given: list[str] | None, all_models: bool) -> tuple[st
     if not chosen:
         raise CliError("no chat model is installed — run `blazar pull NAME` first, or name one with --model")
     return chosen
+
+
+def _model_contexts(
+    paths: Paths, config: Config, models: tuple[str, ...], ctx: int | None = None
+) -> dict[str, ModelContext | None]:
+    """The context the daemon gives each model (``ctx``: as if set for each), from config.toml
+    and the model's header; None for a model not installed here (its daemon is elsewhere)."""
+    from blazar.connect.fit import model_context
+    from registry.errors import RegistryError
+
+    store = open_store(paths)
+    found: dict[str, ModelContext | None] = {}
+    for name in models:
+        try:
+            record = store.find(name)
+        except RegistryError:  # not a name the store could hold
+            record = None
+        if record is None:
+            found[name] = None
+            continue
+        try:
+            trained = store.info(record).context_length
+        except Exception:  # a header that cannot be read here: the daemon assumes its fallback
+            trained = None
+        over = config.models.get(record.name)
+        found[name] = model_context(
+            record.name,
+            trained=trained,
+            default_ctx=config.default_ctx,
+            ctx=ctx or (over.ctx if over else None),
+            rope_scaling=over.rope_scaling if over else None,
+            rope_scale=over.rope_scale if over else None,
+        )
+    return found
+
+
+def _candidates(paths: Paths) -> list[Candidate]:
+    """Models that could hold a large prompt instead: the installed chat models, then the
+    catalog's, with their training contexts."""
+    from blazar.connect.fit import Candidate
+    from registry.catalog import Catalog
+
+    found = [
+        Candidate(name=m.name, trained=m.ctx_train, installed=True, tools=m.native_tools, size=m.params)
+        for m in _installed_chat_models(paths)
+        if m.ctx_train
+    ]
+    have = {c.name for c in found}
+    for entry in Catalog.load().entries():
+        if entry.context_length and entry.name not in have and entry.kind in (None, "chat"):
+            tools = "tools" in entry.capabilities
+            size = entry.total_size() or 0
+            found.append(
+                Candidate(
+                    name=entry.name, trained=entry.context_length, installed=False, tools=tools, size=size
+                )
+            )
+    return found
+
+
+class _DaemonEdits:
+    """The keys connect writes into the daemon's config.toml: ``--ctx`` for the offered models,
+    and an output cap for a tool that sends none."""
+
+    def __init__(self) -> None:
+        self.keys: dict[Key, Any] = {}
+
+    def add(self, key: str, value: Any) -> None:
+        from blazar.config.edit import resolve_key
+
+        found = resolve_key(key)
+        if found.dotted not in {k.dotted for k in self.keys}:
+            self.keys[found] = value
+
+    def shown(self) -> str:
+        """``models."NAME".ctx = 8192, …``: the keys as config.toml's tables name them."""
+        return ", ".join(
+            (f'models."{k.path[1]}".{k.path[2]}' if k.path[0] == "models" else k.dotted) + f" = {v}"
+            for k, v in self.keys.items()
+        )
+
+
+def _plan_ctx(
+    contexts: dict[str, ModelContext | None], ctx: int, edits: _DaemonEdits
+) -> dict[str, ModelContext | None]:
+    """``--ctx``: refused for a model it cannot serve (nothing written), else planned for every
+    offered model; the contexts the daemon will then give."""
+    from blazar.connect.fit import ctx_refusal
+
+    if ctx < 256:
+        raise CliError(f"--ctx {ctx} is too small: a slot needs 256 tokens at least")
+    changed: dict[str, ModelContext | None] = {}
+    for name, model in contexts.items():
+        if model is None:
+            raise CliError(
+                f"--ctx sets the context in this machine's config.toml, and {name} is not installed here"
+            )
+        if (refusal := ctx_refusal(model, ctx)) is not None:
+            raise CliError(refusal)
+        edits.add(f'models."{model.name}".ctx', ctx)
+        changed[name] = msgspec.structs.replace(model, ctx=ctx, configured=True)
+    return changed
+
+
+def _plan_cap(
+    tool: Tool, contexts: dict[str, ModelContext | None], config: Config, edits: _DaemonEdits
+) -> list[str]:
+    """An output cap for ``tool``'s models when it sends none (and the user set none): planned
+    in ``edits``; what connect says of it."""
+    from blazar.connect.fit import output_cap_edit
+
+    said = []
+    for model in contexts.values():
+        if model is None:
+            continue
+        over = config.models.get(model.name)
+        cap, line = output_cap_edit(
+            tool.name,
+            tool.output_cap,
+            model.name,
+            model_cap=over.max_output_tokens if over else None,
+            top_cap_set=config.max_output_tokens is not None,
+        )
+        if cap is not None:
+            edits.add(f'models."{model.name}".max_output_tokens', cap)
+        if line:
+            said.append(line)
+    return said
+
+
+def _fits(
+    tool: Tool, contexts: dict[str, ModelContext | None], candidates: Any, *, ctx_given: bool
+) -> list[Fit]:
+    from blazar.connect.fit import check_fit
+
+    fits = []
+    for model in contexts.values():
+        if model is None:
+            continue
+        fit = check_fit(
+            tool.title,
+            tool.first_turn_tokens,
+            model,
+            candidates(),
+            ctx_given=ctx_given,
+            command=f"blazar connect {tool.name}",
+        )
+        if fit is not None:
+            fits.append(fit)
+    return fits
+
+
+def _fit_lines(fits: list[Fit]) -> list[str]:
+    lines = []
+    for fit in fits:
+        if fit.fits:
+            lines.append(
+                f"context: {fit.model} gets {fit.ctx:,} tokens per slot — the first turn "
+                f"(about {fit.first_turn:,}) and an answer fit"
+            )
+        else:
+            lines.append(f"warning: {fit.lines[0]}")
+            lines.extend(f"  {line}" for line in fit.lines[1:])
+    return lines
 
 
 def _diff(plan: Plan) -> list[str]:
@@ -154,6 +335,34 @@ def _apply(tool: Tool, plan: Plan, base_url: str, timeout_s: float) -> tuple[boo
     return True, said
 
 
+def _write_daemon_edits(paths: Paths, edits: _DaemonEdits) -> tuple[bytes | None, list[str]]:
+    """Write the planned keys into config.toml (a running daemon reloads it): the file as it was
+    (None: there was none), for a rollback, and what was said."""
+    from blazar.cli.config import report_change, write_edits
+
+    target = Path(paths.config_file)
+    previous = target.read_bytes() if target.exists() else None
+    before, after = write_edits(paths, edits.keys)
+    if before == after:
+        return previous, [f"{target} already says this: nothing to change"]
+    return previous, [f"wrote {edits.shown()} in {target}", *report_change(paths, before, after)]
+
+
+def _restore_daemon_config(paths: Paths, previous: bytes | None) -> list[str]:
+    """config.toml as it was before ``_write_daemon_edits`` (no tool connected)."""
+    from blazar.cli.config import report_change
+    from blazar.config import load_config
+    from registry.files import atomic_write
+
+    target = Path(paths.config_file)
+    before = load_config(paths)
+    if previous is None:
+        target.unlink(missing_ok=True)
+    else:
+        atomic_write(target, previous, mode=target.stat().st_mode & 0o777)
+    return [f"rolled back: {target} is as it was", *report_change(paths, before, load_config(paths))]
+
+
 @app.command(name="connect")
 def connect(
     tool: str | None = None,
@@ -167,6 +376,7 @@ def connect(
     ] = False,
     all_models: Annotated[bool, Parameter(negative="", help="Offer every installed chat model.")] = False,
     model: _Models = None,
+    ctx_tokens: _Ctx = None,
     key: _Key = None,
     url: _Url = None,
     timeout: Annotated[
@@ -176,7 +386,8 @@ def connect(
 ) -> None:
     """Point a tool at the daemon: codex, claude, opencode, continue, cline, open-webui, aider, llm.
 
-    Without TOOL, every supported tool found on this machine. Prints the plan; --write applies it."""
+    Without TOOL, every supported tool found on this machine. Prints the plan; --write applies it.
+    Warns when a tool's first real turn does not fit the model's context, and says what to set."""
     # Imported here: the YAML and TOML editors cost every other command's start nothing.
     from blazar.connect import TOOLS, ConnectError, context, find_tool, installed, plan_for
 
@@ -192,10 +403,31 @@ def connect(
                 f"no supported tool found on this machine; name one to see its plan ({names})", markup=False
             )
             return
+    models = _models(paths, model, all_models)
+    contexts = _model_contexts(paths, config, models)
+    edits = _DaemonEdits()
+    if ctx_tokens is not None:  # refused before anything is written or started
+        contexts = _plan_ctx(contexts, ctx_tokens, edits)
+    caps = {entry.name: _plan_cap(entry, contexts, config, edits) for entry in tools}
+    found: list[Candidate] | None = None
+
+    def candidates() -> list[Candidate]:
+        nonlocal found
+        if found is None:
+            found = _candidates(paths)
+        return found
+
     base_url = _daemon_url(paths, config, url, start=write)
-    ctx = context(
-        home=home, env=os.environ, base_url=base_url, key=key, models=_models(paths, model, all_models)
-    )
+    ctx = context(home=home, env=os.environ, base_url=base_url, key=key, models=models)
+    previous: bytes | None = None
+    config_said: list[str] = []
+    if edits.keys and write:
+        previous, config_said = _write_daemon_edits(paths, edits)
+    elif edits.keys:
+        config_said = [f"with --write: {edits.shown()} in {paths.config_file}"]
+    if not json_:
+        for line in config_said:
+            out.print(line, markup=False)
     failed: list[str] = []
     plans: list[dict[str, Any]] = []
     for entry in tools:
@@ -205,6 +437,7 @@ def connect(
             err.print(f"{entry.title}: {exc}", markup=False)
             failed.append(entry.name)
             continue
+        fits = _fits(entry, contexts, candidates, ctx_given=ctx_tokens is not None)
         if json_:
             plans.append(
                 {
@@ -215,13 +448,22 @@ def connect(
                     "models": plan.models,
                     "diff": _diff(plan) if plan.writes else [],
                     "probes": [{"method": p.method, "path": p.path} for p in plan.probes],
+                    "context": [msgspec.to_builtins(f) for f in fits],
+                    "output_cap": caps[entry.name],
+                    "daemon_config": config_said,
                 }
             )
         else:
             _print_plan(entry, plan)
+            for line in [*_fit_lines(fits), *caps[entry.name]]:
+                out.print(f"  {line}", markup=False)
         if not write:
             continue
         ok, said = _apply(entry, plan, base_url, timeout)
+        if ok and any(not f.fits for f in fits):
+            said.append(
+                "connected, but its first real turn does not fit the model's context: see the warning above"
+            )
         if not ok:
             failed.append(entry.name)
         if json_:
@@ -229,6 +471,14 @@ def connect(
         else:
             for line in said:
                 (out if ok else err).print(f"  {line}", markup=False)
+    if write and edits.keys and len(failed) == len(tools):
+        undone = _restore_daemon_config(paths, previous)
+        if json_:
+            for entry_doc in plans:
+                entry_doc["daemon_config"] = [*config_said, *undone]
+        else:
+            for line in undone:
+                err.print(line, markup=False)
     if json_:
         print_json(plans)
     if not write and not json_:

@@ -68,6 +68,8 @@ class ModelChoice(msgspec.Struct, frozen=True, kw_only=True):
     native_tools: bool
     """The chat template takes tools (others get tool calls emulated: slower, less reliable)."""
     params: int = 0
+    ctx_train: int | None = None
+    """Its training context (GGUF ``context_length``); None: the header does not say."""
 
 
 def choose_models(candidates: Iterable[ModelChoice], *, all_models: bool = False) -> tuple[str, ...]:

@@ -85,6 +85,14 @@ class Tool:
     """Where its config file is (home, environment); None: it has none to edit."""
     plan: Callable[[Context, str | None], Plan]
     """The plan, given the file's text now (None: no file yet)."""
+    first_turn_tokens: int | None = None
+    """Tokens of the tool's first real turn (system prompt, tool schemas, a short question) as
+    it sends it with the settings connect writes; None: never measured. ``blazar connect``
+    warns when that and room for an answer exceed the model's context per slot."""
+    output_cap: int | None = None
+    """The ``max_output_tokens`` connect sets on the daemon for the tool's models, because its
+    requests name no output limit and a small model could otherwise generate until its context
+    is full; None: the tool sends its own (or a cap would fail its turns)."""
 
 
 def config_home(home: Path, env: Mapping[str, str]) -> Path:

@@ -68,4 +68,10 @@ TOOL = Tool(
     markers=(".aider.conf.yml",),
     path=settings_path,
     plan=plan,
+    # aider 0.86.2's first /api/chat turn in tests/e2e/replays/aider_two_turns.json (no git
+    # repository, no files added): 669 tokens sent (docs/clients.md). In a git repository its
+    # repo map adds up to --map-tokens (1,024 by default) to it.
+    first_turn_tokens=670,
+    # litellm sends neither num_predict (/api/chat) nor max_tokens (openai/ route).
+    output_cap=2048,
 )

@@ -89,4 +89,8 @@ TOOL = Tool(
     markers=(".claude",),
     path=settings_path,
     plan=plan,
+    # Claude Code 2.1.197's first turn with its default tools, as recorded in
+    # tests/e2e/replays/claude_code_first.json: 18,958 tokens for SmolLM2's tokenizer, 18,996 in a
+    # later run (docs/clients.md). It sends max_tokens (32,000) itself: no cap is set for it.
+    first_turn_tokens=19_000,
 )

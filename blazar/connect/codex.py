@@ -81,4 +81,10 @@ TOOL = Tool(
     markers=(".codex",),
     path=settings_path,
     plan=plan,
+    # Codex CLI 0.171.0 with the settings above (web_search off, no sub-agent tools: 7 function
+    # tools and its own instructions), counted with POST /v1/responses/input_tokens for SmolLM2's
+    # tokenizer: 6,268, and 6,279 in a later run (docs/clients.md). Codex sends no
+    # max_output_tokens, but it counts an `incomplete` answer as a failure: a cap would turn a
+    # long answer into an error, so none is set for it.
+    first_turn_tokens=6_280,
 )

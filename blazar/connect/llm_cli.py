@@ -66,4 +66,9 @@ TOOL = Tool(
     markers=(),
     path=settings_path,
     plan=plan,
+    # Not recorded: an estimate. llm sends the prompt alone (no system prompt unless -s, tools
+    # only with -T), so a first turn is the user's words and the chat template's few tokens.
+    first_turn_tokens=50,
+    # Neither its OpenAI route nor llm-ollama sends max_tokens / num_predict unless asked (-o).
+    output_cap=2048,
 )

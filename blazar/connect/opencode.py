@@ -60,4 +60,7 @@ TOOL = Tool(
     markers=(".config/opencode",),
     path=settings_path,
     plan=plan,
+    # opencode 1.18.33's first turn through the provider above (its system prompt and tool
+    # schemas): 7,238 tokens for SmolLM2's tokenizer (docs/clients.md).
+    first_turn_tokens=7_240,
 )

@@ -20,7 +20,7 @@ from blazar.connect import TOOLS, ModelChoice, choose_models, context, find_tool
 from blazar.connect._plan import ConnectError, Probe
 from blazar.connect.apply import ProbeFailed, backup_path, check_answer, restore, rollback, write_plan
 from blazar.connect.launch import launch_env
-from tests.support import unreachable_url
+from tests.support import make_home, unreachable_url
 from tests.tomlkit_versions import Scenario
 
 BASE = "http://127.0.0.1:11435"
@@ -386,3 +386,93 @@ def test_launch_execs_the_command_with_that_env(tmp_path: Path) -> None:
     assert done.stdout.strip() == "http://127.0.0.1:9/v1 zz ['--model', 'x']"
     missing = blazar(tmp_path, "launch", "--url", "http://127.0.0.1:9", "no-such-command-here")
     assert missing.returncode == 1 and "cannot run 'no-such-command-here'" in missing.stderr
+
+
+DAEMON_CONFIG = "# my daemon\nslots = 2  # two at once\n"
+
+
+def test_connect_warns_when_the_first_turn_cannot_fit(tmp_path: Path, model_path: Path) -> None:
+    """The 16-token test request would pass, but Claude Code's ~19,000-token first turn does not
+    fit SmolLM2's default 4,096 per slot, nor its 8,192-token training: connect says so, with the
+    ctx to set, the rope scaling it would need, and models trained for it."""
+    make_home(tmp_path / "blazar", model_path, config=DAEMON_CONFIG)
+    done = blazar(tmp_path, "connect", "claude", "--url", unreachable_url())
+    assert done.returncode == 0, done.stderr
+    assert "warning: Claude Code's first turn is about 19,000 tokens" in done.stdout
+    assert "smollm2-135m gets 4,096 per slot (the daemon's default ctx)" in done.stdout
+    assert 'set ctx = 32768 under [models."smollm2-135m"]' in done.stdout
+    assert 'rope_scaling = "yarn"' in done.stdout and "qwen3-0.6b (40,960)" in done.stdout
+    codex = blazar(tmp_path, "connect", "codex", "--url", unreachable_url(), "--json")
+    assert codex.returncode == 0, codex.stderr
+    (fit,) = json.loads(codex.stdout)[0]["context"]
+    assert (fit["fits"], fit["suggest_ctx"], fit["training_allows"]) == (False, 8192, True)
+    # A measured first turn that fits, and an unmeasured tool, say so or nothing.
+    aider = blazar(tmp_path, "connect", "aider", "--url", unreachable_url())
+    assert "context: smollm2-135m gets 4,096 tokens per slot" in aider.stdout
+    cline = blazar(tmp_path, "connect", "cline", "--url", unreachable_url())
+    assert cline.returncode == 0 and "context:" not in cline.stdout and "warning" not in cline.stdout
+    assert (tmp_path / "blazar" / "config.toml").read_text() == DAEMON_CONFIG
+
+
+def test_connect_ctx_is_planned_then_refused_above_training(tmp_path: Path, model_path: Path) -> None:
+    make_home(tmp_path / "blazar", model_path, config=DAEMON_CONFIG)
+    config = tmp_path / "blazar" / "config.toml"
+    plan = blazar(tmp_path, "connect", "codex", "--ctx", "8192", "--url", unreachable_url())
+    assert plan.returncode == 0, plan.stderr
+    assert 'with --write: models."smollm2-135m".ctx = 8192' in plan.stdout
+    assert "context: smollm2-135m gets 8,192 tokens per slot" in plan.stdout and "warning" not in plan.stdout
+    assert config.read_text() == DAEMON_CONFIG  # a plan writes nothing
+    refused = blazar(tmp_path, "connect", "claude", "--ctx", "32768", "--write", "--url", unreachable_url())
+    assert refused.returncode == 1
+    assert "above the 8192-token context smollm2-135m was trained for" in refused.stderr
+    assert "rope_scaling" in refused.stderr
+    assert config.read_text() == DAEMON_CONFIG and not (tmp_path / ".claude").exists()
+    # Extended with rope scaling, the same ctx is accepted (and the first turn then fits).
+    config.write_text(DAEMON_CONFIG + '\n[models."smollm2-135m"]\nrope_scaling = "yarn"\n')
+    extended = blazar(tmp_path, "connect", "claude", "--ctx", "32768", "--url", unreachable_url())
+    assert extended.returncode == 0, extended.stderr
+    assert "context: smollm2-135m gets 32,768 tokens per slot" in extended.stdout
+
+
+def test_connect_write_sets_ctx_and_cap_and_rolls_them_back_with_the_tool(
+    tmp_path: Path, model_path: Path
+) -> None:
+    """aider sends no output cap: connect sets one for the model, beside --ctx, in the daemon's
+    config.toml (comments kept); when the tool's test request fails, both are undone."""
+    make_home(tmp_path / "blazar", model_path, config=DAEMON_CONFIG)
+    config = tmp_path / "blazar" / "config.toml"
+    plan = blazar(tmp_path, "connect", "aider", "--ctx", "8192", "--url", unreachable_url())
+    assert (
+        'with --write: models."smollm2-135m".ctx = 8192, models."smollm2-135m".max_output_tokens = 2048'
+        in plan.stdout
+    )
+    assert "aider sends no output cap" in plan.stdout
+    done = blazar(tmp_path, "connect", "aider", "--write", "--ctx", "8192", "--url", unreachable_url())
+    assert done.returncode == 1
+    assert (
+        f'wrote models."smollm2-135m".ctx = 8192, models."smollm2-135m".max_output_tokens = 2048 in {config}'
+        in done.stdout
+    )
+    assert "test request failed" in done.stderr and f"rolled back: {config} is as it was" in done.stderr
+    assert config.read_text() == DAEMON_CONFIG
+    # A cap the user set is kept, and nothing else is planned.
+    config.write_text(DAEMON_CONFIG + "max_output_tokens = 512\n")
+    kept = blazar(tmp_path, "connect", "llm", "--url", unreachable_url())
+    assert "top-level max_output_tokens applies" in kept.stdout and "with --write" not in kept.stdout
+
+
+def test_the_daemon_config_edit_keeps_the_users_comments(
+    tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blazar.cli.config import write_edits
+    from blazar.config import resolve_paths
+    from blazar.config.edit import resolve_key
+
+    make_home(tmp_path, model_path, config=DAEMON_CONFIG + '\n[models."smollm2-135m"]\nslots = 1  # one\n')
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    paths = resolve_paths()
+    before, after = write_edits(paths, {resolve_key('models."smollm2-135m".ctx'): 8192})
+    assert after.models["smollm2-135m"].ctx == 8192 and before.models["smollm2-135m"].ctx is None
+    assert (tmp_path / "config.toml").read_text() == (
+        DAEMON_CONFIG + '\n[models."smollm2-135m"]\nslots = 1  # one\nctx = 8192\n'
+    )

@@ -66,6 +66,9 @@ def test_every_found_tool_is_connected_through_its_own_route(daemon: DaemonProc,
     assert done.returncode == 0, done.stderr + done.stdout
     for route in ("/v1/messages?beta=true", "/v1/chat/completions", "/api/show", "/api/chat"):
         assert f"test request passed: POST {route}: 200" in done.stdout, route
+    # Connected, but Claude Code's real first turn would not fit SmolLM2's slot: said, not hidden.
+    assert "warning: Claude Code's first turn is about 19,000 tokens" in done.stdout
+    assert "connected, but its first real turn does not fit" in done.stdout
     settings = json.loads((tmp_path / ".claude" / "settings.json").read_text())
     assert settings["env"]["ANTHROPIC_BASE_URL"] == daemon.url
     assert (tmp_path / ".aider.conf.yml").read_text().startswith("# aider\ndark-mode: true\n")
@@ -93,3 +96,25 @@ def test_the_real_llm_cli_answers_through_the_written_config(daemon: DaemonProc,
         timeout=300,
     )
     assert ran.returncode == 0 and ran.stdout.strip(), ran.stderr
+
+
+def test_connect_write_sets_the_context_and_the_cap_on_the_running_daemon(
+    daemon: DaemonProc, tmp_path: Path
+) -> None:
+    """aider's turns carry no output cap: connect caps the model, sets the --ctx asked, and the
+    running daemon reloads its config.toml; the file keeps what was there."""
+    config = daemon.home / "config.toml"
+    before = config.read_text() if config.exists() else ""
+    done = connect(daemon, tmp_path, "connect", "aider", "--write", "--ctx", "8192")
+    assert done.returncode == 0, done.stderr + done.stdout
+    # The cap may be there already (another test connected aider to this daemon): the ctx is new.
+    assert f'wrote models."{MODEL}".ctx = 8192' in done.stdout
+    assert "no daemon is running" not in done.stdout
+    assert "engines" in done.stdout  # the reload's account: engines restart, or use it as they start
+    assert "test request passed: POST /api/chat: 200" in done.stdout
+    text = config.read_text()
+    assert text.startswith(before)
+    assert tomllib.loads(text)["models"][MODEL] == {"ctx": 8192, "max_output_tokens": 2048}
+    explained = daemon.cli("explain", MODEL, "--json")
+    settings = {s["name"]: s for s in json.loads(explained.stdout)["settings"]}
+    assert settings["max_output_tokens"]["value"] == 2048
