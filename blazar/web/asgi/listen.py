@@ -156,7 +156,7 @@ class _Connection(TCPServer):
     async def _refuse(self, tls: bool, reason: str) -> None:
         try:
             if not tls:
-                message = f"connection refused: {reason}; close idle connections or retry shortly"
+                message = f"connection refused: {reason}; retry shortly, or ask for higher caps"
                 await self.stream.send_all(_refusal_bytes(503, "TOO_MANY_CONNECTIONS", message))
                 await self.stream.send_eof()
                 with trio.move_on_after(_REFUSAL_DRAIN_S):  # read what it sent, so no reset hides the 503
