@@ -27,6 +27,7 @@ from bench import (
     console,
     engine,
     federation,
+    idleflood,
     mcp,
     memory,
     mistralrs,
@@ -60,6 +61,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "federation": (federation.TITLE, federation.run),
     "speculation": (speculation.TITLE, speculation.run),
     "sessions": (sessions.TITLE, sessions.run),
+    "idleflood": (idleflood.TITLE, idleflood.run),
 }
 
 
