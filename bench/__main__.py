@@ -28,6 +28,7 @@ from bench import (
     console,
     engine,
     federation,
+    idleflood,
     mcp,
     memory,
     mistralrs,
@@ -62,6 +63,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "speculation": (speculation.TITLE, speculation.run),
     "sessions": (sessions.TITLE, sessions.run),
     "attribution": (attribution.TITLE, attribution.run),
+    "idleflood": (idleflood.TITLE, idleflood.run),
 }
 
 

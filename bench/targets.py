@@ -138,6 +138,14 @@ TARGETS = [
         "ms",
     ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
+    Target(
+        "idle_flood_success_pct",
+        "idleflood",
+        "a new client's requests served while 2,000 idle connections hold the caps",
+        ">=",
+        99.0,
+        "%",
+    ),
 ]
 
 

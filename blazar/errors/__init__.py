@@ -163,7 +163,7 @@ CATALOG: dict[str, CodeInfo] = {
         _c(
             "TOO_MANY_CONNECTIONS",
             503,
-            "The connection cap (in all, or for this client address) is reached: close idle ones, retry.",
+            "The connection cap (in all, or for this address) is reached with a request on each: retry.",
         ),
         _c(
             "KEY_EXPIRED",

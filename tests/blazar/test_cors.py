@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from blazar.config import Config, ConfigError, load_config, resolve_paths
-from blazar.web.asgi.listen import ConnectionLimits
 from blazar.web.middleware.cors import CorsPolicy
 from tests.instant import serve_gateway
 
@@ -143,22 +142,6 @@ def test_the_policy_matches_origins_exactly() -> None:
     for other in ("https://app.example.evil", "http://app.example", "https://app.example:8443", "null"):
         assert not policy.grants(other), other
     assert policy.actual(EVIL) is None and policy.preflight(EVIL, {}) is None
-
-
-# -- connection caps --------------------------------------------------------------------------
-
-
-def test_connection_limits_per_client_and_in_all() -> None:
-    limits = ConnectionLimits(total=3, per_client=2)
-    assert limits.admit("a") is None and limits.admit("a") is None
-    assert "max_connections_per_client" in (limits.admit("a") or "")
-    assert limits.admit("b") is None
-    assert "max_connections" in (limits.admit("c") or "")
-    limits.release("a")
-    assert limits.admit("c") is None
-    for client in ("a", "b", "c"):
-        limits.release(client)
-    assert (limits.open, limits.by_client, limits.refused) == (0, {}, 2)
 
 
 # -- config keys ------------------------------------------------------------------------------

@@ -169,8 +169,26 @@ def test_idle_and_half_header_connections_are_closed_and_others_served(guarded: 
             sock.close()
 
 
+def _mid_request(daemon: DaemonProc, source: str) -> socket.socket:
+    """A connection whose request is in flight (the daemon read its head and asked for the
+    body with ``100 Continue``; the body never comes): it cannot be closed to make room."""
+    sock = _connect(daemon, source)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b"content-length: 100\r\nexpect: 100-continue\r\n\r\n"
+    )
+    sock.settimeout(30)
+    got = b""
+    while b"\r\n\r\n" not in got and (chunk := sock.recv(4096)):
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 100"), got
+    return sock
+
+
 def test_the_per_client_cap_refuses_cleanly(guarded: DaemonProc) -> None:
-    held = [_connect(guarded, "127.0.0.5") for _ in range(PER_CLIENT)]
+    # Connections that hold no request would give way to a new one (tests/e2e/test_connections.py):
+    # the address's places are all taken by requests in flight.
+    held = [_mid_request(guarded, "127.0.0.5") for _ in range(PER_CLIENT)]
     try:
         extra = _connect(guarded, "127.0.0.5")
         extra.settimeout(30)

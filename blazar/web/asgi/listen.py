@@ -2,19 +2,26 @@
 
 hypercorn parses HTTP/1.1 and HTTP/2 (over TLS by ALPN) and runs the ASGI app; what it
 does not do is bound what slow or idle clients hold. Here each accepted connection is
-counted (in all and per client address) before hypercorn sees it: past a cap it gets an
-immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or is closed (TLS,
-where an answer would first cost a handshake). A new connection that has not sent a whole
-request head within ``header_timeout_s`` is closed; an idle keep-alive one after
-``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431`` with a
-message: here while it is still incomplete, and by the gateway once parsed
+counted (in all and per client address) before hypercorn sees it. Past a cap, a place is
+first taken from a connection that holds one without using it (``conn_limits.py``): the
+oldest that has not yet sent a whole request head, else the one idle longest between
+requests on keep-alive, of that address for the per-address cap and of any address for
+the total cap. It is closed unanswered and the newcomer is served, so idle sockets cannot
+lock working clients out. Only when every place holds a request in flight is the newcomer
+refused: an immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or
+closed (TLS, where an answer would first cost a handshake). A new connection that has not
+sent a whole request head within ``header_timeout_s`` is closed; an idle keep-alive one
+after ``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431``
+with a message: here while it is still incomplete, and by the gateway once parsed
 (``web/middleware/head_limit.py``), since the parser bounds only an incomplete head. This
 is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling, with
-``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py).
+``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py,
+tests/e2e/test_transport.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -35,6 +42,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 
 from blazar.config import Config
 from blazar.errors import Dialect, error_body
+from blazar.web.asgi.conn_limits import ConnectionLimits, Refused
 
 __all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
 
@@ -63,40 +71,6 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     return hconfig
 
 
-class ConnectionLimits:
-    """Open connections, in all and per client address; ``admit`` says why one is refused."""
-
-    def __init__(self, total: int, per_client: int) -> None:
-        self.total = total
-        self.per_client = per_client
-        self.open = 0
-        self.by_client: dict[str, int] = {}
-        self.refused = 0
-
-    def admit(self, client: str) -> str | None:
-        held = self.by_client.get(client, 0)
-        if self.open >= self.total:
-            reason = f"the daemon holds its maximum of {self.total} connections (max_connections)"
-        elif held >= self.per_client:
-            reason = (
-                f"{client} holds its maximum of {self.per_client} connections (max_connections_per_client)"
-            )
-        else:
-            self.open += 1
-            self.by_client[client] = held + 1
-            return None
-        self.refused += 1
-        return reason
-
-    def release(self, client: str) -> None:
-        self.open -= 1
-        held = self.by_client[client] - 1
-        if held:
-            self.by_client[client] = held
-        else:
-            del self.by_client[client]
-
-
 def _refusal_bytes(status: int, code: str, message: str) -> bytes:
     body = msgspec.json.encode(error_body(Dialect.OPENAI, code, message))
     reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
@@ -110,7 +84,12 @@ class _Connection(TCPServer):
     worded answer where hypercorn would send an empty 400 or 431."""
 
     def __init__(
-        self, limits: ConnectionLimits, config: Config, app: AppWrapper, hconfig: HypercornConfig, *a: Any
+        self,
+        limits: ConnectionLimits[_Connection],
+        config: Config,
+        app: AppWrapper,
+        hconfig: HypercornConfig,
+        *a: Any,
     ) -> None:
         super().__init__(app, hconfig, *a)
         self._limits = limits
@@ -118,6 +97,7 @@ class _Connection(TCPServer):
         self._busy = False  # a request is being answered
         self._served = False  # a request head arrived
         self._gone = False  # the client closed its side (or the read failed)
+        self._socket: trio.socket.SocketType | None = None
 
     async def run(self) -> None:
         tls = not isinstance(self.stream, trio.SocketStream)
@@ -126,27 +106,57 @@ class _Connection(TCPServer):
             peer = sock.getpeername()
         except OSError:
             return  # gone before it was seen
+        self._socket = sock
         client = peer[0] if sock.family in (socket.AF_INET, socket.AF_INET6) else "local"
-        reason = self._limits.admit(client)
-        if reason is not None:
-            if self._limits.refused in (1, 10, 100) or self._limits.refused % 1000 == 0:
+        decision = self._limits.admit(self, client)
+        if isinstance(decision, Refused):
+            if _worth_logging(self._limits.refused):
                 log.warning(
                     "refused a connection from %s: %s (%d refused so far)",
                     client,
-                    reason,
+                    decision.reason,
                     self._limits.refused,
                 )
-            await self._refuse(tls, reason)
+            await self._refuse(tls, decision.reason)
             return
+        for victim in decision.shed:
+            victim._shed()
+        if decision.shed and _worth_logging(shed := self._limits.shed_fresh + self._limits.shed_idle):
+            fresh, idle = self._limits.sheddable()
+            log.warning(
+                "closed an unused connection to admit one from %s: the connection caps are reached "
+                "(%d closed so far: %d before their first request, %d idle between requests; "
+                "%d and %d such connections open now)",
+                client,
+                shed,
+                self._limits.shed_fresh,
+                self._limits.shed_idle,
+                fresh,
+                idle,
+            )
         try:
             await super().run()
         finally:
-            self._limits.release(client)
+            self._limits.release(self)
+
+    def _shed(self) -> None:
+        """End this connection now, from another connection's task, to free its place.
+
+        It holds no request (only fresh or idle connections are picked), so there is nothing
+        to answer. Its socket's receiving side is shut: this connection's own task, blocked
+        reading it (or in a TLS handshake), reads an end of stream at once, and hypercorn's
+        loop ends as for a client that hung up; ``run`` then closes the socket and releases
+        nothing, the place having been given back already. The socket is not closed from
+        here: a TLS stream whose transport vanished underneath it fails its own close."""
+        self._gone = True
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # already disconnected
+                self._socket.shutdown(socket.SHUT_RD)
 
     async def _refuse(self, tls: bool, reason: str) -> None:
         try:
             if not tls:
-                message = f"connection refused: {reason}; close idle connections or retry shortly"
+                message = f"connection refused: {reason}; retry shortly, or ask for higher caps"
                 await self.stream.send_all(_refusal_bytes(503, "TOO_MANY_CONNECTIONS", message))
                 await self.stream.send_eof()
                 with trio.move_on_after(_REFUSAL_DRAIN_S):  # read what it sent, so no reset hides the 503
@@ -159,8 +169,14 @@ class _Connection(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
+            # Synchronously, before any checkpoint: no other connection's admission can pick
+            # this one between its head arriving and its leaving the sheddable set.
             self._busy = not event.idle
             self._served = self._served or not event.idle
+            if event.idle:
+                self._limits.idle(self)
+            else:
+                self._limits.busy(self)
         elif isinstance(event, RawData) and not self._busy and event.data.startswith(b"HTTP/1.1 4"):
             # Only a head hypercorn could not parse is answered outside a request: say why.
             event = RawData(data=self._head_refusal(event.data[9:12]))
@@ -198,6 +214,11 @@ class _Connection(TCPServer):
             await self._initiate_server_close()
 
 
+def _worth_logging(count: int) -> bool:
+    """The 1st, 10th, 100th and every 1000th of a kind of event: a flood logs a few lines."""
+    return count in (1, 10, 100) or count % 1000 == 0
+
+
 async def serve(
     app: Any,
     config: Config,
@@ -209,7 +230,9 @@ async def serve(
     """Serve ``app`` until ``shutdown_trigger`` returns; ``task_status`` gets the bound URLs."""
     hconfig.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, hconfig.wsgi_max_body_size, "asgi")
-    limits = ConnectionLimits(config.max_connections, config.max_connections_per_client)
+    limits: ConnectionLimits[_Connection] = ConnectionLimits(
+        config.max_connections, config.max_connections_per_client
+    )
     state: LifespanState = {}
     lifespan = Lifespan(wrapped, hconfig, state)
     context = WorkerContext(None)
