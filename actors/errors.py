@@ -195,7 +195,13 @@ class SessionError(BlazarRuntimeError):
 
 
 class LedgerError(BlazarRuntimeError):
-    """The ledger file cannot be opened, migrated or written."""
+    """The ledger file cannot be opened, migrated or written; ``code`` is ``DISK_FULL`` when
+    the disk holding it is full (an answer, 507), else ``INTERNAL``."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 # -- jobs -------------------------------------------------------------------------

@@ -11,6 +11,13 @@ Crash safety: on start, every job left ``queued`` or ``running`` by a crash is
 queued again (``attempts`` counts the tries), so a runner must be safe to run
 again from the start — generation has no side effects, and a batch runner skips
 the items it already recorded.
+
+A full disk never leaves a job running in silence. A runner that hits it ends the
+job ``failed`` with the ``DISK_FULL`` message, unless it waits for the space itself
+(the batch runner does, and says so with ``JobContext.stall``). A job whose start or
+end cannot be recorded (the ledger's disk is full, or broken) is kept in memory and
+recorded again with a backoff until it is: ``stalled`` says why meanwhile, and the
+daemon's log says it once.
 """
 
 from __future__ import annotations
@@ -28,10 +35,11 @@ import msgspec
 import trio
 
 from actors.actor import Actor, ActorStatistics
-from actors.errors import JobNotFound, JobNotRunnable
+from actors.errors import BlazarRuntimeError, JobNotFound, JobNotRunnable
 from actors.ledger import LedgerActor, Write, read_rows
 from actors.mailbox import Envelope
-from registry.files import atomic_write
+from registry.errors import DiskFull, RegistryError, disk_full_as, find_disk_full
+from registry.files import atomic_write, shown_folder
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +60,9 @@ __all__ = [
 
 JobState = Literal["queued", "running", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+RECORD_RETRY_FIRST_S = 1.0
+RECORD_RETRY_MAX_S = 30.0
+"""The backoff between tries to record a job's start or end that the ledger refused."""
 
 
 class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,6 +110,16 @@ class JobContext:
     def cancel_requested(self) -> bool:
         """A client cancelled the job (not the daemon stopping, which leaves it to resume)."""
         return self.job.id in self._actor._cancels
+
+    def stall(self, why: str | None) -> None:
+        """Say why the job is not moving now (a full disk it waits on), or None once it moves
+        again: ``JobsActor.stalled`` shows it, and followers are woken. Kept in memory, so it
+        is shown even when the ledger cannot be written."""
+        if why is None:
+            self._actor._stalls.pop(self.job.id, None)
+        else:
+            self._actor._stalls[self.job.id] = why
+        self._wake()
 
     async def event(self, kind: str, data: dict[str, Any]) -> int:
         """Append an event to the job's log (committed with the ledger's next batch)."""
@@ -200,6 +221,8 @@ class JobsStatistics(ActorStatistics, frozen=True, kw_only=True):
     finished: int
     recovered: int
     kinds: list[str]
+    unrecorded: int = 0
+    """Jobs that ended but whose end the ledger has not taken yet (retried with a backoff)."""
 
 
 _COLUMNS = (
@@ -265,6 +288,13 @@ def read_events(path: Path, job_id: str, *, after: int = -1, limit: int = 1000) 
     return [JobEvent(seq=r[0], kind=r[1], data=msgspec.json.decode(r[2])) for r in rows]
 
 
+def _running(job: JobRecord) -> tuple[str, tuple[Any, ...]]:
+    return (
+        "UPDATE jobs SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?",
+        (job.attempts, job.updated_at, job.id),
+    )
+
+
 def _insert(job: JobRecord) -> tuple[str, tuple[Any, ...]]:
     return (
         f"INSERT INTO jobs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -312,6 +342,12 @@ class JobsActor(Actor[JobsMessage]):
         self._finished = 0
         self._recovered = 0
         self._prune_at = 0.0
+        self._stalls: dict[str, str] = {}
+        # Ended jobs whose end the ledger refused: (job, outcome, next try's delay, when).
+        self._unrecorded: dict[str, tuple[JobRecord, JobOutcome, float, float]] = {}
+        # After a refused start: no job starts before this trio time, and the next delay.
+        self._hold_until = 0.0
+        self._hold_s = 0.0
 
     def __repr__(self) -> str:
         return f"<JobsActor queued={len(self._queue)} running={len(self._active)}>"
@@ -374,6 +410,11 @@ class JobsActor(Actor[JobsMessage]):
         entry = self._active.get(job_id)
         return entry[0] if entry is not None else None
 
+    def stalled(self, job_id: str) -> str | None:
+        """Why the job is not moving now (its runner waits on a full disk, or its start or end
+        waits to be recorded), or None."""
+        return self._stalls.get(job_id)
+
     @property
     def path(self) -> Path:
         return self.ledger.path
@@ -386,6 +427,7 @@ class JobsActor(Actor[JobsMessage]):
             finished=self._finished,
             recovered=self._recovered,
             kinds=sorted(self._runners),
+            unrecorded=len(self._unrecorded),
         )
 
     # -- the loop's hooks -------------------------------------------------------
@@ -419,13 +461,30 @@ class JobsActor(Actor[JobsMessage]):
         return None
 
     def next_deadline(self) -> float:
-        return self._prune_at if self.keep_s > 0 else math.inf
+        deadlines = [self._prune_at if self.keep_s > 0 else math.inf]
+        deadlines += [at for *_, at in self._unrecorded.values()]
+        if self._queue and self._hold_until > trio.current_time():
+            deadlines.append(self._hold_until)
+        return min(deadlines)
 
     def on_deadline(self) -> None:
-        self.start_soon(self._prune)
+        if self.keep_s > 0 and trio.current_time() >= self._prune_at:
+            self._prune_at = trio.current_time() + 3600.0
+            self.start_soon(self._prune)
 
     def settle(self) -> Awaitable[None] | None:
-        return self._start_ready() if self._ready() else None
+        now = trio.current_time()
+        due = [job_id for job_id, (*_, at) in self._unrecorded.items() if at <= now]
+        if due or self._ready():
+            return self._settle(due)
+        return None
+
+    async def _settle(self, due: list[str]) -> None:
+        for job_id in due:
+            job, outcome, *_ = self._unrecorded[job_id]
+            await self._finish(job, outcome)
+        if self._ready():
+            await self._start_ready()
 
     async def on_stop(self) -> None:
         # Running jobs are cancelled with the actor's nursery and stay `running` in the
@@ -479,10 +538,37 @@ class JobsActor(Actor[JobsMessage]):
             waiter.answer(job)
 
     async def _finish(self, job: JobRecord, outcome: JobOutcome) -> JobRecord:
+        """Record how ``job`` ended; when the ledger or the disk refuses, keep it to record
+        again later (``_unrecorded``) and return the ended job as it will be recorded."""
+        try:
+            done = await self._record_end(job, outcome)
+        except (BlazarRuntimeError, RegistryError, OSError) as exc:
+            self._retry_end(job, outcome, exc)
+            return msgspec.structs.replace(
+                job, state=outcome.state, result=outcome.result, error=outcome.error, updated_at=time.time()
+            )
+        if self._unrecorded.pop(job.id, None) is not None:
+            self._stalls.pop(job.id, None)
+            log.warning("job %s: its end (%s) is recorded now", job.id, outcome.state)
+        self._finished += 1
+        return done
+
+    def _retry_end(self, job: JobRecord, outcome: JobOutcome, exc: Exception) -> None:
+        previous = self._unrecorded.get(job.id)
+        delay = RECORD_RETRY_FIRST_S if previous is None else min(previous[2] * 2, RECORD_RETRY_MAX_S)
+        self._unrecorded[job.id] = (job, outcome, delay, trio.current_time() + delay)
+        why = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        self._stalls[job.id] = f"the job ended ({outcome.state}) but its end is not recorded yet: {why}"
+        if previous is None:  # said once; the next tries are quiet
+            log.warning("job %s: cannot record its end yet, retrying with a backoff: %s", job.id, why)
+
+    async def _record_end(self, job: JobRecord, outcome: JobOutcome) -> JobRecord:
         result, artifact = outcome.result, None
         if result is not None and len(result) > self.spill_bytes:
             path = self.data_dir / "jobs" / job.id / "result"
-            await trio.to_thread.run_sync(atomic_write, path, result)
+            where = shown_folder(path.parent.parent, self.data_dir)
+            with disk_full_as("the job's result", where=where, needed_bytes=len(result)):
+                await trio.to_thread.run_sync(atomic_write, path, result)
             result, artifact = None, str(path)
         done = msgspec.structs.replace(
             job,
@@ -503,31 +589,36 @@ class JobsActor(Actor[JobsMessage]):
                 )
             )
         )
-        self._finished += 1
         return done
 
     def _ready(self) -> bool:
-        return len(self._active) < self.max_running and any(j.kind in self._runners for j in self._queue)
+        return (
+            len(self._active) < self.max_running
+            and trio.current_time() >= self._hold_until
+            and any(j.kind in self._runners for j in self._queue)
+        )
 
     async def _start_ready(self) -> None:
         while len(self._active) < self.max_running:
             job = next((j for j in self._queue if j.kind in self._runners), None)
             if job is None:
                 return
+            queued = job
             self._queue.remove(job)
             job = msgspec.structs.replace(
                 job, state="running", attempts=job.attempts + 1, updated_at=time.time()
             )
-            await self.ledger.ask(
-                Write(
-                    statements=(
-                        (
-                            "UPDATE jobs SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?",
-                            (job.attempts, job.updated_at, job.id),
-                        ),
-                    )
-                )
-            )
+            try:
+                await self.ledger.ask(Write(statements=(_running(job),)))
+            except BlazarRuntimeError as exc:  # the ledger refused: the job waits, first in line
+                self._queue.appendleft(queued)
+                self._hold_s = min(self._hold_s * 2, RECORD_RETRY_MAX_S) or RECORD_RETRY_FIRST_S
+                self._hold_until = trio.current_time() + self._hold_s
+                self._stalls[queued.id] = f"the job cannot start yet: {exc.message}"
+                log.warning("job %s cannot start yet (retrying in %.0f s): %s", job.id, self._hold_s, exc)
+                return
+            self._hold_s = 0.0
+            self._stalls.pop(job.id, None)
             first_seq = await trio.to_thread.run_sync(_next_seq, self.path, job.id)
             ctx = JobContext(self, job, first_seq)
             scope = trio.CancelScope()
@@ -543,8 +634,12 @@ class JobsActor(Actor[JobsMessage]):
             try:
                 outcome = await runner(ctx)
             except Exception as exc:
-                log.error("job %s (%s) failed", ctx.job.id, ctx.job.kind, exc_info=exc)
+                if find_disk_full(exc) is not None:
+                    log.warning("job %s (%s) failed: %s", ctx.job.id, ctx.job.kind, _describe(exc))
+                else:
+                    log.error("job %s (%s) failed", ctx.job.id, ctx.job.kind, exc_info=exc)
                 outcome = JobOutcome(state="failed", error=_describe(exc))
+        self._stalls.pop(ctx.job.id, None)
         with trio.CancelScope(shield=True):
             await self.tell(_Ended(job_id=ctx.job.id, outcome=outcome))
 
@@ -582,7 +677,11 @@ def _events_after(path: Path, job_id: str, after: int) -> list[JobEvent]:
 
 
 def _describe(exc: BaseException) -> str:
-    """One line for a job's ``error``: the first leaf of an exception group, which says what broke."""
+    """One line for a job's ``error``: the first leaf of an exception group, which says what
+    broke; a full disk says what could not be written and what to do."""
+    if (full := find_disk_full(exc)) is not None:
+        named = getattr(full, "message", None) if getattr(full, "code", None) == "DISK_FULL" else None
+        return named or DiskFull("the job's work").message
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"

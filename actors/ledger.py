@@ -20,6 +20,7 @@ import trio
 from actors.actor import Actor, ActorStatistics
 from actors.errors import ActorStopped, LedgerError
 from actors.mailbox import Envelope
+from registry.errors import DiskFull, is_disk_full
 
 __all__ = [
     "MIGRATIONS",
@@ -383,12 +384,14 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _write(conn: sqlite3.Connection, rows: list[Row], keep: int, writes: list[Write]) -> list[str | None]:
+def _write(
+    conn: sqlite3.Connection, rows: list[Row], keep: int, writes: list[Write]
+) -> list[sqlite3.Error | None]:
     """Insert a batch and, with ``keep`` > 0, drop what falls out of the newest ``keep``
     records: in one transaction, a range delete on the rowid (nothing to scan when
     nothing is old). Each ``Write`` runs in its own savepoint, so one that fails is
     undone alone; the result says, per write, why it failed (None: it holds)."""
-    failures: list[str | None] = []
+    failures: list[sqlite3.Error | None] = []
     conn.execute("BEGIN")
     try:
         if rows:
@@ -402,7 +405,7 @@ def _write(conn: sqlite3.Connection, rows: list[Row], keep: int, writes: list[Wr
                     conn.execute(sql, params)
             except sqlite3.Error as exc:
                 conn.execute("ROLLBACK TO write")
-                failures.append(f"{type(exc).__name__}: {exc}")
+                failures.append(exc)
             else:
                 failures.append(None)
             conn.execute("RELEASE write")
@@ -544,7 +547,7 @@ class LedgerActor(Actor[LedgerMessage]):
         rows, flushes = self._rows, self._flushes
         writes = [env.message for env in flushes if isinstance(env.message, Write)]
         error: LedgerError | None = None
-        failures: list[str | None] = []
+        failures: list[sqlite3.Error | None] = []
         if rows or writes:
             assert self._conn is not None
             try:
@@ -555,8 +558,7 @@ class LedgerActor(Actor[LedgerMessage]):
                 # count the loss, tell whoever flushes, carry on
                 self._dropped += len(rows)
                 self._last_error = f"{type(exc).__name__}: {exc}"
-                error = LedgerError(f"ledger write failed: {exc}")
-                error.__cause__ = exc
+                error = self._error(exc)
             else:
                 self._written += len(rows)
                 self._batches += 1
@@ -567,10 +569,20 @@ class LedgerActor(Actor[LedgerMessage]):
             if error is not None:
                 env.fail(error)
             elif failure is not None:
-                self._last_error = failure
-                env.fail(LedgerError(f"ledger write failed: {failure}"))
+                self._last_error = f"{type(failure).__name__}: {failure}"
+                env.fail(self._error(failure))
             else:
                 env.answer(None)
+
+    def _error(self, exc: sqlite3.Error) -> LedgerError:
+        """What a writer is told when its write failed: ``DISK_FULL`` when the disk is full."""
+        if is_disk_full(exc):
+            full = DiskFull("the ledger's new records", where=f"{self.path.name} in the data dir")
+            error = LedgerError(full.message, code=full.code)
+        else:
+            error = LedgerError(f"ledger write failed: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        return error
 
 
 def _read(path: Path, sql: str, params: Sequence[Any]) -> list[Row]:

@@ -26,7 +26,7 @@ import msgspec
 
 from actors.errors import BlazarRuntimeError
 from actors.jobs import JobContext, JobOutcome
-from registry.errors import RegistryError
+from registry.errors import DiskFull, RegistryError, is_disk_full
 from registry.pull import PullProgress, pull
 
 if TYPE_CHECKING:
@@ -70,8 +70,12 @@ async def run_pull(runtime: Runtime, ctx: JobContext) -> JobOutcome:
             on_progress=progress,
         )
     except OSError as exc:  # a full or unwritable disk
-        message = f"the pull could not write to the model store: {exc.strerror or exc}"
-        await ctx.event("error", {"code": "INSUFFICIENT_STORAGE", "message": message})
+        if is_disk_full(exc):
+            code, message = "DISK_FULL", DiskFull("the pull", where="models/ in the data dir").message
+        else:
+            code = "INSUFFICIENT_STORAGE"
+            message = f"the pull could not write to the model store: {exc.strerror or exc}"
+        await ctx.event("error", {"code": code, "message": message})
         return JobOutcome(state="failed", error=message)
     except (RegistryError, BlazarRuntimeError) as exc:  # anything else is a bug: the job says so
         await ctx.event("error", {"code": exc.code, "message": exc.message})

@@ -82,6 +82,7 @@ from actors.settings import Explanation, explain_running
 from actors.speculation import SpeculationBook
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.catalog import Catalog
+from registry.files import remove_stale_temps
 from registry.kinds import TEXT_KINDS, mismatch
 from registry.store import ModelRecord, Store
 
@@ -626,11 +627,27 @@ class Runtime:
         )
 
 
+STALE_MODEL_TEMP_S = 3600.0
+"""A temp file in the model store is swept at start only once this old: a CLI command
+(``blazar import`` copying a file) may be writing it beside a starting daemon."""
+
+
+def sweep_temps(home: Path) -> None:
+    """Remove what writes cut short left under the data dir (a crash mid-write, or an unlink
+    a full copy-on-write filesystem refused): the files and jobs folders, which only the
+    daemon writes, wholly; the model store's, once old."""
+    swept = remove_stale_temps(home / "files") + remove_stale_temps(home / "jobs")
+    swept += remove_stale_temps(home / "models", min_age_s=STALE_MODEL_TEMP_S)
+    if swept:
+        log.warning("removed %d temp file(s) left by writes cut short (a crash, or a full disk)", len(swept))
+
+
 @asynccontextmanager
 async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
     def prepare() -> tuple[list[int], Store, Catalog]:
         run_dir = Path(config.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+        sweep_temps(Path(config.home))
         return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
 
     reaped, store, catalog = await trio.to_thread.run_sync(prepare)

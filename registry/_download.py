@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import email.utils
-import errno
 import fcntl
 import functools
 import hashlib
@@ -33,7 +32,8 @@ import httpx
 import msgspec
 import trio
 
-from .errors import ChecksumMismatch, InsufficientStorage, PullFailed
+from .errors import ChecksumMismatch, DiskFull, PullFailed, is_disk_full
+from .files import shown_folder
 from .store import ModelSettings, Store
 
 __all__ = [
@@ -232,12 +232,13 @@ async def _open_stream(
     raise PullFailed(f"{label}: too many redirects")
 
 
-def _storage_error(exc: OSError, store: Store) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return InsufficientStorage(
-            f"the disk under {store.root} filled up during the download — free space and retry"
-        )
-    return PullFailed(f"cannot write under {store.root}: {exc.strerror or exc}")
+def _storage_error(exc: OSError, store: Store, fetch: Fetch, have: int) -> Exception:
+    """A full disk is ``DiskFull`` (the bytes still to come; the partial file stays, and the
+    next pull resumes it); another write error fails the pull. Neither names a local path."""
+    where = shown_folder(store.partial_dir, store.root.parent)
+    if is_disk_full(exc):
+        return DiskFull(f"the download of {fetch.label}", where=where, needed_bytes=max(0, fetch.size - have))
+    return PullFailed(f"cannot write to {where}: {exc.strerror or exc}")
 
 
 class _State:
@@ -300,7 +301,7 @@ async def _attempt(
             try:
                 f = await trio.to_thread.run_sync(functools.partial(open, partial, mode, buffering=0))
             except OSError as exc:
-                raise _storage_error(exc, store) from exc
+                raise _storage_error(exc, store, fetch, state.have) from exc
             try:
                 async for chunk in resp.aiter_bytes():
                     if state.have + len(chunk) > fetch.size:
@@ -310,7 +311,7 @@ async def _attempt(
                     try:
                         await trio.to_thread.run_sync(_write_chunk, f, state.hasher, chunk)
                     except OSError as exc:
-                        raise _storage_error(exc, store) from exc
+                        raise _storage_error(exc, store, fetch, state.have) from exc
                     state.have += len(chunk)
                     progress(state.have)
             finally:

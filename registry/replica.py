@@ -15,6 +15,7 @@ is cheap enough for a request handler's loop).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -23,7 +24,8 @@ from typing import BinaryIO
 
 import msgspec
 
-from .errors import ChecksumMismatch, InvalidModelFile, ModelNotFound
+from .errors import ChecksumMismatch, InvalidModelFile, ModelNotFound, disk_full_as
+from .files import shown_folder
 from .store import ModelFile, ModelRecord, ModelSettings, SpeechFacts, Store, WeightFacts, check_file_name
 
 __all__ = ["BlobReceiver", "Part", "Replica", "install", "replica_of"]
@@ -97,28 +99,39 @@ class BlobReceiver:
     ``finish`` stores it only when its bytes hash to ``digest``. Use it as a context manager:
     leaving it without ``finish`` (an error, a cut stream) deletes the partial file."""
 
-    def __init__(self, store: Store, digest: str) -> None:
+    def __init__(self, store: Store, digest: str, *, expected_bytes: int | None = None) -> None:
         self.store = store
         self.sha = digest.removeprefix("sha256:")
         self.path = store.partial_path(self.sha)  # checks the digest's form
+        self.expected_bytes = expected_bytes
+        """The blob's size when the sender said it: a full disk's error names it."""
         self._hash = hashlib.sha256()
         self._file: BinaryIO | None = None
         self.received = 0
 
+    def _disk_full_as(self) -> contextlib.AbstractContextManager[None]:
+        """``DiskFull`` for the upload (the partial file is deleted on the way out)."""
+        where = shown_folder(self.path.parent, self.store.root.parent)
+        what = f"the blob sha256:{self.sha[:12]}…"
+        return disk_full_as(what, where=where, needed_bytes=self.expected_bytes)
+
     def __enter__(self) -> BlobReceiver:
-        self._file = open(self.path, "wb")
+        with self._disk_full_as():
+            self._file = open(self.path, "wb")
         return self
 
     def write(self, chunk: bytes) -> None:
         assert self._file is not None, "use BlobReceiver as a context manager"
         self._hash.update(chunk)
-        self._file.write(chunk)
+        with self._disk_full_as():
+            self._file.write(chunk)
         self.received += len(chunk)
 
     def finish(self) -> Path:
         """Store the blob; ``ChecksumMismatch`` (and nothing stored) when its bytes are not it."""
         assert self._file is not None
-        self._file.close()
+        with self._disk_full_as():
+            self._file.close()
         got = self._hash.hexdigest()
         if got != self.sha:
             self.path.unlink(missing_ok=True)
@@ -130,7 +143,9 @@ class BlobReceiver:
 
     def __exit__(self, *exc: object) -> None:
         if self._file is not None and not self._file.closed:
-            self._file.close()
+            # what it buffered may not fit either: the partial file goes anyway
+            with contextlib.suppress(OSError):
+                self._file.close()
         if self.path.exists() and exc[0] is not None:
             self.path.unlink(missing_ok=True)
 

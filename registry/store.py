@@ -34,12 +34,13 @@ import msgspec
 from ._names import canonical_name
 from .errors import (
     ChecksumMismatch,
-    InsufficientStorage,
+    DiskFull,
     InvalidModelFile,
     ModelNotFound,
     RegistryError,
+    is_disk_full,
 )
-from .files import atomic_replace, atomic_write, atomic_writer, fsync_dir
+from .files import atomic_replace, atomic_write, atomic_writer, fsync_dir, shown_folder
 
 if TYPE_CHECKING:
     from .gguf import ModelInfo
@@ -232,10 +233,21 @@ def _check_hex(sha256_hex: str) -> str:
     return value
 
 
-def _storage_error(exc: OSError, what: str) -> RegistryError:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return InsufficientStorage(f"not enough disk space to {what} — free some space and retry")
+def _storage_error(
+    exc: OSError, what: str, *, noun: str, folder: Path, root: Path, needed: int | None = None
+) -> RegistryError:
+    """``DiskFull`` (naming ``noun``, ``folder`` from the data dir and ``needed`` bytes) for a
+    full disk; else what failed (``what``) and why."""
+    if is_disk_full(exc):
+        return DiskFull(noun, where=shown_folder(folder, root.parent), needed_bytes=needed)
     return RegistryError(f"cannot {what}: {exc.strerror or exc}")
+
+
+def _size(path: Path | str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -314,7 +326,13 @@ class Store:
         try:
             _atomic_write(self._manifest_path(canonical), msgspec.json.encode(record))
         except OSError as exc:
-            raise _storage_error(exc, f"write the manifest of '{canonical}'") from exc
+            raise _storage_error(
+                exc,
+                f"write the manifest of '{canonical}'",
+                noun=f"the manifest of '{canonical}'",
+                folder=self.manifests_dir,
+                root=self.root,
+            ) from exc
         if previous is not None:
             self.collect(*(set(previous.digests()) - set(record.digests())))
 
@@ -329,10 +347,18 @@ class Store:
             atomic_replace(tmp_file, blob)
         except OSError as exc:
             if exc.errno != errno.EXDEV:
-                raise _storage_error(exc, f"store blob sha256-{sha256_hex}") from exc
-            _atomic_copy(Path(tmp_file), blob)
+                raise self._blob_error(exc, f"store blob sha256-{sha256_hex}", tmp_file) from exc
+            try:
+                _atomic_copy(Path(tmp_file), blob)
+            except OSError as copy_exc:
+                raise self._blob_error(copy_exc, f"store blob sha256-{sha256_hex}", tmp_file) from copy_exc
             Path(tmp_file).unlink(missing_ok=True)
         return blob
+
+    def _blob_error(self, exc: OSError, what: str, src: Path | str) -> RegistryError:
+        return _storage_error(
+            exc, what, noun="the model file", folder=self.blobs_dir, root=self.root, needed=_size(src)
+        )
 
     def _place_blob(self, src: Path, blob: Path, *, link: bool) -> None:
         blob.parent.mkdir(parents=True, exist_ok=True)
@@ -415,7 +441,7 @@ class Store:
             try:
                 self._place_blob(Path(source_file), target, link=link)
             except OSError as exc:
-                raise _storage_error(exc, f"import {source_file}") from exc
+                raise self._blob_error(exc, f"import {source_file}", source_file) from exc
         self._write_info(sha, info)
 
         previous = self.find(canonical)
@@ -450,7 +476,7 @@ class Store:
                 return "symlinked"
             return "hardlinked" if os.stat(blob).st_ino == os.stat(src).st_ino else "copied"
         except OSError as exc:
-            raise _storage_error(exc, f"add {src} to the store") from exc
+            raise self._blob_error(exc, f"add {src} to the store", src) from exc
 
     def add_file(self, src: Path, *, link: bool = False) -> str:
         """Make a local file a blob, hashed once (hardlink, else copy; symlink with ``link``);
@@ -462,7 +488,7 @@ class Store:
             try:
                 self._place_blob(src, blob, link=link)
             except OSError as exc:
-                raise _storage_error(exc, f"add {src} to the store") from exc
+                raise self._blob_error(exc, f"add {src} to the store", src) from exc
         return sha
 
     @staticmethod
@@ -544,7 +570,7 @@ class Store:
             except FileExistsError:
                 continue  # another process made the same link just now
             except OSError as exc:
-                raise _storage_error(exc, f"lay out the files of '{record.name}'") from exc
+                raise self._tree_error(exc, record) from exc
         marker = folder / TREE_MARKER
         fields: dict[str, Any] = {"kind": record.kind, "format": record.format, "entry": record.entry}
         fields["files"] = record.files
@@ -555,8 +581,12 @@ class Store:
             if not marker.is_file() or marker.read_bytes() != doc:
                 _atomic_write(marker, doc)
         except OSError as exc:
-            raise _storage_error(exc, f"lay out the files of '{record.name}'") from exc
+            raise self._tree_error(exc, record) from exc
         return folder / record.entry if record.entry else folder
+
+    def _tree_error(self, exc: OSError, record: ModelRecord) -> RegistryError:
+        what = f"the files of '{record.name}'"
+        return _storage_error(exc, f"lay out {what}", noun=what, folder=self.trees_dir, root=self.root)
 
     def collect(self, *digests: str) -> None:
         """Delete blobs (with their cached header and split-part folder) no manifest uses."""

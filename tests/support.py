@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -11,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -324,3 +326,47 @@ def offline_stores(monkeypatch: Any, root: Path) -> Path:
     monkeypatch.setenv("BLAZAR_OLLAMA_REGISTRY", url)
     monkeypatch.setenv("HF_ENDPOINT", url)
     return root
+
+
+@contextlib.contextmanager
+def small_filesystem(folder: Path, size: str = "2m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``folder`` (created) for the ``with`` block, then unmounted;
+    the test is skipped, with the reason, where this machine refuses the mount (no root, a
+    container without ``CAP_SYS_ADMIN``)."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        pytest.skip("a full-disk test needs mount(8) and umount(8) to make a small tmpfs")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here for a full-disk test: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
+
+
+def fill_filesystem(folder: Path) -> Path:
+    """Write a filler file in ``folder`` until its filesystem has no byte left; returns it
+    (remove it to give the space back)."""
+    filler = folder / "filler"
+    chunk = b"\0" * (64 * 1024)
+    with open(filler, "wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+    for size in (4096, 512, 1):  # what a page-sized write left over
+        with open(filler, "ab", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+    return filler

@@ -8,6 +8,7 @@ every engine child.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import logging.handlers
@@ -25,11 +26,12 @@ from actors.runtime import open_runtime
 from blazar.config import Config, ConfigError, Paths
 from blazar.daemon.files import remove_daemon_info, remove_local_token, write_daemon_info
 from blazar.telemetry.scrub import ScrubFilter, scrub
+from registry.files import shown_folder
 
 if TYPE_CHECKING:
     from blazar.web.middleware.tracing import RequestTracer
 
-__all__ = ["BindError", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
+__all__ = ["BindError", "LogFile", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
 
 log = logging.getLogger("blazar.daemon.serve")
 
@@ -64,10 +66,52 @@ def open_bind_refusal(config: Config, paths: Paths) -> str | None:
     )
 
 
+class LogFile(logging.handlers.RotatingFileHandler):
+    """The daemon's log file, which a full (or unwritable) disk never turns into a crash nor
+    into a traceback per line: the lines that cannot be written are dropped, stderr says so
+    once, and again once they are written again."""
+
+    def __init__(self, path: str, *, max_bytes: int, backups: int, shown: str = "the daemon log") -> None:
+        # delay: opened at the first line, so a disk that refuses it cannot stop the start
+        super().__init__(path, maxBytes=max_bytes, backupCount=backups, delay=True)
+        self.shown = shown
+        self.failing = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if self.failing and self.stream is not None:
+            self.failing = False
+            _say(f"blazar: writing {self.shown} again")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        # Drop the stream: what it buffered could not be written; the next line reopens it.
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
+        if not self.failing:
+            self.failing = True
+            why = exc.strerror or type(exc).__name__
+            _say(f"blazar: cannot write {self.shown} ({why}): its lines are lost until it can be written")
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
 def setup_logging(paths: Paths, config: Config, *, to_stderr: bool) -> None:
-    Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
-    handler = logging.handlers.RotatingFileHandler(
-        paths.log_file, maxBytes=int(config.log_max_mb * 1024 * 1024), backupCount=3
+    with contextlib.suppress(OSError):  # a disk that refuses the folder: the handler says so
+        Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
+    handler = LogFile(
+        paths.log_file,
+        max_bytes=int(config.log_max_mb * 1024 * 1024),
+        backups=3,
+        shown=f"the daemon log (daemon.log in {shown_folder(paths.log_dir, paths.data_dir)})",
     )
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(fmt)

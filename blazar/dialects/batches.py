@@ -119,7 +119,8 @@ class BatchCounts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BatchErrorEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One entry of a batch's ``errors``: why its input file failed validation."""
+    """One entry of a batch's ``errors``: why its input file failed validation, or (``disk_full``)
+    why a running batch is paused for now."""
 
     code: str
     message: str

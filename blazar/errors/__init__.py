@@ -78,6 +78,12 @@ CATALOG: dict[str, CodeInfo] = {
         _c("UNAVAILABLE", 503, "The service is temporarily unavailable."),
         _c("GATEWAY_TIMEOUT", 504, "The upstream engine did not answer in time."),
         _c("INSUFFICIENT_STORAGE", 507, "Not enough disk space."),
+        _c(
+            "DISK_FULL",
+            507,
+            "A write found the disk full: the message says what and where; free space on the disk "
+            "holding the data dir, then retry.",
+        ),
         _c("QUEUE_FULL", 429, "The model's queue is full: retry after Retry-After seconds."),
         _c("DEADLINE_UNMEETABLE", 429, "The predicted wait exceeds X-Blazar-Deadline-Ms: retry later."),
         _c(

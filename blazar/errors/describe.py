@@ -7,6 +7,11 @@ optional ``retry_after_s``: the gateway's own (``BlazarError``, a dialect's
 and the CLI's one-line failures all come from ``describe_error``, so an error
 reads the same wherever it surfaces.
 
+A full disk is an answer, not a bug, wherever it was hit: a write that knew what it
+wrote raises ``registry.errors.DiskFull``; a bare ``OSError`` (``ENOSPC``, ``EDQUOT``) or
+SQLite's "database or disk is full" that reaches here unnamed is answered 507
+``DISK_FULL`` all the same.
+
 Kept apart from ``blazar.errors``, which the sans-io dialects import: this module
 knows the runtime's and the store's exception trees.
 """
@@ -18,9 +23,15 @@ import msgspec
 from actors.errors import BlazarRuntimeError
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import CATALOG, BlazarError, Dialect
-from registry.errors import RegistryError
+from registry.errors import RegistryError, find_disk_full
 
-__all__ = ["ErrorReply", "describe_error"]
+__all__ = ["DISK_FULL_MESSAGE", "ErrorReply", "describe_error"]
+
+DISK_FULL_MESSAGE = (
+    "the disk is full: a write to the data dir could not be completed — free space on the disk "
+    "holding the data dir, then retry"
+)
+"""What a full disk hit by a write that did not name itself answers."""
 
 
 class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +66,11 @@ def describe_error(exc: BaseException, dialect: Dialect | None = None) -> ErrorR
         code, retry_after_s = exc.code, exc.retry_after_s
     elif isinstance(exc, DecodeError):
         code, retry_after_s, param = exc.code, None, exc.param
+    elif (full := find_disk_full(exc)) is not None:
+        # a bare OSError or sqlite3 error, or a named one inside an exception group
+        code, retry_after_s = "DISK_FULL", None
+        named = getattr(full, "message", None) if getattr(full, "code", None) == "DISK_FULL" else None
+        message = named or DISK_FULL_MESSAGE
     else:
         return None
     info = CATALOG.get(code) or CATALOG["INTERNAL"]

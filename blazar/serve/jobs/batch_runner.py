@@ -12,6 +12,14 @@ runs again.
 
 When every item has an answer, the OpenAI output and error files are written and
 named in one transaction; an Anthropic batch's results are read from its items.
+
+A full disk pauses a batch, as a long queue would; it does not fail it. When an answer,
+a file or the batch's end cannot be written (or an item itself is answered 507
+``DISK_FULL``), the batch stops where it is, says why (``JobContext.stall``: the
+batch's ``errors`` and the job's ``stalled``), and tries again after 1, 2, 4 … up to
+30 seconds, going on from its first unrecorded item once the space is back. What was
+recorded before stays; its window still runs, so a disk that stays full ends it
+``expired`` with the answers it has. A cancel ends it at once.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from actors.runtime import Runtime
 from blazar.dialects import batches
 from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.in_process import ASGIApp, asgi_client
-from blazar.serve.stores.batches import BatchItem, BatchRow, BatchStore, FileRow, Statement, write_blob
+from blazar.serve.stores.batches import BatchItem, BatchRow, BatchStore, FileRow, Statement
+from registry.errors import DiskFull, disk_full_as, find_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +49,8 @@ __all__ = ["KIND", "finish", "item_id", "output_file_ids", "runner", "store_of"]
 
 KIND = "batch"
 PROGRESS_EVERY_S = 1.0
+DISK_RETRY_FIRST_S = 1.0
+DISK_RETRY_MAX_S = 30.0
 
 
 def store_of(runtime: Runtime) -> BatchStore:
@@ -78,6 +89,42 @@ class _Batch:
         self._progress_at = 0.0
 
     async def run(self) -> JobOutcome:
+        """Run the batch; a full disk pauses it (see the module's text) until the space is back."""
+        delay, paused = DISK_RETRY_FIRST_S, False
+        while True:
+            try:
+                outcome = await self._run()
+            except Exception as exc:
+                full = find_disk_full(exc)
+                if full is None:
+                    raise
+                named = full if isinstance(full, DiskFull) else DiskFull("the batch's progress")
+                why = f"{named.fact} — free space on the disk holding {named.holder}"
+            else:
+                if paused:
+                    log.warning("batch %s goes on: the disk has space again", self.batch_id)
+                    self.ctx.stall(None)
+                return outcome
+            if not paused:  # once per pause in the daemon's log; the batch itself says it all along
+                log.warning("batch %s is paused, retrying with a backoff: %s", self.batch_id, why)
+            paused = True
+            self.ctx.stall(f"the batch is paused: {why}; it goes on by itself once there is room")
+            try:
+                await trio.sleep(delay)
+            except trio.Cancelled:
+                if self.ctx.cancel_requested:
+                    self.ctx.stall(None)
+                    with trio.CancelScope(shield=True):
+                        await self._end_cancelled()
+                raise
+            delay = min(delay * 2, DISK_RETRY_MAX_S)
+
+    async def _end_cancelled(self) -> None:
+        batch = await self.store.batch(self.batch_id)
+        if batch is not None and batch.ended_at is None:
+            await finish(self.store, batch, settle="cancelled")
+
+    async def _run(self) -> JobOutcome:
         batch = await self.store.batch(self.batch_id)
         if batch is None:
             return JobOutcome(state="failed", error="the batch was deleted before it ran")
@@ -137,6 +184,9 @@ class _Batch:
                     item, state="failed", status_code=500, response=msgspec.json.encode(error)
                 )
             else:
+                if resp.status_code == 507 and _blazar_code(resp.content) == "DISK_FULL":
+                    # not this request's failure: the batch pauses, and runs it again later
+                    raise DiskFull(f"the answer to request '{item.custom_id}'")
                 state: batches.ItemState = "succeeded" if resp.status_code < 400 else "failed"
                 answered = msgspec.structs.replace(
                     item,
@@ -145,7 +195,8 @@ class _Batch:
                     response=resp.content,
                     request_id=resp.headers.get("x-blazar-trace-id"),
                 )
-            await self.store.write(BatchStore.item_statement(self.batch_id, answered))
+            with disk_full_as("the batch's answers", where=f"{self.store.ledger_name} in the data dir"):
+                await self.store.write(BatchStore.item_statement(self.batch_id, answered))
             self.done += 1
             now = time.monotonic()
             if now - self._progress_at >= PROGRESS_EVERY_S:
@@ -177,7 +228,8 @@ async def finish(store: BatchStore, batch: BatchRow, *, settle: batches.ItemStat
         )
     else:
         statements.append(("UPDATE batches SET ended_at = ? WHERE id = ?", (now, batch.id)))
-    await store.write(*statements)
+    with disk_full_as("the batch's end", where=f"{store.ledger_name} in the data dir"):
+        await store.write(*statements)
 
 
 async def _files(
@@ -191,7 +243,7 @@ async def _files(
         if not lines:
             continue
         data = batches.to_jsonl(lines)
-        path = await trio.to_thread.run_sync(write_blob, store.files_dir, data)
+        path, _ = await store.write_file_bytes(f"the batch's {name} file", data)
         rows.append(
             FileRow(
                 id=file_id,
@@ -248,6 +300,15 @@ def _output_lines(
                 )
             )
     return outputs, errors
+
+
+def _blazar_code(raw: bytes) -> str | None:
+    body = _json_or_text(raw)
+    error = body.get("error") if isinstance(body, dict) else None
+    code = (error.get("blazar_code") if isinstance(error, dict) else None) or (
+        body.get("blazar_code") if isinstance(body, dict) else None
+    )
+    return code if isinstance(code, str) else None
 
 
 def _json_or_text(raw: bytes) -> Any:

@@ -16,6 +16,7 @@ goes when the job is pruned.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,8 +29,10 @@ from actors.runtime import Runtime
 from blazar.auth.keys import LOCAL_NAME
 from blazar.serve.context import ACT_AS
 from blazar.serve.jobs.in_process import ASGIApp, asgi_client
+from registry.errors import disk_full_as
+from registry.files import atomic_write, shown_folder
 
-__all__ = ["KIND", "UPLOAD", "TranscriptionJob", "job_folder", "runner"]
+__all__ = ["KIND", "UPLOAD", "TranscriptionJob", "job_folder", "runner", "store_upload"]
 
 KIND = "transcription"
 UPLOAD = "upload"
@@ -49,6 +52,19 @@ class TranscriptionJob(msgspec.Struct, frozen=True, kw_only=True):
 def job_folder(runtime: Runtime, job_id: str) -> Path:
     """The job's folder under the data dir, where its upload waits until the job has ended."""
     return runtime.jobs.data_dir / "jobs" / job_id
+
+
+async def store_upload(runtime: Runtime, job_id: str, body: bytes) -> None:
+    """Write the job's upload; on a full disk ``DiskFull`` names it, and the job's folder goes."""
+    folder = job_folder(runtime, job_id)
+    where = shown_folder(folder.parent, runtime.jobs.data_dir)
+    try:
+        with disk_full_as("the audio upload", where=where, needed_bytes=len(body)):
+            await trio.to_thread.run_sync(atomic_write, folder / UPLOAD, body)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(shutil.rmtree, folder, True)
+        raise
 
 
 def runner(runtime: Runtime, app: ASGIApp, *, headers: Mapping[str, str] | None = None) -> Runner:

@@ -19,7 +19,8 @@ import trio
 
 from actors.ledger import LedgerActor, Write, read_rows
 from blazar.dialects.batches import ItemState, Tally, tally
-from registry.files import atomic_write
+from registry.errors import disk_full_as
+from registry.files import atomic_write, shown_folder
 
 __all__ = ["BatchItem", "BatchRow", "BatchStore", "FileRow", "Statement"]
 
@@ -105,20 +106,36 @@ def _item(row: tuple[Any, ...]) -> BatchItem:
     )
 
 
-def write_blob(folder: Path, data: bytes) -> Path:
-    """Store ``data`` under its SHA-256 (temp file, fsync, rename); the same bytes twice are one file."""
+def write_blob(folder: Path, data: bytes) -> tuple[Path, bool]:
+    """Store ``data`` under its SHA-256 (temp file, fsync, rename); the same bytes twice are one
+    file. Also says whether the file is new (False: those bytes were stored already)."""
     path = folder / f"sha256-{hashlib.sha256(data).hexdigest()}"
     if path.exists():
-        return path
+        return path, False
     atomic_write(path, data)
-    return path
+    return path, True
 
 
 class BatchStore:
     def __init__(self, ledger: LedgerActor, home: Path) -> None:
         self._ledger = ledger
         self._path = ledger.path
-        self.files_dir = Path(home) / "files"
+        self.home = Path(home)
+        self.files_dir = self.home / "files"
+
+    @property
+    def ledger_name(self) -> str:
+        """The ledger file's name, as an error names it (``blazar.db``)."""
+        return self._path.name
+
+    def files_place(self) -> str:
+        """The files folder as an error names it (``files/ in the data dir``)."""
+        return shown_folder(self.files_dir, self.home)
+
+    async def write_file_bytes(self, what: str, data: bytes) -> tuple[Path, bool]:
+        """``write_blob`` into the files folder; a full disk raises ``DiskFull`` naming ``what``."""
+        with disk_full_as(what, where=self.files_place(), needed_bytes=len(data)):
+            return await trio.to_thread.run_sync(write_blob, self.files_dir, data)
 
     async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return await trio.to_thread.run_sync(read_rows, self._path, sql, params)
@@ -132,8 +149,9 @@ class BatchStore:
         self, file_id: str, filename: str, purpose: str, data: bytes, *, expires_at: float | None
     ) -> FileRow:
         """Write the bytes, then the row: a crash between leaves an unnamed blob, never a
-        row without its bytes."""
-        path = await trio.to_thread.run_sync(write_blob, self.files_dir, data)
+        row without its bytes. A full disk raises ``DiskFull`` and leaves neither: the
+        bytes of a row that could not be written go again."""
+        path, new = await self.write_file_bytes("the upload", data)
         row = FileRow(
             id=file_id,
             filename=filename,
@@ -143,8 +161,21 @@ class BatchStore:
             created_at=time.time(),
             expires_at=expires_at,
         )
-        await self.write(self.file_statement(row))
+        try:
+            with disk_full_as("the upload's record", where=f"{self.ledger_name} in the data dir"):
+                await self.write(self.file_statement(row))
+        except BaseException:
+            if new:
+                with trio.CancelScope(shield=True):
+                    await self._forget_bytes(path)
+            raise
         return row
+
+    async def _forget_bytes(self, path: Path) -> None:
+        """Delete a files-folder blob that no row names (one the same bytes uploaded meanwhile
+        names stays)."""
+        if not await self._read("SELECT 1 FROM files WHERE path = ? LIMIT 1", (str(path),)):
+            await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
 
     @staticmethod
     def file_statement(row: FileRow) -> Statement:
@@ -181,9 +212,7 @@ class BatchStore:
 
     async def delete_file(self, row: FileRow) -> None:
         await self.write(("DELETE FROM files WHERE id = ?", (row.id,)))
-        others = await self._read("SELECT 1 FROM files WHERE path = ? LIMIT 1", (row.path,))
-        if not others:
-            await trio.to_thread.run_sync(lambda: Path(row.path).unlink(missing_ok=True))
+        await self._forget_bytes(Path(row.path))
 
     # -- batches ----------------------------------------------------------------
 

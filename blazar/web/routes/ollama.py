@@ -472,7 +472,7 @@ async def blob_upload(digest: str) -> Response:
             pass
         return Response(b"", 200)
     # Hashed as it is written; bytes that are not the digest are deleted, never stored.
-    with BlobReceiver(store, sha) as receiver:
+    with BlobReceiver(store, sha, expected_bytes=request.content_length) as receiver:
         pending: list[bytes] = []
         size = 0
         async for chunk in request.body:

@@ -26,7 +26,9 @@ __all__ = ["encode_job", "register"]
 _STATES = ("queued", "running", "completed", "failed", "cancelled")
 
 
-def encode_job(job: JobRecord) -> dict[str, Any]:
+def encode_job(job: JobRecord, *, stalled: str | None = None) -> dict[str, Any]:
+    """The job as the jobs API shows it; ``stalled``: why it is not moving now (a full disk),
+    shown only while it is."""
     doc: dict[str, Any] = {
         "id": job.id,
         "object": "blazar.job",
@@ -39,6 +41,8 @@ def encode_job(job: JobRecord) -> dict[str, Any]:
         "progress": job.progress,
         "error": job.error,
     }
+    if stalled is not None:
+        doc["stalled"] = stalled
     if job.artifact is not None:
         doc["artifact"] = {"path": job.artifact}
     elif job.result is not None:
@@ -64,11 +68,11 @@ async def list_jobs() -> Response:
     rows = await trio.to_thread.run_sync(
         lambda: read_jobs(path, state=state, kind=kind, after=after, limit=limit + 1)
     )
-    page = rows[:limit]
+    page, jobs = rows[:limit], app_runtime().jobs
     return json_response(
         {
             "object": "list",
-            "data": [encode_job(j) for j in page],
+            "data": [encode_job(j, stalled=jobs.stalled(j.id)) for j in page],
             "first_id": page[0].id if page else None,
             "last_id": page[-1].id if page else None,
             "has_more": len(rows) > limit,
@@ -77,7 +81,8 @@ async def list_jobs() -> Response:
 
 
 async def get_job(job_id: str) -> Response:
-    return json_response(encode_job(await _job(job_id)))
+    job = await _job(job_id)
+    return json_response(encode_job(job, stalled=app_runtime().jobs.stalled(job.id)))
 
 
 async def job_events(job_id: str) -> Response:

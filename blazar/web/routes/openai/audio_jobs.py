@@ -21,11 +21,10 @@ from actors.engines.multipart import Part, boundary_of, encode_form
 from actors.jobs import JobRecord
 from actors.runtime import Runtime
 from blazar.errors import BlazarError
-from blazar.serve.jobs.speech import KIND, UPLOAD, TranscriptionJob, job_folder
+from blazar.serve.jobs.speech import KIND, TranscriptionJob, job_folder, store_upload
 from blazar.web.asgi.call import Call, Reply
 from blazar.web.asgi.replies import json_reply
 from blazar.web.routes.admin.jobs import encode_job
-from registry.files import atomic_write
 
 __all__ = ["ASYNC", "submit", "wants_async"]
 
@@ -86,7 +85,7 @@ async def submit(runtime: Runtime, call: Call, path: str, model: str, form: dict
     payload = TranscriptionJob(
         path=path, content_type=content_type, response_format=req.response_format, key=call.key
     )
-    await trio.to_thread.run_sync(atomic_write, folder / UPLOAD, body)
+    await store_upload(runtime, job_id, body)
     try:
         job = await runtime.jobs.submit(KIND, msgspec.json.encode(payload), model=model, job_id=job_id)
     except BaseException:

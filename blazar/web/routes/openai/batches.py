@@ -47,12 +47,19 @@ def _file_record(row: FileRow) -> batches.FileRecord:
     )
 
 
+def _stall_code(why: str) -> str:
+    return "disk_full" if "the disk is full" in why else "paused"
+
+
 def _int(value: float | None) -> int | None:
     return int(value) if value is not None else None
 
 
-async def batch_record(store: BatchStore, row: BatchRow) -> batches.BatchRecord:
-    """The OpenAI view of a batch: its status worked out from its items and flags."""
+async def batch_record(
+    store: BatchStore, row: BatchRow, *, stalled: str | None = None
+) -> batches.BatchRecord:
+    """The OpenAI view of a batch: its status worked out from its items and flags; ``stalled``
+    (why it is paused: a full disk) is its one ``errors`` entry while it is."""
     t = await store.tally(row.id)
     ended = row.ended_at is not None
     expired = row.ended_at is not None and row.ended_at >= row.expires_at and t.expired > 0
@@ -69,6 +76,7 @@ async def batch_record(store: BatchStore, row: BatchRow) -> batches.BatchRecord:
         output_file_id=row.output_file_id,
         error_file_id=row.error_file_id,
         metadata=row.metadata,
+        errors=[batches.BatchErrorEntry(code=_stall_code(stalled), message=stalled)] if stalled else [],
         in_progress_at=_int(row.in_progress_at),
         expires_at=_int(row.expires_at),
         finalizing_at=_int(row.finalizing_at),
@@ -214,13 +222,18 @@ async def list_batches() -> Response:
     after, limit = _page_args(20, 100)
     store = store_of(app_runtime())
     rows = await store.batches("openai", after=after, before=None, limit=limit + 1)
-    data = [batches.encode_batch(await batch_record(store, r)) for r in rows[:limit]]
+    jobs = app_runtime().jobs
+    data = [
+        batches.encode_batch(await batch_record(store, r, stalled=jobs.stalled(r.id))) for r in rows[:limit]
+    ]
     return json_response(batches.encode_openai_page(data, has_more=len(rows) > limit))
 
 
 async def get_batch(batch_id: str) -> Response:
-    store = store_of(app_runtime())
-    return json_response(batches.encode_batch(await batch_record(store, await _batch(batch_id))))
+    runtime = app_runtime()
+    row = await _batch(batch_id)
+    record = await batch_record(store_of(runtime), row, stalled=runtime.jobs.stalled(row.id))
+    return json_response(batches.encode_batch(record))
 
 
 async def cancel_batch(batch_id: str) -> Response:
