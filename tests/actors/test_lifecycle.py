@@ -502,11 +502,11 @@ async def test_evict_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
             r = await client.post("/api/evict", data=b"")
             assert r.status_code == 200 and await r.get_json() == {"evicted": []}
             r = await client.post("/api/evict", json={"model": "nope"})
-            assert r.status_code == 404 and (await r.get_json())["blazar_code"] == "MODEL_NOT_FOUND"
+            assert r.status_code == 404 and (await r.get_json())["error"]["blazar_code"] == "MODEL_NOT_FOUND"
             r = await client.post("/api/evict", json={"model": 3})
-            assert r.status_code == 400 and (await r.get_json())["blazar_code"] == "BAD_REQUEST"
+            assert r.status_code == 400 and (await r.get_json())["error"]["blazar_code"] == "BAD_REQUEST"
             r = await client.post("/api/evict", data=b"{", headers={"Content-Type": "application/json"})
-            assert r.status_code == 400 and (await r.get_json())["blazar_code"] == "INVALID_JSON"
+            assert r.status_code == 400 and (await r.get_json())["error"]["blazar_code"] == "INVALID_JSON"
 
 
 def test_cli_unload_without_a_daemon(
