@@ -29,6 +29,7 @@ from actors.runtime import Runtime
 from actors.scheduling import Tier
 from blazar.auth.keys import LOCAL_NAME, Key
 from blazar.dialects import responses
+from blazar.dialects.neutral import ChatRequest
 from blazar.dialects.responses import ResponsesRequest
 from blazar.dialects.responses_stream import StreamEncoder, frame
 from blazar.errors import CATALOG, Dialect
@@ -80,6 +81,8 @@ async def submit(
     the API key that created it, which its job's tokens are charged to (and whose MCP scopes
     apply to ``servers``, the MCP servers the request chose)."""
     response_id = responses.new_id("resp")
+    planned = ChatRequest(model=req.model, messages=[], temperature=req.temperature, top_p=req.top_p)
+    req = responses.sampled(req, *await engine_call.planned_sampling(runtime, planned))
     doc = responses.encode_response(req, response_id=response_id, created_at=time.time(), status="queued")
     row = row_for(req, body, doc)
     job = _Job(
