@@ -14,7 +14,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from blazar.dialects import responses
 from blazar.dialects.neutral import ChatResponse, DecodeError, Delta, ToolCall, ToolCallDelta, Usage
-from blazar.dialects.responses_stream import StreamEncoder, whole_response
+from blazar.dialects.responses_stream import StreamEncoder, queued_events, whole_response
 from tests.responses_schema import check_event, check_events, check_response, parse_sse
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -292,3 +292,21 @@ def test_a_stream_that_fails_midway_sends_openais_error_event() -> None:
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert failed.response.error is not None and failed.response.error.code == "server_error"
 
+
+def test_a_background_stream_opens_queued_then_goes_on_in_progress() -> None:
+    """OpenAI's order for ``background`` with ``stream``: ``response.created`` and
+    ``response.queued`` with the queued Response (logged at submit), then the job's stream from
+    ``response.in_progress``, numbered after them."""
+    req = responses.sampled(decode(input="x", background=True, stream=True), 0.8, 0.95)
+    queued = responses.encode_response(req, response_id="resp_1", created_at=100.0, status="queued")
+    opening = [{**e, "sequence_number": n} for n, e in enumerate(queued_events(queued))]
+    enc = _encoder(req, queued=True)
+    raw = enc.start() + enc.feed(Delta(text="Hi")) + enc.finish(Delta(finish_reason="stop"))
+    events = [*opening, *parse_sse(raw.decode())]
+    check_events(events)
+    assert [(e["type"], e.get("response", {}).get("status")) for e in events[:3]] == [
+        ("response.created", "queued"),
+        ("response.queued", "queued"),
+        ("response.in_progress", "in_progress"),
+    ]
+    assert events[-1]["type"] == "response.completed"

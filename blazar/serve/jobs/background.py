@@ -31,7 +31,7 @@ from blazar.auth.keys import LOCAL_NAME, Key
 from blazar.dialects import responses
 from blazar.dialects.neutral import ChatRequest
 from blazar.dialects.responses import ResponsesRequest
-from blazar.dialects.responses_stream import StreamEncoder, frame
+from blazar.dialects.responses_stream import StreamEncoder, frame, queued_events
 from blazar.errors import CATALOG, Dialect
 from blazar.errors.describe import describe_error
 from blazar.serve import engine_call, mcp_loop
@@ -98,6 +98,7 @@ async def submit(
         model=req.model,
         job_id=response_id,
         statements=(ResponseStore.put_statement(row),),
+        events=tuple((event["type"], event) for event in queued_events(doc)),
     )
     return doc
 
@@ -151,7 +152,7 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         return JobOutcome(state="failed", error="the response was deleted before it ran")
     card.model = row.model
     req = responses.decode_request(row.request)
-    await ctx.restart_events()
+    await ctx.restart_events(keep=len(queued_events(row.response)))  # the submit's, kept
     pending: list[tuple[dict[str, Any], int]] = []
     encoder = StreamEncoder(
         req,
@@ -159,6 +160,7 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         created_at=row.created_at,
         clock=time.time,
         on_event=lambda event, seq: pending.append((event, seq)),
+        queued=True,
     )
     try:
         chat = msgspec.structs.replace(responses.chat_request(req, await history_of(store, req)), stream=True)
