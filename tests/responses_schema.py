@@ -15,8 +15,8 @@ departure from a plain check is named below, with its reason: what the SDK lacks
 Responses declares, what Open Responses lacks or shapes otherwise that OpenAI declares. A
 key that is on no list fails.
 
-``installed()`` puts the check on every HTTP response the tests' httpx clients (the openai
-SDK's among them) receive from a ``/v1/responses`` route: JSON bodies once read, SSE events as
+``installed()`` puts the check on every HTTP response the tests' httpx clients (and httpx2's,
+the openai SDK's own) receive from a ``/v1/responses`` route: JSON bodies once read, SSE events as
 they arrive (tests/conftest.py turns it on for the whole suite).
 """
 
@@ -45,7 +45,6 @@ __all__ = [
     "check_event",
     "check_events",
     "check_response",
-    "checked",
     "installed",
     "parse_sse",
 ]
@@ -295,7 +294,7 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
 # -- on the wire -------------------------------------------------------------------
 
 
-def _what(request: httpx.Request) -> str | None:
+def _what(request: Any) -> str | None:
     """What a ``/v1/responses`` route answers: ``response``, or None (not a Response)."""
     path = request.url.path
     if not path.startswith("/v1/responses"):
@@ -314,7 +313,7 @@ class _Watch:
     """Reads a response's bytes as they pass: SSE events are checked one by one as each
     completes, a JSON body once it has all come."""
 
-    def __init__(self, request: httpx.Request, response: httpx.Response) -> None:
+    def __init__(self, request: Any, response: Any) -> None:
         self.where = f"{request.method} {request.url.path}"
         self.sse = response.headers.get("content-type", "").startswith("text/event-stream")
         self.buffer = b""
@@ -342,64 +341,95 @@ class _Watch:
             SEEN["response"] += 1
 
 
-class _Stream(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, watch: _Watch) -> None:
-        self._inner, self._watch = inner, watch
+class _Hook:
+    """The check, put on one httpx-like package's transports (httpx, and httpx2 which the openai
+    SDK uses: the same API, other classes)."""
 
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._inner:
-            self._watch.feed(chunk)
-            yield chunk
-        self._watch.end()
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        sync_base: type = lib.SyncByteStream
+        async_base: type = lib.AsyncByteStream
 
-    def close(self) -> None:
-        self._inner.close()
+        class Stream(sync_base):
+            def __init__(self, inner: Any, watch: _Watch) -> None:
+                self._inner, self._watch = inner, watch
 
+            def __iter__(self) -> Iterator[bytes]:
+                for chunk in self._inner:
+                    self._watch.feed(chunk)
+                    yield chunk
+                self._watch.end()
 
-class _AsyncStream(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, watch: _Watch) -> None:
-        self._inner, self._watch = inner, watch
+            def close(self) -> None:
+                self._inner.close()
 
-    async def __aiter__(self) -> typing.AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._watch.feed(chunk)
-            yield chunk
-        self._watch.end()
+        class AsyncStream(async_base):
+            def __init__(self, inner: Any, watch: _Watch) -> None:
+                self._inner, self._watch = inner, watch
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+            async def __aiter__(self) -> typing.AsyncIterator[bytes]:
+                async for chunk in self._inner:
+                    self._watch.feed(chunk)
+                    yield chunk
+                self._watch.end()
 
+            async def aclose(self) -> None:
+                await self._inner.aclose()
 
-def checked(request: httpx.Request, response: httpx.Response) -> httpx.Response:
-    """``response`` whose body is checked as it is read, when it is a successful answer of a
-    Responses route; otherwise ``response`` itself."""
-    if _what(request) is None or not 200 <= response.status_code < 300:
+        self.stream, self.async_stream = Stream, AsyncStream
+        self.sync_send = lib.HTTPTransport.handle_request
+        self.async_send = lib.AsyncHTTPTransport.handle_async_request
+
+    def checked(self, request: Any, response: Any) -> Any:
+        """``response`` whose body is checked as it is read, when it is a successful answer of
+        a Responses route; otherwise ``response`` itself."""
+        if _what(request) is None or not 200 <= response.status_code < 300:
+            return response
+        watch = _Watch(request, response)
+        if isinstance(response.stream, self.lib.AsyncByteStream):
+            response.stream = self.async_stream(response.stream, watch)
+        else:
+            response.stream = self.stream(response.stream, watch)
         return response
-    watch = _Watch(request, response)
-    if isinstance(response.stream, httpx.AsyncByteStream):
-        response.stream = _AsyncStream(response.stream, watch)
+
+    def install(self) -> None:
+        sync_send, async_send, checked = self.sync_send, self.async_send, self.checked
+
+        def handle_request(transport: Any, request: Any) -> Any:
+            return checked(request, sync_send(transport, request))
+
+        async def handle_async_request(transport: Any, request: Any) -> Any:
+            return checked(request, await async_send(transport, request))
+
+        self.lib.HTTPTransport.handle_request = handle_request
+        self.lib.AsyncHTTPTransport.handle_async_request = handle_async_request
+
+    def remove(self) -> None:
+        self.lib.HTTPTransport.handle_request = self.sync_send
+        self.lib.AsyncHTTPTransport.handle_async_request = self.async_send
+
+
+def _clients() -> list[Any]:
+    """httpx, and httpx2 where it is installed (the openai SDK's own HTTP client since 3.x)."""
+    libs: list[Any] = [httpx]
+    try:
+        import httpx2  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        pass
     else:
-        assert isinstance(response.stream, httpx.SyncByteStream)
-        response.stream = _Stream(response.stream, watch)
-    return response
+        libs.append(httpx2)
+    return libs
 
 
 @contextmanager
 def installed() -> Iterator[None]:
-    """Check the Responses routes' answers to every httpx client in this process while open."""
-    sync_send = httpx.HTTPTransport.handle_request
-    async_send = httpx.AsyncHTTPTransport.handle_async_request
-
-    def handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
-        return checked(request, sync_send(self, request))
-
-    async def handle_async_request(self: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
-        return checked(request, await async_send(self, request))
-
-    httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
-    httpx.AsyncHTTPTransport.handle_async_request = handle_async_request  # type: ignore[method-assign]
+    """Check the Responses routes' answers to every httpx or httpx2 client in this process
+    while open."""
+    hooks = [_Hook(lib) for lib in _clients()]
+    for hook in hooks:
+        hook.install()
     try:
         yield
     finally:
-        httpx.HTTPTransport.handle_request = sync_send  # type: ignore[method-assign]
-        httpx.AsyncHTTPTransport.handle_async_request = async_send  # type: ignore[method-assign]
+        for hook in hooks:
+            hook.remove()

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import openai
 import pytest
+import trio
 
 from blazar.dialects import responses
 from blazar.dialects.neutral import Delta, ToolCallDelta, Usage
@@ -135,12 +137,20 @@ def test_events_are_held_to_both_schemas() -> None:
 
 
 async def test_the_suites_clients_are_checked(instant_home: Path) -> None:
-    """tests/conftest.py puts the check on every httpx client: an answer of a Responses route
-    passes through it, whole or streamed."""
-    before = dict(responses_schema.SEEN)
+    """tests/conftest.py puts the check on every httpx client and on the openai SDK's (httpx2):
+    an answer of a Responses route passes through it, whole or streamed."""
     async with serve_gateway(instant_config()) as gw:
         body = {"model": MODEL, "input": "Hi", "max_output_tokens": 4}
+        before = dict(responses_schema.SEEN)
         assert (await gw.client.post("/v1/responses", json=body)).status_code == 200
         assert (await gw.client.post("/v1/responses", json={**body, "stream": True})).status_code == 200
-    assert responses_schema.SEEN["response"] == before.get("response", 0) + 1
-    assert responses_schema.SEEN["event"] > before.get("event", 0)
+        assert responses_schema.SEEN["response"] == before.get("response", 0) + 1
+        assert responses_schema.SEEN["event"] > before.get("event", 0)
+        sdk = openai.OpenAI(
+            base_url=f"{str(gw.client.base_url).rstrip('/')}/v1", api_key="unused", max_retries=0
+        )
+        before = dict(responses_schema.SEEN)
+        await trio.to_thread.run_sync(
+            lambda: sdk.responses.create(model=MODEL, input="Hi", max_output_tokens=4)
+        )
+        assert responses_schema.SEEN["response"] == before.get("response", 0) + 1
