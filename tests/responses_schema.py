@@ -82,17 +82,17 @@ REFERENCE_ONLY: dict[type[pydantic.BaseModel], frozenset[str]] = {
 }
 """Keys OpenAI's reference requires that neither model declares."""
 
-OPENAI_ONLY_FIELDS: dict[type[pydantic.BaseModel], frozenset[str]] = {
+OPENAI_ONLY_FIELDS: dict[type[pydantic.BaseModel], tuple[type[pydantic.BaseModel], frozenset[str]]] = {
     # A Response's conversation and (deprecated) user: OpenAI's fields, not in Open Responses.
-    orr.ResponseResource: frozenset({"conversation", "user"}),
+    orr.ResponseResource: (sdk.Response, frozenset({"conversation", "user"})),
     # OpenAI's usage counts the tokens written to its prompt cache (required by the SDK's type).
-    orr.InputTokensDetails: frozenset({"cache_write_tokens"}),
+    orr.InputTokensDetails: (sdk.response_usage.InputTokensDetails, frozenset({"cache_write_tokens"})),
     # OpenAI's reasoning item carries its status; Open Responses' has none.
-    orr.ReasoningBody: frozenset({"status"}),
+    orr.ReasoningBody: (sdk.ResponseReasoningItem, frozenset({"status"})),
     # A call to a function of a ``namespace`` tool names its namespace (OpenAI's field).
-    orr.FunctionCall: frozenset({"namespace"}),
+    orr.FunctionCall: (sdk.ResponseFunctionToolCall, frozenset({"namespace"})),
 }
-"""Keys OpenAI's reference (and SDK) declares that Open Responses lacks: checked by (a) only."""
+"""Keys the named SDK model declares (so (a) checks them) that Open Responses' lacks."""
 
 OPENAI_ONLY_ITEMS = frozenset({"mcp_call"})
 """Output item types OpenAI declares and Open Responses does not (the gateway's MCP loop shows
@@ -136,7 +136,7 @@ def _untyped_schema(doc: Any) -> Any:
     return doc
 
 
-for _model, (_declared_by, _keys) in SDK_GAPS.items():
+for _model, (_declared_by, _keys) in [*SDK_GAPS.items(), *OPENAI_ONLY_FIELDS.items()]:
     assert _keys <= set(_declared_by.model_fields), f"{_declared_by.__name__} does not declare {_keys}"
 
 
@@ -207,7 +207,8 @@ def _sdk_allowed(model: type, key: str) -> bool:
 
 
 def _orr_allowed(model: type, key: str) -> bool:
-    return _listed(OPENAI_ONLY_FIELDS, model, key) or _listed(REFERENCE_ONLY, model, key)
+    only = {m: keys for m, (_, keys) in OPENAI_ONLY_FIELDS.items()}
+    return _listed(only, model, key) or _listed(REFERENCE_ONLY, model, key)
 
 
 def _strict(
@@ -425,11 +426,19 @@ def _clients() -> list[Any]:
 def installed() -> Iterator[None]:
     """Check the Responses routes' answers to every httpx or httpx2 client in this process
     while open."""
+    if _INSTALLED:  # already, by an outer conftest (the repository's and the SDK's both ask)
+        yield
+        return
     hooks = [_Hook(lib) for lib in _clients()]
     for hook in hooks:
         hook.install()
+    _INSTALLED.append(True)
     try:
         yield
     finally:
+        _INSTALLED.clear()
         for hook in hooks:
             hook.remove()
+
+
+_INSTALLED: list[bool] = []
