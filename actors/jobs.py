@@ -96,6 +96,9 @@ class JobOutcome(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
 
 
+_INSERT_EVENT = "INSERT INTO job_events (job_id, seq, kind, data) VALUES (?, ?, ?, ?)"
+
+
 class JobContext:
     """What a runner gets: its job, and ways to report on it."""
 
@@ -129,7 +132,7 @@ class JobContext:
             Write(
                 statements=(
                     (
-                        "INSERT INTO job_events (job_id, seq, kind, data) VALUES (?, ?, ?, ?)",
+                        _INSERT_EVENT,
                         (self.job.id, seq, kind, msgspec.json.encode(data)),
                     ),
                 )
@@ -138,12 +141,13 @@ class JobContext:
         self._wake()
         return seq
 
-    async def restart_events(self) -> None:
-        """Drop what an earlier try of this job logged: a runner that starts over logs anew."""
+    async def restart_events(self, *, keep: int = 0) -> None:
+        """Drop what an earlier try of this job logged: a runner that starts over logs anew,
+        after the first ``keep`` events (those the job was submitted with, where it has them)."""
         await self._actor.ledger.ask(
-            Write(statements=(("DELETE FROM job_events WHERE job_id = ?", (self.job.id,)),))
+            Write(statements=(("DELETE FROM job_events WHERE job_id = ? AND seq >= ?", (self.job.id, keep)),))
         )
-        self._seq = 0
+        self._seq = await trio.to_thread.run_sync(_next_seq, self._actor.path, self.job.id)
 
     async def progress(self, progress: dict[str, Any]) -> None:
         """Record the job's progress (committed before this returns)."""
@@ -167,7 +171,7 @@ class JobContext:
                 Write(
                     statements=(
                         (
-                            "INSERT INTO job_events (job_id, seq, kind, data) VALUES (?, ?, ?, ?)",
+                            _INSERT_EVENT,
                             (self.job.id, self._seq, kind, msgspec.json.encode(data)),
                         ),
                     )
@@ -197,6 +201,8 @@ class Submit(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     job_id: str | None = None
     statements: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     """Committed in the job's own transaction: what the job works on, stored with it."""
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """The job's first events (kind, data), logged with it: a follower sees them while it waits."""
 
 
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -367,11 +373,16 @@ class JobsActor(Actor[JobsMessage]):
         model: str | None = None,
         job_id: str | None = None,
         statements: tuple[tuple[str, tuple[Any, ...]], ...] = (),
+        events: tuple[tuple[str, dict[str, Any]], ...] = (),
     ) -> JobRecord:
         """Queue a job; it is committed to the ledger when this returns, together with
-        ``statements`` (the rows it works on), so neither exists without the other."""
+        ``statements`` (the rows it works on), so neither exists without the other, and with
+        ``events``, its log's first entries (numbered from 0), which a runner that starts over
+        keeps (``restart_events(keep=…)``)."""
         job: JobRecord = await self.ask(
-            Submit(kind=kind, request=request, model=model, job_id=job_id, statements=statements)
+            Submit(
+                kind=kind, request=request, model=model, job_id=job_id, statements=statements, events=events
+            )
         )
         return job
 
@@ -506,7 +517,11 @@ class JobsActor(Actor[JobsMessage]):
             created_at=now,
             updated_at=now,
         )
-        await self.ledger.ask(Write(statements=(*submit.statements, _insert(job))))
+        logged = tuple(
+            (_INSERT_EVENT, (job.id, seq, kind, msgspec.json.encode(data)))
+            for seq, (kind, data) in enumerate(submit.events)
+        )
+        await self.ledger.ask(Write(statements=(*submit.statements, _insert(job), *logged)))
         self._queue.append(job)
         env.answer(job)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import responses_schema
 from tests.instant import prepare_models
 from tests.support import DaemonProc, cached_model, ensure_model, make_home, start_daemon
 
@@ -32,6 +33,15 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 # The registry tests read the real model from this variable.
 if "BLAZAR_TEST_MODEL" not in os.environ and (_p := cached_model()) is not None:
     os.environ["BLAZAR_TEST_MODEL"] = str(_p)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def responses_held_to_schema() -> Iterator[None]:
+    """Every answer of a ``/v1/responses`` route that a test's httpx client reads (the openai
+    SDK's included) is checked against the published schemas as it arrives: a Response object,
+    or each streamed event (``tests/responses_schema.py``)."""
+    with responses_schema.installed():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -186,7 +186,7 @@ def decode_request(body: bytes) -> ResponsesRequest:
         "tools": [_echo_tool(t) if t.get("type") == "function" else t for t in wire.tools or []],
         "tool_choice": wire.tool_choice if wire.tool_choice is not None else "auto",
         "parallel_tool_calls": wire.parallel_tool_calls is not False,
-        "text": {"format": (wire.text.format if wire.text else None) or {"type": "text"}},
+        "text": {"format": _echo_format((wire.text.format if wire.text else None) or {"type": "text"})},
         "reasoning": {"effort": wire.reasoning.effort, "summary": wire.reasoning.summary}
         if wire.reasoning
         else {"effort": None, "summary": None},
@@ -299,6 +299,20 @@ def _echo_tool(t: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _echo_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """``text.format`` as a Response repeats it: a JSON schema format with every field the
+    reference gives it (``description`` null when not sent, ``strict`` false by default)."""
+    if fmt.get("type") != "json_schema":
+        return fmt
+    return {
+        "type": "json_schema",
+        "name": fmt.get("name"),
+        "description": fmt.get("description"),
+        "schema": fmt.get("schema"),
+        "strict": fmt.get("strict") is True,
+    }
+
+
 def _tool_choice(choice: str | dict[str, Any] | None, tools: list[ToolSpec]) -> ToolChoice | None:
     if choice is None:
         return None
@@ -332,6 +346,8 @@ def _format(fmt: dict[str, Any]) -> ResponseFormat | None:
         schema = fmt.get("schema")
         if not isinstance(schema, dict):
             raise DecodeError("missing required field `text.format.schema`", param="text.format.schema")
+        if not isinstance(fmt.get("name"), str) or not fmt["name"]:
+            raise DecodeError("missing required field `text.format.name`", param="text.format.name")
         return ResponseFormat(kind="json_schema", schema=schema)
     raise DecodeError(
         f"invalid field `text.format.type`: {kind!r} is not text, json_object or json_schema",

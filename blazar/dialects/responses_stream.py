@@ -4,7 +4,9 @@
 and keeps the output items; every step also returns the events that describe it
 (``response.output_item.added``, ``…delta``, ``…done``). ``StreamEncoder`` numbers
 those events and frames them as SSE, between ``response.created`` /
-``response.in_progress`` and ``response.completed`` / ``response.incomplete``.
+``response.in_progress`` and ``response.completed`` / ``response.incomplete``
+(a background response opens with ``response.created`` / ``response.queued`` instead,
+logged when it is submitted: ``queued_events``).
 Streamed or not, one request gets the same output items.
 """
 
@@ -26,7 +28,7 @@ from blazar.dialects.responses import (
     usage_doc,
 )
 
-__all__ = ["Finished", "OutputBuilder", "StreamEncoder", "frame", "whole_response"]
+__all__ = ["Finished", "OutputBuilder", "StreamEncoder", "frame", "queued_events", "whole_response"]
 
 Event = dict[str, Any]
 
@@ -278,6 +280,12 @@ def whole_response(
     )
 
 
+def queued_events(queued: dict[str, Any]) -> list[Event]:
+    """How a background response's stream opens, as OpenAI's does: ``response.created`` and
+    ``response.queued``, both with the ``queued`` Response, before its job starts."""
+    return [{"type": "response.created", "response": queued}, {"type": "response.queued", "response": queued}]
+
+
 def frame(event: Event, sequence_number: int) -> bytes:
     body = msgspec.json.encode({**event, "sequence_number": sequence_number})
     return b"event: " + event["type"].encode() + b"\ndata: " + body + b"\n\n"
@@ -297,6 +305,7 @@ class StreamEncoder:
         created_at: float,
         clock: Callable[[], float],
         on_event: Callable[[Event, int], None] | None = None,
+        queued: bool = False,
     ) -> None:
         self._req = req
         self._id = response_id
@@ -304,7 +313,10 @@ class StreamEncoder:
         self._clock = clock
         self._on_event = on_event
         self._builder = OutputBuilder(req.namespaces)
-        self._seq = 0
+        self._queued = queued
+        """A background response: its ``queued_events`` went out when it was submitted, so
+        the stream goes on from ``response.in_progress``."""
+        self._seq = len(queued_events({})) if queued else 0
         self.final: dict[str, Any] | None = None
 
     def ran_with(self, temperature: float | None, top_p: float | None) -> None:
@@ -326,12 +338,11 @@ class StreamEncoder:
         )
 
     def start(self, prompt: Usage | None = None) -> bytes:
-        return self._frames(
-            [
-                {"type": "response.created", "response": self._snapshot("in_progress")},
-                {"type": "response.in_progress", "response": self._snapshot("in_progress")},
-            ]
-        )
+        events: list[Event] = []
+        if not self._queued:
+            events.append({"type": "response.created", "response": self._snapshot("in_progress")})
+        events.append({"type": "response.in_progress", "response": self._snapshot("in_progress")})
+        return self._frames(events)
 
     def feed(self, delta: Delta) -> bytes:
         return self._frames(self._builder.feed(delta))

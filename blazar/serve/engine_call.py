@@ -21,6 +21,7 @@ from actors.chain_walk import ChainWalk, failover_code
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle
 from actors.engines.llamacpp import LANE as LLAMACPP
+from actors.errors import UnsupportedEngine
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import engine_usage, lora, thinking, tools
@@ -53,6 +54,7 @@ from blazar.serve.policy.certified import chat_needs
 from blazar.serve.policy.prompt_fit import check_prompt, ctx_ceiling
 from blazar.serve.relay import close_response, crash_error, send_upstream
 from blazar.serve.reply import LOADING_NS
+from registry.errors import ModelKindMismatch, ModelNotFound
 
 __all__ = [
     "EngineCall",
@@ -64,6 +66,7 @@ __all__ = [
     "check_images",
     "check_purpose",
     "count_tokens",
+    "planned_sampling",
 ]
 
 
@@ -159,6 +162,30 @@ def check_images(req: ChatRequest, engine: EngineActor) -> None:
             f"model '{req.model}' cannot read images: it has no vision projector — "
             "send text only, or use a vision model (e.g. `blazar pull smolvlm-256m`)",
         )
+
+
+def _sampling(req: ChatRequest, engine: EngineActor | None) -> tuple[float | None, float | None]:
+    temperature, top_p = req.temperature, req.top_p
+    if engine is not None and engine.lane.name == LLAMACPP:
+        default_t, default_p = SAMPLING_DEFAULTS
+        temperature = default_t if temperature is None else temperature
+        top_p = default_p if top_p is None else top_p
+    return temperature, top_p
+
+
+async def planned_sampling(runtime: Runtime, req: ChatRequest) -> tuple[float | None, float | None]:
+    """``EngineCall.sampling`` before any engine is claimed, for a request that waits its turn (a
+    queued background response says what it will sample with). A failover chain, or a model that
+    cannot be served, gives the request's own: its run says the rest, or why it failed."""
+    if req.model in runtime.failover.chains:
+        return req.temperature, req.top_p
+    try:
+        engine = await runtime.engine_for(req.model)
+    except (ModelNotFound, ModelKindMismatch, UnsupportedEngine):
+        return req.temperature, req.top_p
+    if engine.spec.defaults:
+        req = apply_defaults(req, system=None, defaults=engine.spec.defaults)
+    return _sampling(req, engine)
 
 
 class EngineCall:
@@ -355,12 +382,7 @@ class EngineCall:
     def sampling(self) -> tuple[float | None, float | None]:
         """The temperature and top_p the engine samples with: the request's or the model's own,
         else the engine's defaults where they are known (llama.cpp's); None where unknown."""
-        temperature, top_p = self.req.temperature, self.req.top_p
-        if self.engine is not None and self.engine.lane.name == LLAMACPP:
-            default_t, default_p = SAMPLING_DEFAULTS
-            temperature = default_t if temperature is None else temperature
-            top_p = default_p if top_p is None else top_p
-        return temperature, top_p
+        return _sampling(self.req, self.engine)
 
     def headers(self) -> dict[str, str]:
         """What the response says about how the request ran."""

@@ -320,6 +320,8 @@ class McpStream:
             req = msgspec.structs.replace(req, tool_choice=ToolChoice(mode="none"))
         tr = engine_call.EngineCall(self.runtime, req, self.ask)
         await tr.prepare()
+        if isinstance(self._round.inner, ResponsesEncoder):  # its Response says how it sampled
+            self._round.inner.ran_with(*tr.sampling())
         self._round.reset()
         self._stream = await tr.stream(self._round)
         inner = self._round.inner

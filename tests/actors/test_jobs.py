@@ -175,3 +175,38 @@ async def test_old_finished_jobs_are_pruned_with_their_files(tmp_path: Path) -> 
         async with open_jobs(tmp_path, keep_s=86400.0) as jobs:
             assert read_job(jobs.path, job.id) is None
             assert not await artifact.exists()
+
+
+async def test_a_jobs_first_events_are_logged_with_it_and_kept_when_it_starts_over(tmp_path: Path) -> None:
+    """Events given at submit are in the log before the job runs (a follower sees them while it
+    waits), and a runner that starts over (after a stop) keeps them and logs after them."""
+    started = trio.Event()
+
+    async def hang(ctx: JobContext) -> JobOutcome:
+        await ctx.restart_events(keep=1)
+        await ctx.event("step", {"try": 1})
+        started.set()
+        await trio.sleep_forever()
+        return JobOutcome()
+
+    async def again(ctx: JobContext) -> JobOutcome:
+        await ctx.restart_events(keep=1)
+        await ctx.event("step", {"try": 2})
+        return JobOutcome()
+
+    with trio.fail_after(10):
+        async with open_jobs(tmp_path) as jobs:
+            job = await jobs.submit("work", b"x", events=(("opened", {"n": 0}),))
+            assert [(e.seq, e.kind) for e in read_events(jobs.path, job.id)] == [(0, "opened")]
+            jobs.register("work", hang)
+            await started.wait()
+            await trio.sleep(0.1)  # events commit with the ledger's next batch
+        assert [e.data for e in read_events(tmp_path / "blazar.db", job.id)] == [{"n": 0}, {"try": 1}]
+        async with open_jobs(tmp_path) as jobs:
+            jobs.register("work", again)
+            await wait_state(jobs, job.id, "completed")
+            await trio.sleep(0.1)
+            assert [(e.seq, e.data) for e in read_events(jobs.path, job.id)] == [
+                (0, {"n": 0}),
+                (1, {"try": 2}),
+            ]

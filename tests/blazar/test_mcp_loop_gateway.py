@@ -140,6 +140,12 @@ async def test_responses_show_each_call_as_an_mcp_call_item(instant_home: Path) 
         assert whole.headers["x-blazar-mcp"] == "rounds=2, calls=2"
         doc = whole.json()
         assert [i["type"] for i in doc["output"]] == ["mcp_call", "mcp_call", "message"]
+        # the sampling that ran (llama.cpp's own defaults here), streamed or whole, as without MCP
+        snapshots = [d["response"] for _, d in events if "response" in d]
+        assert {(s["temperature"], s["top_p"]) for s in [*snapshots, doc]} == {(0.8, 0.95)}
+        asked = {**body, "stream": False, "temperature": 0.3, "top_p": 0.6}
+        chosen = (await gw.client.post("/v1/responses", json=asked, timeout=60)).json()
+        assert (chosen["temperature"], chosen["top_p"]) == (0.3, 0.6)
         # a later turn continues after the calls: the stored mcp_call items are its history
         more = {"model": MODEL, "input": "again", "previous_response_id": doc["id"], "mcp": "none"}
         again = await gw.client.post("/v1/responses", json=more, timeout=60)

@@ -1,5 +1,6 @@
 """The Responses dialect, sans-io: decoding, history, output items and the event stream,
-each event parsed by the official SDK's own types."""
+each event parsed by the official SDK's own types and held to both published schemas
+(``tests/responses_schema.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from blazar.dialects import responses
 from blazar.dialects.neutral import ChatResponse, DecodeError, Delta, ToolCall, ToolCallDelta, Usage
-from blazar.dialects.responses_stream import StreamEncoder, whole_response
+from blazar.dialects.responses_stream import StreamEncoder, queued_events, whole_response
+from tests.responses_schema import check_event, check_events, check_response, parse_sse
 
 EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 
@@ -81,6 +83,7 @@ def test_history_comes_before_this_turn() -> None:
         ({"input": "x", "conversation": "c", "previous_response_id": "r"}, "conversation"),
         ({"input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
         ({"input": []}, "input"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name"),
     ],
 )
 def test_refusals_name_the_field(body: dict[str, Any], param: str) -> None:
@@ -100,6 +103,18 @@ def test_text_format_json_schema() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     req = decode(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
     assert req.response_format is not None and req.response_format.schema == schema
+    # the Response repeats the format with every field the reference gives it
+    doc = responses.encode_response(
+        responses.sampled(req, 0.8, 0.95), response_id="resp_1", created_at=1.0, status="queued"
+    )
+    assert doc["text"]["format"] == {
+        "type": "json_schema",
+        "name": "s",
+        "description": None,
+        "schema": schema,
+        "strict": False,
+    }
+    check_response(doc)
     assert decode(input="x", text={"format": {"type": "text"}}).response_format is None
 
 
@@ -113,18 +128,19 @@ DELTAS = [
 ]
 
 
+def _encoder(req: responses.ResponsesRequest, **kw: Any) -> StreamEncoder:
+    enc = StreamEncoder(req, response_id="resp_1", created_at=100.0, clock=lambda: 101.0, **kw)
+    enc.ran_with(0.8, 0.95)  # as the route does once the engine is claimed
+    return enc
+
+
 def _stream(req: responses.ResponsesRequest, deltas: list[Delta], final: Delta) -> tuple[list[Any], Any]:
-    enc = StreamEncoder(req, response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    enc = _encoder(req)
     raw = enc.start() + b"".join(enc.feed(d) for d in deltas) + enc.finish(final)
-    events = []
-    for block in raw.decode().split("\n\n"):
-        if not block:
-            continue
-        name, data = block.split("\n")
-        event = EVENT.validate_python(json.loads(data.removeprefix("data: ")))
-        assert name == f"event: {event.type}"
-        events.append(event)
-    return events, enc.final
+    docs = parse_sse(raw.decode())
+    check_events(docs)
+    check_response(enc.final)
+    return [EVENT.validate_python(doc) for doc in docs], enc.final
 
 
 def test_the_event_stream_parses_and_is_numbered() -> None:
@@ -173,8 +189,9 @@ def test_the_arguments_done_event_names_the_function() -> None:
     """OpenAI's reference requires ``name`` on ``response.function_call_arguments.done``; the
     SDK's own model lags behind it, so the raw event is read."""
     final = Delta(finish_reason="tool_calls", usage=Usage(prompt_tokens=1, completion_tokens=1))
-    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    enc = _encoder(decode(input="x"))
     raw = enc.start() + b"".join(enc.feed(d) for d in DELTAS) + enc.finish(final)
+    check_events(parse_sse(raw.decode()))
     done = [
         json.loads(block.split("\n")[1].removeprefix("data: "))
         for block in raw.decode().split("\n\n")
@@ -190,7 +207,7 @@ def test_streamed_and_whole_give_the_same_output() -> None:
     usage = Usage(prompt_tokens=3, completion_tokens=4)
     _, streamed = _stream(req, DELTAS, Delta(finish_reason="tool_calls", usage=usage))
     whole = whole_response(
-        req,
+        responses.sampled(req, 0.8, 0.95),
         ChatResponse(
             id="x",
             model="m",
@@ -210,6 +227,7 @@ def test_streamed_and_whole_give_the_same_output() -> None:
         return {**doc, "output": [{k: v for k, v in i.items() if k != "id"} for i in doc["output"]]}
 
     assert strip(streamed) == strip(whole)
+    check_response(whole)
 
 
 def test_hitting_max_output_tokens_is_incomplete() -> None:
@@ -222,12 +240,14 @@ def test_hitting_max_output_tokens_is_incomplete() -> None:
 
 
 def test_a_mid_stream_failure_ends_with_error_and_failed() -> None:
-    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=1.0, clock=lambda: 2.0)
+    enc = _encoder(decode(input="x"))
     enc.start()
     enc.feed(Delta(text="par"))
     tail = enc.error("ENGINE_CRASHED", "the engine died")
-    blocks = [json.loads(b.split("\n")[1][6:]) for b in tail.decode().split("\n\n") if b]
+    blocks = parse_sse(tail.decode())
     assert [b["type"] for b in blocks] == ["error", "response.failed"]
+    for block in blocks:
+        check_event(block)
     assert Response.model_validate(blocks[1]["response"]).status == "failed"
 
 
@@ -262,14 +282,31 @@ def test_namespace_tools_are_offered_and_answered_in_their_namespace() -> None:
 
 def test_a_stream_that_fails_midway_sends_openais_error_event() -> None:
     """OpenAI's ``error`` event, then ``response.failed`` (docs/api.md, OpenAI Responses)."""
-    enc = StreamEncoder(decode(input="x"), response_id="resp_1", created_at=100.0, clock=lambda: 101.0)
+    enc = _encoder(decode(input="x"))
     raw = enc.start() + enc.feed(Delta(text="Hel")) + enc.error("ENGINE_CRASHED", "engine for 'm' crashed")
-    events = [
-        EVENT.validate_python(json.loads(block.split("\n")[1].removeprefix("data: ")))
-        for block in raw.decode().split("\n\n")
-        if block
-    ]
+    docs = parse_sse(raw.decode())
+    check_events(docs)
+    events = [EVENT.validate_python(doc) for doc in docs]
     error, failed = events[-2], events[-1]
     assert error.type == "error" and error.code == "ENGINE_CRASHED" and error.message.startswith("engine")
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert failed.response.error is not None and failed.response.error.code == "server_error"
+
+
+def test_a_background_stream_opens_queued_then_goes_on_in_progress() -> None:
+    """OpenAI's order for ``background`` with ``stream``: ``response.created`` and
+    ``response.queued`` with the queued Response (logged at submit), then the job's stream from
+    ``response.in_progress``, numbered after them."""
+    req = responses.sampled(decode(input="x", background=True, stream=True), 0.8, 0.95)
+    queued = responses.encode_response(req, response_id="resp_1", created_at=100.0, status="queued")
+    opening = [{**e, "sequence_number": n} for n, e in enumerate(queued_events(queued))]
+    enc = _encoder(req, queued=True)
+    raw = enc.start() + enc.feed(Delta(text="Hi")) + enc.finish(Delta(finish_reason="stop"))
+    events = [*opening, *parse_sse(raw.decode())]
+    check_events(events)
+    assert [(e["type"], e.get("response", {}).get("status")) for e in events[:3]] == [
+        ("response.created", "queued"),
+        ("response.queued", "queued"),
+        ("response.in_progress", "in_progress"),
+    ]
+    assert events[-1]["type"] == "response.completed"

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from tests.responses_schema import check_response
 from tests.support import MODEL, DaemonProc
 
 pytestmark = pytest.mark.slow
@@ -72,6 +73,8 @@ def test_a_batch_runs_to_its_output_file(client: openai.OpenAI, url: str) -> Non
     for row in rows:
         assert row["id"].startswith("batch_req_") and row["error"] is None
         assert row["response"]["status_code"] == 200
+        if url == "/v1/responses":  # a Response like any other, held to the published schemas
+            check_response(row["response"]["body"], row["custom_id"])
     body = rows[0]["response"]["body"]
     assert body["object"] == {"/v1/chat/completions": "chat.completion", "/v1/responses": "response"}.get(
         url, "list"

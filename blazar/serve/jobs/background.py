@@ -29,8 +29,9 @@ from actors.runtime import Runtime
 from actors.scheduling import Tier
 from blazar.auth.keys import LOCAL_NAME, Key
 from blazar.dialects import responses
+from blazar.dialects.neutral import ChatRequest
 from blazar.dialects.responses import ResponsesRequest
-from blazar.dialects.responses_stream import StreamEncoder, frame
+from blazar.dialects.responses_stream import StreamEncoder, frame, queued_events
 from blazar.errors import CATALOG, Dialect
 from blazar.errors.describe import describe_error
 from blazar.serve import engine_call, mcp_loop
@@ -80,6 +81,8 @@ async def submit(
     the API key that created it, which its job's tokens are charged to (and whose MCP scopes
     apply to ``servers``, the MCP servers the request chose)."""
     response_id = responses.new_id("resp")
+    planned = ChatRequest(model=req.model, messages=[], temperature=req.temperature, top_p=req.top_p)
+    req = responses.sampled(req, *await engine_call.planned_sampling(runtime, planned))
     doc = responses.encode_response(req, response_id=response_id, created_at=time.time(), status="queued")
     row = row_for(req, body, doc)
     job = _Job(
@@ -95,6 +98,7 @@ async def submit(
         model=req.model,
         job_id=response_id,
         statements=(ResponseStore.put_statement(row),),
+        events=tuple((event["type"], event) for event in queued_events(doc)),
     )
     return doc
 
@@ -148,7 +152,7 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         return JobOutcome(state="failed", error="the response was deleted before it ran")
     card.model = row.model
     req = responses.decode_request(row.request)
-    await ctx.restart_events()
+    await ctx.restart_events(keep=len(queued_events(row.response)))  # the submit's, kept
     pending: list[tuple[dict[str, Any], int]] = []
     encoder = StreamEncoder(
         req,
@@ -156,6 +160,7 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         created_at=row.created_at,
         clock=time.time,
         on_event=lambda event, seq: pending.append((event, seq)),
+        queued=True,
     )
     try:
         chat = msgspec.structs.replace(responses.chat_request(req, await history_of(store, req)), stream=True)

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.responses_schema import installed as held_to_schema  # noqa: E402
 from tests.support import DaemonProc, ensure_model, make_home, pull_env, start_daemon  # noqa: E402
 
 # A chain whose first target is not installed: the request moves on to the test model.
@@ -24,6 +25,14 @@ CONFIG = """
 name = "tiny"
 targets = ["not-installed-model", "smollm2-135m"]
 """
+
+
+@pytest.fixture(scope="session", autouse=True)
+def responses_held_to_schema() -> Iterator[None]:
+    """The SDK's Responses calls are checked against the published schemas as the repository's
+    own tests' are (``tests/responses_schema.py``)."""
+    with held_to_schema():
+        yield
 
 
 @pytest.fixture(scope="session")
