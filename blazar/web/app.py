@@ -42,7 +42,7 @@ from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy
 from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
-from blazar.web.routes import FRAMEWORK_SERVED, GATEWAY_SERVED, federation
+from blazar.web.routes import FRAMEWORK_SERVED, GATEWAY_SERVED, discovery, federation
 from blazar.web.routes.admin.telemetry import TELEMETRY_KEY
 from blazar.web.routes.openai import realtime
 
@@ -94,6 +94,7 @@ def build_gateway(
         telemetry=telemetry,
         cors=cors,
     )
+    gateway.app.extensions[discovery.HOT_ROUTES_KEY] = tuple(routes.post)
     if telemetry.audit is not None:
         telemetry.audit.start()
     # the doctor's probes and benchmarks go over HTTP to the daemon's own port, as clients would
@@ -174,6 +175,7 @@ def create_app(
     app.extensions[CARDS_KEY] = cards
     app.extensions[TELEMETRY_KEY] = telemetry
     app.extensions[AUTH_KEY] = auth
+    app.extensions[discovery.DISCOVERY_KEY] = discovery.features_of(config)
     app.extensions[realtime.DEFAULTS_KEY] = realtime.Defaults(
         transcription_model=config.realtime_transcription_model, voice=config.realtime_voice
     )

@@ -36,6 +36,7 @@ ANY = "any"
 _EXACT = {
     "/health": OPEN,
     "/healthz": OPEN,
+    "/.well-known/blazar": OPEN,
     "/v1/chat/completions": "chat",
     "/v1/completions": "chat",
     "/v1/messages": "chat",

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from blazar.web import headers as blazar_headers
+
 __all__ = ["LOOPBACK_NAMES", "CorsPolicy", "expose_header", "host_name", "local_origin", "send_preflight"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
@@ -35,14 +37,7 @@ _BASE_HEADERS = (
     "anthropic-dangerous-direct-browser-access",
     "openai-organization",
     "openai-project",
-    "x-blazar-priority",
-    "x-blazar-deadline-ms",
-    "x-blazar-keep-alive",
-    "x-blazar-client",
-    "x-blazar-strict",
-    "x-blazar-engine",
-    "x-blazar-mcp",
-    "x-blazar-late-chunking",
+    *blazar_headers.REQUEST,
 )
 _EXPOSED = ("x-blazar-trace-id", "traceparent", "request-id", "x-request-id", "retry-after", "x-blazar-mcp")
 _MAX_AGE_S = b"600"
