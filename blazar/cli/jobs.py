@@ -6,6 +6,7 @@ import queue
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
@@ -146,7 +147,9 @@ def show(job_id: str, /, *, json_: Json = False) -> None:
     if job.get("error"):
         fields.append(("error", str(job["error"])))
     if "artifact" in job:
-        fields.append(("artifact", job["artifact"]["path"]))
+        from blazar.config import resolve_paths
+
+        fields.append(("artifact", str(Path(resolve_paths().data_dir) / job["artifact"]["path"])))
     elif job.get("result") is not None:
         result = job["result"]
         more = f" … ({len(result)} chars; --json shows all)" if len(result) > 200 else ""

@@ -44,10 +44,18 @@ def encode_job(job: JobRecord, *, stalled: str | None = None) -> dict[str, Any]:
     if stalled is not None:
         doc["stalled"] = stalled
     if job.artifact is not None:
-        doc["artifact"] = {"path": job.artifact}
+        # where it lies under the data dir, never the machine's own path; read it at its url
+        doc["artifact"] = {"path": _in_data_dir(job.artifact), "url": f"/v1/jobs/{job.id}/result"}
     elif job.result is not None:
         doc["result"] = job.result.decode("utf-8", "replace")
     return doc
+
+
+def _in_data_dir(path: str) -> str:
+    try:
+        return Path(path).relative_to(app_runtime().config.home).as_posix()
+    except ValueError:
+        return Path(path).name
 
 
 async def _job(job_id: str) -> JobRecord:
@@ -130,7 +138,8 @@ async def job_result(job_id: str) -> Response:
             data = await trio.to_thread.run_sync(Path(job.artifact).read_bytes)
         except FileNotFoundError:
             raise BlazarError(
-                "JOB_NO_RESULT", f"job '{job.id}': its result file {job.artifact} is gone from the data dir"
+                "JOB_NO_RESULT",
+                f"job '{job.id}': its result file {_in_data_dir(job.artifact)} is gone from the data dir",
             ) from None
     if data is None:
         elsewhere = _ELSEWHERE.get(job.kind, "this kind of job keeps no result").replace("{id}", job.id)
