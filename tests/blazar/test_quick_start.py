@@ -27,6 +27,7 @@ CLI_ONLY = ("cyclopts", "rich", "blazar.cli", "tomlkit")
 NOT_BEFORE_THE_ENGINE = (
     *CLI_ONLY,
     "registry.pull",  # the downloader: imported when a pull runs
+    "httpx",  # the engine actor's health probe imports it once the child is spawning
     "jsonschema",  # checks structured answers: imported when one is checked
     "blazar.web",
     "quart",
