@@ -25,9 +25,8 @@ from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, assert_never
+from typing import TYPE_CHECKING, Literal, assert_never
 
-import httpx
 import msgspec
 import trio
 
@@ -47,6 +46,9 @@ from actors.mailbox import Envelope
 from actors.process import ChildProcess
 from actors.sessions import bank_on_stop, restore_on_start
 from actors.upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("blazar.engine")
 
@@ -608,6 +610,8 @@ class EngineActor(Actor[EngineMessage]):
             log.info("%s starting: pid %d, %s", self.name, child.pid, " ".join(_redact(argv)))
             await self._tell_self(_Spawned(generation=generation, child=child, port=port))
             self.start_soon(self._watch_child, child, generation)
+            import httpx  # here, not at the top: the child's start need not wait for it
+
             base_url = f"http://127.0.0.1:{port}"
             auth = {"Authorization": f"Bearer {api_key}"}
             async with httpx.AsyncClient(base_url=base_url, headers=auth, verify=_plain_http()) as probe:
@@ -660,6 +664,8 @@ class EngineActor(Actor[EngineMessage]):
         await self._tell_self(_Launched(generation=generation, handle=handle))
 
     async def _wait_healthy(self, child: ChildProcess, client: httpx.AsyncClient) -> tuple[str, str] | None:
+        import httpx
+
         delay_s = _HEALTH_POLL_S
         slow_after = trio.current_time() + _HEALTH_POLL_FAST_FOR_S
         timeout_s = self.lane.start_timeout_s or self.config.start_timeout_s

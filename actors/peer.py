@@ -44,9 +44,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
-import httpx
 import msgspec
 import trio
 
@@ -59,6 +58,9 @@ from actors.mailbox import Envelope
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.replica import Replica, replica_of
 from registry.store import Store
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "PeerActor",
@@ -154,6 +156,8 @@ class PeerStatistics(ActorStatistics, frozen=True, kw_only=True):
 
 
 def _client(remote: Remote, url: str) -> httpx.AsyncClient:
+    import httpx
+
     verify: bool | str = remote.ca_file if remote.ca_file is not None else remote.tls_verify
     headers = {"Authorization": f"Bearer {remote.key}"} if remote.key else {}
     timeout = httpx.Timeout(
@@ -258,6 +262,8 @@ class PeerActor(Actor[PeerMessage]):
         self.start_soon(self._poll)
 
     async def _poll(self) -> None:
+        import httpx
+
         snapshot: Snapshot | None = None
         error: str | None = None
         try:
@@ -303,6 +309,8 @@ class PeerActor(Actor[PeerMessage]):
     async def warm(self, model: str, *, keep_alive: str | float | None = None) -> Warmed:
         """Load ``model`` on the peer now (``keep_alive`` as Ollama takes it); returns once the
         peer has it ready, and this actor has polled the peer again."""
+        import httpx
+
         load: dict[str, Any] = {"model": model}
         if keep_alive is not None:
             load["keep_alive"] = keep_alive
@@ -339,6 +347,8 @@ class PeerActor(Actor[PeerMessage]):
         """Put ``store``'s ``model`` on the peer (the module doc says how); each step goes to
         ``on_progress``, the last with the status ``success``. Raises ``ModelNotFound`` for a
         model ``store`` lacks, before anything is sent."""
+        import httpx
+
         send = on_progress or _ignore
         record = await trio.to_thread.run_sync(store.get, model)
         replica = await trio.to_thread.run_sync(replica_of, store, record)
@@ -378,6 +388,8 @@ class PeerActor(Actor[PeerMessage]):
 
     async def _pull_there(self, name: str, send: Progress) -> str | None:
         """Ask the peer to pull ``name`` from its own sources; None once it has, else why not."""
+        import httpx
+
         request = {"model": name, "stream": True}
         try:
             async with self.client.stream("POST", "/api/pull", json=request, headers=_own()) as resp:
@@ -431,6 +443,8 @@ class PeerActor(Actor[PeerMessage]):
 
     async def _send_blob(self, path: Path, digest: str, send: Progress) -> None:
         """Stream one blob to the peer's ``POST /api/blobs/DIGEST``, reporting now and then."""
+        import httpx
+
         total = (await trio.Path(path).stat()).st_size
         sent = [0]
         await send({"status": "sending", "digest": digest, "total": total, "completed": 0})
@@ -511,6 +525,8 @@ async def _ignore(_fields: dict[str, Any]) -> None:
 
 
 def _describe(exc: BaseException) -> str:
+    import httpx
+
     if isinstance(exc, httpx.ConnectError):
         return f"cannot connect: {exc}" if str(exc) else "cannot connect"
     return str(exc) or type(exc).__name__

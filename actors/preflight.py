@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Protocol
 
 from actors.certificates import CertificateBook, Probe
 from actors.config import RuntimeConfig
@@ -34,6 +32,9 @@ from actors.context import slot_ceiling
 from actors.engine import EngineActor, EngineHandle
 from actors.engines.llamacpp import LaunchSpec
 from actors.errors import BlazarRuntimeError
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "CapabilityFailed",
@@ -172,6 +173,8 @@ async def turn_tokens(handle: EngineHandle, spec: LaunchSpec) -> int:
     key = (spec.path, spec.chat_template)
     if (known := _turn_tokens.get(key)) is not None:
         return known
+    import httpx
+
     user, assistant = {"role": "user", "content": "a"}, {"role": "assistant", "content": "a"}
     try:
         base = await _count(handle, [user])

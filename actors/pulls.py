@@ -27,10 +27,10 @@ import msgspec
 from actors.errors import BlazarRuntimeError
 from actors.jobs import JobContext, JobOutcome
 from registry.errors import DiskFull, RegistryError, is_disk_full
-from registry.pull import PullProgress, pull
 
 if TYPE_CHECKING:
     from actors.runtime import Runtime
+    from registry.pull import PullProgress
 
 __all__ = ["EVERY_S", "KIND", "register", "run_pull"]
 
@@ -50,6 +50,10 @@ def register(runtime: Runtime) -> None:
 
 async def run_pull(runtime: Runtime, ctx: JobContext) -> JobOutcome:
     """Pull the model the job names into ``runtime``'s store, logging its progress."""
+    # Here, not at the top: the downloader (and the hub clients it brings) is not on the way
+    # to a daemon's first engine, which imports this module to register the runner.
+    from registry.pull import pull
+
     name = ctx.job.request.decode()
     await ctx.restart_events()
     last: dict[str, Any] = {"status": None, "at": 0.0}

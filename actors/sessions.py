@@ -24,13 +24,16 @@ import re
 import secrets
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 import trio
 
 from actors.errors import BlazarRuntimeError, SessionError
 from registry.files import atomic_write
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "AUTO_PREFIX",
@@ -148,6 +151,8 @@ def remove_session(home: str | os.PathLike[str], name: str, model: str | None = 
 
 
 async def _slot_action(client: httpx.AsyncClient, slot: int, action: str, filename: str) -> dict[str, object]:
+    import httpx
+
     try:
         resp = await client.post(
             f"/slots/{slot}", params={"action": action}, json={"filename": filename}, timeout=_SLOT_TIMEOUT_S

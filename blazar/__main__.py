@@ -1,3 +1,3 @@
-from blazar.cli import main
+from blazar.entry import main
 
 main()

@@ -17,13 +17,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import msgspec
 
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "ApiMap",
@@ -160,6 +162,8 @@ def offline_env() -> dict[str, str]:
 async def served_context_from_models(client: httpx.AsyncClient) -> int | None:
     """The per-request context an OpenAI server reports in ``GET /v1/models``
     (``max_model_len``, as vLLM and SGLang say it); None when it does not say."""
+    import httpx
+
     try:
         resp = await client.get("/v1/models", timeout=5.0)
         if resp.status_code == 200:

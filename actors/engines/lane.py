@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from actors.engines.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Lane", "unknown_context"]
 

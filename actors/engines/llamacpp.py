@@ -12,13 +12,15 @@ import importlib.metadata
 import shutil
 import subprocess
 import sys
-
-import httpx
+from typing import TYPE_CHECKING
 
 from actors.config import EngineConfig
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 from actors.engines.versions import EngineVersion
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "CPU_PROMPT_BATCH",
@@ -158,6 +160,8 @@ def rpc_problem(binary: str | None) -> str | None:
 async def served_context(client: httpx.AsyncClient) -> int | None:
     """The per-slot context a healthy llama.cpp server really gives each slot (it caps
     ``-c / -np`` at what the model can serve); None when it does not say."""
+    import httpx
+
     try:
         resp = await client.get("/props", timeout=5.0)
         if resp.status_code == 200:

@@ -21,7 +21,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Literal
 
@@ -255,6 +254,8 @@ class Versions:
             name = Path(source.split("?")[0]).name or lane
             file = work / name
             if source.startswith(("http://", "https://")):
+                import urllib.request  # only here: a daemon's start never downloads a binary
+
                 with urllib.request.urlopen(source, timeout=60) as resp, open(file, "wb") as out:
                     shutil.copyfileobj(resp, out)
             else:

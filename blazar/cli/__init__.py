@@ -1,86 +1,31 @@
 """The ``blazar`` command line.
 
-Every failing command prints one line that says what went wrong and what to
-run next, and exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
+Every failing command prints one line that says what went wrong and what to run next, and
+exits non-zero; tracebacks only with ``BLAZAR_DEBUG=1``.
 
 The commands live by theme in ``serving``, ``models``, ``fit``, ``disk``, ``keys``, ``config`` and
-``connect``; each registers itself on ``app`` when imported below. Shared helpers are in ``_common``.
+``connect``; each registers itself on ``app`` (``_app``) when imported. Shared helpers are in
+``_common``. ``app`` is built on first use: ``main`` first tries ``blazar.entry``'s quick
+paths, which need none of it.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from typing import TYPE_CHECKING, Any
 
-import cyclopts
+from blazar.entry import main
+from blazar.entry import one_line as _one_line
 
-from blazar import __version__
-from blazar.cli._common import err
-from blazar.config import ConfigError
-from blazar.daemon.client import CliError
+if TYPE_CHECKING:
+    from blazar.cli._app import app
 
-__all__ = ["app", "main"]
-
-app = cyclopts.App(name="blazar", help="A control plane for local AI inference.", version=__version__)
-
-# Imported for their side effect: each module's @app.command decorators register its commands.
-from blazar.cli import (  # noqa: E402, F401
-    autopilot,
-    certify,
-    config,
-    connect,
-    disk,
-    doctor,
-    engine,
-    federation,
-    fit,
-    jobs,
-    keys,
-    lora,
-    mcp,
-    models,
-    rpc,
-    serving,
-    sessions,
-    snapshot,
-    speech,
-    tune,
-    watch,
-    why,
-)
+__all__ = ["_one_line", "app", "main"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    try:
-        app(argv if argv is not None else sys.argv[1:])
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as exc:
-        if os.environ.get("BLAZAR_DEBUG"):
-            raise
-        sys.stderr.write(f"error: {_one_line(exc)}\n")
-        sys.exit(1)
+def __getattr__(name: str) -> Any:
+    if name != "app":
+        raise AttributeError(f"module 'blazar.cli' has no attribute {name!r}")
+    from blazar.cli._app import app
 
-
-def _one_line(exc: BaseException) -> str:
-    from blazar.errors.describe import describe_error
-
-    # A failure inside the daemon's task tree arrives wrapped in exception groups:
-    # the line names the failure itself (the first one when several happened at once).
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, (CliError, ConfigError)):
-        return str(exc)
-    if (described := describe_error(exc)) is not None:
-        retry = described.retry_after
-        return described.message + (f" (retry in {retry} s)" if retry is not None else "")
-    import httpx
-
-    if isinstance(exc, httpx.HTTPError):
-        return f"could not reach the daemon ({exc}) — check `blazar ps` and `blazar logs`"
-    if isinstance(exc, OSError):
-        return f"{exc.strerror or exc} ({exc.filename or ''})".strip()
-    return f"{type(exc).__name__}: {exc}"
+    globals()["app"] = app  # later lookups skip this function
+    return app

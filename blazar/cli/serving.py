@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-import msgspec
 from cyclopts import Parameter
 
 from blazar.cli import app
@@ -51,30 +50,11 @@ def serve(
     ] = False,
 ) -> None:
     """Run the gateway in the foreground (default http://127.0.0.1:11435)."""
-    import trio
+    from blazar.daemon.serve import serve_foreground
 
-    from blazar.daemon.serve import BindError, StartRefused, run_server, setup_logging
-
-    paths, config = load_setup()
-    config = msgspec.structs.replace(
-        config,
-        host=host or config.host,
-        port=config.port if port is None else port,
-        preload=list(dict.fromkeys([*(preload or []), *config.preload])),
-        insecure_open=insecure_open or config.insecure_open,
+    serve_foreground(
+        host=host, port=port, preload=preload, insecure_open=insecure_open, log_stderr=log_stderr
     )
-    running = find_daemon(paths)
-    if running is not None:
-        raise CliError(f"a daemon already runs at {running.url} (pid {running.pid}) — `blazar stop` it first")
-    setup_logging(paths, config, to_stderr=log_stderr or sys.stderr.isatty())
-    try:
-        trio.run(run_server, config, paths)
-    except BindError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        sys.exit(3)
-    except StartRefused as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        sys.exit(2)
 
 
 Intent = Literal["agent", "batch", "coding", "reasoning", "vision"]

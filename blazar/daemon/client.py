@@ -19,7 +19,7 @@ from blazar.daemon.files import read_daemon_info, read_local_token
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CliError", "Daemon", "ensure_daemon", "error_message", "find_daemon"]
+__all__ = ["CliError", "Daemon", "ensure_daemon", "error_message", "find_daemon", "start_background"]
 
 _START_TIMEOUT_S = 60.0
 _POLL_S = 0.01
@@ -115,14 +115,13 @@ def find_daemon(paths: Paths) -> Daemon | None:
     return daemon
 
 
-def ensure_daemon(paths: Paths, config: Config, *, preload: str | None = None) -> tuple[Daemon, bool]:
-    """The running daemon, or a new background one; the flag says it was started.
+_STARTED: dict[str, subprocess.Popen[bytes]] = {}
+"""The background daemons this process started and has not waited for yet, by daemon file."""
 
-    A new daemon given ``preload`` starts loading that model while it boots, so the
-    engine's start overlaps the daemon's instead of following it."""
-    daemon = find_daemon(paths)
-    if daemon is not None:
-        return daemon, False
+
+def start_background(paths: Paths, *, preload: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``blazar serve`` in the background (its own session, its output in
+    ``logs/daemon.out``), loading ``preload`` while it boots; ``ensure_daemon`` waits for it."""
     Path(paths.log_dir).mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "blazar", "serve"]
     if preload is not None:
@@ -136,7 +135,27 @@ def ensure_daemon(paths: Paths, config: Config, *, preload: str | None = None) -
             start_new_session=True,
             close_fds=True,
         )
-    import httpx  # noqa: F401  (here: the import overlaps the daemon's start)
+    _STARTED[paths.daemon_file] = proc
+    return proc
+
+
+def ensure_daemon(paths: Paths, config: Config, *, preload: str | None = None) -> tuple[Daemon, bool]:
+    """The running daemon, or a new background one; the flag says this process started it
+    (here, or before the command line was parsed: ``blazar.entry``).
+
+    A new daemon given ``preload`` starts loading that model while it boots, so the
+    engine's start overlaps the daemon's instead of following it."""
+    proc = _STARTED.pop(paths.daemon_file, None)
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        return daemon, proc is not None and daemon.pid == proc.pid
+    if proc is None:
+        proc = start_background(paths, preload=preload)
+        _STARTED.pop(paths.daemon_file, None)
+    # Imported while the daemon starts, not once it answers: httpx's first client imports
+    # httpcore, and with it h2, anyio and trio (a tenth of a second), on the way to the request.
+    import httpcore  # noqa: F401
+    import httpx  # noqa: F401
 
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:

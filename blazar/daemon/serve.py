@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import trio
 
 from actors.admission import Draining
 from actors.runtime import open_runtime
-from blazar.config import Config, ConfigError, Paths
+from blazar.config import Config, ConfigError, Paths, load_config, resolve_paths
+from blazar.daemon.client import CliError, find_daemon
 from blazar.daemon.files import remove_daemon_info, remove_local_token, write_daemon_info
 from blazar.telemetry.scrub import ScrubFilter, scrub
 from registry.files import shown_folder
@@ -31,7 +33,15 @@ from registry.files import shown_folder
 if TYPE_CHECKING:
     from blazar.web.middleware.tracing import RequestTracer
 
-__all__ = ["BindError", "LogFile", "StartRefused", "open_bind_refusal", "run_server", "setup_logging"]
+__all__ = [
+    "BindError",
+    "LogFile",
+    "StartRefused",
+    "open_bind_refusal",
+    "run_server",
+    "serve_foreground",
+    "setup_logging",
+]
 
 log = logging.getLogger("blazar.daemon.serve")
 
@@ -42,6 +52,40 @@ class BindError(Exception):
 
 class StartRefused(Exception):
     """The daemon would start in a state the operator did not ask for (e.g. open to the network)."""
+
+
+def serve_foreground(
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    preload: list[str] | None = None,
+    insecure_open: bool = False,
+    log_stderr: bool = False,
+) -> None:
+    """``blazar serve``: the config with these options over it, then the daemon until it stops.
+    Exits 3 when the address is taken and 2 when the start is refused; raises ``CliError``
+    when a daemon already runs."""
+    paths = resolve_paths()
+    config = load_config(paths)
+    config = msgspec.structs.replace(
+        config,
+        host=host or config.host,
+        port=config.port if port is None else port,
+        preload=list(dict.fromkeys([*(preload or []), *config.preload])),
+        insecure_open=insecure_open or config.insecure_open,
+    )
+    running = find_daemon(paths)
+    if running is not None:
+        raise CliError(f"a daemon already runs at {running.url} (pid {running.pid}) — `blazar stop` it first")
+    setup_logging(paths, config, to_stderr=log_stderr or sys.stderr.isatty())
+    try:
+        trio.run(run_server, config, paths)
+    except BindError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(3)
+    except StartRefused as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
 
 
 def open_bind_refusal(config: Config, paths: Paths) -> str | None:

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import msgspec
 
 from blazar.dialects.neutral import ResponseFormat
@@ -87,6 +86,8 @@ def check_schema(text: str, fmt: ResponseFormat | None) -> str | None:
         return "schema"
     if fmt.kind == "json_object" or fmt.schema is None:
         return None if isinstance(doc, dict) else "schema"
+    import jsonschema  # here: a twentieth of a second that the daemon's start need not pay
+
     try:
         jsonschema.validate(doc, fmt.schema)
     except jsonschema.ValidationError:
