@@ -32,6 +32,7 @@ from blazar.cli import (  # noqa: E402, F401
     rpc,
     serving,
     sessions,
+    shell,
     snapshot,
     speech,
     tune,
