@@ -19,7 +19,7 @@ Two pure parts and one small book:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -44,6 +44,7 @@ __all__ = [
     "SpeculationStatistics",
     "Vocabulary",
     "candidate",
+    "draft_options",
     "govern",
     "pair_problem",
     "vocabulary",
@@ -160,6 +161,14 @@ def pair_problem(model: Candidate, draft: Candidate) -> str | None:
     if draft.size >= model.size:
         return f"'{draft.name}' is not smaller than '{model.name}': drafting with it would slow the model"
     return None
+
+
+def draft_options(model: Candidate, others: Sequence[Candidate]) -> list[tuple[Candidate, str | None]]:
+    """Every other model as a draft for ``model``, with why it cannot pair (None: it can):
+    those that pair first, smallest first (the smaller the draft, the cheaper each guess),
+    then the others."""
+    rated = [(other, pair_problem(model, other)) for other in others if other.name != model.name]
+    return sorted(rated, key=lambda r: (r[1] is not None, r[0].size, r[0].name))
 
 
 class GovernorState(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,4 +1,5 @@
-"""``blazar fit``: a model's memory estimate against this machine, without a daemon."""
+"""``blazar fit``, ``plan``, ``coreside`` and ``drafts``: what a model needs and what pairs
+with it, without a daemon."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from blazar.cli._common import (
     run_offline,
 )
 from blazar.config import Paths
+from blazar.daemon.client import CliError
 
 
 def _bin(n: int | float) -> str:
@@ -360,3 +362,37 @@ def coreside(models: list[str], *, json_: Json = False) -> None:
     out.print(f"[bold]{verdict}[/] in {_bin(budget)} ({where}{suffix}; headroom {_bin(doc['headroom'])})")
     if not fits:
         out.print("[dim]levers: lower ctx or slots per model in config.toml, or see `blazar fit NAME`[/]")
+
+
+@app.command
+def drafts(model: str, *, json_: Json = False) -> None:
+    """The installed models that can draft for MODEL (speculative decoding), and why the others cannot."""
+    from actors.speculation import candidate, draft_options
+
+    paths, config = load_setup()
+    store = open_store(paths)
+    runtime = config.runtime(paths)
+    target = candidate(runtime, store, model, None)
+    if target is None:
+        raise CliError(f"no model '{model}' is installed — `blazar list` shows the installed ones")
+    others = [c for r in store.list() if (c := candidate(runtime, store, r.name, None)) is not None]
+    options = draft_options(target, others)
+    if json_:
+        print_json(
+            {"model": target.name, "drafts": [{"name": c.name, "size": c.size, "pairs": why is None,
+              "why": why} for c, why in options]}
+        )  # fmt: skip
+        return
+    table = Table("DRAFT", "SIZE", "PAIRS", "WHY NOT", box=None)
+    for c, why in options:
+        table.add_row(escape(c.name), human_size(c.size), "yes" if why is None else "no", escape(why or ""))
+    out.print(table)
+    best = next((c for c, why in options if why is None), None)
+    if best is None:
+        out.print(f"\nno installed model can draft for {target.name}: a draft must share its vocabulary")
+        return
+    out.print(
+        f'\nto use {best.name}: in config.toml, [models."{target.name}"] spec = {{draft = "{best.name}"}}'
+        f" — `blazar explain {target.name}` then shows it",
+        markup=False,
+    )
