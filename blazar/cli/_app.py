@@ -36,6 +36,7 @@ from blazar.cli import (  # noqa: E402, F401
     snapshot,
     speech,
     tune,
+    upgrade,
     watch,
     why,
 )

@@ -1,3 +1,4 @@
 """Operator tools the CLI runs over the daemon's data: recommendations from the ledger
-(``autopilot``) and snapshots of a home (``snapshot``).
+(``autopilot``), snapshots of a home (``snapshot``), and how the install upgrades itself
+(``upgrade``).
 """
