@@ -392,7 +392,14 @@ class EngineCall:
         changed = self.changed
         if self._ctx_clamped and self.context is not None:
             changed = [*changed, f"options.num_ctx={self.context}"]
-        honesty.report(out, ignored=self.req.ignored, changed=changed, context=self.context)
+        honesty.report(
+            out,
+            ignored=self.req.ignored,
+            changed=changed,
+            context=self.context,
+            emulated_tools=tools.emulated(self.req, native_tools=self.native_tools),
+            ctx_clamped=self._ctx_clamped,
+        )
         if self.ctx_asked is not None:
             out["X-Blazar-Context-Asked"] = str(self.ctx_asked)
         if self.output_cap is not None:

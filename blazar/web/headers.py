@@ -34,6 +34,7 @@ RESPONSE: dict[str, str] = {
     "x-blazar-context-asked": "the context an Ollama num_ctx asked for, when it was clamped",
     "x-blazar-output-cap": "the configured output cap, when the request named none",
     "x-blazar-status": "loading: the model's engine was started for this request",
+    "x-blazar-warnings": "each way the daemon did less than asked without failing (template_no_tools, …)",
     "x-blazar-structured-output": "how structured output was enforced, and whether the answer is valid",
     "x-blazar-best-of": "how many candidates ran, which one answers and why",
     "x-blazar-cascade": "the cascade step that answered, and those that escalated",

@@ -60,6 +60,7 @@ def test_the_report_headers() -> None:
         "X-Blazar-Ignored": "a,options.b",
         "X-Blazar-Changed": "max_tokens=4096",
         "X-Blazar-Context": "4096",
+        "X-Blazar-Warnings": "params_ignored,params_changed",
     }
     empty: dict[str, str] = {}
     honesty.report(empty, ignored=[], changed=[], context=None)

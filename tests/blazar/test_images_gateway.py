@@ -240,7 +240,11 @@ def test_the_answer_names_a_rounded_size_and_serves_urls_from_the_store() -> Non
     reply = web_images._answer(
         runtime, call, made, response_format="url", ignored=["quality"], asked=(72, 72)
     )
-    assert reply.headers == {"X-Blazar-Ignored": "quality", "X-Blazar-Changed": "size=64x64"}
+    assert reply.headers == {
+        "X-Blazar-Ignored": "quality",
+        "X-Blazar-Changed": "size=64x64",
+        "X-Blazar-Warnings": "params_ignored,params_changed",
+    }
     doc = msgspec.json.decode(cast(bytes, reply.body))
     urls = [d["url"] for d in doc["data"]]
     assert len(urls) == 2 and all(u.startswith("https://h:1/v1/images/files/img_") for u in urls)

@@ -7,7 +7,9 @@ a context clamped). Every inference response names both, in
 * ``X-Blazar-Ignored: logit_bias,options.mirostat`` — accepted, no effect;
 * ``X-Blazar-Changed: max_tokens=4096,options.num_ctx=8192`` — ``NAME=VALUE`` with the
   value the request ran with instead of the one it sent;
-* ``X-Blazar-Context: 4096`` — the per-slot context it ran with.
+* ``X-Blazar-Context: 4096`` — the per-slot context it ran with;
+* ``X-Blazar-Warnings: template_no_tools,ctx_clamped`` — each way the daemon did less than
+  asked without failing, by a stable name (``WARNINGS``).
 
 Strict mode (``strict = true`` in config.toml, or the request header
 ``X-Blazar-Strict: 1``) refuses such a request with ``400`` instead, before any
@@ -19,10 +21,18 @@ from __future__ import annotations
 
 from blazar.errors import BlazarError, Dialect
 
-__all__ = ["STRICT_HEADER", "output_limit", "refuse_ignored", "report", "truthy"]
+__all__ = ["STRICT_HEADER", "WARNINGS", "output_limit", "refuse_ignored", "report", "truthy", "warnings"]
 
 STRICT_HEADER = "x-blazar-strict"
 _YES = frozenset({"1", "true", "yes", "on"})
+
+WARNINGS = {
+    "template_no_tools": "the model's chat template takes no tools: its tool calls were emulated",
+    "ctx_clamped": "the context asked for was clamped to what the model serves",
+    "params_ignored": "parameters the request set had no effect (X-Blazar-Ignored names them)",
+    "params_changed": "parameters ran with another value than sent (X-Blazar-Changed says which)",
+}
+"""The names ``X-Blazar-Warnings`` uses, and what each means."""
 
 
 def truthy(value: str | None) -> bool:
@@ -71,7 +81,29 @@ def output_limit(asked: int | None, ctx: int, *, param: str, model: str, strict:
     return ctx
 
 
-def report(headers: dict[str, str], *, ignored: list[str], changed: list[str], context: int | None) -> None:
+def warnings(*, ignored: list[str], changed: list[str], emulated_tools: bool, ctx_clamped: bool) -> list[str]:
+    """The ``WARNINGS`` that apply to a request that ran."""
+    found = []
+    if emulated_tools:
+        found.append("template_no_tools")
+    if ctx_clamped:
+        found.append("ctx_clamped")
+    if ignored:
+        found.append("params_ignored")
+    if changed and not (ctx_clamped and all(c.startswith("options.num_ctx=") for c in changed)):
+        found.append("params_changed")
+    return found
+
+
+def report(
+    headers: dict[str, str],
+    *,
+    ignored: list[str],
+    changed: list[str],
+    context: int | None,
+    emulated_tools: bool = False,
+    ctx_clamped: bool = False,
+) -> None:
     """Add the headers that say what became of the request's parameters to ``headers``."""
     if ignored:
         headers["X-Blazar-Ignored"] = ",".join(ignored)
@@ -79,3 +111,6 @@ def report(headers: dict[str, str], *, ignored: list[str], changed: list[str], c
         headers["X-Blazar-Changed"] = ",".join(changed)
     if context is not None:
         headers["X-Blazar-Context"] = str(context)
+    said = warnings(ignored=ignored, changed=changed, emulated_tools=emulated_tools, ctx_clamped=ctx_clamped)
+    if said:
+        headers["X-Blazar-Warnings"] = ",".join(said)
