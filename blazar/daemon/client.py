@@ -152,10 +152,11 @@ def ensure_daemon(paths: Paths, config: Config, *, preload: str | None = None) -
     if proc is None:
         proc = start_background(paths, preload=preload)
         _STARTED.pop(paths.daemon_file, None)
-    # Imported while the daemon starts, not once it answers: httpx's first client imports
+    # Imported while the daemon starts, not once it answers: httpx's first transport imports
     # httpcore, and with it h2, anyio and trio (a tenth of a second), on the way to the request.
-    import httpcore  # noqa: F401
-    import httpx  # noqa: F401
+    import httpx
+
+    httpx.HTTPTransport().close()
 
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
