@@ -151,21 +151,29 @@ class Body:
                     raise ProtocolError("chunk size line too long")
                 break
             line = bytes(buf[:i])
-            del buf[: i + 2]
             if self._trailer:
+                del buf[: i + 2]
                 if not line:  # the empty line after the last chunk and its trailers
                     self.done = True
                     break
                 continue
             size = line.split(b";", 1)[0].strip()
             try:
-                self._left = int(size, 16)
+                left = int(size, 16)
             except ValueError:
                 raise ProtocolError(f"bad chunk size {line[:40]!r}") from None
-            if self._left < 0:
+            if left < 0:
                 raise ProtocolError(f"bad chunk size {line[:40]!r}")
-            self._trailer = self._left == 0
-        return b"".join(out)
+            end = i + 2 + left
+            if left and buf.startswith(b"\r\n", end):
+                # The whole chunk has arrived (as a relayed stream's usually has): take it at once.
+                out.append(bytes(buf[i + 2 : end]))
+                del buf[: end + 2]
+                continue
+            del buf[: i + 2]
+            self._left = left
+            self._trailer = left == 0
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 def body_for(head: ResponseHead, method: str) -> Body:

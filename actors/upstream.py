@@ -18,6 +18,7 @@ that left no stray bytes behind and did not ask for the connection's end.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -64,6 +65,24 @@ class _Connection:
         self.buf = bytearray()  # received, not yet parsed
         self.idle_since = 0.0
         self.reused = False
+
+    async def receive(self) -> bytes:
+        """What has arrived on the socket (``b""`` at its end), at most ``_READ_SIZE`` bytes,
+        once it is readable.
+
+        trio's ``receive_some`` tries a read first and takes its layers of context managers
+        each time, which costs more than the read on a relayed stream; an engine's next
+        event has seldom arrived yet when the last one has been relayed, so this waits
+        first (a checkpoint) and then reads."""
+        sock = self.stream.socket
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            if (fd := sock.fileno()) < 0:
+                raise trio.ClosedResourceError("the upstream connection was closed")
+            try:
+                return os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                pass
 
     def close(self) -> None:
         # A socket closes synchronously (a task blocked on it is woken with
@@ -221,7 +240,7 @@ class UpstreamPool:
                 await conn.stream.send_all(request)
                 await conn.stream.send_all(body)
             while (head := parse_head(conn.buf)) is None:
-                data = await conn.stream.receive_some(_READ_SIZE)
+                data = await conn.receive()
                 if not data:
                     if not received:
                         raise _NoResponse(self._broken("closed the connection without a response"))
@@ -291,7 +310,7 @@ class UpstreamResponse:
         body = self._body
         try:
             while not (data := body.decode(conn.buf)) and not body.done:
-                received = await conn.stream.receive_some(_READ_SIZE)
+                received = await conn.receive()
                 if received:
                     conn.buf += received
                 else:

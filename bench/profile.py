@@ -112,10 +112,11 @@ _LAYERS = (
     ("gateway layer (call, card, guard, ledger, cleanups)", "blazar/web/asgi/gateway.py", "__call__"),
     ("gateway route: body, handler, reply", "blazar/web/asgi/gateway.py", "_serve"),
     ("gateway route: send the reply", "blazar/web/asgi/gateway.py", "_send_reply"),
-    ("the relay route (claim, upstream, response)", "blazar/web/routes/openai/chat.py", "relay"),
-    ("claim: admission slot, engine, lease", "actors/claim.py", "_claim"),
+    ("the relay route (claim, upstream, response)", "blazar/serve/openai_chat.py", "relay"),
+    ("claim: admission slot, engine, lease", "actors/claim.py", "claim_on"),
     ("upstream client: request and response head", "actors/upstream.py", "request"),
     ("upstream client: read the body", "actors/upstream.py", "receive_some"),
+    ("gateway: a streamed chunk to the client", "blazar/web/middleware/exchange.py", "write_body"),
 )
 
 

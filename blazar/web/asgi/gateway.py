@@ -20,6 +20,7 @@ import itertools
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -31,6 +32,7 @@ from blazar.serve.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry, dialect_label
 from blazar.telemetry.scrub import scrub
 from blazar.web.asgi.call import Call, Handler, Reply, Routes
+from blazar.web.asgi.direct import DIRECT_BODY
 from blazar.web.asgi.replies import dialect_for, error_reply, exception_reply
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy, send_preflight
@@ -123,6 +125,7 @@ class GatewayMiddleware:
             traceparent=RequestTracer.traceparent(span) if span is not None else None,
             keep_answer=card is not None and self.telemetry is not None and self.telemetry.wants_text,
             grant=self.cors.grant_for(call.headers),
+            direct=scope["extensions"].get(DIRECT_BODY) if "extensions" in scope else None,
         )
         self._arrive()
         try:
@@ -175,10 +178,10 @@ class GatewayMiddleware:
         elif handler is not None and method != "POST":
             await _send_reply(_other_method(call), exchange.send)
         elif (card := call.card) is None:
-            await self._dispatch(handler, call, scope, exchange.receive, exchange.send)
+            await self._dispatch(handler, call, scope, exchange)
         else:
             with card.scope:
-                await self._dispatch(handler, call, scope, exchange.receive, exchange.send)
+                await self._dispatch(handler, call, scope, exchange)
             card.note_expiry()
             if card.ended_by is not None and not exchange.disconnected:
                 with trio.CancelScope(shield=True), trio.move_on_after(5.0):
@@ -278,16 +281,17 @@ class GatewayMiddleware:
             self.auth.charge(record.key, (record.prompt_tokens or 0) + (record.completion_tokens or 0))
 
     async def _dispatch(
-        self, handler: Handler | None, call: Call, scope: dict[str, Any], receive: Any, send: Any
+        self, handler: Handler | None, call: Call, scope: dict[str, Any], exchange: Exchange
     ) -> None:
         if handler is None:
-            await self.app(scope, receive, send)
+            await self.app(scope, exchange.receive, exchange.send)
         else:
-            await self._serve(handler, call, receive, send)
+            await self._serve(handler, call, exchange)
 
-    async def _serve(self, handler: Handler, call: Call, receive: Any, send: Any) -> None:
+    async def _serve(self, handler: Handler, call: Call, exchange: Exchange) -> None:
         """One of the gateway's own routes: read the body, then run the handler and send its
         reply while watching for the client's disconnect, which cancels both."""
+        receive, send = exchange.receive, exchange.send
         try:
             with trio.move_on_after(_BODY_TIMEOUT_S) as waited:
                 call.body = await _read_body(call, receive)
@@ -307,7 +311,7 @@ class GatewayMiddleware:
             except Exception as exc:
                 reply = exception_reply(call, exc)
             try:
-                await _send_reply(reply, send)
+                await _send_reply(reply, send, exchange.write_body)
             except Exception:
                 # The head is out: all that is left is to end the connection (the server
                 # closes it when the app returns with the response unfinished).
@@ -400,7 +404,11 @@ async def _cancel_on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
             return
 
 
-async def _send_reply(reply: Reply, send: Any) -> None:
+async def _send_reply(
+    reply: Reply, send: Any, write_body: Callable[[bytes], Awaitable[None]] | None = None
+) -> None:
+    """Send ``reply``; a stream's chunks, as they come, through ``write_body`` where given
+    (``Exchange.write_body``: one cheap step per chunk), else as body messages."""
     headers = [(b"content-type", reply.content_type.encode())]
     if reply.headers:
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
@@ -412,9 +420,14 @@ async def _send_reply(reply: Reply, send: Any) -> None:
         return
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     try:
-        async for chunk in body:
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if write_body is not None:
+            async for chunk in body:
+                if chunk:
+                    await write_body(chunk)
+        else:
+            async for chunk in body:
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
     finally:
         aclose = getattr(body, "aclose", None)
         if aclose is not None:

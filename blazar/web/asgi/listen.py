@@ -33,6 +33,7 @@ import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Event, RawData, Updated
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import TCPServer
@@ -43,6 +44,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 from blazar.config import Config
 from blazar.errors import Dialect, error_body
 from blazar.web.asgi.conn_limits import ConnectionLimits, Refused
+from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
 
 __all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
 
@@ -91,13 +93,26 @@ class _Connection(TCPServer):
         hconfig: HypercornConfig,
         *a: Any,
     ) -> None:
-        super().__init__(app, hconfig, *a)
+        super().__init__(partial(self._app, app), hconfig, *a)
         self._limits = limits
         self._blazar = config
         self._busy = False  # a request is being answered
         self._served = False  # a request head arrived
         self._gone = False  # the client closed its side (or the read failed)
         self._socket: trio.socket.SocketType | None = None
+
+    async def _app(
+        self, app: AppWrapper, scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any
+    ) -> None:
+        """The app, offered the connection's direct body writer on plain HTTP/1.1 (``direct.py``)."""
+        plain = isinstance(self.stream, trio.SocketStream)
+        if plain and scope["type"] == "http" and scope["http_version"] != "2":
+            scope["extensions"][DIRECT_BODY] = BodyWriter(self.stream.socket, self.send_lock, self._h11, send)
+        await app(scope, receive, send, sync_spawn, call_soon)
+
+    def _h11(self) -> Any:
+        protocol = self.protocol.protocol
+        return protocol.connection if isinstance(protocol, H11Protocol) else None
 
     async def run(self) -> None:
         tls = not isinstance(self.stream, trio.SocketStream)

@@ -10,15 +10,19 @@ byte, the bytes, the live card's chunks, and the answer's text where the audit l
 it. ``record`` turns what was seen into the ledger's ``RequestRecord`` once the request
 has ended.
 
+A streamed answer's chunks come through ``write_body`` instead: counted the same way, and
+written by the connection's direct writer where it offers one (``blazar.web.asgi.direct``),
+which costs a fraction of the server's path for a body message.
+
 It wraps the whole request, from before the host guard to after the cleanups, so every
 answer is stamped and counted the same way, a refusal as much as a route's. Its ``send``
-runs once per relayed chunk, so a body message costs only a few counter updates.
+runs once per body message, so one costs only a few counter updates.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -34,10 +38,17 @@ _ANSWER_KEEP = 256 * 1024
 """The most reply bytes kept for an audit log that records answers."""
 
 
+class DirectBody(Protocol):
+    """What writes a streamed body's chunks straight to the connection (``BodyWriter``)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+
 class Exchange:
     """The receive and send of one HTTP request, watched; and what they saw."""
 
     __slots__ = (
+        "_direct",
         "_receive",
         "_send",
         "answer",
@@ -66,11 +77,13 @@ class Exchange:
         grant: list[tuple[bytes, bytes]] | None,
         traceparent: bytes | None,
         keep_answer: bool,
+        direct: DirectBody | None = None,
     ) -> None:
         self.call = call
         self.card = call.card
         self._receive = receive
         self._send = send
+        self._direct = direct
         self.stamp = [(b"x-blazar-trace-id", call.trace_id.encode())]
         """Headers added to the head of the answer."""
         if traceparent is not None:
@@ -118,16 +131,7 @@ class Exchange:
         elif message["type"] == "http.response.body":
             body = message.get("body", b"")
             if body:
-                if self.first_body_s is None:
-                    self.first_body_s = time.perf_counter() - self.t0
-                card = self.card
-                if card is not None:
-                    card.first_byte_s = card.first_byte_s or time.perf_counter()
-                    card.chunks += 1
-                    card.bytes_out += len(body)
-                    if self.answer is not None and card.bytes_out <= _ANSWER_KEEP:
-                        self.answer.append(body)
-            self.sent += len(body)
+                self._count(body)
             self.done = not message.get("more_body", False)
         # Shielded: a cancel from another connection (or the app's own nursery)
         # must not land inside the server's send. Hypercorn recycles a
@@ -135,6 +139,32 @@ class Exchange:
         # connection stays open but never reads the client's next request.
         with trio.CancelScope(shield=True):
             await self._send(message)
+
+    async def write_body(self, body: bytes) -> None:
+        """The next chunk of a streamed answer (never empty, never the last message):
+        counted as ``send`` counts it, and written straight to the connection where it
+        offers a direct writer. That write lets no cancel in; the ordinary send is shielded."""
+        self._count(body)
+        if self._direct is not None:
+            await self._direct.write(body)
+        else:
+            with trio.CancelScope(shield=True):
+                await self._send({"type": "http.response.body", "body": body, "more_body": True})
+
+    def _count(self, body: bytes) -> None:
+        """A body message's bytes: the first byte's time, the card's chunks, the total."""
+        if self.first_body_s is None:
+            self.first_body_s = time.perf_counter() - self.t0
+        n = len(body)
+        self.sent += n
+        card = self.card
+        if card is not None:
+            if card.first_byte_s is None:
+                card.first_byte_s = time.perf_counter()
+            card.chunks += 1
+            card.bytes_out += n
+            if self.answer is not None and card.bytes_out <= _ANSWER_KEEP:
+                self.answer.append(body)
 
     async def client_gone(self) -> None:
         """Return once the client disconnects; keep what arrives before for the route."""

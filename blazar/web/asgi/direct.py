@@ -1,0 +1,130 @@
+"""A streamed answer's body chunks written straight to the client's socket.
+
+A relayed stream sends one body message per read from the engine. Through the server,
+each such message is an ASGI dict, then hypercorn's own event, then an h11 event framed
+into bytes, then the connection's send lock and a socket write, with two cancel scopes,
+a handful of context managers and two trips through trio's scheduler on the way: several
+times what relaying the chunk costs the gateway itself. On a plain (not TLS) HTTP/1.1
+connection, ``BodyWriter`` does what that path does for a chunk in one step: it frames the
+chunk as h11 frames this response's body (it asks h11 for the first chunk, and frames the
+next ones itself when h11 chose the chunked coding), checks that the connection's send
+lock is free (one request at a time is answered on an HTTP/1.1 connection) and writes the
+bytes to the socket at once. Only when the socket cannot take them all does it take the
+lock and wait, shielded as hypercorn's own write is, for the rest to go out: a partial
+chunk left behind would corrupt the stream.
+
+The head of the answer and its end still go through the server, which keeps its state
+(h11 counts nothing per chunk of a chunked body). Whenever the fast path does not apply
+(the lock is held, the socket is closed or fails) the chunk goes the ordinary way, and the
+server reports a broken connection as it always does. The writer never passes a
+checkpoint in the usual case: the stream it writes reaches one per chunk where it reads
+the engine (``actors.upstream``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import h11
+import trio
+
+__all__ = ["DIRECT_BODY", "BodyWriter"]
+
+DIRECT_BODY = "blazar.direct_body"
+"""The ASGI scope extension under which a connection offers its ``BodyWriter``."""
+
+
+class BodyWriter:
+    """Writes the body chunks of one answer on one HTTP/1.1 connection (see the module)."""
+
+    __slots__ = ("_chunked", "_h11", "_lock", "_send", "_socket", "_usable")
+
+    def __init__(
+        self,
+        socket: trio.socket.SocketType,
+        lock: trio.Lock,
+        h11_connection: Callable[[], h11.Connection | None],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        self._socket = socket
+        self._lock = lock
+        self._h11 = h11_connection
+        self._send = send
+        """The server's own send: the ordinary way."""
+        self._chunked = False
+        self._usable = True
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` as the next part of the body (``more_body``); never empty."""
+        lock = self._lock
+        if not self._usable or lock.locked():
+            await self._ordinary(data)
+            return
+        framed = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else self._first(data)
+        if framed is None:
+            await self._ordinary(data)
+            return
+        # No other task runs from the check of the lock to the end of a write that needs no
+        # wait, so only a wait takes the lock.
+        fd = self._socket.fileno()
+        sent = -1
+        if fd >= 0:
+            try:
+                sent = os.write(fd, framed)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                sent = -1
+        if 0 <= sent < len(framed):
+            lock.acquire_nowait()
+            try:
+                with trio.CancelScope(shield=True):
+                    sent = await self._rest(framed, sent)
+            finally:
+                lock.release()
+        if sent < 0:
+            # Closed or broken: the server's own write meets the same failure and handles it
+            # (the client's disconnect ends the request). Nothing reaches a broken peer, so
+            # the bytes that may have gone out before do not matter.
+            self._usable = False
+            await self._ordinary(data)
+
+    def _first(self, data: bytes) -> bytes | None:
+        """The first chunk, framed by h11 itself (which checks that a body may be sent now);
+        its framing tells whether the next ones may be framed here."""
+        connection = self._h11()
+        if connection is None:
+            self._usable = False
+            return None
+        try:
+            framed = connection.send(h11.Data(data=data))
+        except h11.LocalProtocolError:
+            self._usable = False
+            return None
+        self._chunked = framed == b"%x\r\n%b\r\n" % (len(data), data)
+        # Another framing (HTTP/1.0's, to the connection's end) stays h11's for every chunk.
+        self._usable = self._chunked
+        return framed
+
+    async def _rest(self, framed: bytes, sent: int) -> int:
+        """Write what the socket did not take at once; -1 when it fails."""
+        view = memoryview(framed)
+        try:
+            while sent < len(framed):
+                await trio.lowlevel.wait_writable(self._socket)
+                fd = self._socket.fileno()
+                if fd < 0:
+                    return -1
+                try:
+                    sent += os.write(fd, view[sent:])
+                except BlockingIOError:
+                    pass
+        except (OSError, trio.ClosedResourceError):
+            return -1
+        return sent
+
+    async def _ordinary(self, data: bytes) -> None:
+        with trio.CancelScope(shield=True):
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
