@@ -95,7 +95,7 @@ def test_py_spy_report_reads_collapsed_stacks(tmp_path: Path) -> None:
     raw = tmp_path / "raw.txt"
     raw.write_text(
         "run (trio/_core/_run.py:1);GatewayMiddleware.__call__ (blazar/web/asgi/gateway.py:9);"
-        "register_routes.<locals>.relay (blazar/web/routes/openai/chat.py:3) 3\n"
+        "relay (blazar/serve/openai_chat.py:3) 3\n"
         "run (trio/_core/_run.py:1);H11Protocol.handle (hypercorn/protocol/h11.py:5) 1\n"
     )
     report = _py_spy_report(raw)
