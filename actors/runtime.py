@@ -609,6 +609,27 @@ class Runtime:
         await engine.ask(Reconfigure(loras=spec.loras))
         return True
 
+    async def set_adapter_scales(
+        self, model: str, scales: list[tuple[str | int, float]]
+    ) -> tuple[ModelRecord, bool]:
+        """Give ``model``'s LoRA adapters (by name or number) these scales: kept in the store, so
+        every start uses them, and given to its running engine, which restarts with them once its
+        requests have finished (llama.cpp's ``POST /lora-adapters`` changes the scales it lists
+        but not those its requests run with, in the bundled build). The record, and whether an
+        engine restarts."""
+        from registry.adapters import set_scales
+
+        record = await trio.to_thread.run_sync(set_scales, self.store, model, scales)
+        return record, await self.reload_adapters(record.name)
+
+    def running_adapter_scales(self, model: str) -> list[float] | None:
+        """The scales ``model``'s running engine was started with, in order; None when no engine
+        of it is ready."""
+        engine = self._engines.get(model)
+        if engine is None or engine.ready_handle() is None:
+            return None
+        return [lora.scale for lora in engine.spec.loras]
+
     async def pull(self, name: str) -> JobRecord:
         """Pull ``name`` (a catalog name, ``ollama:…``, ``hf:…``) into the store, as a job
         (``actors/pulls.py``): returns it once it is committed and queued. Follow it with

@@ -29,7 +29,15 @@ from .errors import AdapterMismatch, AdapterNotFound, InvalidAdapter, InvalidMod
 from .gguf import GGUFHeader, looks_like_gguf, read_header
 from .store import Adapter, ModelRecord, Store
 
-__all__ = ["AdapterFacts", "add_adapter", "check_adapter", "find_adapter", "read_adapter", "remove_adapter"]
+__all__ = [
+    "AdapterFacts",
+    "add_adapter",
+    "check_adapter",
+    "find_adapter",
+    "read_adapter",
+    "remove_adapter",
+    "set_scales",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _SUFFIXES = (".lora_a", ".lora_b")
@@ -182,6 +190,23 @@ def add_adapter(
     updated = msgspec.structs.replace(record, adapters=adapters, modified_at=time.time())
     store.write_manifest(updated)
     return updated, adapter
+
+
+def set_scales(store: Store, model: str, scales: list[tuple[str | int, float]]) -> ModelRecord:
+    """Give adapters of ``model`` (by name or number) the scales they start with; the others
+    keep theirs. All checked before any is written."""
+    record = store.get(model)
+    adapters = list(record.adapters)
+    for which, scale in scales:
+        if not (-10.0 <= scale <= 10.0):
+            raise InvalidAdapter(
+                f"scale {scale} is out of range: give one between -10 and 10 (0 turns it off)"
+            )
+        i, adapter = find_adapter(record, which)
+        adapters[i] = msgspec.structs.replace(adapter, scale=scale)
+    updated = msgspec.structs.replace(record, adapters=adapters, modified_at=time.time())
+    store.write_manifest(updated)
+    return updated
 
 
 def remove_adapter(store: Store, model: str, name: str) -> tuple[ModelRecord, Adapter]:

@@ -74,3 +74,49 @@ def test_an_adapter_changes_the_answer_and_scale_zero_gives_it_back(tmp_path: Pa
             _openai(oai, lora=[{"id": 0, "scale": 1}])  # no adapter left
     finally:
         d.stop()
+
+
+def test_v1_adapters_reads_and_sets_the_scales(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path, config="default_ctx = 512\nslots = 1\n")
+    adapter = build_adapter(model_path, tmp_path / "noise.gguf")
+    d = start_daemon(home)
+    try:
+        oai = openai.OpenAI(base_url=f"{d.url}/v1", api_key="unused", max_retries=0, timeout=300)
+        base = _openai(oai)
+        assert d.cli("lora", "add", MODEL, str(adapter), check=False).returncode == 0
+        changed = _openai(oai)
+        assert changed != base
+
+        def listing() -> list[tuple[int, str, float, float | None]]:
+            doc = httpx.get(f"{d.url}/v1/adapters", params={"model": MODEL}, timeout=30).json()
+            return [(a["id"], a["name"], a["scale"], a["running_scale"]) for a in doc["data"]]
+
+        assert listing() == [(0, "noise", 1.0, 1.0)]
+        off = httpx.post(
+            f"{d.url}/v1/adapters",
+            json={"model": MODEL, "adapters": [{"name": "noise", "scale": 0}]},
+            timeout=60,
+        )
+        assert off.status_code == 200, off.text
+        assert off.json()["restarting"] is True and off.json()["data"][0]["scale"] == 0.0
+        assert _openai(oai) == base  # every request now runs with the adapter off
+        assert listing() == [(0, "noise", 0.0, 0.0)]
+        assert _openai(oai, lora=[{"id": 0, "scale": 1}]) == changed  # a request may still ask for it
+        listed = json.loads(d.cli("lora", "list", MODEL, "--json").stdout)
+        assert listed[0]["adapters"][0]["scale"] == 0.0  # kept in the store: every start uses it
+
+        back = httpx.post(
+            f"{d.url}/v1/adapters", json={"model": MODEL, "adapters": [{"id": 0, "scale": 1}]}, timeout=60
+        )
+        assert back.status_code == 200 and _openai(oai) == changed
+
+        missing = httpx.post(
+            f"{d.url}/v1/adapters", json={"model": MODEL, "adapters": [{"name": "x", "scale": 1}]}
+        )
+        assert missing.status_code == 404 and missing.json()["error"]["blazar_code"] == "LORA_NOT_FOUND"
+        wild = httpx.post(f"{d.url}/v1/adapters", json={"model": MODEL, "adapters": [{"id": 0, "scale": 99}]})
+        assert wild.status_code == 400, wild.text
+        assert httpx.get(f"{d.url}/v1/adapters", params={"model": "nope"}).status_code == 404
+        assert httpx.get(f"{d.url}/v1/adapters").status_code == 400
+    finally:
+        d.stop()

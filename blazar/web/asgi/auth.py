@@ -82,6 +82,7 @@ _PREFIXES = (
     ("/v1/images/", "images"),
     ("/v1/videos", "images"),  # made by image (diffusion) models
     ("/admin/", ADMIN),
+    ("/v1/adapters", ADMIN),  # a model's LoRA scales: how it runs for every client
     ("/api/blobs/", ADMIN),
     ("/api/explain", ADMIN),
     ("/api/why", ADMIN),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from blazar.web.console import api as console_api
 from blazar.web.console import page as console_page
-from blazar.web.routes import discovery, federation, llamacpp, native, ollama, requests, vectors
+from blazar.web.routes import adapters, discovery, federation, llamacpp, native, ollama, requests, vectors
 from blazar.web.routes.admin import (
     bench,
     capacity,
@@ -50,6 +50,7 @@ GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llam
 FRAMEWORK_SERVED = (
     native,
     discovery,
+    adapters,
     engines,
     requests,
     chat,
