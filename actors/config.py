@@ -125,6 +125,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     extra_args: list[str] | None = None
     keep_alive_s: float | None = None
     """This model's idle keep-alive (overrides the top-level ``keep_alive_s``)."""
+    idle_sleep_s: float | None = None
+    """This model's idle sleep (overrides the top-level ``idle_sleep_s``)."""
     gpu_layers: int | None = None
     """Layers on the GPU (``-ngl``) for a GPU build of llama-server; unset: from the fit plan."""
     rope_scaling: Literal["yarn", "linear"] | None = None
@@ -419,6 +421,10 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Longest wait for a slot before 503 ALL_SLOTS_BUSY."""
     keep_alive_s: float = 300.0
     """Seconds a model stays loaded after its last request; negative: forever, 0: unload at once."""
+    idle_sleep_s: float = 0.0
+    """Seconds idle after which a loaded model's engine sleeps (frees its KV cache and compute
+    buffers, keeps its process and port; the next request wakes it). 0: never. The first rung
+    of the idle ladder: ``keep_alive_s`` unloads it later."""
     max_loaded_models: int = 0
     """Models loaded at once; loading one more evicts the least recently used idle one. 0: no limit."""
     preload: list[str] = []

@@ -17,7 +17,9 @@ KeyClass = Literal["live", "engines", "restart"]
 LIVE_KEYS = frozenset(
     {"strict", "max_queue", "queue_timeout_s", "keep_alive_s", "max_loaded_models", "memory_budget_mb"}
 )
-ENGINE_KEYS = frozenset({"slots", "default_ctx", "max_output_tokens", "late_chunking_max_tokens"})
+ENGINE_KEYS = frozenset(
+    {"slots", "default_ctx", "max_output_tokens", "late_chunking_max_tokens", "idle_sleep_s"}
+)
 
 
 def key_class(key: str) -> KeyClass:

@@ -630,6 +630,22 @@ class Runtime:
             return None
         return [lora.scale for lora in engine.spec.loras]
 
+    async def sleeping(self, model: str) -> bool | None:
+        """Whether ``model``'s engine sleeps now (``idle_sleep_s``: its KV cache and compute
+        buffers freed until the next request); None when it cannot sleep or is not ready.
+        Asking does not wake it (llama.cpp's ``/props``)."""
+        import httpx
+
+        engine = self._engines.get(model)
+        handle = engine.ready_handle() if engine is not None else None
+        if engine is None or handle is None or not engine.spec.idle_sleep_s:
+            return None
+        try:
+            resp = await handle.client.get("/props", timeout=5.0)
+            return bool(resp.json().get("is_sleeping", False))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+
     async def pull(self, name: str) -> JobRecord:
         """Pull ``name`` (a catalog name, ``ollama:…``, ``hf:…``) into the store, as a job
         (``actors/pulls.py``): returns it once it is committed and queued. Follow it with

@@ -367,6 +367,18 @@ def resolve_launch(
     if over.keep_alive_s is not None:
         keep_alive, k_source, k_key = over.keep_alive_s, "override", _override(name, "keep_alive_s")
     add("keep_alive_s", keep_alive, k_source, k_key, "a request's keep_alive replaces it for that request")
+    sleep, s_source, s_key = _top(config, "idle_sleep_s")
+    if over.idle_sleep_s is not None:
+        sleep, s_source, s_key = over.idle_sleep_s, "override", _override(name, "idle_sleep_s")
+    if not sleep or sleep <= 0:
+        add("idle_sleep_s", None, s_source, s_key, "never sleeps")
+        sleep = None
+    elif lane_key != "llamacpp":
+        add("idle_sleep_s", None, s_source, s_key, f"unused: the {lane_key} lane does not sleep")
+        sleep = None
+    else:
+        sleep = max(1, round(sleep))
+        add("idle_sleep_s", sleep, s_source, s_key, "frees its KV cache and compute buffers when idle")
 
     loras = _lora_settings(record, lane_key, add, adapter_path)
     generates = record.kind == "chat" and not over.embeddings and not info.reranker
@@ -398,6 +410,7 @@ def resolve_launch(
         rope_scaling=scaling if factor else None,
         rope_scale=factor,
         max_output_tokens=out_cap,
+        idle_sleep_s=sleep,
         prompt_batch=batch,
         micro_batch=llama.get("micro_batch"),
         kv_cache=llama.get("kv_cache"),

@@ -257,6 +257,8 @@ def build_argv(
             flags += ["--rope-scale", f"{spec.rope_scale:g}"]
     for lora in spec.loras:
         flags += ["--lora-scaled", lora.path, f"{lora.scale:g}"]
+    if spec.idle_sleep_s:
+        flags += ["--sleep-idle-seconds", str(spec.idle_sleep_s)]
     flags += speculation_flags(spec)
     flags += spec.extra_args
     if binary is None:

@@ -72,6 +72,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--yarn-orig-ctx", type=int, default=None)
     p.add_argument("--slot-save-path", default=None)
     p.add_argument("--metrics", action="store_true")
+    p.add_argument("--sleep-idle-seconds", type=int, default=None)
     p.add_argument("--no-slots", action="store_true")
     p.add_argument("--props", action="store_true")
     p.add_argument("--jinja", action="store_true")
@@ -180,6 +181,8 @@ def build_params(ns: argparse.Namespace) -> Any:
     p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 1)
     _adapters(p, ns, xlc)
     _speculation(p, ns, xlc)
+    if ns.sleep_idle_seconds:
+        p.sleep_idle_seconds = ns.sleep_idle_seconds
     return p
 
 

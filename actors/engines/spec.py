@@ -128,6 +128,8 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """The extension factor that goes with ``rope_scaling``."""
     max_output_tokens: int | None = None
     """Output cap the gateway sets on requests that give none; None: no cap."""
+    idle_sleep_s: int | None = None
+    """Seconds idle before the engine sleeps (``--sleep-idle-seconds``); None: never."""
     lane: str = "llamacpp"
     """Which lane runs it (``actors.engines.routing.LANES``): ``llamacpp`` or ``mistralrs``."""
     engine_version: str | None = None

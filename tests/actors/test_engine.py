@@ -165,6 +165,18 @@ def test_host_accepts_llama_server_flags() -> None:
     assert p.cpuparams.n_threads == 2 and p.cpuparams_batch.n_threads == 2  # -tb follows -t
 
 
+def test_idle_sleep_reaches_the_engine_as_llama_servers_flag() -> None:
+    from actors.engines.llamacpp_host import build_params, parse_args
+
+    spec = LaunchSpec(model="m", path="/x.gguf", ctx_per_slot=512, slots=1, idle_sleep_s=30)
+    flags = build_argv(spec, port=1, api_key="k", binary=None)[3:]
+    assert flags[flags.index("--sleep-idle-seconds") + 1] == "30"
+    assert "--sleep-idle-seconds" not in build_argv(
+        LaunchSpec(model="m", path="/x.gguf", ctx_per_slot=512, slots=1), port=1, api_key="k", binary=None
+    )
+    assert build_params(parse_args(flags)).sleep_idle_seconds == 30
+
+
 def test_host_reads_llama_servers_thread_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     from actors.engines.llamacpp_host import build_params, parse_args
 

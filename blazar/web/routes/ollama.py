@@ -289,6 +289,7 @@ async def ps() -> Response:
         if record is None or not model_visible(record.name):
             continue
         info = await _info_of(store, record)
+        asleep = await runtime.sleeping(engine.spec.model)
         entries.append(
             ollama_models.PsEntry(
                 name=record.name,
@@ -300,6 +301,7 @@ async def ps() -> Response:
                 engine=engine.engine_kind,
                 slots=engine.spec.slots,
                 in_flight=engine.in_flight,
+                extras={} if asleep is None else {"blazar_sleeping": asleep},
             )
         )
     return json_response(ollama_models.encode_ps(entries))
