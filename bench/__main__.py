@@ -37,6 +37,7 @@ from bench import (
     realtime,
     scale,
     sessions,
+    sleep,
     speculation,
     speech,
     startup,
@@ -64,6 +65,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "sessions": (sessions.TITLE, sessions.run),
     "attribution": (attribution.TITLE, attribution.run),
     "idleflood": (idleflood.TITLE, idleflood.run),
+    "sleep": (sleep.TITLE, sleep.run),
 }
 
 
