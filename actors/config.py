@@ -422,9 +422,9 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     keep_alive_s: float = 300.0
     """Seconds a model stays loaded after its last request; negative: forever, 0: unload at once."""
     idle_sleep_s: float = 0.0
-    """Seconds idle after which a loaded model's engine sleeps (frees its KV cache and compute
-    buffers, keeps its process and port; the next request wakes it). 0: never. The first rung
-    of the idle ladder: ``keep_alive_s`` unloads it later."""
+    """Seconds idle after which a loaded model's engine sleeps (llama.cpp releases the model's
+    memory and its process waits on its port; the next request wakes it, reloading the model).
+    0: never. The first rung of the idle ladder: ``keep_alive_s`` unloads it later."""
     max_loaded_models: int = 0
     """Models loaded at once; loading one more evicts the least recently used idle one. 0: no limit."""
     preload: list[str] = []

@@ -4,8 +4,8 @@ One daemon with the test model and ``idle_sleep_s = 1`` (``keep_alive_s = -1``).
 times, from the send to the first streamed token of the same short request:
 
 - **warm**: right after another request, the engine awake;
-- **asleep**: after 3 s idle, once ``/api/ps`` says the engine sleeps (llama.cpp freed its
-  KV cache and compute buffers; the process and the weights' mapping stay);
+- **asleep**: after 3 s idle, once ``/api/ps`` says the engine sleeps (llama.cpp released
+  the model's memory; its process waits on its port);
 - **cold**: after ``POST /api/generate {"keep_alive": 0}`` unloaded it, the engine started
   again by the request.
 

@@ -1,6 +1,6 @@
 """The idle ladder's first rung on the real engine: a model idle for ``idle_sleep_s`` sleeps
-(llama.cpp frees its KV cache and compute buffers; the process, its port and the weights'
-mapping stay), ``/api/ps`` says so, and the next request wakes it, on the same engine."""
+(llama.cpp releases the model's memory; its process waits on its port), ``/api/ps`` says so,
+and the next request wakes it, on the same engine."""
 
 from __future__ import annotations
 
