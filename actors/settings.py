@@ -378,7 +378,8 @@ def resolve_launch(
         sleep = None
     else:
         sleep = max(1, round(sleep))
-        add("idle_sleep_s", sleep, s_source, s_key, "releases the model's memory when idle; a request wakes it")
+        why = "releases the model's memory when idle; a request wakes it"
+        add("idle_sleep_s", sleep, s_source, s_key, why)
 
     loras = _lora_settings(record, lane_key, add, adapter_path)
     generates = record.kind == "chat" and not over.embeddings and not info.reranker
