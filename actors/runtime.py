@@ -415,7 +415,8 @@ class Runtime:
         if vision and spec.projector is None:
             raise VisionProjectorMissing(
                 f"model '{spec.model}' reads no images (it has no vision projector) — pick a model "
-                "that has one (`blazar show NAME` lists its capabilities)"
+                "that has one (`blazar show NAME` lists its capabilities), or give it its mmproj "
+                f"file: `blazar mmproj {spec.model} FILE.gguf`"
             )
         per_slot = clamped = None
         if ctx is not None:

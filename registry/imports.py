@@ -20,7 +20,7 @@ from .multifile import import_folder
 from .store import ModelRecord, ModelSettings, Store
 from .weights import import_weights
 
-__all__ = ["import_gguf", "import_path"]
+__all__ = ["attach_projector", "import_gguf", "import_path"]
 
 _KNOWN = (
     "a GGUF file, a diffusion checkpoint (.safetensors, .ckpt, .gguf), a whisper.cpp ggml .bin, "
@@ -64,6 +64,46 @@ def import_gguf(
         src, name, link=link, source=source, expected_sha256=expected_sha256, settings=settings,
         projector=projector, projector_sha256=projector_sha256,
     )  # fmt: skip
+
+
+def attach_projector(store: Store, model: str, src: Path, *, link: bool = False) -> ModelRecord:
+    """``blazar mmproj MODEL FILE``: give an installed GGUF model the vision projector ``src``
+    (an mmproj GGUF, ``general.architecture = clip``), replacing the one it had. Refused: a
+    file that is no projector, a short one, or one whose output does not match the model's
+    embedding width (made for another model)."""
+    import msgspec
+
+    from .gguf import check_complete, model_info
+
+    record = store.get(model)
+    if record.format != "gguf" or record.files:
+        raise InvalidModelFile(
+            f"model '{record.name}' is a {record.format} model: a vision projector (mmproj GGUF) "
+            "goes with a GGUF model run by llama.cpp"
+        )
+    src = Path(src).absolute()
+    if not src.is_file() or not looks_like_gguf(src):
+        raise InvalidModelFile(f"{src} is not a GGUF file: a vision projector is an mmproj .gguf")
+    header = read_header(src)
+    if header.values.get("general.architecture") != "clip":
+        raise InvalidModelFile(
+            f"{src} is not a vision projector (its architecture is "
+            f"{header.values.get('general.architecture')!r}, a projector's is 'clip')"
+        )
+    check_complete(header, src.stat().st_size, str(src))
+    projects = header.values.get("clip.vision.projection_dim")
+    width = model_info(read_header(record.path)).embedding_length
+    if isinstance(projects, int) and width and projects != width:
+        raise InvalidModelFile(
+            f"{src.name} projects images to {projects} values and '{record.name}' reads {width}: "
+            "it was made for another model — use the mmproj file published with this model"
+        )
+    sha = store.add_file(src, link=link)
+    old = Path(record.projector).name.replace("sha256-", "sha256:") if record.projector else None
+    blobs = [b for b in record.blobs if b != old] + [f"sha256:{sha}"]
+    updated = msgspec.structs.replace(record, projector=str(store.blob_path(sha)), blobs=blobs)
+    store.write_manifest(updated)
+    return updated
 
 
 def import_path(store: Store, src: Path, name: str, *, link: bool = False) -> ModelRecord:

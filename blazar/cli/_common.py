@@ -53,6 +53,14 @@ def open_store(paths: Paths) -> Any:
     return Store(Path(paths.models_dir))
 
 
+def refresh(paths: Paths, name: str) -> None:
+    """Make a running daemon's engine for ``name`` restart with what the store now says, once
+    its requests have finished."""
+    daemon = find_daemon(paths)
+    if daemon is not None:
+        daemon.post(f"/admin/models/{name}/refresh")
+
+
 def forget(paths: Paths, name: str) -> None:
     """Make a running daemon drop its engine for ``name`` (the file behind the name changed)."""
     daemon = find_daemon(paths)

@@ -21,6 +21,7 @@ from blazar.cli._common import (
     open_store,
     out,
     print_json,
+    refresh,
     remove_model,
     time_ago,
 )
@@ -483,3 +484,21 @@ def cp(source: str, destination: str) -> None:
     paths = resolve_paths()
     record = copy_model(open_store(paths), source, destination)
     out.print(f"copied {source} to {record.name} (same file, 0 bytes copied)")
+
+
+@app.command
+def mmproj(
+    model: str,
+    path: Path,
+    *,
+    link: Annotated[bool, Parameter(negative="", help="Symlink the file instead of copying it.")] = False,
+) -> None:
+    """Give MODEL a vision projector (an mmproj GGUF): it then reads images.
+
+    A running daemon starts the model's engine again with it at its next request."""
+    from registry.imports import attach_projector
+
+    paths = resolve_paths()
+    record = attach_projector(open_store(paths), model, path, link=link)
+    refresh(paths, record.name)
+    out.print(f"{record.name} now reads images with {path.name}", markup=False)

@@ -160,7 +160,8 @@ def check_images(req: ChatRequest, engine: EngineActor) -> None:
         raise BlazarError(
             "VISION_PROJECTOR_MISSING",
             f"model '{req.model}' cannot read images: it has no vision projector — "
-            "send text only, or use a vision model (e.g. `blazar pull smolvlm-256m`)",
+            "send text only, use a vision model (e.g. `blazar pull smolvlm-256m`), or give this "
+            f"one its mmproj file: `blazar mmproj {req.model} FILE.gguf`",
         )
 
 

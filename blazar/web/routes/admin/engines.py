@@ -78,6 +78,14 @@ async def admin_adapters(name: str) -> dict[str, Any]:
     return {"model": name, "reloading": await app_runtime().reload_adapters(name)}
 
 
+async def admin_refresh(name: str) -> dict[str, Any]:
+    """The model's files or settings changed in the store (a projector attached): a running
+    engine restarts with them once its requests have finished (``restarting``)."""
+    runtime = app_runtime()
+    record = await trio.to_thread.run_sync(runtime.store.get, name)
+    return {"model": record.name, "restarting": await runtime.refresh(record)}
+
+
 async def admin_shutdown() -> dict[str, Any]:
     current_app.config["BLAZAR_SHUTDOWN"].set()
     return {"status": "stopping", "pid": os.getpid()}
@@ -91,5 +99,6 @@ def register(app: QuartTrio) -> None:
     app.post("/admin/models/<path:name>/unload")(admin_unload)
     app.post("/admin/models/<path:name>/forget")(admin_forget)
     app.post("/admin/models/<path:name>/adapters")(admin_adapters)
+    app.post("/admin/models/<path:name>/refresh")(admin_refresh)
     app.post("/admin/shutdown")(admin_shutdown)
     app.post("/admin/engines/switch")(admin_switch_engines)
