@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -100,6 +101,10 @@ class _Connection(TCPServer):
         self._served = False  # a request head arrived
         self._gone = False  # the client closed its side (or the read failed)
         self._socket: trio.socket.SocketType | None = None
+        self._idle_scope: trio.CancelScope | None = None
+        """The idle watcher's scope: its deadline is moved as requests start and end."""
+        self._idle_again: trio.Event | None = None
+        """Set when a request ends while the server stops (the watcher then closes)."""
 
     async def _app(
         self, app: AppWrapper, scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any
@@ -192,6 +197,16 @@ class _Connection(TCPServer):
                 self._limits.idle(self)
             else:
                 self._limits.busy(self)
+            if (scope := self._idle_scope) is not None:
+                # One watcher for the connection's life, its deadline moved here: hypercorn
+                # would start a new task at every request's end and cancel it at the next
+                # one's start, a task and two scheduler trips per request.
+                scope.deadline = (
+                    trio.current_time() + self._blazar.keep_alive_timeout_s if event.idle else math.inf
+                )
+                if event.idle and self._idle_again is not None:
+                    self._idle_again.set()
+                return
         elif isinstance(event, RawData) and not self._busy and event.data.startswith(b"HTTP/1.1 4"):
             # Only a head hypercorn could not parse is answered outside a request: say why.
             event = RawData(data=self._head_refusal(event.data[9:12]))
@@ -217,14 +232,21 @@ class _Connection(TCPServer):
         await self.idle_task.stop()
 
     async def _idle_timeout(self) -> None:
+        """Close the connection when it has been idle too long (``protocol_send`` moves the
+        deadline: none while a request runs), or once the server stops and no request runs."""
         if self._gone:
             timeout = 0.0
         elif self._served:
             timeout = self._blazar.keep_alive_timeout_s
         else:
             timeout = self._blazar.header_timeout_s
-        with trio.move_on_after(timeout):
+        with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+            self._idle_scope = scope
             await self.context.terminated.wait()
+            while self._busy:  # the server stops: a request in flight ends first
+                self._idle_again = trio.Event()
+                await self._idle_again.wait()
+        self._idle_scope = None
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
 
