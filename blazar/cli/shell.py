@@ -9,6 +9,7 @@ from cyclopts import Parameter
 
 from blazar.cli._app import app
 from blazar.cli._common import out
+from blazar.daemon.client import CliError
 
 Shell = Literal["bash", "zsh", "fish"]
 
@@ -25,6 +26,10 @@ def completions(
     """Print the shell completion script for bash, zsh or fish (or --install it).
 
     Print: `eval "$(blazar completions bash)"` in ~/.bashrc, or `blazar completions fish | source`."""
+    if output is not None and not install:
+        raise CliError(
+            "--output says where --install writes the script: add --install, or redirect the print"
+        )
     if not install:
         print(app.generate_completion(prog_name="blazar", shell=shell), end="")
         return

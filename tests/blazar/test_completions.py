@@ -62,3 +62,8 @@ def test_install_writes_where_bash_reads_it_and_loads_it_at_start(tmp_path: Path
 def test_an_unknown_shell_is_refused_in_one_line(tmp_path: Path) -> None:
     done = _blazar("completions", "tcsh", home=tmp_path)
     assert done.returncode != 0 and "tcsh" in done.stderr
+
+
+def test_output_without_install_is_refused_not_ignored(tmp_path: Path) -> None:
+    done = _blazar("completions", "bash", "--output", str(tmp_path / "x"), home=tmp_path)
+    assert done.returncode != 0 and "--install" in done.stderr and not (tmp_path / "x").exists()

@@ -116,6 +116,11 @@ def test_v1_adapters_reads_and_sets_the_scales(tmp_path: Path, model_path: Path)
         assert missing.status_code == 404 and missing.json()["error"]["blazar_code"] == "LORA_NOT_FOUND"
         wild = httpx.post(f"{d.url}/v1/adapters", json={"model": MODEL, "adapters": [{"id": 0, "scale": 99}]})
         assert wild.status_code == 400, wild.text
+        both = httpx.post(
+            f"{d.url}/v1/adapters",
+            json={"model": MODEL, "adapters": [{"id": 0, "name": "noise", "scale": 1}]},
+        )
+        assert both.status_code == 400 and both.json()["error"]["param"] == "adapters", both.text
         assert httpx.get(f"{d.url}/v1/adapters", params={"model": "nope"}).status_code == 404
         assert httpx.get(f"{d.url}/v1/adapters").status_code == 400
     finally:

@@ -15,6 +15,7 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 
+from blazar.dialects import lora
 from blazar.dialects._wire import decode_json
 from blazar.errors import BlazarError
 from blazar.web.asgi.replies import app_runtime, json_response, read_body, set_model
@@ -22,15 +23,11 @@ from blazar.web.asgi.replies import app_runtime, json_response, read_body, set_m
 __all__ = ["register"]
 
 
-class _Scale(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    name: str | None = None
-    id: int | None = None
-    scale: float
-
-
 class _Change(msgspec.Struct, kw_only=True):
     model: str
-    adapters: list[_Scale]
+    adapters: list[Any]
+    """Entries as a request's ``lora`` gives them (``blazar.dialects.lora``): ``name`` or
+    ``id``, and ``scale``."""
 
 
 def _listing(record: Any, live: list[float] | None, *, restarting: bool | None = None) -> dict[str, Any]:
@@ -60,18 +57,12 @@ async def set_adapters() -> Any:
     set_model(change.model)
     if not change.adapters:
         raise BlazarError("BAD_REQUEST", "`adapters` is empty: give at least one {name or id, scale}")
-    scales: list[tuple[str | int, float]] = []
-    for j, entry in enumerate(change.adapters):
-        which = entry.name if entry.name is not None else entry.id
-        if which is None:
-            raise BlazarError(
-                "BAD_REQUEST",
-                f"`adapters[{j}]` names no adapter: give its `name` or `id`",
-                param=f"adapters[{j}]",
-            )
-        scales.append((which, entry.scale))
     runtime = app_runtime()
-    record, restarting = await runtime.set_adapter_scales(change.model, scales)
+    record = await trio.to_thread.run_sync(runtime.store.get, change.model)  # 404 MODEL_NOT_FOUND
+    names = [adapter.name for adapter in record.adapters]
+    chosen = lora.choose(change.adapters, names, model=record.name, param="adapters")
+    scales: list[tuple[str | int, float]] = [(c["id"], c["scale"]) for c in chosen]
+    record, restarting = await runtime.set_adapter_scales(record.name, scales)
     return json_response(_listing(record, runtime.running_adapter_scales(record.name), restarting=restarting))
 
 
