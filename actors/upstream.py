@@ -120,13 +120,19 @@ class UpstreamPool:
         max_idle: int,
         idle_expiry_s: float,
         connect_timeout_s: float = 10.0,
+        unix_path: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        self.unix_path = unix_path
+        """Connect to this Unix socket instead (a Linux abstract name starts with NUL); the
+        requests then carry their own ``host`` header."""
         self.max_idle = max_idle
         self.idle_expiry_s = idle_expiry_s
         self.connect_timeout_s = connect_timeout_s
-        self._headers: list[tuple[bytes, bytes]] = [(b"host", f"{host}:{port}".encode())]
+        self.headers = dict(headers)
+        """What goes with every request (the child's API key)."""
+        self._headers: list[tuple[bytes, bytes]] = [] if unix_path else [(b"host", f"{host}:{port}".encode())]
         self._headers += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         self._idle: deque[_Connection] = deque()
         self._active: set[_Connection] = set()
@@ -144,7 +150,13 @@ class UpstreamPool:
         return len(self._idle)
 
     async def request(
-        self, method: str, path: str, *, body: bytes = b"", headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+        raw_headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> UpstreamResponse:
         """Send one request and return once the response head has arrived.
 
@@ -158,6 +170,7 @@ class UpstreamPool:
         head = self._headers.copy()
         if headers:
             head += [(k.encode(), v.encode()) for k, v in headers.items()]
+        head += raw_headers
         head.append((b"content-length", b"%d" % len(body)))
         try:
             request = request_head(method, path, head)
@@ -215,7 +228,10 @@ class UpstreamPool:
     async def _connect(self) -> _Connection:
         try:
             with trio.fail_after(self.connect_timeout_s):
-                stream = await trio.open_tcp_stream(self.host, self.port)
+                if self.unix_path is not None:
+                    stream = await trio.open_unix_socket(self.unix_path)
+                else:
+                    stream = await trio.open_tcp_stream(self.host, self.port)
         except trio.TooSlowError as exc:
             raise UpstreamConnectError(
                 f"connecting to {self.host}:{self.port} timed out after {self.connect_timeout_s:g} s"
@@ -327,6 +343,10 @@ class UpstreamResponse:
 
     async def aclose(self) -> None:
         """Idempotent. Before the end of the body this closes the connection, even when cancelled."""
+        self.reset()
+
+    def reset(self) -> None:
+        """``aclose`` without waiting: for code that cannot await (a lease's release)."""
         if self._closed:
             return
         self._closed = True

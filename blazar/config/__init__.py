@@ -116,6 +116,10 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Open connections from one client address; past it a new one from there is refused."""
     max_header_kb: int = 64
     """Largest request head (request line and headers) accepted, in KiB: past it, 431."""
+    workers: int = 1
+    """HTTP data-plane processes: above 1, that many workers accept and relay the engines'
+    streams while this process keeps the runtime (docs/architecture.md, "Several data-plane
+    workers"). 1: one process, as always."""
     insecure_open: bool = False
     """Serve a non-loopback address with no API key (anyone who reaches the port may do anything)."""
     key_concurrency: Literal["reject", "queue"] = "reject"
@@ -171,6 +175,8 @@ def parse_config(data: bytes | str, path: Path) -> Config:
         raise ConfigError(f"{path}: audit_max_mb must be positive and audit_keep 0 or more")
     if config.quantiles_window < 1 or config.quantiles_window_s <= 0:
         raise ConfigError(f"{path}: quantiles_window must be at least 1 and quantiles_window_s positive")
+    if not 1 <= config.workers <= 64:
+        raise ConfigError(f"{path}: workers must be between 1 and 64")
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
     _check_transport(path, config)

@@ -229,11 +229,25 @@ async def _serve(config: Config, paths: Paths) -> None:
         async with trio.open_nursery() as outer:
             outer.start_soon(_watch_signals, shutdown)
             async with trio.open_nursery() as web:
-                binds = await web.start(
-                    lambda task_status: serve(
-                        asgi, config, hconfig, shutdown_trigger=shutdown.wait, task_status=task_status
+                if config.workers > 1:
+                    from blazar.daemon.workers import serve_with_workers
+
+                    binds = await web.start(
+                        lambda task_status: serve_with_workers(
+                            asgi,
+                            config,
+                            hconfig,
+                            shutdown_trigger=shutdown.wait,
+                            log_dir=paths.log_dir,
+                            task_status=task_status,
+                        )
                     )
-                )
+                else:
+                    binds = await web.start(
+                        lambda task_status: serve(
+                            asgi, config, hconfig, shutdown_trigger=shutdown.wait, task_status=task_status
+                        )
+                    )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
                 write_daemon_info(paths, config.host, port, tls_cert=config.tls_cert)
                 set_address(asgi.app, _self_url(config.host, port, config.tls_cert), config.tls_cert)

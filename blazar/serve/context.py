@@ -21,6 +21,7 @@ from blazar.serve.cards import Card
 
 if TYPE_CHECKING:
     from blazar.auth.keys import Key
+    from blazar.serve.handoff import HandoffSlot
 
 __all__ = ["ACT_AS", "APPROVE_HEADER", "Ask", "Cleanup", "Relayed", "check_scope"]
 
@@ -111,6 +112,11 @@ class Relayed(Protocol):
 
     @property
     def grant(self) -> Key | None: ...
+
+    @property
+    def handoff(self) -> HandoffSlot | None:
+        """Set when a data-plane worker forwarded the request and can relay its engine stream."""
+        ...
 
     def on_cleanup(self, fn: Cleanup) -> None:
         """Run ``fn`` (shielded) when the server is done with this request, however it ends."""

@@ -30,7 +30,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.serve import engine_call, failover, mcp_loop
+from blazar.serve import engine_call, failover, handoff, mcp_loop
 from blazar.serve.candidates import fanout, translated
 from blazar.serve.cards import set_stream_enders
 from blazar.serve.claim import claim_engine
@@ -275,8 +275,41 @@ async def relay(
     enforced = structured.enforcement(engine)
     if outcome.want is not None:
         headers[structured.HEADER] = structured.receipt(enforced, None)
+
+    async def on_error(exc: Exception) -> bytes:
+        err = await crash_error(engine, handle, exc)
+        if call.card is not None:
+            call.card.note_failure(err.code, err.message)
+        return openai.encode_stream_error(err.code, err.message)
+
     try:
         await check_prompt(engine, handle, size)
+        if stream and handle.request_model is None and outcome.want is None and call.handoff is not None:
+            # A data-plane worker relays the engine's bytes itself (blazar/serve/handoff.py).
+            grant = handoff.Grant(
+                id=call.handoff.id,
+                host=handle.upstream.host,
+                port=handle.upstream.port,
+                headers=handle.upstream.headers,
+                path=path,
+                body=body,
+                progress=ours,
+            )
+            handed = handoff.HandedOff(
+                call.handoff,
+                grant,
+                lease,
+                on_end=_usage_reader(call),
+                on_error=on_error,
+                on_refusal=lambda status, content: handoff.ReportAnswer(
+                    status=status, body=_refusal_body(call, status, content)
+                ),
+                card=call.card,
+            )
+            _stream_enders(call)
+            call.on_cleanup(handed.aclose)
+            said = {**headers, handoff.GRANT_HEADER: "1"}
+            return stream_reply(handed, content_type="text/event-stream", headers=said)
         upstream = await send_upstream(handle, path, body)
     except UpstreamError as exc:
         lease.release()
@@ -294,12 +327,7 @@ async def relay(
             await upstream.aclose()
             lease.release()
         if upstream.status_code >= 400:
-            err = classify_error(upstream.status_code, content)
-            call.code, call.error = err.code, err.message
-            if err.wordings:  # a refusal OpenAI words its own way: say it so
-                content = openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
-            else:
-                content = openai.merge_error_code(content, err.code)
+            content = _refusal_body(call, upstream.status_code, content)
         if call.card is not None and upstream.status_code == 200:
             call.card.note_usage(engine_usage.of_body(content))
         if outcome.want is not None and upstream.status_code == 200:
@@ -309,12 +337,6 @@ async def relay(
         if rename is not None:
             content = rename.whole(content)
         return Reply(content, upstream.status_code, headers=headers)
-
-    async def on_error(exc: Exception) -> bytes:
-        err = await crash_error(engine, handle, exc)
-        if call.card is not None:
-            call.card.note_failure(err.code, err.message)
-        return openai.encode_stream_error(err.code, err.message)
 
     options: dict[str, Any] = {
         "background": runtime.start_soon,
@@ -326,13 +348,28 @@ async def relay(
         if rename is None
         else RenamingStream(upstream, lease, on_error, rename=rename, **options)
     )
-    set_stream_enders(
-        call.card,
-        cancelled=openai.encode_stream_error,
-        interrupted=lambda: b"data: [DONE]\n\n",
-    )
+    _stream_enders(call)
     call.on_cleanup(relayed.aclose)
     sent: AsyncIterator[bytes] = relayed
     if outcome.want is not None:
         sent = structured.ReceiptStream(relayed, outcome.want, enforced)
     return stream_reply(sent, content_type="text/event-stream", headers=headers)
+
+
+def _stream_enders(call: Relayed) -> None:
+    set_stream_enders(
+        call.card,
+        cancelled=openai.encode_stream_error,
+        interrupted=lambda: b"data: [DONE]\n\n",
+    )
+
+
+def _refusal_body(call: Relayed, status: int, content: bytes) -> bytes:
+    """An engine's refusal (``status`` 400 or more) as OpenAI words it, with its ``blazar_code``."""
+    if status < 400:
+        return content
+    err = classify_error(status, content)
+    call.code, call.error = err.code, err.message
+    if err.wordings:  # a refusal OpenAI words its own way: say it so
+        return openai.encode_error(err.code, err.message_for(Dialect.OPENAI), param=err.param)
+    return openai.merge_error_code(content, err.code)

@@ -26,8 +26,12 @@ from blazar.serve.reply import Reply
 
 if TYPE_CHECKING:
     from blazar.auth.keys import Key
+    from blazar.serve.handoff import HandoffSlot
 
-__all__ = ["Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
+HANDOFF_EXTENSION = "blazar.handoff"
+"""The scope extension where the runtime's listener for its workers puts a request's slot."""
+
+__all__ = ["HANDOFF_EXTENSION", "Call", "Cleanup", "Handler", "Reply", "Routes", "current", "current_or_none"]
 
 Cleanup = Callable[[], Awaitable[None]]
 
@@ -56,6 +60,7 @@ class Call:
         "code",
         "error",
         "grant",
+        "handoff",
         "headers",
         "key",
         "max_body",
@@ -79,6 +84,7 @@ class Call:
         self.trace_id = trace_id
         self.max_body = max_body
         self.card = card
+        self.handoff: HandoffSlot | None = (scope.get("extensions") or {}).get(HANDOFF_EXTENSION)
         self.cleanups: list[Cleanup] = []
         self.model: str | None = None
         self.code: str | None = None

@@ -1,0 +1,455 @@
+"""A data-plane worker: ``python -m blazar.daemon.worker``, spawned by the daemon (``workers``).
+
+It accepts on the daemon's listening sockets (inherited at spawn) with the daemon's own
+listener (``blazar.web.asgi.listen``: connection caps, header and idle limits, TLS) and
+forwards each request to the runtime over its private Unix socket, adding the token it
+was given and the client's address. The runtime does everything a request needs; a
+stream it can hand off (``blazar/serve/handoff.py``) comes back as a grant, and the
+worker then relays the engine's bytes to its client itself, with the same
+``UpstreamStream`` the runtime uses: its own keep-alive pool to each engine, the prompt's
+progress events filtered, an abandoned stream closed once the engine starts generating.
+It reports how the stream ended, and the runtime records it and frees the slot. Every
+other answer is relayed as it comes.
+
+A client that disconnects cancels its request here: the engine connection is reset (the
+engine stops at its next write) and the connection to the runtime is closed, which
+frees the slot there. The worker exits when its stdin reaches end-of-file, so a
+``kill -9`` of the daemon takes it along.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import msgspec
+import trio
+
+from actors.engines.lifeline import on_parent_exit
+from actors.upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from blazar.config import Config
+from blazar.dialects.llamacpp import ProgressFilter
+from blazar.errors import Dialect, error_body
+from blazar.serve.handoff import GRANT_HEADER, Grant, Report, ReportAnswer
+from blazar.serve.relay import UpstreamStream
+from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
+from blazar.web.asgi.workers import CLIENT_HEADER, REPORT_PATH, SCHEME_HEADER, TOKEN_HEADER
+
+__all__ = [
+    "ENV_CONFIG",
+    "ENV_FDS",
+    "ENV_INDEX",
+    "ENV_LOG_DIR",
+    "ENV_SOCKET",
+    "ENV_TOKEN",
+    "WorkerApp",
+    "main",
+]
+
+log = logging.getLogger("blazar.worker")
+
+ENV_TOKEN = "BLAZAR_WORKER_TOKEN"
+ENV_SOCKET = "BLAZAR_WORKER_SOCKET"
+ENV_INDEX = "BLAZAR_WORKER_INDEX"
+ENV_FDS = "BLAZAR_WORKER_FDS"
+ENV_CONFIG = "BLAZAR_WORKER_CONFIG"
+ENV_LOG_DIR = "BLAZAR_WORKER_LOG_DIR"
+
+_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade", b"te"})
+"""Headers about one connection, not the request: each hop sets its own."""
+_OWN = _HOP | {b"date", b"server"}
+"""What the worker's own server sets on an answer it relays."""
+_GRANT = GRANT_HEADER.encode()
+_ENGINE_JSON = {"content-type": "application/json"}
+_MAX_GRANT = 64 * 1024 * 1024
+_DONE = b"data: [DONE]"
+_ANSWER_END_S = 5.0
+"""How long the runtime has to end its answer once a stream is reported."""
+_ABANDONED_WAIT_S = 660.0
+"""Past the relay's own wait for an abandoned stream's first token (``close_once_started``)."""
+
+
+class _RuntimeGone(Exception):
+    """The runtime's answer to a forwarded request ended before it was whole."""
+
+
+class _Lease:
+    """A handed-off stream's hold on the engine slot. Released, the runtime's answer may be
+    closed; until then it stays open, which keeps the slot taken there."""
+
+    __slots__ = ("released",)
+
+    def __init__(self) -> None:
+        self.released = trio.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+
+async def _close_when_released(lease: _Lease, answer: UpstreamResponse) -> None:
+    """An abandoned stream waits for the engine's first token to be closed: the runtime's
+    answer (its slot) is held until then too."""
+    with trio.move_on_after(_ABANDONED_WAIT_S):
+        await lease.released.wait()
+    answer.reset()
+
+
+class WorkerApp:
+    """The worker's ASGI app: forward to the runtime, relay the engine's bytes where granted."""
+
+    def __init__(self, runtime_socket: str, token: str, index: int, max_body: int) -> None:
+        self._runtime = UpstreamPool(
+            "runtime", 0, headers={}, max_idle=256, idle_expiry_s=30.0, unix_path=runtime_socket
+        )
+        self._token = token.encode()
+        self._index = str(index).encode()
+        self._max_body = max_body
+        self._engines: dict[tuple[str, int], UpstreamPool] = {}
+        self._background: trio.Nursery | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            # Closed before it is accepted: the client is answered 403 (docs/architecture.md).
+            said = "WebSocket routes need workers = 1"
+            await send({"type": "websocket.close", "code": 1008, "reason": said})
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        async with trio.open_nursery() as nursery:
+            self._background = nursery
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    nursery.cancel_scope.cancel()
+                    await self._runtime.aclose()
+                    for pool in self._engines.values():
+                        await pool.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    # -- a request --------------------------------------------------------------------
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = await self._read_body(receive)
+        if body is None:
+            return  # the client left before its request was whole
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_disconnect, receive, nursery.cancel_scope)
+            try:
+                await self._forward(scope, body, send)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _read_body(self, receive: Any) -> bytes | None:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:  # the runtime refuses it with its own words: send no more
+                parts.append(chunk[: self._max_body - size + len(chunk) + 1])
+                return b"".join(parts)
+            parts.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(parts)
+
+    @staticmethod
+    async def _watch_disconnect(receive: Any, scope: trio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async def _forward(self, scope: dict[str, Any], body: bytes, send: Any) -> None:
+        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
+        client = scope.get("client")
+        if client:
+            host = client[0]
+            headers.append(
+                (CLIENT_HEADER, (f"[{host}]" if ":" in host else host).encode() + b":%d" % client[1])
+            )
+        headers += [(TOKEN_HEADER, self._token), (SCHEME_HEADER, scope.get("scheme", "http").encode())]
+        target = scope.get("raw_path") or scope["path"].encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        try:
+            answer = await self._runtime.request(
+                scope["method"], target.decode("latin-1"), body=body, raw_headers=headers
+            )
+        except UpstreamError:
+            await self._refuse(send, 503, "UNAVAILABLE", "the daemon's runtime is not answering: try again")
+            return
+        if answer.header(_GRANT) is not None:
+            await self._handed(answer, send, (scope.get("extensions") or {}).get(DIRECT_BODY))
+            return
+        try:
+            await self._relay(answer, send)
+        except _RuntimeGone:
+            pass  # whatever was sent is all the client gets: its connection ends short
+        finally:
+            await answer.aclose()
+
+    def _head(self, answer: UpstreamResponse) -> list[tuple[bytes, bytes]]:
+        kept = [(k, v) for k, v in answer.headers if k not in _OWN and k != _GRANT]
+        kept.append((b"x-blazar-worker", self._index))
+        return kept
+
+    async def _relay(self, answer: UpstreamResponse, send: Any) -> None:
+        head = self._head(answer)
+        if (length := answer.header(b"content-length")) is not None:
+            head.append((b"content-length", length))
+        await send({"type": "http.response.start", "status": answer.status_code, "headers": head})
+        try:
+            while chunk := await answer.receive_some():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamError as exc:
+            raise _RuntimeGone from exc
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _refuse(self, send: Any, status: int, code: str, message: str) -> None:
+        body = msgspec.json.encode(error_body(Dialect.OPENAI, code, message))
+        head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": body})
+
+    # -- a handed-off stream ----------------------------------------------------------
+
+    async def _handed(self, answer: UpstreamResponse, send: Any, direct: BodyWriter | None) -> None:
+        """Relay a granted stream; the runtime's ``answer`` is closed once the engine slot is
+        free (at once, unless an abandoned stream waits for its first token)."""
+        lease = _Lease()
+        try:
+            await self._handed_relay(answer, send, lease, direct)
+        except _RuntimeGone:
+            pass
+        finally:
+            if lease.released.is_set() or self._background is None:
+                answer.reset()
+            else:
+                self._background.start_soon(_close_when_released, lease, answer)
+
+    async def _handed_relay(
+        self, answer: UpstreamResponse, send: Any, lease: _Lease, direct: BodyWriter | None
+    ) -> None:
+        line, rest = await _grant_line(answer)
+        grant = msgspec.json.decode(line, type=Grant)
+        engine = self._engine(grant)
+        try:
+            upstream = await engine.request("POST", grant.path, body=grant.body, headers=_ENGINE_JSON)
+        except UpstreamError as exc:
+            lease.release()
+            said = await self._report(grant.id, Report(error=repr(exc)))
+            await self._start(send, answer)
+            await send({"type": "http.response.body", "body": said.body})
+            return
+        if upstream.status_code != 200:
+            lease.release()
+            try:
+                content = await upstream.aread()
+            except UpstreamError:
+                content = b""
+            finally:
+                await upstream.aclose()
+            said = await self._report(grant.id, Report(status=upstream.status_code, body=content))
+            head = [
+                (b"content-type", said.content_type.encode()),
+                (b"content-length", b"%d" % len(said.body)),
+            ]
+            await send({"type": "http.response.start", "status": said.status or 502, "headers": head})
+            await send({"type": "http.response.body", "body": said.body})
+            return
+        reported = False
+        tail = b""
+
+        def on_end(last: bytes) -> None:
+            nonlocal tail
+            tail = last
+
+        ended = [rest]
+        sent = [0, 0]  # chunks, bytes
+        first: float | None = None
+
+        def report(**more: Any) -> Report:
+            ago = None if first is None else time.perf_counter() - first
+            return Report(tail=tail, chunks=sent[0], bytes_out=sent[1], first_byte_ago_s=ago, **more)
+
+        async def on_error(exc: Exception) -> bytes:
+            nonlocal reported
+            reported = True
+            return (await self._report(grant.id, report(error=repr(exc)))).body
+
+        stream = UpstreamStream(
+            upstream,
+            lease,
+            on_error,
+            background=self._start_background,
+            progress=ProgressFilter() if grant.progress else None,
+            on_end=on_end,
+        )
+        await self._start(send, answer)
+        whole = False
+        last = b""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._runtime_end, answer, ended, nursery.cancel_scope)
+                async for chunk in stream:
+                    if first is None:
+                        first = time.perf_counter()
+                    sent[0] += 1
+                    sent[1] += len(chunk)
+                    if direct is not None:  # straight to the socket, as the gateway writes
+                        await direct.write(chunk)
+                    else:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    last = chunk
+                whole = True
+                nursery.cancel_scope.cancel()
+        finally:
+            await stream.aclose()
+            # A client may hang up once it has read the last event (the OpenAI SDK does, at
+            # `[DONE]`), before the engine's end of body: it has its whole answer all the same.
+            if (whole or last.rstrip().endswith(_DONE)) and not reported:
+                # All relayed: shielded from the client's going. The runtime ends its answer
+                # on the report: read to that end, so it does not see its answer cut short.
+                reported = True
+                with trio.CancelScope(shield=True):
+                    await self._report(grant.id, report())
+                    with trio.move_on_after(_ANSWER_END_S), contextlib.suppress(UpstreamError):
+                        await answer.aread()
+        # Not reported: the runtime ended it (a cancel, a deadline), its last event sent ahead.
+        await send({"type": "http.response.body", "body": b"" if reported else b"".join(ended)})
+
+    async def _start(self, send: Any, answer: UpstreamResponse) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self._head(answer)})
+
+    @staticmethod
+    async def _runtime_end(answer: UpstreamResponse, ended: list[bytes], relay: trio.CancelScope) -> None:
+        """The runtime sends more, or ends its answer, before the report only to stop the
+        stream (a cancel, a deadline, a drain): what it sends is the stream's last event."""
+        try:
+            if not ended[0]:
+                ended.append(await answer.receive_some())
+        except UpstreamError:
+            pass
+        relay.cancel()
+
+    def _start_background(self, fn: Any) -> None:
+        if self._background is not None:
+            self._background.start_soon(fn)
+
+    def _engine(self, grant: Grant) -> UpstreamPool:
+        key = (grant.host, grant.port)
+        pool = self._engines.get(key)
+        if pool is None or pool.headers != grant.headers:
+            pool = self._engines[key] = UpstreamPool(
+                grant.host, grant.port, headers=grant.headers, max_idle=64, idle_expiry_s=4.0
+            )
+        return pool
+
+    async def _report(self, id: str, report: Report) -> ReportAnswer:
+        try:
+            with trio.CancelScope(shield=True):
+                said = await self._runtime.request(
+                    "POST",
+                    REPORT_PATH + id,
+                    body=msgspec.json.encode(report),
+                    raw_headers=[
+                        (b"host", b"localhost"),
+                        (TOKEN_HEADER, self._token),
+                        (b"content-type", b"application/json"),
+                    ],
+                )
+                content = await said.aread()
+        except UpstreamError as exc:
+            log.warning("could not report stream %s to the runtime: %s", id, exc)
+            return ReportAnswer()
+        if said.status_code != 200:
+            log.warning(
+                "the runtime refused the report of stream %s: %d %s", id, said.status_code, content[:200]
+            )
+            return ReportAnswer()
+        return msgspec.json.decode(content, type=ReportAnswer)
+
+
+async def _grant_line(answer: UpstreamResponse) -> tuple[bytes, bytes]:
+    buf = b""
+    while (end := buf.find(b"\n")) < 0:
+        try:
+            chunk = await answer.receive_some()
+        except UpstreamError as exc:
+            raise _RuntimeGone from exc
+        if not chunk or len(buf) > _MAX_GRANT:
+            raise _RuntimeGone
+        buf += chunk
+    return buf[:end], buf[end + 1 :]
+
+
+# -- the process ---------------------------------------------------------------------
+
+
+async def _run(config: Config, app: WorkerApp, fds: list[int]) -> None:
+    from blazar.web.asgi.listen import hypercorn_config, serve
+
+    shutdown = trio.Event()
+    hconfig = hypercorn_config(config)
+    hconfig.bind = [f"fd://{fd}" for fd in fds]
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    shutdown.set()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await serve(app, config, hconfig, shutdown_trigger=shutdown.wait)
+            nursery.cancel_scope.cancel()
+
+
+def _log_to(folder: str | None, index: int, config: Config) -> None:
+    """``worker-N.log`` beside the daemon's log, scrubbed as that one is; else stderr."""
+    from blazar.daemon.serve import LogFile
+    from blazar.telemetry.scrub import ScrubFilter
+
+    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    if folder:
+        path = os.path.join(folder, f"worker-{index}.log")
+        size = int(config.log_max_mb * 1024 * 1024)
+        handler = LogFile(path, max_bytes=size, backups=1, shown=f"worker-{index}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ScrubFilter())
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.INFO)
+    for noisy in ("hypercorn.access", "hypercorn.error"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main() -> int:
+    on_parent_exit(lambda: os._exit(0))  # the daemon is gone (even by kill -9): so are we
+    config = msgspec.json.decode(os.environ[ENV_CONFIG].encode(), type=Config)
+    index = int(os.environ[ENV_INDEX])
+    _log_to(os.environ.get(ENV_LOG_DIR), index, config)
+    fds = [int(fd) for fd in os.environ[ENV_FDS].split(",") if fd]
+    runtime_socket = os.environ[ENV_SOCKET]
+    if runtime_socket.startswith("@"):  # a Linux abstract name
+        runtime_socket = "\0" + runtime_socket[1:]
+    app = WorkerApp(runtime_socket, os.environ[ENV_TOKEN], index, int(config.max_body_mb * 1024 * 1024))
+    trio.run(_run, config, app, fds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
