@@ -41,6 +41,7 @@ from bench import (
     speculation,
     speech,
     startup,
+    workers,
 )
 from bench._harness import Context, run_benchmark
 from bench._rigs import log
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "cancel": (cancel.TITLE, cancel.run),
     "prefill": (prefill.TITLE, prefill.run),
     "scale": (scale.TITLE, scale.run),
+    "workers": (workers.TITLE, workers.run),
     "startup": (startup.TITLE, startup.run),
     "batch": (batch.TITLE, batch.run),
     "console": (console.TITLE, console.run),

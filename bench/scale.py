@@ -25,7 +25,7 @@ from bench._stats import summarize
 from bench._system import cpu_seconds, rss_bytes
 from bench._workloads import chat_request, job, token_metrics
 
-__all__ = ["TITLE", "run"]
+__all__ = ["CHUNKS", "INTERVAL_MS", "TITLE", "UPSTREAM_ARGS", "measure", "run"]
 
 TITLE = "The relay at GPU-scale concurrency"
 CHUNKS = 100
@@ -35,19 +35,25 @@ EVENTS_PER_STREAM = CHUNKS + 2  # the chunks, the finish chunk, [DONE]
 UPSTREAM_ARGS = ("--chunks", str(CHUNKS), "--interval-ms", str(INTERVAL_MS), "-np", str(max(LEVELS)))
 
 
-def _measure(
-    lg: LoadGen, url: str, request: dict[str, Any], c: int, duration_s: float, pid: int
+def measure(
+    lg: LoadGen, url: str, request: dict[str, Any], c: int, duration_s: float, pid: int | list[int]
 ) -> dict[str, Any]:
+    """One level against one target, whose serving processes are ``pid`` (CPU and RSS summed)."""
+    pids = pid if isinstance(pid, list) else [pid]
     lg.run(job(url, [request], concurrency=c, count=c))  # every connection open and warm
+
+    def rss_now() -> int:
+        return sum(rss_bytes(p) for p in pids)
+
     rss: list[int] = []
-    rss_idle = rss_bytes(pid)
-    cpu0 = cpu_seconds([pid])
+    rss_idle = rss_now()
+    cpu0 = cpu_seconds(pids)
     res = lg.run(
         job(url, [request], concurrency=c, duration_s=duration_s, events=True),
-        sample=lambda: rss.append(rss_bytes(pid)),
+        sample=lambda: rss.append(rss_now()),
         every_s=0.1,
     )
-    cpu_s = cpu_seconds([pid]) - cpu0
+    cpu_s = cpu_seconds(pids) - cpu0
     tokens = token_metrics(res)
     chunks = res["count"] * EVENTS_PER_STREAM
     return {
@@ -81,7 +87,7 @@ def run(ctx: Context) -> dict[str, Any]:
             one: dict[str, Any] = {}
             for c in levels:
                 for name, (url, pid) in targets.items():
-                    one[f"C={c} {name}"] = _measure(lg, url, request, c, duration_s, pid)
+                    one[f"C={c} {name}"] = measure(lg, url, request, c, duration_s, pid)
             runs.append(one)
         commands = daemon_commands(config) | {
             "direct upstream": upstream.argv,
