@@ -17,6 +17,7 @@ Numbers are always constrained. The wire and the pure steps are ``blazar.dialect
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 import msgspec
 
@@ -30,7 +31,7 @@ from blazar.errors import BlazarError
 from blazar.serve.context import Ask
 from blazar.serve.engine_call import EngineCall
 
-__all__ = ["decide", "method_for"]
+__all__ = ["Decided", "decide", "method_for", "run_decision"]
 
 _LABEL_TOKENS = 96
 """Room for the longest label as a JSON string, in a constrained answer."""
@@ -84,8 +85,32 @@ def _held(chat: ChatRequest, req: DecisionRequest) -> ChatRequest:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision and what it took: the engine call that made it (its ``headers()``) and the
+    tokens it read and scored or generated."""
+
+    decision: Decision
+    call: EngineCall
+    prompt_tokens: int
+    output_tokens: int
+
+
 async def decide(runtime: Runtime, req: DecisionRequest, ask: Ask) -> tuple[bytes, EngineCall]:
     """Run ``req`` on its model's engine; the answer's bytes and the call (its ``headers()``)."""
+    done = await run_decision(runtime, req, ask)
+    body = decisions.encode_response(
+        done.decision,
+        model=req.model,
+        decision_id=f"decision-{secrets.token_hex(12)}",
+        prompt_tokens=done.prompt_tokens,
+        completion_tokens=done.output_tokens,
+    )
+    return body, done.call
+
+
+async def run_decision(runtime: Runtime, req: DecisionRequest, ask: Ask) -> Decided:
+    """``req`` decided on its model's engine, through the runtime's claim like any request."""
     planned: Method | None = None
     if req.model not in runtime.failover.chains:  # refused before anything loads
         planned = method_for(req, await runtime.engine_for(req.model, ask.lane))
@@ -112,14 +137,7 @@ async def decide(runtime: Runtime, req: DecisionRequest, ask: Ask) -> tuple[byte
             call.release()
     else:
         decision, prompt_tokens, output_tokens = await _constrained(call, req)
-    body = decisions.encode_response(
-        decision,
-        model=req.model,
-        decision_id=f"decision-{secrets.token_hex(12)}",
-        prompt_tokens=prompt_tokens,
-        completion_tokens=output_tokens,
-    )
-    return body, call
+    return Decided(decision=decision, call=call, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
 
 
 def _engine_failed(call: EngineCall, exc: ValueError) -> BlazarError:

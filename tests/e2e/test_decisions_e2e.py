@@ -15,12 +15,32 @@ from typing import Any
 import httpx
 import pytest
 
+from registry.store import Store
 from tests.support import MODEL, DaemonProc, add_key, make_home, start_daemon
 
 pytestmark = pytest.mark.slow
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 ROUTE = "/v1/systemone"
+
+
+# Two cascades whose judge is the test model under another name: one whose threshold no answer
+# reaches (every step the judge reads escalates) and one every answer passes.
+JUDGE = "smollm2-judge"
+CONFIG = f"""slots = 1
+
+[[cascade]]
+name = "judged-strict"
+models = ["{MODEL}", "{MODEL}"]
+judge = "{JUDGE}"
+judge_threshold = 1.0
+
+[[cascade]]
+name = "judged-lenient"
+models = ["{MODEL}", "{MODEL}"]
+judge = "{JUDGE}"
+judge_threshold = 0.0
+"""
 
 
 class Keys:
@@ -32,7 +52,8 @@ class Keys:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[tuple[DaemonProc, Keys]]:
-    home = make_home(tmp_path_factory.mktemp("decisions") / "home", model_path, config="slots = 1\n")
+    home = make_home(tmp_path_factory.mktemp("decisions") / "home", model_path, config=CONFIG)
+    Store(home / "models").import_file(model_path, JUDGE, source="test")
     keys = Keys(home)
     d = start_daemon(home)
     try:
@@ -199,3 +220,35 @@ def test_blazar_classify_prints_the_winning_label_and_the_scores(setup: tuple[Da
     assert refused.returncode != 0 and "--labels" in refused.stderr
     refused = d.cli("classify", MODEL, "text", "--labels", "safe,safe", check=False)
     assert refused.returncode != 0 and "twice" in refused.stderr
+
+
+def test_a_cascade_s_judge_is_a_decision_model(setup: tuple[DaemonProc, Keys]) -> None:
+    d, keys = setup
+    auth = {"authorization": f"Bearer {keys.full}"}
+
+    def chat(model: str, key: str = keys.full) -> httpx.Response:
+        body = {"model": model, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 48}
+        headers = {"authorization": f"Bearer {key}"}
+        return httpx.post(
+            f"{d.url}/v1/chat/completions", json={**body, "temperature": 0}, headers=headers, timeout=180
+        )
+
+    r = chat("judged-strict")
+    assert r.status_code == 200, r.text
+    header = r.headers["x-blazar-cascade"]
+    assert header.startswith("step=2/2") and f"escalated={MODEL}:judge-p=0." in header, header
+    # The judge's tokens are the request's too: the ledger row counts more than the two answers.
+    answer_tokens = r.json()["usage"]["completion_tokens"]
+    trace = {"trace_id": r.headers["x-blazar-trace-id"]}
+    (row,) = httpx.get(f"{d.url}/admin/requests", params=trace, headers=auth).json()["data"]
+    assert row["completion_tokens"] > answer_tokens
+
+    r = chat("judged-lenient")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-blazar-cascade"].startswith("step=1/2"), r.headers["x-blazar-cascade"]
+
+    # A key that may use the cascade and its models but not its judge: the judge is refused.
+    no_judge = add_key(d.home, "no-judge", f"chat,models:judged-*,models:{MODEL}")
+    r = chat("judged-lenient", no_judge)
+    assert r.status_code == 403 and r.json()["error"]["blazar_code"] == "MODEL_NOT_IN_SCOPE"
+    assert JUDGE in r.json()["error"]["message"]
