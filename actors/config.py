@@ -331,6 +331,11 @@ class Cascade(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     refusals: list[str] = []
     """Regular expressions (case-insensitive) that mark an answer as a refusal, which
     escalates; empty: the top-level ``cascade_refusals``."""
+    judge: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    """A decision model that reads each step's answer (one that passed the other checks) and
+    says yes or no to "does it answer the request?"; a no escalates. None: no judge."""
+    judge_threshold: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.5
+    """The judge's probability of yes an answer needs to stand."""
 
     def __post_init__(self) -> None:
         for pattern in self.refusals:

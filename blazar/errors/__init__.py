@@ -285,6 +285,17 @@ CATALOG: dict[str, CodeInfo] = {
             413,
             "A late-chunked input has more tokens than late_chunking_max_tokens: send fewer chunks.",
         ),
+        _c(
+            "DECISION_NOT_STREAMED",
+            400,
+            "A decision (POST /v1/systemone) is answered whole: send it without `stream`.",
+        ),
+        _c(
+            "MODEL_CANNOT_DECIDE",
+            400,
+            "The model's engine gives neither token probabilities nor constrained decoding, or not "
+            "the one the request named: use a llama.cpp model, or another `method`.",
+        ),
     )
 }
 

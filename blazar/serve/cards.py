@@ -48,6 +48,7 @@ INFERENCE_PATHS = frozenset(
         "/rerank",
         "/reranking",
         "/api/rerank",
+        "/v1/systemone",
         "/v1/audio/transcriptions",
         "/v1/audio/translations",
         "/v1/audio/speech",

@@ -194,6 +194,8 @@ class Wanted:
     cascade: list[str] | None = None
     """The models to try in turn, or None."""
     refusal: list[re.Pattern[str]] = field(default_factory=list)
+    name: str | None = None
+    """The ``[[cascade]]`` entry the cascade came from (its judge is there), or None."""
 
 
 def _best_of(value: Any, source: str) -> int | None:
@@ -289,7 +291,12 @@ def wanted(
             "`best_of` and `cascade` do not combine: send one of them",
             param="best_of",
         )
-    return Wanted(best_of=best_of, cascade=models, refusal=refusals(patterns) if models else [])
+    return Wanted(
+        best_of=best_of,
+        cascade=models,
+        refusal=refusals(patterns) if models else [],
+        name=chosen if isinstance(chosen, str) else None,
+    )
 
 
 # -- what it cost ------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Responses API, Anthropic messages, Ollama chat), on the neutral request and answ
 ``best_of``: the candidates run side by side, each an ``EngineCall`` of its own (its own
 admission claim), with distinct seeds when the request gives one; ``blazar.serve.candidates.choices``
 picks the winner. A cascade runs its models one after the other and stops at the first
-answer that passes the request's validator. Both answer whole: a stream is refused.
+answer that passes the request's validator, and its entry's judge (a decision model, asked
+yes or no about the answer) where the config names one. Both answer whole: a stream is refused.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from dataclasses import replace
 import msgspec
 import trio
 
+from actors.config import Cascade
 from actors.runtime import Runtime
+from blazar.dialects import decisions
+from blazar.dialects.decisions import DecisionRequest
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Usage
 from blazar.errors import BlazarError
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.candidates import choices
 from blazar.serve.candidates.fanout import not_streamed
 from blazar.serve.context import Ask, Relayed
+from blazar.serve.decisions import run_decision
 
 __all__ = ["Answered", "answer", "refuse_in_background"]
 
@@ -82,6 +87,28 @@ def _judge(req: ChatRequest, resp: ChatResponse, want: choices.Wanted) -> str | 
     )
 
 
+JUDGE_QUESTION = "Does the answer correctly and completely answer the request?"
+
+
+async def _judged(
+    runtime: Runtime, ask: Ask, cascade: Cascade, req: ChatRequest, resp: ChatResponse
+) -> str | None:
+    """The cascade's judge (a decision model) on an answer that passed the other checks:
+    ``judge-p=P`` (escalate) when its probability of yes is under the entry's threshold."""
+    assert cascade.judge is not None
+    asked = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
+    question = DecisionRequest(
+        model=cascade.judge,
+        input=f"Request: {asked}\n\nAnswer: {resp.text}",
+        kind="boolean",
+        labels=[decisions.YES, decisions.NO],
+        question=JUDGE_QUESTION,
+    )
+    verdict = (await run_decision(runtime, question, ask)).decision
+    p_yes = verdict.probability if verdict.probability is not None else 0.0
+    return None if p_yes >= cascade.judge_threshold else f"judge-p={p_yes:.2f}"
+
+
 def _sum(usages: list[Usage]) -> Usage:
     return Usage(
         prompt_tokens=sum(u.prompt_tokens for u in usages),
@@ -117,12 +144,15 @@ async def _cascade(runtime: Runtime, req: ChatRequest, ask: Ask, want: choices.W
     models = want.cascade or []
     escalated: list[str] = []
     usages: list[Usage] = []
+    judge = next((c for c in runtime.config.cascade if c.name == want.name and c.judge), None)
     for step, model in enumerate(models, 1):
         tr = engine_call.EngineCall(runtime, msgspec.structs.replace(req, model=model), ask)
         await tr.prepare()
         resp = await tr.complete()
         usages.append(resp.usage)
         why = _judge(req, resp, want)
+        if why is None and judge is not None and step < len(models):
+            why = await _judged(runtime, ask, judge, req, resp)
         if why is None or step == len(models):
             break
         escalated.append(f"{model}:{why}")

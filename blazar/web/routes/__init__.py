@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from blazar.web.console import api as console_api
 from blazar.web.console import page as console_page
-from blazar.web.routes import adapters, discovery, federation, llamacpp, native, ollama, requests, vectors
+from blazar.web.routes import (
+    adapters,
+    decisions,
+    discovery,
+    federation,
+    llamacpp,
+    native,
+    ollama,
+    requests,
+    vectors,
+)
 from blazar.web.routes.admin import (
     bench,
     capacity,
@@ -44,7 +54,7 @@ from blazar.web.routes.openai import (
 
 __all__ = ["FRAMEWORK_SERVED", "GATEWAY_SERVED"]
 
-GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors)
+GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors, decisions)
 """The modules whose inference routes the gateway layer serves itself (no framework)."""
 
 FRAMEWORK_SERVED = (
