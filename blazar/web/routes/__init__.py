@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from blazar.web.console import api as console_api
 from blazar.web.console import page as console_page
-from blazar.web.routes import adapters, discovery, federation, llamacpp, native, ollama, requests, vectors
+from blazar.web.routes import (
+    adapters,
+    discovery,
+    federation,
+    llamacpp,
+    native,
+    ollama,
+    requests,
+    streams,
+    vectors,
+)
 from blazar.web.routes.admin import (
     bench,
     capacity,
@@ -49,6 +59,7 @@ GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llam
 
 FRAMEWORK_SERVED = (
     native,
+    streams,
     discovery,
     adapters,
     engines,
