@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.chat import ChatCompletionChunk
 
 from tests.support import MODEL, DaemonProc, add_key, make_home, start_daemon
@@ -133,6 +135,41 @@ def test_resumed_answer_equals_an_uncut_one(daemon: Daemon) -> None:
     assert ids == list(range(1, len(ids) + 1)) and len(ids) == len(head) + len(tail) + 1  # + [DONE]
     [info] = daemon.lookup("alice", {"ids": [stream_id]})
     assert info["state"] == "done" and info["last_event_id"] == ids[-1] and info["model"] == MODEL
+
+
+def test_anthropic_stream_resumes_too(daemon: Daemon) -> None:
+    client = anthropic.Anthropic(base_url=daemon.url, api_key=daemon.keys["alice"], max_retries=0, timeout=60)
+    ask: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 120,
+        "messages": ASK["messages"],
+        "extra_body": {"temperature": 0},  # this SDK version no longer takes it as an argument
+        "extra_headers": RESUMABLE,
+    }
+
+    def text(events: list[RawMessageStreamEvent]) -> str:
+        deltas = [e.delta for e in events if e.type == "content_block_delta"]
+        return "".join(d.text for d in deltas if d.type == "text_delta")
+
+    whole = list(client.messages.create(**ask, stream=True))
+    raw = client.messages.with_raw_response.create(**ask, stream=True)
+    stream_id = raw.headers["x-blazar-stream-id"]
+    stream, head = raw.parse(), []
+    for event in stream:  # pings carry no id (the SDK skips them): each event yielded is one id
+        head.append(event)
+        if len(head) == 5:
+            break
+    stream.close()
+    rest = client.get(
+        "/v1/stream",
+        cast_to=Message,
+        options={"params": {"id": stream_id}, "headers": {"Last-Event-ID": "5"}},
+        stream=True,
+        stream_cls=anthropic.Stream[RawMessageStreamEvent],
+    )
+    tail = list(rest)
+    assert tail[-1].type == "message_stop"
+    assert text(head) + text(tail) == text(whole) != ""
 
 
 def test_streams_are_the_keys_own(daemon: Daemon) -> None:

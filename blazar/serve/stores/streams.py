@@ -107,8 +107,10 @@ def event_number(raw: str, name: str) -> int:
     return int(value)
 
 
-def _is_comment(event: bytes) -> bool:
-    return all(line.startswith(b":") for line in event.split(b"\n"))
+def _is_keepalive(event: bytes) -> bool:
+    """An event only there to keep the connection open (an SSE comment, Anthropic's ``ping``):
+    kept but not numbered, so each event a client's SDK hands on has the next number."""
+    return event.startswith(b"event: ping\n") or all(line.startswith(b":") for line in event.split(b"\n"))
 
 
 class _Stream:
@@ -126,9 +128,9 @@ class _Stream:
         self.reason: str | None = None
         """Why it was cancelled, when something asked for it (a delete)."""
         self.events: list[bytes] = []
-        """Each kept event, framed as sent (``id: N`` first; a comment has no number)."""
+        """Each kept event, framed as sent (``id: N`` first; a keep-alive has no number)."""
         self.numbers: list[int] = []
-        """The number of each kept event (a comment: that of the event before it)."""
+        """The number of each kept event (a keep-alive: that of the event before it)."""
         self.base = 0
         """How many events were dropped from the front (the position of ``events[0]``)."""
         self.dropped = 0
@@ -154,7 +156,7 @@ class _Stream:
             self._wake()
 
     def _keep(self, event: bytes, max_bytes: int) -> None:
-        if _is_comment(event):
+        if _is_keepalive(event):
             framed = event + b"\n\n"
         else:
             self.last += 1
