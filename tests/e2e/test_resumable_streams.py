@@ -210,6 +210,16 @@ def test_malformed_last_event_id_is_400_naming_it(daemon: Daemon) -> None:
         assert error["param"] == named
 
 
+def test_bad_opt_in_value_is_400_naming_the_header(daemon: Daemon) -> None:
+    r = httpx.post(
+        f"{daemon.url}/v1/chat/completions",
+        json={**ASK, "stream": True},
+        headers={**daemon.auth("alice"), "X-Blazar-Resumable": "maybe"},
+        timeout=10,
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "X-Blazar-Resumable"
+
+
 def test_delete_cancels_the_generation(daemon: Daemon) -> None:
     stream_id, _ = _cut_after(daemon, "alice", LONG, 4)
     time.sleep(0.5)
@@ -227,6 +237,19 @@ def test_unresumed_stream_is_cancelled_after_its_grace(daemon: Daemon) -> None:
     stream_id, head = _cut_after(daemon, "alice", LONG, 4)
     time.sleep(GRACE_S / 2)
     assert daemon.busy_slots() == 1
+    # a resume that is cut off in turn: its grace starts again from there
+    with httpx.stream(
+        "GET",
+        f"{daemon.url}/v1/stream",
+        params={"id": stream_id, "last_event_id": str(len(head))},
+        headers=daemon.auth("alice"),
+        timeout=30,
+    ) as r:
+        lines = r.iter_lines()
+        assert next(lines) == f"id: {len(head) + 1}"
+        assert daemon.lookup("alice", {"ids": [stream_id]})[0]["readers"] == 1
+    time.sleep(GRACE_S * 0.75)
+    assert daemon.busy_slots() == 1  # past the first grace: the resume stopped its clock
     daemon.wait_idle(GRACE_S + 2.0)
     [info] = daemon.lookup("alice", {"ids": [stream_id]})
     assert info["state"] == "cancelled" and info["readers"] == 0

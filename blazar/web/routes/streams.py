@@ -40,9 +40,13 @@ def resumable(runtime: Runtime, ender: Ender, handler: Handler) -> Handler:
     does), and the request reads it like any resume. A request that does not opt in costs
     one header lookup."""
 
+    store = streams_of(runtime)
+    if store is None:  # a gateway built without one (``open_streams`` comes first)
+        return handler
+
     async def run(call: Call) -> Reply:
-        store = streams_of(runtime)
-        if store is None or not store.wants(call.headers.get(RESUMABLE_HEADER)):
+        assert store is not None
+        if not store.wants(call.headers.get(RESUMABLE_HEADER)):
             return await handler(call)
         since = len(call.cleanups)
         reply = await handler(call)
