@@ -16,6 +16,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Paths",
+    "StreamsConfig",
     "configured_keys",
     "load_config",
     "parse_config",
@@ -71,6 +72,21 @@ def resolve_paths() -> Paths:
         log_dir=str(state / "logs"),
         cache_dir=cache or platformdirs.user_cache_dir("blazar"),
     )
+
+
+class StreamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[streams]``: resumable streams, kept in memory (docs/api.md#resumable-streams)."""
+
+    resumable: bool = False
+    """Make every streamed answer resumable unless its request says ``X-Blazar-Resumable: off``."""
+    grace_s: float = 30.0
+    """How long a resumable stream's generation goes on with nobody reading before it is cancelled."""
+    keep_s: float = 300.0
+    """How long a finished stream is kept for a client to read again."""
+    max_streams: int = 256
+    """Streams kept at once, live and finished; past it the oldest finished one is dropped."""
+    max_stream_kb: int = 1024
+    """Bytes kept per stream, in KiB; past it its oldest events are dropped."""
 
 
 class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -129,6 +145,7 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The speech-to-text model a realtime session starts with; None: the first installed."""
     realtime_voice: str | None = None
     """The voice (text-to-speech model) a realtime session starts with; None: the first installed."""
+    streams: StreamsConfig = StreamsConfig()
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
@@ -180,6 +197,11 @@ def parse_config(data: bytes | str, path: Path) -> Config:
     if config.max_loaded_models < 0:
         raise ConfigError(f"{path}: max_loaded_models must be 0 (no limit) or more")
     _check_transport(path, config)
+    streams = config.streams
+    if streams.grace_s <= 0 or streams.keep_s <= 0 or streams.max_streams < 1 or streams.max_stream_kb < 1:
+        raise ConfigError(
+            f"{path}: [streams] grace_s and keep_s must be above 0, max_streams and max_stream_kb at least 1"
+        )
     config = _read_remote_keys(path, config)
     for name, model in config.models.items():
         if model.rope_scale is not None and model.rope_scaling is None:

@@ -296,6 +296,28 @@ CATALOG: dict[str, CodeInfo] = {
             "The model's engine gives neither token probabilities nor constrained decoding, or not "
             "the one the request named: use a llama.cpp model, or another `method`.",
         ),
+        _c(
+            "STREAM_NOT_FOUND",
+            404,
+            "No resumable stream has this id for this key: it expired, was deleted, or is another key's.",
+        ),
+        _c(
+            "STREAM_EVENTS_GONE",
+            410,
+            "The stream's events after the given Last-Event-ID are no longer kept (its size limit).",
+        ),
+        _c(
+            "STREAM_CANCELLED",
+            499,
+            "A resumable stream was cancelled before its end: nobody read it within its grace, "
+            "it was deleted, or the daemon stopped.",
+        ),
+        _c(
+            "STREAM_STORE_FULL",
+            503,
+            "As many resumable streams as [streams] max_streams are live: retry later, or stream "
+            "without X-Blazar-Resumable.",
+        ),
     )
 }
 

@@ -25,6 +25,7 @@ from blazar.dialects import unimplemented
 from blazar.serve.cards import Cards
 from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
+from blazar.serve.stores.streams import open_streams
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
 from blazar.telemetry.quantiles import QuantileWindow
@@ -75,6 +76,7 @@ def build_gateway(
     (``gateway.telemetry.close()``)."""
     cards = Cards()
     routes = Routes()
+    open_streams(runtime, config.streams)  # resumable streams, for the routes that offer them
     for module in GATEWAY_SERVED:
         module.register_routes(routes, runtime)
     federation.wrap_routes(routes, runtime)  # only with [[remotes]]

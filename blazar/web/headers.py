@@ -23,6 +23,7 @@ REQUEST: dict[str, str] = {
     "x-blazar-best-of": "run N candidates and answer with the best",
     "x-blazar-cascade": "models tried cheapest first, the next when an answer fails its checks",
     "x-blazar-late-chunking": "1: embed input chunks of one text together (embeddings routes)",
+    "x-blazar-resumable": "on: keep a streamed answer so it can be resumed (GET /v1/stream); off: do not",
 }
 """The headers a client may send, with what each asks for."""
 
@@ -44,6 +45,7 @@ RESPONSE: dict[str, str] = {
     "x-blazar-peer": "the peer daemon that served a federated request",
     "x-blazar-peer-trace-id": "the request's id on that peer",
     "x-blazar-peers-passed": "the peers tried before, and passed over",
+    "x-blazar-stream-id": "the id of a resumable stream (GET /v1/stream?id=…)",
 }
 """The headers the daemon answers with, with what each says."""
 

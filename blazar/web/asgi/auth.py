@@ -78,6 +78,8 @@ _PREFIXES = (
     ("/v1/responses", "chat"),
     ("/v1/chat/completions", "chat"),  # the stored completions under it
     ("/v1/conversations", "chat"),
+    ("/v1/stream", "chat"),  # resumable streams: each key sees its own only
+    ("/v1/streams", "chat"),
     ("/v1/audio/", "audio"),
     ("/audio/", "audio"),
     ("/v1/images/", "images"),

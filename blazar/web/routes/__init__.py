@@ -20,6 +20,7 @@ from blazar.web.routes import (
     native,
     ollama,
     requests,
+    streams,
     vectors,
 )
 from blazar.web.routes.admin import (
@@ -59,6 +60,7 @@ GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llam
 
 FRAMEWORK_SERVED = (
     native,
+    streams,
     discovery,
     adapters,
     engines,

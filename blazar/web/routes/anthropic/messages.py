@@ -20,6 +20,7 @@ from blazar.serve.engine_call import Timings
 from blazar.web.asgi.ask import ask_of, current_ask
 from blazar.web.asgi.call import Call, Reply, Routes, current
 from blazar.web.asgi.replies import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
+from blazar.web.routes import streams
 
 __all__ = ["register", "register_routes"]
 
@@ -45,6 +46,12 @@ class _Encoder:
 
     def keepalive(self) -> bytes:
         return self._enc.ping()
+
+
+def _stream_error(code: str, message: str) -> bytes:
+    """The ``error`` event that ends an Anthropic stream cut short (a resumable one cancelled)."""
+    blank = ChatRequest(model="", messages=[])
+    return anthropic.StreamEncoder(message_id="", model="", request=blank).error(code, message)
 
 
 def _headers(call: engine_call.EngineCall | None = None) -> dict[str, str]:
@@ -84,7 +91,7 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.on_cleanup(stream.aclose)
         return stream_reply(stream, content_type="text/event-stream", headers=_headers(tr))
 
-    routes.add("/v1/messages", messages)
+    routes.add("/v1/messages", streams.resumable(runtime, _stream_error, messages))  # opted in: resumable
 
 
 async def count_tokens() -> Response:

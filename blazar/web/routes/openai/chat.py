@@ -19,6 +19,7 @@ from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.auth import model_visible, require_model
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import app_runtime, json_response
+from blazar.web.routes import streams
 from blazar.web.routes.federation import remote_models
 from blazar.web.routes.openai import stored
 
@@ -77,5 +78,9 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         call.set_model(req.model)
         return await openai_chat.complete_text(runtime, call, ask_of(call), req)
 
-    routes.add("/v1/chat/completions", chat_completions, shared=True)  # GET lists the stored ones
-    routes.add("/v1/completions", completions)
+    # an opted-in stream is resumable (GET /v1/stream)
+    ender = openai.encode_stream_error
+    routes.add(
+        "/v1/chat/completions", streams.resumable(runtime, ender, chat_completions), shared=True
+    )  # GET lists the stored ones
+    routes.add("/v1/completions", streams.resumable(runtime, ender, completions))
