@@ -155,6 +155,11 @@ def quantize_model(
         )
     target = canonical_name(name or default_name(record.name, kind))
     src = Path(record.path)
+    if int(read_header(src).values.get("split.count") or 1) > 1:
+        raise InvalidModelFile(
+            f"model '{record.name}' is split in parts: merge them first (`llama-gguf-split --merge`), "
+            "import the merged file, and quantize that"
+        )
     types = weight_types(src)
     quantized = sorted(t for t in types if t not in _FLOATS)
     if quantized and not allow_requantize:
