@@ -28,6 +28,7 @@ __all__ = [
     "PeerNotFound",
     "PeerRefused",
     "PeerUnavailable",
+    "QuantizeDegraded",
     "SessionError",
     "SupervisorEscalation",
     "UnsupportedEngine",
@@ -146,6 +147,13 @@ class ModelBusy(BlazarRuntimeError):
     """An unload that only takes idle models found this one serving requests."""
 
     code = "MODEL_BUSY"
+
+
+class QuantizeDegraded(BlazarRuntimeError):
+    """``blazar quantize --verify``: the quantized model's perplexity rose more than allowed
+    over the original's; the result was not kept."""
+
+    code = "QUANTIZE_DEGRADED"
 
 
 # -- peers ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 __all__ = [
     "AdapterMismatch",
     "AdapterNotFound",
+    "AlreadyQuantized",
     "ChecksumMismatch",
     "DiskFull",
     "InsufficientStorage",
@@ -21,6 +22,8 @@ __all__ = [
     "ModelKindMismatch",
     "ModelNotFound",
     "PullFailed",
+    "QuantizeFailed",
+    "QuantizeToolMissing",
     "RegistryError",
     "disk_full_as",
     "find_disk_full",
@@ -97,6 +100,26 @@ class PullFailed(RegistryError):
 
 class ChecksumMismatch(PullFailed):
     pass
+
+
+class QuantizeToolMissing(RegistryError):
+    """``blazar quantize`` was asked for what only llama.cpp's quantizer writes (a type the
+    ``gguf`` package cannot write, an importance matrix), and it is not installed."""
+
+    code = "QUANTIZE_TOOL_MISSING"
+
+
+class AlreadyQuantized(RegistryError):
+    """``blazar quantize`` of a model whose weights are quantized already, without
+    ``--allow-requantize``: a second rounding on top of the first."""
+
+    code = "ALREADY_QUANTIZED"
+
+
+class QuantizeFailed(RegistryError):
+    """llama.cpp's quantizer ran and failed; the message holds its last words."""
+
+    code = "QUANTIZE_FAILED"
 
 
 class InsufficientStorage(RegistryError):

@@ -30,6 +30,7 @@ from blazar.cli import (  # noqa: E402, F401
     lora,
     mcp,
     models,
+    quantize,
     rpc,
     serving,
     sessions,

@@ -141,6 +141,24 @@ CATALOG: dict[str, CodeInfo] = {
             "The model file is shorter than its header says (a download that stopped): re-download it.",
         ),
         _c(
+            "QUANTIZE_TOOL_MISSING",
+            501,
+            "The quantization type (or --imatrix) needs llama.cpp's `llama-quantize`, which is not "
+            "installed: install it, or pick a type Blazar writes itself (`blazar quantize --help`).",
+        ),
+        _c(
+            "ALREADY_QUANTIZED",
+            400,
+            "The model's weights are already quantized: quantize its f16/bf16/f32 original, or pass "
+            "--allow-requantize.",
+        ),
+        _c("QUANTIZE_FAILED", 422, "llama-quantize failed on the model: the message gives its last words."),
+        _c(
+            "QUANTIZE_DEGRADED",
+            422,
+            "The quantized model's perplexity rose more than --max-degradation allows: it was not kept.",
+        ),
+        _c(
             "LORA_INVALID",
             400,
             "The file is not a LoRA adapter in GGUF form (general.type adapter, adapter.type lora).",
