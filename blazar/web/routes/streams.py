@@ -48,6 +48,7 @@ def resumable(runtime: Runtime, ender: Ender, handler: Handler) -> Handler:
         assert store is not None
         if not store.wants(call.headers.get(RESUMABLE_HEADER)):
             return await handler(call)
+        call.handoff = None  # the store keeps the stream, so the runtime relays it, never a worker
         since = len(call.cleanups)
         reply = await handler(call)
         if isinstance(reply.body, bytes) or reply.status != 200:
