@@ -207,3 +207,35 @@ def test_kill_9_of_the_daemon_takes_its_workers_and_engines(tmp_path: Path, mode
         wait_for(lambda: not any(pid_alive(p) for p in children), 10.0, "no process left behind")
     finally:
         d.stop()
+
+
+def test_a_cancel_from_the_runtime_ends_a_worker_stream_with_its_last_event(daemon: DaemonProc) -> None:
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream("POST", f"{daemon.url}/v1/chat/completions", json=LONG) as r,
+    ):
+        trace = r.headers["x-blazar-trace-id"]
+        lines = r.iter_lines()
+        for _ in range(4):
+            next(lines)
+        cancelled = httpx.post(f"{daemon.url}/v1/requests/{trace}/cancel", timeout=10)
+        assert cancelled.status_code == 200, cancelled.text
+        rest = [line for line in lines if line.startswith("data: ")]
+    # The stream ends with OpenAI's error event, written by the worker once it stopped.
+    assert rest and '"blazar_code":"CLIENT_CLOSED_REQUEST"' in rest[-1], rest[-3:]
+    assert "cancelled by POST /v1/requests/{id}/cancel" in rest[-1]
+    wait_for(lambda: busy_slots(daemon) == 0, 2.0, "the engine slot free after the cancel")
+
+
+def test_a_resumable_stream_is_kept_by_the_runtime(daemon: DaemonProc) -> None:
+    body = {**LONG, "max_tokens": 6, "ignore_eos": False}
+    with httpx.stream(
+        "POST",
+        f"{daemon.url}/v1/chat/completions",
+        json=body,
+        headers={"x-blazar-resumable": "on"},
+        timeout=60,
+    ) as r:
+        assert r.status_code == 200 and r.headers["x-blazar-stream-id"]
+        events = [line for line in r.iter_lines() if line.startswith("id: ")]
+    assert [e.removeprefix("id: ") for e in events][:3] == ["1", "2", "3"]
