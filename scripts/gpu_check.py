@@ -1,7 +1,7 @@
 """Run each CUDA lane installed on this machine against a small model; write what ran.
 
     python scripts/gpu_check.py [--out FILE] [--gguf FILE] [--hf-model DIR] [--sd-model FILE]
-                                [--timeout-s SECONDS] [--max-tokens N]
+                                [--timeout-s SECONDS] [--max-tokens N] [--[no-]relay-workers]
 
 Lanes, each run only where it is installed and a GPU is present:
 
@@ -20,6 +20,10 @@ load time, time to first token and decode tokens per second. The result file
 version and argv, the figures, or why it was skipped (``no NVIDIA GPU``, ``not
 installed``, ``no model``) or failed (with the engine's last stderr lines). Exit code 1
 when a lane failed, else 0. Every engine started here is stopped before it exits.
+
+With ``--relay-workers`` (the default on 8 cores or more) it first runs the relay
+benchmark with ``workers = 1, 2, 4`` at 256 and 1,024 paced streams against the instant
+upstream (``bench/workers.py``), whose result lands in ``bench/results/`` too.
 """
 
 from __future__ import annotations
@@ -314,6 +318,15 @@ def hf_model_from(given: str | None, gguf: Path | None, workdir: Path) -> Path |
 # -- main -------------------------------------------------------------------------------
 
 
+def run_relay_workers() -> None:
+    """The multi-worker relay benchmark (issue 34) where the cores exist to show it: its
+    result lands in bench/results/ beside the lanes'."""
+    env = {**os.environ, "BLAZAR_BENCH_WORKERS": "1,2,4", "BLAZAR_BENCH_LEVELS": "256,1024"}
+    command = [sys.executable, "-m", "bench", "run", "--only", "workers", "--runs", "3"]
+    done = subprocess.run(command, cwd=ROOT, env=env, check=False)
+    print(f"relay workers benchmark: exit code {done.returncode}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
@@ -322,7 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sd-model", default=os.environ.get("BLAZAR_TEST_SD_MODEL"))
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument(
+        "--relay-workers",
+        action=argparse.BooleanOptionalAction,
+        default=(os.cpu_count() or 1) >= 8,
+        help="also run the relay benchmark with workers = 1, 2, 4 at 256 and 1,024 streams "
+        "(bench/workers.py; default: on a machine with 8 cores or more)",
+    )
     args = parser.parse_args(argv)
+    if args.relay_workers:
+        run_relay_workers()
 
     census = take_census()
     now = dt.datetime.now(dt.UTC)
