@@ -65,6 +65,7 @@ _HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-
 _OWN = _HOP | {b"date", b"server"}
 """What the worker's own server sets on an answer it relays."""
 _GRANT = GRANT_HEADER.encode()
+_OURS = b"x-blazar-worker"
 _ENGINE_JSON = {"content-type": "application/json"}
 _MAX_GRANT = 64 * 1024 * 1024
 _DONE = b"data: [DONE]"
@@ -174,7 +175,8 @@ class WorkerApp:
         scope.cancel()
 
     async def _forward(self, scope: dict[str, Any], body: bytes, send: Any) -> None:
-        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP]
+        # A client's own x-blazar-worker-* headers are dropped: only this worker's are believed.
+        headers = [(k, v) for k, v in scope["headers"] if k not in _HOP and not k.startswith(_OURS)]
         client = scope.get("client")
         if client:
             host = client[0]

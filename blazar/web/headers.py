@@ -46,8 +46,20 @@ RESPONSE: dict[str, str] = {
     "x-blazar-peer-trace-id": "the request's id on that peer",
     "x-blazar-peers-passed": "the peers tried before, and passed over",
     "x-blazar-stream-id": "the id of a resumable stream (GET /v1/stream?id=…)",
+    "x-blazar-worker": "the data-plane worker that relayed the answer (with workers above 1)",
 }
 """The headers the daemon answers with, with what each says."""
 
-INTERNAL = frozenset({"x-blazar-act-as", "x-blazar-certifying", "x-blazar-relayed-by"})
-"""Headers only the daemon sends itself (batch items, certificate runs, peers)."""
+INTERNAL = frozenset(
+    {
+        "x-blazar-act-as",
+        "x-blazar-certifying",
+        "x-blazar-relayed-by",
+        "x-blazar-handoff",
+        "x-blazar-worker-token",
+        "x-blazar-worker-client",
+        "x-blazar-worker-scheme",
+    }
+)
+"""Headers only the daemon sends itself (batch items, certificate runs, peers, and between
+the runtime and its data-plane workers)."""

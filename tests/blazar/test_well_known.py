@@ -32,6 +32,7 @@ async def test_discovery_names_the_routes_engines_headers_and_features(instant_h
         features = doc["features"]
         assert features["keys"] is False and features["strict"] is True
         assert features["session_bank"] is False and features["tls"] is False
+        assert features["workers"] == 1
 
 
 async def test_discovery_is_open_on_a_keyed_daemon_and_says_keys_are_needed(instant_home: Path) -> None:

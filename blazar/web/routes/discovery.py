@@ -48,6 +48,8 @@ class Features(msgspec.Struct, frozen=True, kw_only=True):
     failover: bool
     strict: bool
     cors_origins: bool
+    workers: int
+    """The data-plane worker processes (``workers``; 1: the daemon's own process)."""
 
 
 def features_of(config: Config) -> Features:
@@ -61,6 +63,7 @@ def features_of(config: Config) -> Features:
         failover=bool(config.failover),
         strict=config.strict,
         cors_origins=bool(config.cors_origins),
+        workers=config.workers,
     )
 
 
