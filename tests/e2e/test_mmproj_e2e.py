@@ -65,6 +65,8 @@ def test_a_projector_is_checked_attached_and_shown(tmp_path: Path, model_path: P
         assert missing.status_code == 400 and f"blazar mmproj {MODEL}" in missing.json()["error"]["message"]
         shown = httpx.post(f"{d.url}/api/show", json={"model": MODEL}, timeout=30).json()
         assert "vision" not in shown["capabilities"]
+        listed = httpx.get(f"{d.url}/v1/models/{MODEL}", timeout=30).json()
+        assert listed["blazar_capabilities"] == ["completion", "tools"]
 
         attached = run_cli(home, "mmproj", MODEL, str(good))
         assert attached.returncode == 0, attached.stderr
@@ -72,5 +74,11 @@ def test_a_projector_is_checked_attached_and_shown(tmp_path: Path, model_path: P
         assert record.projector is not None and Path(record.projector).is_file()
         shown = httpx.post(f"{d.url}/api/show", json={"model": MODEL}, timeout=30).json()
         assert "vision" in shown["capabilities"]
+        models = httpx.get(f"{d.url}/v1/models", timeout=30).json()["data"]
+        assert next(m for m in models if m["id"] == MODEL)["blazar_capabilities"] == [
+            "completion",
+            "tools",
+            "vision",
+        ]
     finally:
         d.stop()

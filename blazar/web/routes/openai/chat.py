@@ -11,7 +11,7 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
-from blazar.dialects import openai
+from blazar.dialects import ollama_models, openai
 from blazar.dialects.stored_chat import store_fields
 from blazar.errors import BlazarError
 from blazar.serve import openai_chat
@@ -22,6 +22,7 @@ from blazar.web.asgi.replies import app_runtime, json_response
 from blazar.web.routes import streams
 from blazar.web.routes.federation import remote_models
 from blazar.web.routes.openai import stored
+from registry.store import ModelRecord
 
 __all__ = ["register", "register_routes"]
 
@@ -31,7 +32,7 @@ async def list_models() -> Response:
     records = await trio.to_thread.run_sync(runtime.store.list)
     chains = runtime.failover.chains
     data = [
-        openai.encode_model(r.name, created=int(r.created_at))
+        openai.encode_model(r.name, created=int(r.created_at), blazar_capabilities=_capabilities(r))
         for r in records
         if model_visible(r.name) and r.name not in chains  # a chain of that name wins
     ]
@@ -53,8 +54,24 @@ async def get_model(name: str) -> Response:
         return json_response(openai.encode_model(name, created=0))
     record = await trio.to_thread.run_sync(runtime.store.get, name)
     require_model(record.name)
-    body = openai.encode_model(record.name, created=int(record.created_at))
+    body = openai.encode_model(
+        record.name, created=int(record.created_at), blazar_capabilities=_capabilities(record)
+    )
     return json_response(body)
+
+
+def _capabilities(record: ModelRecord) -> list[str]:
+    """What a model is built for, as ``/api/show`` words it (from the store's record alone):
+    ``completion`` (with ``tools``, emulated where its template has none, and ``vision`` with
+    a projector), ``embedding``, ``rerank``, or a speech model's kind."""
+    if record.kind not in ("chat", "embedding", "rerank"):
+        return [record.kind]
+    return ollama_models.model_capabilities(
+        embedding=record.kind == "embedding",
+        rerank=record.kind == "rerank",
+        tools=True,
+        vision=record.projector is not None,
+    )
 
 
 def register(app: QuartTrio) -> None:
