@@ -83,6 +83,32 @@ TARGETS = [
     Target("scale_chunk_ratio_c256", "scale", "chunks/s relayed ÷ direct, 256 paced streams", ">=", 0.98),
     Target("scale_cores_c256", "scale", "gateway CPU, 256 streams at 100 tokens/s", "<=", 1.0, "cores"),
     Target(
+        "workers2_cpu_ratio_c256",
+        "workers",
+        "workers = 2 ÷ workers = 1: CPU per chunk (runtime + workers), 256 streams",
+        "<=",
+        1.1,
+    ),
+    Target(
+        "workers2_p50_added_ms_c256",
+        "workers",
+        "inter-token p50, workers = 2 minus workers = 1, 256 streams",
+        "<=",
+        1.0,
+        "ms",
+    ),
+    Target(
+        "workers2_runtime_cpu_ratio_c256",
+        "workers",
+        "workers = 2: the runtime's CPU per chunk ÷ the one process's",
+        "<=",
+        0.5,
+    ),
+    Target(
+        "anthropic_chunk_ratio", "dialects", "Anthropic stream CPU per chunk ÷ OpenAI pass-through", "<=", 2.0
+    ),
+    Target("ollama_chunk_ratio", "dialects", "Ollama stream CPU per chunk ÷ OpenAI pass-through", "<=", 2.0),
+    Target(
         "prefill_speed_ratio", "prefill", "prefill tok/s, CPU prompt batch ÷ llama.cpp's default", ">=", 0.95
     ),
     Target(

@@ -4,7 +4,8 @@ The scale benchmark's rig (``bench/scale.py``): the instant upstream as the daem
 engine, paced streams from a separate load generator, a second instance of the
 upstream as the direct baseline. One daemon per worker count, side by side in one run,
 the targets alternating at each level. The CPU and memory of a daemon with workers are
-those of the runtime process and its workers together (not the engine's).
+those of the runtime process and its workers together (not the engine's), and the
+runtime's own share: the one process that cannot be multiplied.
 
 ``BLAZAR_BENCH_WORKERS`` names the worker counts (default ``1,2``) and
 ``BLAZAR_BENCH_LEVELS`` the concurrencies (default ``64,256``; ``scripts/gpu_check.py``
@@ -102,6 +103,7 @@ def run(ctx: Context) -> dict[str, Any]:
                     n,
                     ratio(c, name, "chunks_per_s"),
                     get(f"C={c} {name}", "cpu_ms_per_chunk"),
+                    get(f"C={c} {name}", "first_cpu_ms_per_chunk"),
                     get(f"C={c} {name}", "cores"),
                     added(c, name, "itl_p50_ms"),
                     added(c, name, "itl_p99_ms"),
@@ -112,6 +114,10 @@ def run(ctx: Context) -> dict[str, Any]:
         c = levels[-1]
         values[f"workers2_cpu_ratio_c{c}"] = ratio(c, "workers=2", "cpu_ms_per_chunk", base="workers=1")
         values[f"workers2_p50_added_ms_c{c}"] = added(c, "workers=2", "itl_p50_ms", base="workers=1")
+        values[f"workers2_runtime_cpu_ratio_c{c}"] = summarize(
+            r[f"C={c} workers=2"]["first_cpu_ms_per_chunk"] / r[f"C={c} workers=1"]["cpu_ms_per_chunk"]
+            for r in runs
+        )
     errors = {k: v["errors"] for r in runs for k, v in r.items() if v["errors"]}
     return {
         "title": TITLE,
@@ -135,6 +141,7 @@ def run(ctx: Context) -> dict[str, Any]:
                     "workers",
                     "chunks/s ÷ direct",
                     "CPU ms/chunk (runtime + workers)",
+                    "of which the runtime's",
                     "cores",
                     "inter-token p50 added (ms)",
                     "inter-token p99 added (ms)",
