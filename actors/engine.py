@@ -32,6 +32,7 @@ import trio
 
 from actors.actor import Actor, ActorStatistics
 from actors.config import EngineConfig
+from actors.engines.degrades import Degrade, parse
 from actors.engines.lane import Lane
 from actors.engines.routing import lane_for
 from actors.engines.spec import LaunchSpec, LoraLoad, SpecLoad
@@ -246,6 +247,8 @@ class EngineStatistics(ActorStatistics, frozen=True, kw_only=True):
     """The last lines the child (or the last one, once it has exited) wrote to stderr."""
     banked_tokens: int | None = None
     """Prompt-cache tokens the last start read back from the slot bank (None: no bank read)."""
+    degrades: list[str] = []
+    """What the child said at start it does less than asked (``actors.engines.degrades``)."""
 
 
 class Lease:
@@ -329,6 +332,8 @@ class EngineActor(Actor[EngineMessage]):
         """Tokens of prompt cache the last start restored from the bank (None: none tried)."""
         self._last_stderr = ""
         """The stderr tail of the last child, kept once it is gone."""
+        self.degrades: tuple[Degrade, ...] = ()
+        """What the last child to start said it does less than asked, from its startup log."""
 
     def __repr__(self) -> str:
         pid = self._child.pid if self._child else "-"
@@ -399,6 +404,7 @@ class EngineActor(Actor[EngineMessage]):
             breaker_retry_after_s=retry_after_s,
             stderr_tail=self.stderr_tail(),
             banked_tokens=self.banked_tokens,
+            degrades=[d.name for d in self.degrades],
         )
 
     def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
@@ -443,6 +449,7 @@ class EngineActor(Actor[EngineMessage]):
                 if gen == self.generation and self.state is EngineState.STARTING:
                     self._handle = handle
                     self.state = EngineState.READY
+                    self.degrades = parse(self._child.stderr_tail.text()) if self._child else ()
                     self._started_at = time.time()
                     log.info(
                         "%s ready: pid %d on %s (generation %d)", self.name, handle.pid, handle.base_url, gen

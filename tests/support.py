@@ -298,9 +298,16 @@ def free_port() -> int:
 
 
 def start_daemon(
-    home: Path, *extra: str, timeout_s: float = 60.0, port: int = 0, env: dict[str, str] | None = None
+    home: Path,
+    *extra: str,
+    timeout_s: float = 60.0,
+    port: int = 0,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> DaemonProc:
-    """``blazar serve`` on ``home`` (``env``: its whole environment, ``home_env`` by default)."""
+    """``blazar serve`` on ``home`` (``env``: its whole environment, ``home_env`` by default;
+    ``preexec_fn``: run in the daemon's process before it starts, e.g. to lower a limit its
+    engines inherit)."""
     env = env if env is not None else home_env(home)
     info = home / "run" / "daemon.json"
     info.unlink(missing_ok=True)  # left by a daemon killed with -9: not this one's
@@ -310,6 +317,7 @@ def start_daemon(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=preexec_fn,
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

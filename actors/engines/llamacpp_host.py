@@ -93,6 +93,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         p.add_argument(f"--spec-ngram-{kind}-size-m", type=int, default=None)
     p.add_argument("--spec-ngram-mod-n-max", type=int, default=None)
     p.add_argument("--spec-ngram-mod-n-min", type=int, default=None)
+    p.add_argument("--mlock", action="store_true")
+    p.add_argument("--no-mmap", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--log-disable", action="store_true")
     return p.parse_args(list(argv))
@@ -178,12 +180,23 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.mmproj.path = ns.mmproj
     if ns.seed is not None:
         p.sampling.seed = ns.seed
-    p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 1)
+    # Warnings stay on: llama.cpp says so when it quietly does less than asked (a capped
+    # context, a failed mlock), and the engine actor names those degrades from them.
+    p.verbosity = 3 if ns.verbose else (-1 if ns.log_disable else 2)
+    _load_mode(p, ns, xlc)
     _adapters(p, ns, xlc)
     _speculation(p, ns, xlc)
     if ns.sleep_idle_seconds:
         p.sleep_idle_seconds = ns.sleep_idle_seconds
     return p
+
+
+def _load_mode(p: Any, ns: argparse.Namespace, xlc: Any) -> None:
+    """``--mlock`` / ``--no-mmap`` as llama-server reads them: one load mode in this llama.cpp."""
+    if not (ns.mlock or ns.no_mmap) or not hasattr(p, "load_mode"):
+        return
+    mode = ("MLOCK" if ns.no_mmap else "MMAP_MLOCK") if ns.mlock else "NONE"
+    p.load_mode = getattr(xlc.llama_load_mode, f"LLAMA_LOAD_MODE_{mode}")
 
 
 def _adapters(p: Any, ns: argparse.Namespace, xlc: Any) -> None:

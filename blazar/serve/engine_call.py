@@ -400,6 +400,7 @@ class EngineCall:
             context=self.context,
             emulated_tools=tools.emulated(self.req, native_tools=self.native_tools),
             ctx_clamped=self._ctx_clamped,
+            degrades=honesty.degraded(self.engine),
         )
         if self.ctx_asked is not None:
             out["X-Blazar-Context-Asked"] = str(self.ctx_asked)

@@ -267,6 +267,7 @@ async def relay(
         ignored=ignored,
         changed=changed,
         context=engine.served_ctx or engine.spec.ctx_per_slot,
+        degrades=honesty.degraded(engine),
     )
     if lease.load_ns > LOADING_NS:
         headers["X-Blazar-Status"] = "loading"

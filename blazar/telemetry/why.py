@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 
+from actors.engines.degrades import DEGRADES, Degrade
 from actors.ledger import RequestRecord
 from blazar.errors import CATALOG
 
-__all__ = ["Extras", "Story", "pick", "tell"]
+__all__ = ["EngineDegrade", "Extras", "Story", "pick", "tell"]
 
 
 class Extras(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +38,17 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     accepted: int | None = None
     speculation: str | None = None
     """Why the speculation governor parked its model's speculation, if it did."""
+    engine_degrades: tuple[Degrade, ...] = ()
+    """What its model's engine logged at start it does less than asked."""
+
+
+class EngineDegrade(msgspec.Struct, frozen=True, kw_only=True):
+    """One way the model's engine runs with less than asked: ``X-Blazar-Warnings``'s name for
+    it, what that means, and the engine's own log line (local paths replaced)."""
+
+    name: str
+    meaning: str
+    line: str
 
 
 class Story(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +88,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     drafted: int | None = None
     """Tokens speculative decoding drafted for it (None: it did not speculate), and kept."""
     accepted: int | None = None
+    engine_degrades: list[EngineDegrade] = []
+    """The panel of its model's engine degrades (the engine that serves the model now)."""
 
 
 _LOADED_MS = 100.0
@@ -204,6 +218,12 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         )
     if extras is not None and extras.speculation:
         lines.append(f"Speculation for {r.model}: the governor {extras.speculation}.")
+    degrades = [
+        EngineDegrade(name=d.name, meaning=DEGRADES.get(d.name, d.name), line=d.line)
+        for d in (extras.engine_degrades if extras is not None else ())
+    ]
+    for d in degrades:
+        lines.append(f"Its engine runs degraded, {d.name}: {d.meaning} (the engine said: {d.line}).")
     if r.ttft_ms is not None:
         lines.append(f"The first byte of the answer left after {_s(r.ttft_ms)}.")
     tools: list[dict[str, Any]] = msgspec.json.decode(r.tools) if r.tools else []
@@ -249,4 +269,5 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         failover=walk,
         drafted=drafted,
         accepted=accepted,
+        engine_degrades=degrades,
     )

@@ -200,7 +200,7 @@ async def run(
             nursery.start_soon(one, i, seed)
     headers: dict[str, str] = {}
     changed = [f"{output_param}={capped_to}"] if capped_to is not None else []
-    honesty.report(headers, ignored=ignored, changed=changed, context=ctx)
+    honesty.report(headers, ignored=ignored, changed=changed, context=ctx, degrades=honesty.degraded(engine))
     if loaded[0]:
         headers["X-Blazar-Status"] = "loading"
     if capped:

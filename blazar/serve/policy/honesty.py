@@ -9,7 +9,9 @@ a context clamped). Every inference response names both, in
   value the request ran with instead of the one it sent;
 * ``X-Blazar-Context: 4096`` — the per-slot context it ran with;
 * ``X-Blazar-Warnings: template_no_tools,ctx_clamped`` — each way the daemon did less than
-  asked without failing, by a stable name (``WARNINGS``).
+  asked without failing, by a stable name (``WARNINGS``); with the degrades the serving
+  engine itself logged at start (``mlock_failed``, ``ctx_reduced``…: ``actors.engines.degrades``),
+  on every answer that engine serves.
 
 Strict mode (``strict = true`` in config.toml, or the request header
 ``X-Blazar-Strict: 1``) refuses such a request with ``400`` instead, before any
@@ -19,9 +21,25 @@ what the model serves stays ``CONTEXT_TOO_LARGE``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from actors.engines.degrades import DEGRADES
 from blazar.errors import BlazarError, Dialect
 
-__all__ = ["STRICT_HEADER", "WARNINGS", "output_limit", "refuse_ignored", "report", "truthy", "warnings"]
+if TYPE_CHECKING:
+    from actors.engine import EngineActor
+
+__all__ = [
+    "STRICT_HEADER",
+    "WARNINGS",
+    "degraded",
+    "output_limit",
+    "refuse_ignored",
+    "report",
+    "truthy",
+    "warnings",
+]
 
 STRICT_HEADER = "x-blazar-strict"
 _YES = frozenset({"1", "true", "yes", "on"})
@@ -31,8 +49,10 @@ WARNINGS = {
     "ctx_clamped": "the context asked for was clamped to what the model serves",
     "params_ignored": "parameters the request set had no effect (X-Blazar-Ignored names them)",
     "params_changed": "parameters ran with another value than sent (X-Blazar-Changed says which)",
+    **{name: f"engine: {meaning}" for name, meaning in DEGRADES.items()},
 }
-"""The names ``X-Blazar-Warnings`` uses, and what each means."""
+"""The names ``X-Blazar-Warnings`` uses, and what each means: the request's own, then the
+serving engine's (``actors.engines.degrades.DEGRADES``)."""
 
 
 def truthy(value: str | None) -> bool:
@@ -81,8 +101,20 @@ def output_limit(asked: int | None, ctx: int, *, param: str, model: str, strict:
     return ctx
 
 
-def warnings(*, ignored: list[str], changed: list[str], emulated_tools: bool, ctx_clamped: bool) -> list[str]:
-    """The ``WARNINGS`` that apply to a request that ran."""
+def degraded(engine: EngineActor | None) -> list[str]:
+    """The names of what ``engine`` logged at start it does less than asked, for ``report``."""
+    return [d.name for d in engine.degrades] if engine is not None else []
+
+
+def warnings(
+    *,
+    ignored: list[str],
+    changed: list[str],
+    emulated_tools: bool,
+    ctx_clamped: bool,
+    degrades: Sequence[str] = (),
+) -> list[str]:
+    """The ``WARNINGS`` that apply to a request that ran (``degrades``: its engine's)."""
     found = []
     if emulated_tools:
         found.append("template_no_tools")
@@ -92,6 +124,7 @@ def warnings(*, ignored: list[str], changed: list[str], emulated_tools: bool, ct
         found.append("params_ignored")
     if changed and not (ctx_clamped and all(c.startswith("options.num_ctx=") for c in changed)):
         found.append("params_changed")
+    found.extend(d for d in degrades if d not in found)
     return found
 
 
@@ -103,14 +136,22 @@ def report(
     context: int | None,
     emulated_tools: bool = False,
     ctx_clamped: bool = False,
+    degrades: Sequence[str] = (),
 ) -> None:
-    """Add the headers that say what became of the request's parameters to ``headers``."""
+    """Add the headers that say what became of the request's parameters to ``headers``
+    (``degrades``: the serving engine's, ``degraded(engine)``)."""
     if ignored:
         headers["X-Blazar-Ignored"] = ",".join(ignored)
     if changed:
         headers["X-Blazar-Changed"] = ",".join(changed)
     if context is not None:
         headers["X-Blazar-Context"] = str(context)
-    said = warnings(ignored=ignored, changed=changed, emulated_tools=emulated_tools, ctx_clamped=ctx_clamped)
+    said = warnings(
+        ignored=ignored,
+        changed=changed,
+        emulated_tools=emulated_tools,
+        ctx_clamped=ctx_clamped,
+        degrades=degrades,
+    )
     if said:
         headers["X-Blazar-Warnings"] = ",".join(said)

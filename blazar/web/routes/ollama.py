@@ -278,6 +278,15 @@ async def tags() -> Response:
     return json_response(ollama_models.encode_tags(entries))
 
 
+def _ps_extras(asleep: bool | None, degrades: list[str]) -> dict[str, object]:
+    """Blazar's own fields of a ``/api/ps`` entry: whether the engine sleeps, and what it logged at
+    start it does less than asked (``X-Blazar-Warnings``'s engine names)."""
+    extras: dict[str, object] = {} if asleep is None else {"blazar_sleeping": asleep}
+    if degrades:
+        extras["blazar_degrades"] = degrades
+    return extras
+
+
 async def ps() -> Response:
     runtime = app_runtime()
     store = runtime.store
@@ -301,7 +310,7 @@ async def ps() -> Response:
                 engine=engine.engine_kind,
                 slots=engine.spec.slots,
                 in_flight=engine.in_flight,
-                extras={} if asleep is None else {"blazar_sleeping": asleep},
+                extras=_ps_extras(asleep, [d.name for d in engine.degrades]),
             )
         )
     return json_response(ollama_models.encode_ps(entries))

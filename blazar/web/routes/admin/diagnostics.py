@@ -14,6 +14,7 @@ import trio
 from quart import Response, current_app
 from quart_trio import QuartTrio
 
+from actors.engines.degrades import Degrade
 from actors.ledger import Flush, RequestRecord, read_requests
 from blazar.errors import BlazarError
 from blazar.serve.cards import Card, Cards
@@ -31,9 +32,9 @@ _RECENT = 200
 """Without a trace id, the request explained is chosen among this many recent ones."""
 
 
-def _extras(card: Card | None, parked: str | None) -> Extras | None:
+def _extras(card: Card | None, parked: str | None, degrades: tuple[Degrade, ...]) -> Extras | None:
     if card is None:
-        return Extras(speculation=parked) if parked else None
+        return Extras(speculation=parked, engine_degrades=degrades) if parked or degrades else None
     return Extras(
         state=str(card.state),
         reason=card.reason,
@@ -43,6 +44,7 @@ def _extras(card: Card | None, parked: str | None) -> Extras | None:
         drafted=card.drafted,
         accepted=card.accepted,
         speculation=parked,
+        engine_degrades=degrades,
     )
 
 
@@ -65,7 +67,9 @@ async def why(trace_id: str | None = None) -> Response:
             "answer; `blazar why` without one explains the last failed or slowest recent request",
         )
     parked = runtime.speculation.parked(record.model) if record.model else None
-    story = tell(record, _extras(cards.get(record.trace_id), parked))
+    engine = runtime.engine_named(record.model) if record.model else None
+    degrades = engine.degrades if engine is not None else ()
+    story = tell(record, _extras(cards.get(record.trace_id), parked, degrades))
     return Response(msgspec.json.encode(story), content_type=JSON)
 
 
