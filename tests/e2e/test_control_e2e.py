@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from tests.support import MODEL, make_home, start_daemon
+from tests.support import MODEL, add_key, make_home, start_daemon
 from tests.synthetic_control import build_vector, model_shape
 
 pytestmark = pytest.mark.slow
@@ -141,5 +141,21 @@ def test_a_strong_vector_changes_the_answer_and_strength_zero_gives_it_back(
         assert removed.returncode == 0, removed.stderr
         gone = _error(_steered(d.url, [{"name": "noise", "strength": 1}]), 404)
         assert gone["blazar_code"] == "CONTROL_VECTOR_NOT_FOUND"
+    finally:
+        d.stop()
+
+
+def test_a_vector_by_path_needs_an_admin_key(tmp_path: Path, model_path: Path) -> None:
+    home = make_home(tmp_path / "home", model_path, config="default_ctx = 512\nslots = 1\n")
+    vector = build_vector(model_path, tmp_path / "noise.gguf")
+    chat, admin = add_key(home, "chat", "chat"), add_key(home, "root", "admin")
+    d = start_daemon(home)
+    try:
+        body = {"model": MODEL, "messages": QUESTION, "control_vectors": [{"path": str(vector)}]}
+        r = httpx.post(f"{d.url}{ROUTE}", json=body, headers={"Authorization": f"Bearer {chat}"}, timeout=60)
+        refused = _error(r, 403)
+        assert refused["blazar_code"] == "KEY_SCOPE_FORBIDDEN" and "blazar control add" in refused["message"]
+        engines = httpx.get(f"{d.url}/admin/engines", headers={"Authorization": f"Bearer {admin}"}).json()
+        assert not any(str(e["model"]).startswith(f"{MODEL}+steer-") for e in engines["engines"])  # none made
     finally:
         d.stop()
