@@ -330,6 +330,15 @@ class Runtime:
                 self._engines[key] = engine
         return engine
 
+    async def side_engine(self, key: str, spec: LaunchSpec) -> EngineActor:
+        """The engine kept under ``key`` for ``spec``, made (not started) on first use: an engine
+        that runs a model differently beside its own (``actors/control.py``: steered)."""
+        async with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = await self._make_engine(key, spec)
+        return engine
+
     def _with_sessions(self, spec: LaunchSpec, record: ModelRecord) -> LaunchSpec:
         """``spec`` with the model's sessions folder (made here) where its engine can save
         slots: a llama.cpp engine that generates text (one that embeds or ranks keeps no

@@ -12,9 +12,12 @@ __all__ = [
     "AdapterNotFound",
     "AlreadyQuantized",
     "ChecksumMismatch",
+    "ControlVectorMismatch",
+    "ControlVectorNotFound",
     "DiskFull",
     "InsufficientStorage",
     "InvalidAdapter",
+    "InvalidControlVector",
     "InvalidModelFile",
     "InvalidModelName",
     "ModelExists",
@@ -173,6 +176,25 @@ class AdapterNotFound(RegistryError):
     """A model has no adapter of that name (or number)."""
 
     code = "LORA_NOT_FOUND"
+
+
+class InvalidControlVector(RegistryError):
+    """A file given as a control vector that is not one (not GGUF, not ``controlvector``, or
+    its ``direction.N`` tensors are not flat 32-bit floats of one width)."""
+
+    code = "CONTROL_VECTOR_INVALID"
+
+
+class ControlVectorMismatch(RegistryError):
+    """A control vector that does not fit a model: another width, or layers it lacks."""
+
+    code = "CONTROL_VECTOR_MISMATCH"
+
+
+class ControlVectorNotFound(RegistryError):
+    """A model has no control vector of that name."""
+
+    code = "CONTROL_VECTOR_NOT_FOUND"
 
 
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})

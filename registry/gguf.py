@@ -130,6 +130,11 @@ class GGUFHeader(msgspec.Struct, frozen=True, kw_only=True):
     tensor_count: int
     tensors: list[TensorInfo]
     data_offset: int
+    table_start: int = 0
+    """Where the tensor table begins (the metadata ends): a writer that adds tensors copies
+    the bytes before it and the table as they are."""
+    table_end: int = 0
+    """Where the tensor table ends, before the padding up to ``data_offset``."""
 
 
 class _Cursor:
@@ -278,6 +283,7 @@ def parse_header(buf: bytes | memoryview) -> GGUFHeader:
         if value is not None:
             values[key] = value
 
+    table_start = cur.pos
     tensors: list[TensorInfo] = []
     for _ in range(tensor_count):
         tname = cur.string()
@@ -304,6 +310,8 @@ def parse_header(buf: bytes | memoryview) -> GGUFHeader:
         tensor_count=tensor_count,
         tensors=tensors,
         data_offset=data_offset,
+        table_start=table_start,
+        table_end=cur.pos,
     )
 
 

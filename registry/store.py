@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KINDS",
     "Adapter",
+    "ControlVector",
     "ModelFile",
     "ModelRecord",
     "ModelSettings",
@@ -150,6 +151,24 @@ class Adapter(msgspec.Struct, frozen=True, kw_only=True):
     added_at: float = 0.0
 
 
+class ControlVector(msgspec.Struct, frozen=True, kw_only=True):
+    """A control (steering) vector of a model (``blazar control add``): a GGUF blob of one
+    direction per layer that a request may add to the model's hidden state
+    (``registry.control``)."""
+
+    name: str
+    digest: str
+    """``sha256:<hex>``; the bytes are the blob ``blobs/sha256-<hex>``."""
+    size: int
+    layers: list[int]
+    """The layers it has a direction for (llama.cpp's ``direction.N``: 1 and up)."""
+    width: int
+    """Floats per direction: the model's embedding width."""
+    model_hint: str | None = None
+    """The file's ``controlvector.model_hint``: the architecture it was made from."""
+    added_at: float = 0.0
+
+
 class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One installed model: the manifest ``manifests/<name>.json``.
 
@@ -191,10 +210,17 @@ class ModelRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A safetensors/MLX directory's, a diffusion checkpoint's or a ggml file's header facts."""
     adapters: list[Adapter] = []
     """LoRA adapters loaded with the model, in the order the engine numbers them (0, 1, …)."""
+    control_vectors: list[ControlVector] = []
+    """Control vectors a request may steer the model with (``POST /v1/chat/completions/control``)."""
 
     def digests(self) -> list[str]:
-        """Every blob this model uses, its main file first (its adapters' last)."""
-        return [self.digest, *self.blobs, *(a.digest for a in self.adapters)]
+        """Every blob this model uses, its main file first (its adapters' and control vectors' last)."""
+        return [
+            self.digest,
+            *self.blobs,
+            *(a.digest for a in self.adapters),
+            *(c.digest for c in self.control_vectors),
+        ]
 
 
 def tree_id(record: ModelRecord) -> str:

@@ -257,6 +257,10 @@ def build_argv(
             flags += ["--rope-scale", f"{spec.rope_scale:g}"]
     for lora in spec.loras:
         flags += ["--lora-scaled", lora.path, f"{lora.scale:g}"]
+    for vector in spec.control_vectors:
+        flags += ["--control-vector-scaled", vector.path, repr(vector.strength)]
+    if spec.control_vectors and spec.control_layers is not None:
+        flags += ["--control-vector-layer-range", *(str(n) for n in spec.control_layers)]
     if spec.idle_sleep_s:
         flags += ["--sleep-idle-seconds", str(spec.idle_sleep_s)]
     flags += speculation_flags(spec)

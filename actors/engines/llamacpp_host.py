@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from actors.engines.lifeline import host_lifetime
@@ -84,6 +87,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--lora", dest="loras", action="append", default=[], metavar="FILE")
     p.add_argument("--lora-scaled", dest="loras", action="append", nargs=2, metavar=("FILE", "SCALE"))
     p.add_argument("--lora-init-without-apply", action="store_true")
+    # The wheel cannot load control vectors: they are baked into a copy of the model (control_bake).
+    p.add_argument("--control-vector", dest="control_vectors", action="append", default=[], metavar="FILE")
+    p.add_argument(
+        "--control-vector-scaled", dest="control_vectors", action="append", nargs=2, metavar=("FILE", "SCALE")
+    )
+    p.add_argument("--control-vector-layer-range", type=int, nargs=2, default=None, metavar=("START", "END"))
     p.add_argument("-md", "--model-draft", "--spec-draft-model", default=None)
     p.add_argument("--spec-draft-n-max", "--draft-max", "--draft", type=int, default=None)
     p.add_argument("--spec-draft-n-min", "--draft-min", type=int, default=None)
@@ -237,6 +246,27 @@ def _speculation(p: Any, ns: argparse.Namespace, xlc: Any) -> None:
         spec.ngram_mod.n_min = ns.spec_ngram_mod_n_min
 
 
+def _steer(ns: argparse.Namespace, note: Callable[[str], None]) -> str | None:
+    """With control vectors: ``ns.model`` becomes a copy of the model with them baked in, in a
+    temp folder (returned, for removal once loaded); None without (or when that fails)."""
+    if not ns.control_vectors:
+        return None
+    from actors.engines.control_bake import BakeError, bake
+
+    vectors = [(v, 1.0) if isinstance(v, str) else (v[0], float(v[1])) for v in ns.control_vectors]
+    span = ns.control_vector_layer_range
+    layers = (span[0], span[1]) if span else None
+    folder = tempfile.mkdtemp(prefix="blazar-steered-")
+    try:
+        ns.model = str(bake(ns.model, vectors, layers, Path(folder)))
+    except (BakeError, OSError, ValueError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"error: cannot apply the control vectors: {exc}", file=sys.stderr, flush=True)
+        return None
+    note(f"control vectors baked into {ns.model}")
+    return folder
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     if not os.path.isfile(ns.model):
@@ -250,11 +280,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llamacpp_host: {line}", file=sys.stderr, flush=True)
 
     note(f"loading {ns.model} with xllamacpp {getattr(xlc, '__version__', '?')}")
+    steered = _steer(ns, note)
+    if steered is None and ns.control_vectors:
+        return 2
     try:
         server = xlc.Server(build_params(ns))
     except RuntimeError as exc:
         print(f"error: llama.cpp could not start with model {ns.model}: {exc}", file=sys.stderr, flush=True)
         return 1
+    finally:
+        if steered is not None:  # loaded (mapped) or failed: the copy's name is no longer needed
+            shutil.rmtree(steered, ignore_errors=True)
     print(f"READY {server.listening_address}", flush=True)
     note(f"llama.cpp server listening on {server.listening_address}")
     while not stop.wait(0.5):

@@ -12,7 +12,7 @@ import msgspec
 
 from actors.context import context_limit
 
-__all__ = ["DiffusionSettings", "GpuSettings", "LaunchSpec", "LoraLoad", "SpecLoad"]
+__all__ = ["ControlLoad", "DiffusionSettings", "GpuSettings", "LaunchSpec", "LoraLoad", "SpecLoad"]
 
 _LLAMA_BATCH = 512
 """llama.cpp's default prompt batch."""
@@ -55,6 +55,15 @@ class LoraLoad(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     path: str
     scale: float = 1.0
+
+
+class ControlLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """A control vector the engine starts with (``--control-vector-scaled PATH STRENGTH``)."""
+
+    name: str
+    """Its name in the model's store, or ``path`` for one a request gave by its file."""
+    path: str
+    strength: float
 
 
 class SpecLoad(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,6 +163,11 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     """With ``rpc``: layers per device (``--tensor-split``), the workers first, from the fit plan."""
     loras: list[LoraLoad] = []
     """LoRA adapters loaded with the model, numbered by the engine in this order."""
+    control_vectors: list[ControlLoad] = []
+    """Control vectors the engine adds to the model's hidden state (an engine of its own per set:
+    ``actors/control.py``); empty for a model's own engine."""
+    control_layers: tuple[int, int] | None = None
+    """The blocks they apply to (``--control-vector-layer-range``); None: all."""
     speculation: SpecLoad | None = None
     """Speculative decoding; None: off (not configured, refused, or parked by the governor)."""
     digest: str | None = None

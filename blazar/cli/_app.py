@@ -19,6 +19,7 @@ from blazar.cli import (  # noqa: E402, F401
     certify,
     config,
     connect,
+    control,
     decide,
     disk,
     doctor,

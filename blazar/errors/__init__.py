@@ -169,6 +169,28 @@ CATALOG: dict[str, CodeInfo] = {
             "The LoRA adapter was made for another base model (architecture or tensor shapes differ).",
         ),
         _c("LORA_NOT_FOUND", 404, "The model has no such LoRA adapter (or none): see `blazar lora list`."),
+        _c(
+            "CONTROL_VECTOR_INVALID",
+            400,
+            "The file is not a control vector in GGUF form (general.architecture controlvector, "
+            "direction.N tensors of floats).",
+        ),
+        _c(
+            "CONTROL_VECTOR_MISMATCH",
+            400,
+            "The control vector does not fit the model: its width or layer count differ from the model's, "
+            "or the layer range is outside the model's layers.",
+        ),
+        _c(
+            "CONTROL_VECTOR_NOT_FOUND",
+            404,
+            "The model has no control vector of that name: see `blazar control list`.",
+        ),
+        _c(
+            "CONTROL_VECTOR_UNSUPPORTED",
+            400,
+            "The model's engine cannot apply control vectors: the message says which engine can.",
+        ),
         _c("JOB_NOT_FOUND", 404, "No job has this id: see `blazar jobs` (finished jobs are pruned in time)."),
         _c("JOB_FINISHED", 409, "The job has already ended: there is nothing to cancel."),
         _c(

@@ -63,7 +63,8 @@ def describe_error(exc: BaseException, dialect: Dialect | None = None) -> ErrorR
         if dialect is not None:
             message = exc.message_for(dialect)
     elif isinstance(exc, (BlazarRuntimeError, RegistryError)):
-        code, retry_after_s = exc.code, exc.retry_after_s
+        # a runtime error about one field of the request names it (``actors.control.ControlRefused``)
+        code, retry_after_s, param = exc.code, exc.retry_after_s, getattr(exc, "param", None)
     elif isinstance(exc, DecodeError):
         code, retry_after_s, param = exc.code, None, exc.param
     elif (full := find_disk_full(exc)) is not None:

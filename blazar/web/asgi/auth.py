@@ -56,6 +56,7 @@ _EXACT = {
     "/rerank": "embeddings",
     "/reranking": "embeddings",
     "/api/rerank": "embeddings",
+    "/v1/chat/completions/control": "chat",  # steered chat (a vector by `path` needs admin)
     "/v1/systemone": "chat",  # a decision is a chat model's answer, held to a closed set
     "/v1/realtime": "audio",  # a voice loop: speech in and out (its chat model is checked by name)
     "/api/pull": ADMIN,

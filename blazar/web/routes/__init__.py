@@ -13,6 +13,7 @@ from blazar.web.console import api as console_api
 from blazar.web.console import page as console_page
 from blazar.web.routes import (
     adapters,
+    control,
     decisions,
     discovery,
     federation,
@@ -55,7 +56,9 @@ from blazar.web.routes.openai import (
 
 __all__ = ["FRAMEWORK_SERVED", "GATEWAY_SERVED"]
 
-GATEWAY_SERVED = (chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors, decisions)
+GATEWAY_SERVED = (
+    chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors, decisions, control
+)  # fmt: skip
 """The modules whose inference routes the gateway layer serves itself (no framework)."""
 
 FRAMEWORK_SERVED = (
