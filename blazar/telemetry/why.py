@@ -37,6 +37,8 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     accepted: int | None = None
     speculation: str | None = None
     """Why the speculation governor parked its model's speculation, if it did."""
+    cache: str | None = None
+    """What the semantic cache did for it: ``hit (…)``, ``miss (…)`` or ``bypass (reason)``."""
 
 
 class Story(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +78,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     drafted: int | None = None
     """Tokens speculative decoding drafted for it (None: it did not speculate), and kept."""
     accepted: int | None = None
+    cache: str | None = None
+    """What the semantic cache did for it (hit, miss or bypass, and why); None: not asked."""
 
 
 _LOADED_MS = 100.0
@@ -174,6 +178,9 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
     walk = list(extras.failover) if extras is not None else []
     if walk:
         lines.append(f"It was asked of a failover chain: {'; '.join(walk)}.")
+    cache = extras.cache if extras is not None else None
+    if cache is not None:
+        lines.append(_cache_line(cache))
     if r.queue_ms is not None:
         if r.queue_ms < 1 and not ahead:
             lines.append("It got an engine slot at once.")
@@ -249,4 +256,11 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         failover=walk,
         drafted=drafted,
         accepted=accepted,
+        cache=cache,
     )
+
+
+def _cache_line(cache: str) -> str:
+    if cache.startswith("hit"):
+        return f"The semantic cache answered it with a kept answer, no engine ran: {cache}."
+    return f"The semantic cache: {cache}."

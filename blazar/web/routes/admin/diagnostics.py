@@ -43,6 +43,7 @@ def _extras(card: Card | None, parked: str | None) -> Extras | None:
         drafted=card.drafted,
         accepted=card.accepted,
         speculation=parked,
+        cache=card.cache,
     )
 
 
