@@ -223,18 +223,22 @@ def test_ollama_chat_is_cached_too(daemon: Daemon) -> None:
     assert r.headers["x-blazar-cache"] == "bypass" and r.headers["x-blazar-cache-reason"] == "structured"
 
 
-def test_a_failed_embedding_lets_the_request_run(tmp_path: Path, model_path: Path) -> None:
-    config = CONFIG.replace(f'model = "{MODEL}"', 'model = "no-such-embedder"')
+def test_opted_in_per_request_and_a_failed_embedding_lets_the_request_run(
+    tmp_path: Path, model_path: Path
+) -> None:
+    config = CONFIG.replace("enabled = true", "enabled = false").replace(MODEL + '"', 'no-such-embedder"')
     proc = start_daemon(make_home(tmp_path / "home", model_path, config=config))
     try:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        plain = httpx.post(f"{proc.url}/v1/chat/completions", json=body, timeout=120)
+        assert plain.status_code == 200 and "x-blazar-cache" not in plain.headers  # not asked: untouched
         r = httpx.post(
-            f"{proc.url}/v1/chat/completions",
-            json={"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
-            timeout=120,
+            f"{proc.url}/v1/chat/completions", json=body, headers={"X-Blazar-Cache": "on"}, timeout=120
         )
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"], r.text
         assert r.headers["x-blazar-cache"] == "bypass"
         assert r.headers["x-blazar-cache-reason"] == "embedding_failed; code=MODEL_NOT_FOUND"
-        assert "/" not in r.headers["x-blazar-cache-reason"]  # no local path leaks
+        metrics = httpx.get(f"{proc.url}/metrics", timeout=30).text
+        assert 'blazar_semantic_cache_bypasses_total{reason="embedding_failed"} 1.0' in metrics
     finally:
         proc.stop()
