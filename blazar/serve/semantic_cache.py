@@ -220,12 +220,12 @@ async def through(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, r
     if not on:
         if asked.on is None:  # not asked for, not configured: no header, no cost
             return await run()
-        return await _bypass(cache, call, req, run, "off")
+        return await _bypass(runtime, cache, call, req, run, "off")
     if not cache.usable:
-        return await _bypass(cache, call, req, run, "no_model")
+        return await _bypass(runtime, cache, call, req, run, "no_model")
     doc = _decoded(call.body)
     if (reason := bypass_reason(req, doc, headers)) is not None:
-        return await _bypass(cache, call, req, run, reason)
+        return await _bypass(runtime, cache, call, req, run, reason)
     prompt = prompt_of(req)
     assert prompt is not None and cache.config.model is not None
     try:
@@ -241,7 +241,7 @@ async def through(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, r
         if described is None:  # not an answer but a bug: the log has it
             log.warning("semantic cache: the embedding failed", exc_info=exc)
         code = described.code if described is not None else "INTERNAL"
-        return await _bypass(cache, call, req, run, f"embedding_failed; code={code}")
+        return await _bypass(runtime, cache, call, req, run, f"embedding_failed; code={code}")
     bucket = Bucket(
         owner=call.grant.name if call.grant is not None else "",
         model=req.model,
@@ -253,7 +253,7 @@ async def through(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, r
     found = cache.nearest(bucket, vector, max_age_s=ttl_s)
     if found is not None and found.similarity >= threshold:
         ask.check_model(req.model)  # the key's scope now, as an engine call would check it
-        cache.note(req.model, "hit")
+        cache.note(_named(runtime, req.model), "hit")
         _note_card(call, f"hit (similarity {found.similarity:.4f}, {found.age_s:.1f} s old)")
         said = {**found.entry.headers, **_said("hit", similarity=found.similarity)}
         said[AGE_HEADER] = f"{found.age_s:.1f}"
@@ -261,24 +261,40 @@ async def through(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, r
     reply = await run()
     similarity = found.similarity if found is not None else None
     if reply.status != 200 or not isinstance(reply.body, bytes):
-        cache.note(req.model, "miss")
+        cache.note(_named(runtime, req.model), "miss")
         _note_card(call, "miss (the answer failed: not kept)")
         return _with(reply, _said("miss", "failed", similarity))
     if answer_tools(reply.body):
-        cache.note(req.model, "bypass", "answer_tools")
+        cache.note(_named(runtime, req.model), "bypass", "answer_tools")
         _note_card(call, "bypass (answer_tools)")
         return _with(reply, _said("bypass", "answer_tools", similarity))
     kept = {k: v for k, v in (reply.headers or {}).items() if k.lower() in _KEPT_HEADERS}
-    cache.put(bucket, vector, reply.body, content_type=reply.content_type, headers=kept, ttl_s=ttl_s)
-    cache.note(req.model, "miss")
+    cache.put(
+        bucket,
+        vector,
+        reply.body,
+        content_type=reply.content_type,
+        headers=kept,
+        ttl_s=ttl_s,
+        model=_named(runtime, req.model),
+    )
+    cache.note(_named(runtime, req.model), "miss")
     why = "empty" if found is None else "below_threshold"
     _note_card(call, f"miss ({why}; kept for {ttl_s:g} s)")
     return _with(reply, _said("miss", why, similarity))
 
 
-async def _bypass(cache: SemanticCache, call: Relayed, req: ChatRequest, run: Run, reason: str) -> Reply:
+def _named(runtime: Runtime, name: str) -> str:
+    """The canonical name of a model a request resolved (``x:latest`` is ``x``), for the counts."""
+    engine = runtime.engine_named(name)
+    return engine.spec.model if engine is not None else name
+
+
+async def _bypass(
+    runtime: Runtime, cache: SemanticCache, call: Relayed, req: ChatRequest, run: Run, reason: str
+) -> Reply:
     reply = await run()  # counted once answered: a model name that fails adds no series
-    cache.note(req.model, "bypass", reason.split(";", 1)[0])
+    cache.note(_named(runtime, req.model), "bypass", reason.split(";", 1)[0])
     _note_card(call, f"bypass ({reason})")
     return _with(reply, _said("bypass", reason))
 

@@ -64,6 +64,8 @@ class Entry:
     """The answer's headers that describe the answer itself (ignored parameters, caps)."""
     stored_t: float
     ttl_s: float
+    model: str
+    """The canonical name it is counted under (``/api/ps``)."""
 
     def alive(self, now: float) -> bool:
         return now - self.stored_t < self.ttl_s
@@ -151,13 +153,14 @@ class SemanticCache:
         content_type: str,
         headers: dict[str, str],
         ttl_s: float,
+        model: str | None = None,
     ) -> None:
         """Keep an answer (``vector`` normalized); the oldest entries go past ``max_entries``."""
         now = self._clock()
         for entry_id, entry in list(self._buckets.get(bucket, {}).items()):
             if not entry.alive(now) or _dot(entry.vector, vector) >= _SAME:
                 self._drop(entry_id)  # the bucket goes with its last entry
-        entry = Entry(bucket, vector, body, content_type, headers, now, ttl_s)
+        entry = Entry(bucket, vector, body, content_type, headers, now, ttl_s, model or bucket.model)
         entry_id = next(self._ids)
         self._entries[entry_id] = self._buckets.setdefault(bucket, {})[entry_id] = entry
         while len(self._entries) > self.config.max_entries:
@@ -190,7 +193,7 @@ class SemanticCache:
         """``model``'s counts and live entries."""
         self.sweep()
         counts = self.counts.get(model, ModelCounts())
-        entries = sum(1 for e in self._entries.values() if e.bucket.model == model)
+        entries = sum(1 for e in self._entries.values() if e.model == model)
         return CacheStats(
             hits=counts.hits, misses=counts.misses, bypasses=sum(counts.bypasses.values()), entries=entries
         )
