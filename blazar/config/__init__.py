@@ -16,6 +16,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Paths",
+    "SemanticCacheConfig",
     "StreamsConfig",
     "configured_keys",
     "load_config",
@@ -89,6 +90,24 @@ class StreamsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Bytes kept per stream, in KiB; past it its oldest events are dropped."""
 
 
+class SemanticCacheConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[semantic_cache]``: answers kept in memory and given again to a request whose prompt
+    means the same (docs/api.md#semantic-cache)."""
+
+    enabled: bool = False
+    """Look up every eligible chat request unless it says ``X-Blazar-Cache: off``; off, only
+    those that say ``X-Blazar-Cache: on`` are."""
+    model: str | None = None
+    """The embedding model that compares prompts (any installed model llama.cpp can pool);
+    none: the cache is off."""
+    threshold: float = 0.95
+    """The cosine similarity (0 to 1) at or above which a cached prompt counts as the same."""
+    ttl_s: float = 300.0
+    """How long an answer is kept and given again."""
+    max_entries: int = 1024
+    """Answers kept in all; past it the oldest is dropped."""
+
+
 class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``config.toml``: the server's own keys here, the runtime's in ``Tunables``."""
 
@@ -146,6 +165,7 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     realtime_voice: str | None = None
     """The voice (text-to-speech model) a realtime session starts with; None: the first installed."""
     streams: StreamsConfig = StreamsConfig()
+    semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
@@ -202,6 +222,7 @@ def parse_config(data: bytes | str, path: Path) -> Config:
         raise ConfigError(
             f"{path}: [streams] grace_s and keep_s must be above 0, max_streams and max_stream_kb at least 1"
         )
+    _check_semantic_cache(path, config.semantic_cache)
     config = _read_remote_keys(path, config)
     for name, model in config.models.items():
         if model.rope_scale is not None and model.rope_scaling is None:
@@ -209,6 +230,18 @@ def parse_config(data: bytes | str, path: Path) -> Config:
                 f'{path}: [models."{name}"] rope_scale needs rope_scaling ("yarn" or "linear") beside it'
             )
     return config
+
+
+def _check_semantic_cache(path: Path, cache: SemanticCacheConfig) -> None:
+    if not 0.0 <= cache.threshold <= 1.0:
+        raise ConfigError(f"{path}: [semantic_cache] threshold is a cosine similarity from 0 to 1")
+    if cache.ttl_s <= 0 or cache.max_entries < 1:
+        raise ConfigError(f"{path}: [semantic_cache] ttl_s must be above 0 and max_entries at least 1")
+    if cache.enabled and not cache.model:
+        raise ConfigError(
+            f"{path}: [semantic_cache] enabled needs model = the embedding model that compares "
+            'prompts (e.g. model = "nomic-embed-text"; docs/configuration.md)'
+        )
 
 
 def _check_transport(path: Path, config: Config) -> None:

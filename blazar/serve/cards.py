@@ -147,6 +147,8 @@ class Card:
     """The MCP tool calls the gateway ran for it: name, outcome, time."""
     failover: list[str] = field(default_factory=list)
     """A failover chain's walk: each target passed over and why, then the one that served."""
+    cache: str | None = None
+    """What the semantic cache did for it (``hit (similarity …)``, ``miss (…)``, ``bypass (…)``)."""
 
     def note_failure(self, code: str, message: str) -> None:
         """The request's stream failed midway; the first failure is the one kept."""

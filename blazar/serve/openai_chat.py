@@ -30,7 +30,7 @@ from blazar.dialects.llamacpp import (
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
-from blazar.serve import engine_call, failover, handoff, mcp_loop
+from blazar.serve import engine_call, failover, handoff, mcp_loop, semantic_cache
 from blazar.serve.candidates import fanout, translated
 from blazar.serve.cards import set_stream_enders
 from blazar.serve.claim import claim_engine
@@ -112,6 +112,7 @@ def _as_translated(call: Relayed, req: ChatRequest) -> ChatRequest:
     return msgspec.structs.replace(req, ignored=[*req.ignored, *dropped]) if dropped else req
 
 
+@semantic_cache.cached  # a prompt that means what a recent one meant may get its answer
 async def answer_chat(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest) -> Reply:
     """A chat request (decoded and named by its route): a cascade, candidates, an MCP loop, a
     translation when the model's template knows no tools, else the engine's own bytes."""

@@ -18,7 +18,7 @@ docs/observability.md lists every series.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ from actors.runtime import Runtime
 from blazar import __version__
 from blazar.errors import CATALOG
 from blazar.serve.candidates.choices import stats_for
+from blazar.serve.stores.semantic import semantic_cache_of
 
 __all__ = ["CONTENT_TYPE", "LOADED_MS", "Metrics", "engine_families"]
 
@@ -125,6 +126,7 @@ class Metrics:
         )
         r.register(_RuntimeCollector(runtime))
         r.register(_CandidatesCollector(runtime))
+        r.register(_SemanticCacheCollector(runtime, self.model_label))
         # Label lookups cost more than the observations: each series' child is found once.
         self._request_children: dict[tuple[str, str, str, str, int, str], Any] = {}
         self._model_children: dict[str, _ModelSeries] = {}
@@ -270,6 +272,47 @@ class _CandidatesCollector(Collector):
         )
         escalations.add_metric([], stats.escalations)
         yield from (requests, ran, tokens, escalations)
+
+
+class _SemanticCacheCollector(Collector):
+    """What the semantic cache answered, missed and let pass, and what it keeps."""
+
+    def __init__(self, runtime: Runtime, label: Callable[[str | None], str]) -> None:
+        self.runtime = runtime
+        self.label = label
+
+    def collect(self) -> Iterator[Metric]:
+        cache = semantic_cache_of(self.runtime)
+        if cache is None:
+            return
+        outcomes: dict[tuple[str, str], int] = {}
+        reasons: dict[str, int] = {}
+        for model, counts in cache.counts.items():
+            label = self.label(model)
+            for outcome, n in (("hit", counts.hits), ("miss", counts.misses)):
+                outcomes[label, outcome] = outcomes.get((label, outcome), 0) + n
+            bypassed = sum(counts.bypasses.values())
+            outcomes[label, "bypass"] = outcomes.get((label, "bypass"), 0) + bypassed
+            for reason, n in counts.bypasses.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+        requests = CounterMetricFamily(
+            "blazar_semantic_cache_requests",
+            "Chat requests the semantic cache looked at, by model and outcome (hit, miss, bypass)",
+            labels=["model", "outcome"],
+        )
+        for (model, outcome), n in sorted(outcomes.items()):
+            requests.add_metric([model, outcome], n)
+        bypasses = CounterMetricFamily(
+            "blazar_semantic_cache_bypasses",
+            "Requests that bypassed the semantic cache, by reason",
+            labels=["reason"],
+        )
+        for reason, n in sorted(reasons.items()):
+            bypasses.add_metric([reason], n)
+        cache.sweep()
+        entries = GaugeMetricFamily("blazar_semantic_cache_entries", "Answers the semantic cache keeps now")
+        entries.add_metric([], len(cache))
+        yield from (requests, bypasses, entries)
 
 
 class _RuntimeCollector(Collector):

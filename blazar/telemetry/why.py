@@ -40,6 +40,8 @@ class Extras(msgspec.Struct, frozen=True, kw_only=True):
     """Why the speculation governor parked its model's speculation, if it did."""
     engine_degrades: tuple[Degrade, ...] = ()
     """What its model's engine logged at start it does less than asked."""
+    cache: str | None = None
+    """What the semantic cache did for it: ``hit (…)``, ``miss (…)`` or ``bypass (reason)``."""
 
 
 class EngineDegrade(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +92,8 @@ class Story(msgspec.Struct, frozen=True, kw_only=True):
     accepted: int | None = None
     engine_degrades: list[EngineDegrade] = []
     """The panel of its model's engine degrades (the engine that serves the model now)."""
+    cache: str | None = None
+    """What the semantic cache did for it (hit, miss or bypass, and why); None: not asked."""
 
 
 _LOADED_MS = 100.0
@@ -188,6 +192,9 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
     walk = list(extras.failover) if extras is not None else []
     if walk:
         lines.append(f"It was asked of a failover chain: {'; '.join(walk)}.")
+    cache = extras.cache if extras is not None else None
+    if cache is not None:
+        lines.append(_cache_line(cache))
     if r.queue_ms is not None:
         if r.queue_ms < 1 and not ahead:
             lines.append("It got an engine slot at once.")
@@ -270,4 +277,11 @@ def tell(r: RequestRecord, extras: Extras | None = None) -> Story:
         drafted=drafted,
         accepted=accepted,
         engine_degrades=degrades,
+        cache=cache,
     )
+
+
+def _cache_line(cache: str) -> str:
+    if cache.startswith("hit"):
+        return f"The semantic cache answered it with a kept answer, no engine ran: {cache}."
+    return f"The semantic cache: {cache}."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -25,6 +26,7 @@ from blazar.dialects import unimplemented
 from blazar.serve.cards import Cards
 from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
+from blazar.serve.stores.semantic import open_semantic_cache
 from blazar.serve.stores.streams import open_streams
 from blazar.telemetry.audit import AuditLog
 from blazar.telemetry.observer import Telemetry
@@ -77,6 +79,7 @@ def build_gateway(
     cards = Cards()
     routes = Routes()
     open_streams(runtime, config.streams)  # resumable streams, for the routes that offer them
+    open_semantic_cache(runtime, config.semantic_cache, trio.current_time)
     for module in GATEWAY_SERVED:
         module.register_routes(routes, runtime)
     federation.wrap_routes(routes, runtime)  # only with [[remotes]]

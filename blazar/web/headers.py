@@ -24,6 +24,9 @@ REQUEST: dict[str, str] = {
     "x-blazar-cascade": "models tried cheapest first, the next when an answer fails its checks",
     "x-blazar-late-chunking": "1: embed input chunks of one text together (embeddings routes)",
     "x-blazar-resumable": "on: keep a streamed answer so it can be resumed (GET /v1/stream); off: do not",
+    "x-blazar-cache": "on: answer from the semantic cache when a recent prompt meant the same; off: do not",
+    "x-blazar-cache-ttl": "seconds: the oldest cached answer accepted, and how long this answer is kept",
+    "x-blazar-cache-threshold": "0 to 1: the cosine similarity a cached prompt needs to count as the same",
 }
 """The headers a client may send, with what each asks for."""
 
@@ -47,6 +50,10 @@ RESPONSE: dict[str, str] = {
     "x-blazar-peers-passed": "the peers tried before, and passed over",
     "x-blazar-stream-id": "the id of a resumable stream (GET /v1/stream?id=…)",
     "x-blazar-worker": "the data-plane worker that relayed the answer (with workers above 1)",
+    "x-blazar-cache": "hit, miss or bypass: what the semantic cache did for the request",
+    "x-blazar-cache-reason": "why the semantic cache missed or was bypassed (stream, tools, sampling, …)",
+    "x-blazar-cache-similarity": "the cosine similarity of the nearest cached prompt",
+    "x-blazar-cache-age": "seconds since a cached answer was made",
 }
 """The headers the daemon answers with, with what each says."""
 

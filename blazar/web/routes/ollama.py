@@ -26,10 +26,11 @@ from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
 from blazar.errors import CATALOG, BlazarError
-from blazar.serve import engine_call, mcp_loop
+from blazar.serve import engine_call, mcp_loop, semantic_cache
 from blazar.serve.candidates import translated
 from blazar.serve.engine_call import Timings
 from blazar.serve.policy import structured
+from blazar.serve.stores.semantic import semantic_cache_of
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.auth import model_visible, require_model
 from blazar.web.asgi.call import Call, Reply, Routes
@@ -229,7 +230,11 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
         return stream_reply(sent, content_type=NDJSON, headers=tr.headers())
 
     async def chat(call: Call) -> Reply:
-        return await run_chat(call, ollama.decode_chat_request(call.body), "chat")
+        req = ollama.decode_chat_request(call.body)
+        if ollama.load_action(req) is not None:  # a load or an unload: nothing to cache
+            return await run_chat(call, req, "chat")
+        ask = ask_of(call)
+        return await semantic_cache.through(runtime, call, ask, req, lambda: run_chat(call, req, "chat"))
 
     async def generate(call: Call) -> Reply:
         return await run_chat(call, ollama.decode_generate_request(call.body), "generate")
@@ -278,15 +283,6 @@ async def tags() -> Response:
     return json_response(ollama_models.encode_tags(entries))
 
 
-def _ps_extras(asleep: bool | None, degrades: list[str]) -> dict[str, object]:
-    """Blazar's own fields of a ``/api/ps`` entry: whether the engine sleeps, and what it logged at
-    start it does less than asked (``X-Blazar-Warnings``'s engine names)."""
-    extras: dict[str, object] = {} if asleep is None else {"blazar_sleeping": asleep}
-    if degrades:
-        extras["blazar_degrades"] = degrades
-    return extras
-
-
 async def ps() -> Response:
     runtime = app_runtime()
     store = runtime.store
@@ -310,10 +306,23 @@ async def ps() -> Response:
                 engine=engine.engine_kind,
                 slots=engine.spec.slots,
                 in_flight=engine.in_flight,
-                extras=_ps_extras(asleep, [d.name for d in engine.degrades]),
+                extras=_ps_extras(runtime, record.name, asleep, [d.name for d in engine.degrades]),
             )
         )
     return json_response(ollama_models.encode_ps(entries))
+
+
+def _ps_extras(runtime: Runtime, model: str, asleep: bool | None, degrades: list[str]) -> dict[str, Any]:
+    """Blazar's own fields of a ``/api/ps`` entry: whether the engine sleeps, what it logged at
+    start it does less than asked (``X-Blazar-Warnings``'s engine names), and what the semantic
+    cache did for requests to the model."""
+    extras: dict[str, Any] = {} if asleep is None else {"blazar_sleeping": asleep}
+    if degrades:
+        extras["blazar_degrades"] = degrades
+    cache = semantic_cache_of(runtime)
+    if cache is not None and cache.usable:  # what the semantic cache did for requests to it
+        extras["blazar_semantic_cache"] = cache.stats(model)
+    return extras
 
 
 async def show() -> Response:

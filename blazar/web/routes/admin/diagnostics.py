@@ -45,6 +45,7 @@ def _extras(card: Card | None, parked: str | None, degrades: tuple[Degrade, ...]
         accepted=card.accepted,
         speculation=parked,
         engine_degrades=degrades,
+        cache=card.cache,
     )
 
 
