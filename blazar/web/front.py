@@ -6,10 +6,11 @@ has its first engine loading meanwhile, and the command asks only for what the g
 serves itself (``GET /health``, then the chat). So ``open_gateway`` builds the gateway layer
 with its own routes (``blazar.web.routes.gateway_served``: nothing here imports Quart) and,
 for the app behind it, a ``Framework``: the Quart app of ``blazar.web.app.create_app`` once
-it is built. The daemon listens with that at once; the framework's modules are imported in a
-worker thread while the gateway already answers, and the app is built on the event loop
-(``Framework.load``, run by the server's lifespan). A request for one of the app's routes
-that arrives before waits for it.
+it is built. The daemon listens with that at once. The framework's modules are imported in
+a worker thread while the gateway answers, and the app is then built on the event loop
+(``Framework.load``, run by the server's lifespan), as soon as a request needs it (it
+waits for it) or once the start has settled: the preloaded engines are up and no request is
+in flight, so that the import takes no CPU from the first engine's load.
 
 ``blazar.web.app.build_gateway`` is the same gateway with its app built at once (tests,
 and whatever serves it without a lifespan).
@@ -105,6 +106,10 @@ class Framework:
         self._wanted = trio.Event()
         self._built = trio.Event()
         self._failure: str | None = None
+
+    async def wait_loaded(self) -> None:
+        """Return once the app is built (or failed to)."""
+        await self._built.wait()
 
     def build(self) -> QuartTrio:
         """The Quart app, built now if it is not yet."""

@@ -20,12 +20,13 @@ __all__ = ["framework_served", "gateway_served"]
 
 
 def gateway_served() -> tuple[ModuleType, ...]:
-    """The modules whose inference routes the gateway layer serves itself (no framework)."""
-    from blazar.web.routes import llamacpp, ollama, vectors
+    """The modules whose routes the gateway layer serves itself (no framework): the
+    inference routes, and ``GET /health``."""
+    from blazar.web.routes import llamacpp, native, ollama, vectors
     from blazar.web.routes.anthropic import messages
     from blazar.web.routes.openai import audio, chat, images, responses, videos
 
-    return (chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors)
+    return (native, chat, ollama, messages, responses, audio, images, videos, llamacpp, vectors)
 
 
 def framework_served() -> tuple[ModuleType, ...]:
