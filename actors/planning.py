@@ -121,6 +121,7 @@ def resolve_for(
         adapter_path=lambda adapter: str(store.blob_path(adapter.digest.removeprefix("sha256:"))),
         candidate=lambda name, lane: candidate(config, store, name, lane),
         parked=parked,
+        template_facts=store.template_facts,
     )
 
 

@@ -168,6 +168,8 @@ class Runtime:
         self._engines: dict[str, EngineActor] = {}
         self._lock = trio.Lock()
         self.reaped_orphans: list[int] = []
+        self.preloaded = trio.Event()
+        """Set once the models to preload at start have loaded or failed (at once without any)."""
         self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
@@ -553,6 +555,7 @@ class Runtime:
                 reported = True
         if not reported:
             task_status.started()
+        self.preloaded.set()
 
     async def _begin_load(self, engine: EngineActor) -> None:
         """Start ``engine``'s child as a request would, and return once its process runs
@@ -749,6 +752,8 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         runtime._nursery = nursery
         if config.preload:
             await nursery.start(runtime.preload, list(config.preload))
+        else:
+            runtime.preloaded.set()
         try:
             yield runtime
         finally:

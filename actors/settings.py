@@ -40,7 +40,7 @@ from registry.formats import detect
 from registry.gguf import ModelInfo
 from registry.split import RpcSplit
 from registry.store import Adapter, ModelRecord
-from registry.template import allows_system_turns, reads_effort, thinking_support
+from registry.template import TemplateFacts, facts_of
 from registry.weights import lane_format
 
 __all__ = [
@@ -141,6 +141,7 @@ def resolve_launch(
     adapter_path: Callable[[Adapter], str] | None = None,
     candidate: Callable[[str, str | None], Candidate | None] = lambda name, lane: None,
     parked: str | None = None,
+    template_facts: Callable[[str | None], TemplateFacts] = facts_of,
 ) -> Resolved:
     """The launch spec of ``record``'s engine under ``config``, with each setting's source.
 
@@ -153,7 +154,9 @@ def resolve_launch(
     ``adapter_path(adapter)`` is where a LoRA adapter's blob lies (by default beside the model's);
     ``candidate(name, lane)`` describes an installed model for a draft pairing (None: not
     installed), with ``lane`` the one it runs on (None: its own);
-    ``parked`` is why the governor parked the model's speculation (None: it did not).
+    ``parked`` is why the governor parked the model's speculation (None: it did not);
+    ``template_facts(template)`` says what the chat template can express (the store keeps
+    them: ``Store.template_facts``).
     Raises ``UnsupportedEngine`` when no lane here can run the model, unless ``unrouted``
     (a plan): then the spec is for the lane that would run it, and ``refusal`` says why not."""
     name = record.name
@@ -348,10 +351,11 @@ def resolve_launch(
     native_tools = bool(template and "tools" in template) and "tools" in lane.capabilities
     add("native_tools", native_tools, "derived", None, "the chat template handles tools" if native_tools else
         "tools are emulated by the gateway")  # fmt: skip
-    system_turns = allows_system_turns(template)
+    facts = template_facts(template)
+    system_turns = facts.system_turns
     add("system_turns", system_turns, "derived", None, "from the chat template")
-    thinking = thinking_support(template) if "thinking" in lane.capabilities else "none"
-    think_effort = thinking != "none" and reads_effort(template)
+    thinking = facts.thinking if "thinking" in lane.capabilities else "none"
+    think_effort = thinking != "none" and facts.reads_effort
     add("thinking", thinking, "derived", None, "from the chat template" if "thinking" in lane.capabilities
         else "this engine's reasoning is not controlled")  # fmt: skip
     system = settings.system if settings else None

@@ -5,6 +5,7 @@ Layout under the root (`<home>/models`):
     blobs/sha256-<hex>        model bytes (a hardlink, a copy, or a symlink for link=True)
     manifests/<name>.json     one ModelRecord per model name
     info/sha256-<hex>.json    cached GGUF header facts
+    info/template-v<n>-<hex>.json  cached chat template facts, by the template's sha256
     shards/sha256-<hex>/      a split GGUF's parts under their original names (links to blobs)
     trees/sha256-<hex>/       a multi-file model (whisper, piper, a safetensors or MLX directory, a
                               diffusion checkpoint) laid out as its engine opens it:
@@ -44,6 +45,7 @@ from .files import atomic_replace, atomic_write, atomic_writer, fsync_dir, shown
 
 if TYPE_CHECKING:
     from .gguf import ModelInfo
+    from .template import TemplateFacts
 
 __all__ = [
     "KINDS",
@@ -671,3 +673,20 @@ class Store:
         info = read_model_info(record.path)
         self._write_info(sha, info)
         return info
+
+    def template_facts(self, template: str | None) -> TemplateFacts:
+        """What a chat template can express (``registry.template``), cached on disk by the
+        template's digest: rendering it imports Jinja, which an engine's start should not wait for."""
+        from .template import FACTS_VERSION, TemplateFacts, facts_of
+
+        if template is None:
+            return TemplateFacts()
+        digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
+        cache = self.info_dir / f"template-v{FACTS_VERSION}-{digest}.json"
+        with contextlib.suppress(OSError, msgspec.DecodeError):
+            return msgspec.json.decode(cache.read_bytes(), type=TemplateFacts)
+        facts = facts_of(template)
+        # The cache only saves time; failing to write it must not fail the operation.
+        with contextlib.suppress(OSError):
+            _atomic_write(cache, msgspec.json.encode(facts))
+        return facts

@@ -218,12 +218,13 @@ async def _serve(config: Config, paths: Paths) -> None:
             log.warning("reaped engine processes left by a previous crash: %s", runtime.reaped_orphans)
         # The HTTP layer takes a tenth of a second or more to import. Imported once the
         # runtime runs (which waits for the first preloaded engine's process to spawn,
-        # see `Runtime.preload`), it overlaps that engine's start instead of delaying it.
-        from blazar.web.app import build_gateway, set_address
+        # see `Runtime.preload`), it overlaps that engine's start instead of delaying it;
+        # and the framework behind the gateway's own routes is imported once the daemon
+        # listens (`blazar.web.front`).
         from blazar.web.asgi.listen import hypercorn_config, serve
+        from blazar.web.front import open_gateway, set_address
 
-        asgi = build_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer)
-        asgi.app.config["BLAZAR_SHUTDOWN"] = shutdown
+        asgi = open_gateway(runtime, config, log_dir=paths.log_dir, tracer=tracer, shutdown=shutdown)
         hconfig = hypercorn_config(config)
         _raise_open_files_limit(config.max_connections)
         async with trio.open_nursery() as outer:
@@ -250,7 +251,7 @@ async def _serve(config: Config, paths: Paths) -> None:
                     )
                 port = int(binds[0].rsplit(":", 1)[1]) if binds else config.port
                 write_daemon_info(paths, config.host, port, tls_cert=config.tls_cert)
-                set_address(asgi.app, _self_url(config.host, port, config.tls_cert), config.tls_cert)
+                set_address(asgi, _self_url(config.host, port, config.tls_cert), config.tls_cert)
                 log.info("blazar listening on %s (pid %d)", binds, os.getpid())
                 try:
                     await shutdown.wait()

@@ -29,6 +29,7 @@ NOT_BEFORE_THE_ENGINE = (
     "registry.pull",  # the downloader: imported when a pull runs
     "httpx",  # the engine actor's health probe imports it once the child is spawning
     "jsonschema",  # checks structured answers: imported when one is checked
+    "jinja2",  # renders a chat template once; the store keeps what it found (Store.template_facts)
     "blazar.web",
     "quart",
     "hypercorn",

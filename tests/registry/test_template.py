@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from registry.gguf import read_model_info
-from registry.template import allows_system_turns
+from registry.store import Store
+from registry.template import TemplateFacts, allows_system_turns, facts_of
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -44,3 +47,26 @@ def test_probe(template: str | None, allowed: bool) -> None:
 def test_the_test_models_template_keeps_them(real_model: Path) -> None:
     path = str(real_model)
     assert allows_system_turns(read_model_info(path).chat_template) is True
+
+
+THINKING = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking %}<think>{% endif %}{% endif %}"
+)
+
+
+def test_the_store_keeps_a_templates_facts(tmp_path: Path) -> None:
+    """Found once by rendering; then read back by another process without importing Jinja."""
+    facts = Store(tmp_path).template_facts(THINKING)
+    assert facts == facts_of(THINKING) == TemplateFacts(system_turns=True, thinking="switchable")
+    assert len(list((tmp_path / "info").glob("template-*.json"))) == 1
+    probe = (
+        "import sys; from pathlib import Path; from registry.store import Store\n"
+        f"facts = Store(Path({str(tmp_path)!r})).template_facts({THINKING!r})\n"
+        "print(facts.thinking, 'jinja2' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["switchable", "False"]
+    assert Store(tmp_path).template_facts(None) == TemplateFacts()

@@ -137,12 +137,14 @@ Handler = Callable[[Call], Awaitable[Reply]]
 
 
 class Routes:
-    """The POST routes the gateway serves itself, by exact path."""
+    """The routes the gateway serves itself, by exact path: POST routes, and a few GET ones."""
 
     def __init__(self) -> None:
         self.post: dict[str, Handler] = {}
         self.shared: set[str] = set()
         """Paths whose other methods the app serves (``GET /v1/videos`` beside the POST)."""
+        self.get: dict[str, Handler] = {}
+        """GET routes (``/health``): their other methods (HEAD, OPTIONS) go to the app."""
 
     def add(self, path: str, handler: Handler, *, shared: bool = False) -> None:
         if path in self.post:
@@ -150,3 +152,21 @@ class Routes:
         self.post[path] = handler
         if shared:
             self.shared.add(path)
+
+    def add_get(self, path: str, handler: Handler) -> None:
+        if path in self.get or path in self.post:
+            raise ValueError(f"route GET {path} is already served")
+        self.get[path] = handler
+
+    def handler_for(self, method: str, path: str) -> Handler | None:
+        """The handler of ``method path`` when the gateway serves that path; a POST path's
+        handler for any method the app does not serve there (the gateway refuses those)."""
+        if method == "GET" and (handler := self.get.get(path)) is not None:
+            return handler
+        handler = self.post.get(path)
+        if handler is not None and method != "POST" and path in self.shared:
+            return None  # the app serves this path's other methods
+        return handler
+
+    def serves(self, path: str) -> bool:
+        return path in self.post or path in self.get

@@ -44,7 +44,9 @@ from blazar.web.middleware.tracing import RequestTracer
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-__all__ = ["JOB_ROUTE", "GatewayMiddleware"]
+    from blazar.serve.jobs.self_link import SelfLink
+
+__all__ = ["JOB_ROUTE", "GatewayMiddleware", "send_reply"]
 
 log = logging.getLogger("blazar.web")
 
@@ -96,6 +98,8 @@ class GatewayMiddleware:
         """The largest request head in bytes (``max_header_kb``); None: hypercorn's own bound."""
         self.tracer = tracer
         self.cors = cors if cors is not None else CorsPolicy()
+        self.link: SelfLink | None = None
+        """The daemon's link to its own port (``blazar.web.front``), which learns its address."""
         self.in_flight = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -163,20 +167,18 @@ class GatewayMiddleware:
         methods, or its route (the gateway's own or the app's), an inference request
         inside its card's cancel scope and finished from here if it was ended from outside."""
         path, method = call.path, call.method
-        handler = self.routes.post.get(path)
-        if handler is not None and method != "POST" and path in self.routes.shared:
-            handler = None  # the app serves this path's other methods
+        handler = self.routes.handler_for(method, path)
         if refusal is not None:
             exchange.grant = None  # a refused Host (DNS rebinding) gets no grant, whatever its Origin
             reply = exception_reply(call, refusal)
             if not exchange.disconnected:  # gone while waiting for its key's turn: nobody to tell
-                await _send_reply(reply, exchange.send)
+                await send_reply(reply, exchange.send)
         elif (preflight := self.cors.preflight_for(method, call.headers)) is not None:
             # before any check of keys: a preflight carries none
             await send_preflight(preflight, send)
             exchange.status = 204
-        elif handler is not None and method != "POST":
-            await _send_reply(_other_method(call), exchange.send)
+        elif handler is not None and method != "POST" and path not in self.routes.get:
+            await send_reply(_other_method(call), exchange.send)
         elif (card := call.card) is None:
             await self._dispatch(handler, call, scope, exchange)
         else:
@@ -199,7 +201,7 @@ class GatewayMiddleware:
             answer = exchange.answer
             self.telemetry.observe(
                 record,
-                route=call.route or (call.path if call.path in self.routes.post else "other"),
+                route=call.route or (call.path if self.routes.serves(call.path) else "other"),
                 inference=card is not None,
                 body=call.body or None,
                 answer=b"".join(answer) if answer else None,
@@ -298,11 +300,11 @@ class GatewayMiddleware:
         except _ClientGone:
             return
         except BlazarError as exc:
-            await _send_reply(exception_reply(call, exc), send)
+            await send_reply(exception_reply(call, exc), send)
             return
         if waited.cancelled_caught:
             message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"
-            await _send_reply(error_reply(call, "BAD_REQUEST", message), send)
+            await send_reply(error_reply(call, "BAD_REQUEST", message), send)
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
@@ -311,7 +313,7 @@ class GatewayMiddleware:
             except Exception as exc:
                 reply = exception_reply(call, exc)
             try:
-                await _send_reply(reply, send, exchange.write_body)
+                await send_reply(reply, send, exchange.write_body)
             except Exception:
                 # The head is out: all that is left is to end the connection (the server
                 # closes it when the app returns with the response unfinished).
@@ -404,7 +406,7 @@ async def _cancel_on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
             return
 
 
-async def _send_reply(
+async def send_reply(
     reply: Reply, send: Any, write_body: Callable[[bytes], Awaitable[None]] | None = None
 ) -> None:
     """Send ``reply``; a stream's chunks, as they come, through ``write_body`` where given

@@ -46,6 +46,7 @@ from blazar.config import Config
 from blazar.errors import Dialect, error_body
 from blazar.web.asgi.conn_limits import ConnectionLimits, Refused
 from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
+from blazar.web.asgi.protocols import load_http2
 
 __all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
 
@@ -279,6 +280,8 @@ async def serve(
         async with trio.open_nursery() as server_nursery:
             sockets = hconfig.create_sockets()
             ssl_context = hconfig.create_ssl_context()
+            if ssl_context is not None:
+                load_http2()  # TLS clients ask for HTTP/2 (ALPN): not at the first one's expense
             listeners: list[trio.abc.Listener[Any]] = []
             binds = []
             for sock, secure in [(s, True) for s in sockets.secure_sockets] + [

@@ -1,13 +1,15 @@
-"""Helpers shared by the gateway's route modules: bodies, errors, cleanups, JSON."""
+"""Helpers shared by the gateway's route modules: bodies, errors, cleanups, JSON.
+
+Quart is imported by the helpers for the framework's routes only, when they run: the
+gateway's own routes use these helpers before Quart is imported (``blazar.web.front``)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import msgspec
-from quart import Response, current_app, request
 
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
@@ -16,6 +18,9 @@ from blazar.errors import BlazarError, error_body, status_code_for
 from blazar.errors.describe import ErrorReply, describe_error
 from blazar.serve.reply import JSON, LOADING_NS, dialect_for, stream_reply
 from blazar.web.asgi.call import Call, Cleanup, Reply, current
+
+if TYPE_CHECKING:
+    from quart import Response
 
 __all__ = [
     "AUTH_KEY",
@@ -83,6 +88,8 @@ def exception_reply(call: Call, exc: Exception) -> Reply:
 
 def response_of(reply: Reply) -> Response:
     """A whole-body ``Reply`` as the framework's response."""
+    from quart import Response
+
     assert isinstance(reply.body, bytes)
     headers = dict(reply.headers or {})
     return Response(reply.body, reply.status, headers=headers, content_type=reply.content_type)
@@ -98,6 +105,8 @@ def json_reply(obj: Any, status: int = 200, headers: Mapping[str, str] | None = 
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    from quart import Response
+
     body = obj if isinstance(obj, bytes) else msgspec.json.encode(obj)
     return Response(body, status, headers=headers, content_type=JSON)
 
@@ -106,6 +115,8 @@ def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | N
     """``stream_reply`` as the framework's response, which no framework timeout may cut: one
     helper decides a stream's headers (without X-Accel-Buffering, a buffering proxy held back
     the events of a job's or a background response's stream)."""
+    from quart import Response
+
     reply = stream_reply(body, content_type=content_type, headers=headers)
     resp = Response(body, reply.status, headers={**(reply.headers or {}), "Content-Type": content_type})
     resp.timeout = None
@@ -114,6 +125,8 @@ def stream_response(body: Any, *, content_type: str, headers: dict[str, str] | N
 
 async def read_body() -> bytes:
     """The request body (of a framework route), size-limited while it is read (chunked bodies too)."""
+    from quart import request
+
     call = current()
     if (declared := request.content_length) is not None:
         call.check_length(declared)
@@ -129,6 +142,8 @@ async def read_body() -> bytes:
 def app_runtime() -> Runtime:
     """The runtime behind the app serving this request: framework routes are module-level
     functions and reach it through the app context rather than closing over it."""
+    from quart import current_app
+
     return cast(Runtime, current_app.extensions[RUNTIME_KEY])
 
 
@@ -157,6 +172,8 @@ def keep_alive_header(value: str) -> float | None:
 
 def query_int(name: str, default: int, high: int) -> int:
     """An integer query parameter of a framework route, from 1 to ``high``."""
+    from quart import request
+
     raw = request.args.get(name, str(default))
     if not raw.isdigit() or not 1 <= int(raw) <= high:
         raise DecodeError(f"invalid query `{name}`: {raw!r} is not an integer from 1 to {high}", param=name)
@@ -165,6 +182,8 @@ def query_int(name: str, default: int, high: int) -> int:
 
 def query_order(default: Literal["asc", "desc"] = "desc") -> Literal["asc", "desc"]:
     """The ``order`` query parameter of a list route."""
+    from quart import request
+
     order = request.args.get("order", default)
     if order == "asc":
         return "asc"

@@ -12,10 +12,9 @@ as before. Without remotes nothing is wrapped. The relay itself is
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import msgspec
-from quart import Response
-from quart_trio import QuartTrio
 
 from actors.chain_walk import FailoverExhausted
 from actors.config import FailoverChain
@@ -33,6 +32,10 @@ from blazar.web.asgi.auth import model_visible
 from blazar.web.asgi.call import Call, Handler, Reply, Routes
 from blazar.web.asgi.replies import app_runtime, json_response
 from blazar.web.routes.vectors import RERANK_ROUTES
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["FEDERATED_PATHS", "register", "remote_models", "split_remote", "wrap_routes"]
 

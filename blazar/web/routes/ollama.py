@@ -11,12 +11,10 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import trio
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.engine import EngineState
 from actors.errors import JobNotFound, JobNotRunnable
@@ -49,6 +47,10 @@ from registry.errors import ChecksumMismatch
 from registry.gguf import ModelInfo, check_complete
 from registry.replica import BlobReceiver
 from registry.store import ModelRecord, ModelSettings, Store, WeightFacts
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 log = logging.getLogger("blazar.web")
 
@@ -251,6 +253,8 @@ async def _info_of(store: Store, record: ModelRecord) -> ModelInfo:
 
 
 async def root() -> Response:
+    from quart import Response
+
     return Response("Ollama is running", content_type="text/plain; charset=utf-8")
 
 
@@ -450,6 +454,8 @@ async def pull_model() -> Response:
 
 
 async def delete() -> Response:
+    from quart import Response
+
     runtime = app_runtime()
     store = runtime.store
     name = decode_json(await read_body(), _Body).target()
@@ -467,6 +473,8 @@ async def delete() -> Response:
 
 
 async def copy() -> Response:
+    from quart import Response
+
     runtime = app_runtime()
     store = runtime.store
     body: _CopyBody = decode_json(await read_body(), _CopyBody)
@@ -478,12 +486,16 @@ async def copy() -> Response:
 
 
 async def blob_exists(digest: str) -> Response:
+    from quart import Response
+
     store = app_runtime().store
     return Response(b"", 200 if await trio.to_thread.run_sync(store.has_blob, _hex(digest)) else 404)
 
 
 async def blob_upload(digest: str) -> Response:
     """Receive a file for ``/api/create``; the bytes must hash to the digest in the path."""
+    from quart import Response, request
+
     store = app_runtime().store
     sha = _hex(digest)
     if await trio.to_thread.run_sync(store.has_blob, sha):

@@ -7,11 +7,9 @@ Every route answers only for the calling key's own streams: another key's is not
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects._wire import decode_json
@@ -27,6 +25,10 @@ from blazar.serve.stores.streams import (
 )
 from blazar.web.asgi.call import Call, Handler, Reply, current
 from blazar.web.asgi.replies import app_runtime, json_response, read_body, stream_response
+
+if TYPE_CHECKING:  # the framework is imported once the daemon listens (blazar/web/front.py)
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["register", "resumable"]
 
@@ -86,8 +88,14 @@ def _store() -> StreamStore:
     return store
 
 
+def _args() -> dict[str, str]:
+    from quart import request
+
+    return request.args
+
+
 def _stream_id() -> str:
-    stream_id = request.args.get("id")
+    stream_id = _args().get("id")
     if not stream_id:
         raise BlazarError("BAD_REQUEST", "missing query `id`: the stream's X-Blazar-Stream-Id", param="id")
     return stream_id
@@ -100,7 +108,7 @@ async def follow_stream() -> Response:
     after = 0
     if (raw := call.headers.get(_LAST_EVENT_ID)) is not None:
         after = event_number(raw, "Last-Event-ID")
-    elif (raw := request.args.get("last_event_id")) is not None:
+    elif (raw := _args().get("last_event_id")) is not None:
         after = event_number(raw, "last_event_id")
     store = _store()
     reader = store.read(stream_id, call.key, after)

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.jobs import JobRecord, read_events, read_job, read_jobs
 from actors.runtime import Runtime
 from blazar.dialects.neutral import DecodeError
 from blazar.errors import BlazarError
 from blazar.web.asgi.replies import app_runtime, json_response, query_int, stream_response
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["encode_job", "register"]
 
@@ -66,6 +68,8 @@ async def _job(job_id: str) -> JobRecord:
 
 
 async def list_jobs() -> Response:
+    from quart import request
+
     state, kind = request.args.get("state"), request.args.get("kind")
     if state is not None and state not in _STATES:
         raise DecodeError(
@@ -94,6 +98,8 @@ async def get_job(job_id: str) -> Response:
 
 
 async def job_events(job_id: str) -> Response:
+    from quart import request
+
     await _job(job_id)
     raw = request.args.get("after", "-1")
     if not raw.lstrip("-").isdigit():
@@ -123,6 +129,8 @@ _ELSEWHERE = {
 
 async def job_result(job_id: str) -> Response:
     """A completed job's result as its runner made it (a transcript in the format asked for)."""
+    from quart import Response
+
     job = await _job(job_id)
     if job.state != "completed":
         why = {

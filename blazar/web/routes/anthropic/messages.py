@@ -7,9 +7,9 @@ Anthropic's Message object or its SSE event sequence.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
-from quart import Response
-from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
@@ -21,6 +21,10 @@ from blazar.web.asgi.ask import ask_of, current_ask
 from blazar.web.asgi.call import Call, Reply, Routes, current
 from blazar.web.asgi.replies import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
 from blazar.web.routes import streams
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["register", "register_routes"]
 

@@ -13,12 +13,10 @@ from their manifests and starts nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
-from quart import Response
-from quart_trio import QuartTrio
 
 from actors.engines.multipart import FormError, Part, parse_form
 from actors.runtime import Runtime
@@ -28,6 +26,10 @@ from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import app_runtime, json_response
 from blazar.web.routes.openai import audio_jobs
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["register", "register_routes"]
 

@@ -6,9 +6,9 @@ The routes decode the request, name its model, and call the service
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import ollama_models, openai
@@ -24,10 +24,16 @@ from blazar.web.routes.federation import remote_models
 from blazar.web.routes.openai import stored
 from registry.store import ModelRecord
 
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
+
 __all__ = ["register", "register_routes"]
 
 
 async def list_models() -> Response:
+    from quart import request
+
     runtime = app_runtime()
     records = await trio.to_thread.run_sync(runtime.store.list)
     chains = runtime.failover.chains

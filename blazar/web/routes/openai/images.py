@@ -25,10 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import TypeVar
-
-from quart import Response
-from quart_trio import QuartTrio
+from typing import TYPE_CHECKING, TypeVar
 
 from actors.engine import EngineActor
 from actors.engines.multipart import FormError, parse_form
@@ -43,6 +40,10 @@ from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import JSON, app_runtime, error_response
 from registry.kinds import IMAGE_KINDS
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["FILES_PATH", "form_of", "register", "register_routes"]
 
@@ -164,6 +165,8 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
 async def image_file(file_id: str) -> Response:
     """An image answered earlier with ``response_format=url``."""
+    from quart import Response
+
     found = files_of(app_runtime()).get(file_id)
     if found is None:
         return error_response(

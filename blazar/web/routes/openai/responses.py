@@ -10,11 +10,9 @@ committed to the ledger before the client sees it finished.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects import responses
@@ -40,6 +38,10 @@ from blazar.web.asgi.replies import (
     stream_reply,
     stream_response,
 )
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["page_args", "register", "register_routes"]
 
@@ -169,6 +171,8 @@ async def _stored(response_id: str) -> ResponseRow:
 
 
 async def get_response(response_id: str) -> Response:
+    from quart import request
+
     row = await _stored(response_id)
     if request.args.get("stream", "").lower() != "true":
         return json_response(row.response)
@@ -195,6 +199,8 @@ async def delete_response(response_id: str) -> Response:
 
 def page_args() -> tuple[str | None, int, Literal["asc", "desc"]]:
     """``after``, ``limit`` (1 to 100, default 20) and ``order`` of a list route."""
+    from quart import request
+
     return request.args.get("after"), query_int("limit", 20, 100), query_order()
 
 

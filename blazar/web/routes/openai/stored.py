@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.runtime import Runtime
 from blazar.dialects.responses import item_page
@@ -35,6 +33,10 @@ from blazar.serve.stores.completions import (
 )
 from blazar.web.asgi.call import Call, Reply, current
 from blazar.web.asgi.replies import app_runtime, json_response, query_int, query_order, read_body
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["keep", "register"]
 
@@ -128,6 +130,8 @@ async def _stored(completion_id: str) -> StoredCompletion:
 
 
 async def list_completions() -> Response:
+    from quart import request
+
     after, limit = request.args.get("after"), query_int("limit", 20, 100)
     order = query_order(default="asc")
     rows, more = await completions_of(app_runtime()).page(
@@ -167,6 +171,8 @@ async def delete_completion(completion_id: str) -> Response:
 
 
 async def list_messages(completion_id: str) -> Response:
+    from quart import request
+
     row = await _stored(completion_id)
     after, limit = request.args.get("after"), query_int("limit", 20, 100)
     order = query_order(default="asc")

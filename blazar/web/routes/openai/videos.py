@@ -15,11 +15,10 @@ the others.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
-from quart import Response, request
-from quart_trio import QuartTrio
 
 from actors.jobs import JobRecord, read_job, read_jobs
 from actors.runtime import Runtime
@@ -32,6 +31,10 @@ from blazar.web.asgi.call import Call, Reply, Routes
 from blazar.web.asgi.replies import app_runtime, json_reply, json_response, query_int
 from blazar.web.routes.openai.images import form_of
 from registry.kinds import IMAGE_KINDS
+
+if TYPE_CHECKING:
+    from quart import Response
+    from quart_trio import QuartTrio
 
 __all__ = ["register", "register_routes"]
 
@@ -100,6 +103,8 @@ async def _video(video_id: str) -> JobRecord:
 
 async def list_videos() -> Response:
     """The videos, newest first: ``limit`` (default 10, at most 100) and ``after`` (an id)."""
+    from quart import request
+
     limit = query_int("limit", 10, high=100)
     if request.args.get("order", "desc") != "desc":
         raise BlazarError("BAD_REQUEST", "only order=desc (newest first) is served", param="order")
@@ -125,6 +130,8 @@ async def get_video(video_id: str) -> Response:
 
 async def video_content(video_id: str) -> Response:
     """The video of a completed job, in the container sd-server made."""
+    from quart import Response, request
+
     variant = request.args.get("variant", "video")
     if variant != "video":
         raise BlazarError(
