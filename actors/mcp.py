@@ -3,7 +3,8 @@
     mcp (supervisor)
     └ mcp[name]   → a stdio child process, or a Streamable HTTP session
 
-A server starts on its first use (``list_tools`` or ``call_tool``), never before. Its
+A server starts on its first use (``list_tools`` or ``call_tool``), never before, at the
+newest protocol revision it shares with us (``actors.mcp_protocol``). Its
 actor owns the session's life: it starts it, caches the tool list (listed again when the
 server sends ``notifications/tools/list_changed``), notices when the server goes away
 and starts it again on the next use, waiting out a backoff that doubles with each failed
@@ -17,8 +18,8 @@ a text saying what happened — never an exception for the gateway to catch.
 
 Stopping (the runtime stops, or ``StopServer``) leaves the session's context; the SDK then
 closes a stdio server's stdin, waits 2 s for it to exit, sends SIGTERM to its process
-group, and SIGKILL 2 s later (all shielded and bounded); an HTTP session is ended with a
-DELETE.
+group, and SIGKILL 2 s later (all shielded and bounded); an HTTP session (2025 revisions)
+is ended with a DELETE.
 """
 
 from __future__ import annotations
