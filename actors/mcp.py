@@ -584,11 +584,15 @@ class McpServerActor(Actor[McpMessage]):
 
         started = False
         try:
-            async with listen(session, tools_list_changed=True) as subscription:
-                task_status.started()
-                started = True
-                async for _ in subscription:
-                    pass
+            # A server that never acknowledges costs one call's timeout, not the whole start.
+            with trio.move_on_after(self.config.timeout_s) as ack:
+                async with listen(session, tools_list_changed=True) as subscription:
+                    task_status.started()
+                    started, ack.deadline = True, float("inf")
+                    async for _ in subscription:
+                        pass
+            if ack.cancelled_caught:
+                log.warning("%s: subscriptions/listen was not acknowledged", self.name)
         except Exception as exc:
             log.warning("%s: no tools list_changed subscription: %s", self.name, _describe(exc))
         if not started:
