@@ -3,7 +3,8 @@
     mcp (supervisor)
     └ mcp[name]   → a stdio child process, or a Streamable HTTP session
 
-A server starts on its first use (``list_tools`` or ``call_tool``), never before. Its
+A server starts on its first use (``list_tools`` or ``call_tool``), never before, at the
+newest protocol revision it shares with us (``actors.mcp_protocol``). Its
 actor owns the session's life: it starts it, caches the tool list (listed again when the
 server sends ``notifications/tools/list_changed``), notices when the server goes away
 and starts it again on the next use, waiting out a backoff that doubles with each failed
@@ -17,8 +18,8 @@ a text saying what happened — never an exception for the gateway to catch.
 
 Stopping (the runtime stops, or ``StopServer``) leaves the session's context; the SDK then
 closes a stdio server's stdin, waits 2 s for it to exit, sends SIGTERM to its process
-group, and SIGKILL 2 s later (all shielded and bounded); an HTTP session is ended with a
-DELETE.
+group, and SIGKILL 2 s later (all shielded and bounded); an HTTP session (2025 revisions)
+is ended with a DELETE.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from actors.actor import Actor, ActorStatistics
 from actors.config import McpSelection, McpServer
 from actors.errors import ActorStopped, BlazarRuntimeError
 from actors.mailbox import Envelope
+from actors.mcp_protocol import MODERN_VERSION, negotiate
 from actors.mcp_results import (
     McpCallResult,
     McpServerStatus,
@@ -132,6 +134,7 @@ class _Connected(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     session: Any
     tools: list[McpTool]
     info: str | None
+    protocol: str
 
 
 class _Ended(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -139,6 +142,7 @@ class _Ended(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     generation: int
     reason: str
+    code: str | None = None
 
 
 class _ToolsChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -169,6 +173,7 @@ class McpDown:
 
     reason: str
     retry_after_s: float | None = None
+    code: str | None = None
 
 
 class McpStatistics(ActorStatistics, frozen=True, kw_only=True):
@@ -180,17 +185,27 @@ class McpStatistics(ActorStatistics, frozen=True, kw_only=True):
     failures: int
     tools: int
     last_error: str | None
+    protocol_version: str | None
 
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _describe(exc.exceptions[0])
+    if isinstance(exc, BlazarRuntimeError):
+        return exc.message
     if isinstance(exc, FileNotFoundError):
         return f"the program {exc.filename or ''!s} was not found".replace("  ", " ")
     from mcp.shared.exceptions import MCPError
 
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, MCPError) else text
+
+
+def _code(exc: BaseException) -> str | None:
+    """The ``blazar_code`` of a failed start, where the runtime raised it on purpose."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _code(exc.exceptions[0])
+    return exc.code if isinstance(exc, BlazarRuntimeError) else None
 
 
 async def _list_all(session: ClientSession) -> list[mt.Tool]:
@@ -202,6 +217,11 @@ async def _list_all(session: ClientSession) -> list[mt.Tool]:
         listed = await session.list_tools(params=mt.PaginatedRequestParams(cursor=listed.next_cursor))
         tools.extend(listed.tools)
     return tools
+
+
+def _announces_tool_changes(session: ClientSession) -> bool:
+    caps = session.server_capabilities
+    return caps is not None and caps.tools is not None and bool(caps.tools.list_changed)
 
 
 async def _drain(fd: int, tail: TailBuffer) -> None:
@@ -221,8 +241,10 @@ class McpServerActor(Actor[McpMessage]):
         self.starts = 0
         self.failures = 0
         self.last_error: str | None = None
+        self.last_error_code: str | None = None
         self.tools: list[McpTool] = []
         self.info: str | None = None
+        self.protocol_version: str | None = None
         self._session: ClientSession | None = None
         self._stale = False
         self._retry_at = 0.0
@@ -257,7 +279,9 @@ class McpServerActor(Actor[McpMessage]):
             failures=self.failures,
             retry_after_s=self.retry_after_s(),
             last_error=self.last_error,
+            last_error_code=self.last_error_code,
             server_info=self.info,
+            protocol_version=self.protocol_version,
             stderr_tail="\n".join(self._tail.text().splitlines()[-20:]),
         )
 
@@ -272,6 +296,7 @@ class McpServerActor(Actor[McpMessage]):
             failures=self.failures,
             tools=len(self.tools),
             last_error=self.last_error,
+            protocol_version=self.protocol_version,
         )
 
     def drop_nowait(self, generation: int, reason: str) -> None:
@@ -303,13 +328,14 @@ class McpServerActor(Actor[McpMessage]):
                 if gen == self.generation and self.state is McpState.READY:
                     log.warning("%s: %s; it starts again on its next use", self.name, reason)
                     self._end_session(reason)
-            case _Connected(generation=gen, session=session, tools=tools, info=info):
+            case _Connected(generation=gen, session=session, tools=tools, info=info, protocol=protocol):
                 if gen == self.generation and self.state is McpState.STARTING:
+                    self.protocol_version = protocol
                     self._ready(session, tools, info)
-            case _Ended(generation=gen, reason=reason):
+            case _Ended(generation=gen, reason=reason, code=code):
                 self._tasks.pop(gen, None)
                 if gen == self.generation:
-                    self._ended(reason)
+                    self._ended(reason, code=code)
             case _ToolsChanged(generation=gen):
                 if gen == self.generation and self.state is McpState.READY and self._session is not None:
                     self._stale = True
@@ -326,7 +352,8 @@ class McpServerActor(Actor[McpMessage]):
             self._answer_ready(env)
             return
         if self.state is McpState.FAILED and (wait := self.retry_after_s()) is not None:
-            self._answer_down(env, McpDown(self._failed_text(f"the next try is in {wait:.1f} s"), wait))
+            text = self._failed_text(f"the next try is in {wait:.1f} s")
+            self._answer_down(env, McpDown(text, wait, self.last_error_code))
             return
         self._waiters.append(env)
         if self.state is not McpState.STARTING:
@@ -354,17 +381,17 @@ class McpServerActor(Actor[McpMessage]):
         for env in waiters:
             self._answer_ready(env)
 
-    def _ended(self, reason: str, *, deliberate: bool = False) -> None:
+    def _ended(self, reason: str, *, deliberate: bool = False, code: str | None = None) -> None:
         was = self.state
         self._session, self.tools, self._stale = None, [], False
-        self.last_error = reason
+        self.last_error, self.last_error_code = reason, code
         if was is McpState.STARTING:
             self.failures += 1
             delay = min(_BACKOFF_INITIAL_S * 2 ** (self.failures - 1), _BACKOFF_MAX_S)
             self._retry_at = trio.current_time() + delay
             self.state = McpState.FAILED
             log.warning("%s could not start: %s", self.name, reason)
-            down = McpDown(self._failed_text(f"it is tried again on a use after {delay:.1f} s"), delay)
+            down = McpDown(self._failed_text(f"it is tried again on a use after {delay:.1f} s"), delay, code)
         else:
             self.state = McpState.STOPPED
             if was is McpState.READY and not deliberate:
@@ -397,7 +424,7 @@ class McpServerActor(Actor[McpMessage]):
 
     def _answer_down(self, env: Envelope[McpMessage], down: McpDown) -> None:
         if isinstance(env.message, ListTools):
-            env.answer(McpToolList(server=self.config.name, error=down.reason))
+            env.answer(McpToolList(server=self.config.name, error=down.reason, blazar_code=down.code))
         else:
             env.answer(down)
 
@@ -412,7 +439,7 @@ class McpServerActor(Actor[McpMessage]):
     async def _stop_and_answer(self, env: Envelope[McpMessage], reason: str) -> None:
         if self.state in (McpState.READY, McpState.STARTING):
             self._end_session(f"stopped ({reason})", deliberate=True)
-            self.last_error = None
+            self.last_error = self.last_error_code = None
         await self._wait_tasks()
         env.answer(None)
 
@@ -430,20 +457,20 @@ class McpServerActor(Actor[McpMessage]):
     # -- the session task -----------------------------------------------------------
 
     async def _serve(self, generation: int, scope: trio.CancelScope, done: trio.Event) -> None:
-        reason = "the server closed the connection"
+        reason, code = "the server closed the connection", None
         try:
             with scope:
                 try:
                     await self._hold(generation)
                 except Exception as exc:
-                    reason = _describe(exc)
+                    reason, code = _describe(exc), _code(exc)
                     if self.config.transport == "stdio" and (said := self._tail.summary(3)):
                         reason = f"{reason} (stderr: {said})"
             if scope.cancelled_caught:
                 reason = "stopped"
         finally:
             done.set()
-            self._tell(_Ended(generation=generation, reason=reason))
+            self._tell(_Ended(generation=generation, reason=reason, code=code))
 
     async def _hold(self, generation: int) -> None:
         """Open the transport and the session, report it ready, hold it until it ends."""
@@ -458,18 +485,33 @@ class McpServerActor(Actor[McpMessage]):
                     to_session, from_relay = anyio.create_memory_object_stream[SessionMessage | Exception](0)
                     ended = trio.Event()
                     nursery.start_soon(self._relay, generation, read, to_session, ended)
-                    async with from_relay, ClientSession(from_relay, write) as session:
+                    async with (
+                        from_relay,
+                        ClientSession(from_relay, write) as session,
+                        trio.open_nursery() as watchers,
+                    ):
                         with trio.move_on_after(c.start_timeout_s) as timer:
-                            init = await session.initialize()
+                            protocol = await negotiate(session)
                             listed = await _list_all(session)
+                            if protocol == MODERN_VERSION and _announces_tool_changes(session):
+                                await watchers.start(self._listen, session)
                         if timer.cancelled_caught:
                             raise TimeoutError(
                                 f"its start took over {c.start_timeout_s:g} s (start_timeout_s)"
                             )
-                        info = f"{init.server_info.name} {init.server_info.version}".strip()
+                        known = session.server_info
+                        info = f"{known.name} {known.version or ''}".strip() if known is not None else None
                         tools = tools_of(c.name, listed)
-                        self._tell(_Connected(generation=generation, session=session, tools=tools, info=info))
+                        ready = _Connected(
+                            generation=generation,
+                            session=session,
+                            tools=tools,
+                            info=info,
+                            protocol=protocol,
+                        )
+                        self._tell(ready)
                         await ended.wait()
+                        watchers.cancel_scope.cancel()
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -530,6 +572,31 @@ class McpServerActor(Actor[McpMessage]):
             pass
         finally:
             ended.set()
+
+    async def _listen(
+        self, session: ClientSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """At 2026-07-28 a server sends ``notifications/tools/list_changed`` only on a
+        ``subscriptions/listen`` stream the client opened: hold one open. ``_relay`` notes each
+        notification as it passes; the events read here are only drained. A server that will
+        not hold one still serves its tools, listed once."""
+        from mcp.client.subscriptions import listen
+
+        started = False
+        try:
+            # A server that never acknowledges costs one call's timeout, not the whole start.
+            with trio.move_on_after(self.config.timeout_s) as ack:
+                async with listen(session, tools_list_changed=True) as subscription:
+                    task_status.started()
+                    started, ack.deadline = True, float("inf")
+                    async for _ in subscription:
+                        pass
+            if ack.cancelled_caught:
+                log.warning("%s: subscriptions/listen was not acknowledged", self.name)
+        except Exception as exc:
+            log.warning("%s: no tools list_changed subscription: %s", self.name, _describe(exc))
+        if not started:
+            task_status.started()
 
     async def _relist(self, generation: int, session: ClientSession) -> None:
         try:

@@ -52,6 +52,8 @@ class McpToolList(msgspec.Struct, frozen=True, kw_only=True):
     server: str
     tools: list[McpTool] = []
     error: str | None = None
+    blazar_code: str | None = None
+    """A stable code for ``error`` where there is one (``MCP_PROTOCOL_UNSUPPORTED``)."""
 
 
 class McpCallResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,8 +92,13 @@ class McpServerStatus(msgspec.Struct, frozen=True, kw_only=True):
     retry_after_s: float | None = None
     """After a failed start: seconds until the next use may try again."""
     last_error: str | None = None
+    last_error_code: str | None = None
+    """A stable code for ``last_error`` where there is one (``MCP_PROTOCOL_UNSUPPORTED``)."""
     server_info: str | None = None
     """The server's own name and version, once it has started."""
+    protocol_version: str | None = None
+    """The MCP protocol revision the session speaks (``2026-07-28``, ``2025-11-25`` or
+    ``2025-06-18``), once started; the last one while stopped or failed."""
     stderr_tail: str = ""
     """The last lines a stdio server wrote to stderr."""
 

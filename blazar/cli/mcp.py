@@ -71,10 +71,11 @@ def list_(*, json_: Json = False) -> None:
     if not doc["servers"]:
         out.print("no MCP servers are configured: add [[mcp]] entries to config.toml (docs/mcp.md)")
         return
-    table = Table("NAME", "TRANSPORT", "TARGET", "STATE", "TOOLS", box=None)
+    table = Table("NAME", "TRANSPORT", "TARGET", "STATE", "PROTOCOL", "TOOLS", box=None)
     for s in doc["servers"]:
         tools = "-" if s["tools"] is None else str(len(s["tools"]))
-        table.add_row(s["name"], s["transport"], s["target"], s["state"], tools)
+        protocol = s.get("protocol_version") or "-"
+        table.add_row(s["name"], s["transport"], s["target"], s["state"], protocol, tools)
     out.print(table)
     if daemon is None:
         out.print("(no daemon runs: nothing is started)")

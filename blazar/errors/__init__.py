@@ -259,6 +259,12 @@ CATALOG: dict[str, CodeInfo] = {
             "The API key's `mcp:` scopes do not allow the MCP server the request named (docs/mcp.md).",
         ),
         _c(
+            "MCP_PROTOCOL_UNSUPPORTED",
+            502,
+            "The MCP server speaks none of the protocol versions Blazar does (2026-07-28, 2025-11-25, "
+            "2025-06-18): the message names what it offered and what was tried (docs/mcp.md).",
+        ),
+        _c(
             "PEER_UNAVAILABLE",
             503,
             "The peer that would serve the model is down or failed before answering, and no other "

@@ -100,6 +100,8 @@ def test_cli_asks_the_daemon_and_the_daemon_stops_its_server(tmp_path: Path) -> 
         assert int(again.stdout.strip()) == pid  # the daemon's server, reused
         listed = json.loads(_cli(tmp_path, "list", "--json").stdout)
         assert listed["servers"][0]["state"] == "ready"
+        assert listed["servers"][0]["protocol_version"] == "2026-07-28"  # the SDK's stdio server
+        assert "2026-07-28" in _cli(tmp_path, "list").stdout  # the PROTOCOL column
         unknown = _cli(tmp_path, "call", "local", "nothing-here")
         assert unknown.returncode == 1
     finally:

@@ -65,10 +65,12 @@ def added(n: int = 1) -> str:
 
 @server.tool()
 async def grow(ctx: Context) -> str:
-    """Add the ``added`` tool and tell the client that the tool list changed."""
+    """Add the ``added`` tool and tell the client that the tool list changed: on the
+    session (2025 revisions), and on ``subscriptions/listen`` streams (2026-07-28)."""
     if "added" not in {t.name for t in await server.list_tools()}:
         server.add_tool(added)
     await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()
     return "grown"
 
 
