@@ -26,6 +26,7 @@ from blazar.dialects import unimplemented
 from blazar.serve.cards import Cards
 from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
+from blazar.serve.policy.hooks import open_policy_hooks
 from blazar.serve.stores.semantic import open_semantic_cache
 from blazar.serve.stores.streams import open_streams
 from blazar.telemetry.audit import AuditLog
@@ -80,6 +81,7 @@ def build_gateway(
     routes = Routes()
     open_streams(runtime, config.streams)  # resumable streams, for the routes that offer them
     open_semantic_cache(runtime, config.semantic_cache, trio.current_time)
+    open_policy_hooks(runtime, config.hooks)  # none configured: nothing kept, nothing done
     for module in GATEWAY_SERVED:
         module.register_routes(routes, runtime)
     federation.wrap_routes(routes, runtime)  # only with [[remotes]]
