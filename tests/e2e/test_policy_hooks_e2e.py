@@ -242,3 +242,40 @@ def test_streams_are_held_for_a_buffering_hook_and_passed_by_the_others(daemon: 
     ]
     assert "".join(texts) == REDACTED
     assert "event: message_stop" in r.text
+
+
+def test_ollama_chat_and_generate_pass_the_same_hooks(daemon: Daemon) -> None:
+    def chat(content: str, route: str = "/api/chat", **extra: Any) -> httpx.Response:
+        body: dict[str, Any] = {
+            "model": MODEL,
+            "stream": False,
+            "options": {"num_predict": 8, "temperature": 0},
+        }
+        if route == "/api/chat":
+            body["messages"] = [{"role": "user", "content": content}]
+        else:
+            body["prompt"] = content
+        return httpx.post(f"{daemon.url}{route}", json={**body, **extra}, headers=daemon.headers, timeout=120)
+
+    r = chat("Please REFUSE-REQUEST now")
+    assert r.status_code == 403
+    assert r.json()["blazar_code"] == "POLICY_REFUSED" and "'guard'" in r.json()["error"]
+
+    plain = chat(REWRITTEN_PROMPT)
+    r = chat("My SECRET password is hunter2 and my card number is 4111 1111 1111 1111")
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt_eval_count"] == plain.json()["prompt_eval_count"]
+    assert _policy(r) == {"guard": "rewrite", "py-guard": "allow", "audit": "allow"}
+
+    r = chat("REDACT-ANSWER: what is the capital of France?")
+    assert r.json()["message"]["content"] == REDACTED
+
+    r = chat("REDACT-ANSWER: what is the capital of France?", stream=True)
+    assert r.status_code == 200, r.text
+    lines = [json.loads(line) for line in r.text.splitlines() if line]
+    assert "".join(line["message"]["content"] for line in lines) == REDACTED
+    assert lines[-1]["done"] is True
+
+    r = chat("REDACT-ANSWER: the capital of France is", route="/api/generate")
+    assert r.status_code == 200, r.text
+    assert r.json()["response"] == REDACTED
