@@ -356,6 +356,8 @@ class _Changed:
 
 
 _STORES: weakref.WeakKeyDictionary[Runtime, PolicyHooks] = weakref.WeakKeyDictionary()
+_ANY = False
+"""Set once any runtime of this process has hooks: until then the request path reads this alone."""
 
 
 def open_policy_hooks(runtime: Runtime, configs: list[HookConfig]) -> PolicyHooks | None:
@@ -364,8 +366,10 @@ def open_policy_hooks(runtime: Runtime, configs: list[HookConfig]) -> PolicyHook
     if not configs:
         _STORES.pop(runtime, None)
         return None
+    global _ANY
     hooks = PolicyHooks(configs)
     _STORES[runtime] = hooks
+    _ANY = True
     return hooks
 
 
@@ -381,8 +385,7 @@ async def through(
     run: Run,
 ) -> Reply:
     """``run(call, req)``, behind the policy hooks where the daemon has any."""
-    hooks = _STORES.get(runtime)
-    if hooks is None:
+    if not _ANY or (hooks := _STORES.get(runtime)) is None:
         return await run(call, req)
     return await hooks.guard(call, req, dialect, run)
 
@@ -394,11 +397,12 @@ def guarded(answer: Answer) -> Answer:
     """``answer`` (OpenAI chat's whole service, its body relayed) behind the policy hooks."""
 
     @functools.wraps(answer)
-    async def run(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest) -> Reply:
-        hooks = _STORES.get(runtime)
-        if hooks is None:  # no hooks configured: nothing more than this lookup
-            return await answer(runtime, call, ask, req)
-        return await hooks.guard(
+    def run(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest) -> Awaitable[Reply]:
+        # A plain function handing back ``answer``'s own coroutine: with no hooks configured
+        # (``_ANY`` false) a request costs this one check, not a coroutine of its own.
+        if not _ANY or (hooks := _STORES.get(runtime)) is None:
+            return answer(runtime, call, ask, req)
+        return hooks.guard(
             call, req, Dialect.OPENAI, lambda c, r: answer(runtime, c, ask, r), relays_body=True
         )
 
