@@ -15,6 +15,7 @@ from actors.config import RuntimeConfig, Tunables
 __all__ = [
     "Config",
     "ConfigError",
+    "HookConfig",
     "Paths",
     "SemanticCacheConfig",
     "StreamsConfig",
@@ -108,6 +109,34 @@ class SemanticCacheConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     """Answers kept in all; past it the oldest is dropped."""
 
 
+class HookConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[hooks]]`` entry: a policy hook called before or after a chat request runs
+    (docs/security.md#policy-hooks)."""
+
+    name: str
+    """Named in the X-Blazar-Policy header and in a refusal's message."""
+    stage: Literal["pre", "post"]
+    """``pre``: sees the request and may allow, refuse or rewrite it; ``post``: sees the answer
+    and may allow, redact or refuse it."""
+    url: str | None = None
+    """An HTTP endpoint the hook's JSON is POSTed to."""
+    entry: str | None = None
+    """A Python callable ``module:function`` (sync or async) called with the same JSON."""
+    timeout_ms: int = 1000
+    """How long the hook may take; past it, ``on_error`` decides."""
+    on_error: Literal["open", "closed"] = "closed"
+    """A hook that fails (timeout, error, a verdict it cannot read): ``open`` lets the request
+    run as if allowed; ``closed`` refuses it (503 POLICY_HOOK_FAILED)."""
+    routes: list[str] = []
+    """The routes it applies to (``/v1/chat/completions``, ``/v1/messages``, ``/api/chat``);
+    empty: all chat routes."""
+    models: list[str] = []
+    """Model names (shell patterns: ``llama*``) it applies to; empty: all models."""
+    buffer_streams: bool = False
+    """A post hook on a streamed answer: hold the whole stream, call the hook, then release it.
+    Off: post hooks do not see streams (the answer says so in X-Blazar-Warnings)."""
+
+
 class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``config.toml``: the server's own keys here, the runtime's in ``Tunables``."""
 
@@ -166,6 +195,8 @@ class Config(Tunables, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The voice (text-to-speech model) a realtime session starts with; None: the first installed."""
     streams: StreamsConfig = StreamsConfig()
     semantic_cache: SemanticCacheConfig = SemanticCacheConfig()
+    hooks: list[HookConfig] = []
+    """Policy hooks (``[[hooks]]`` entries), in the order they run; none: no policy work at all."""
 
     def runtime(self, paths: Paths) -> RuntimeConfig:
         tunables = {name: getattr(self, name) for name in Tunables.__struct_fields__}
@@ -223,6 +254,7 @@ def parse_config(data: bytes | str, path: Path) -> Config:
             f"{path}: [streams] grace_s and keep_s must be above 0, max_streams and max_stream_kb at least 1"
         )
     _check_semantic_cache(path, config.semantic_cache)
+    _check_hooks(path, config.hooks)
     config = _read_remote_keys(path, config)
     for name, model in config.models.items():
         if model.rope_scale is not None and model.rope_scaling is None:
@@ -242,6 +274,27 @@ def _check_semantic_cache(path: Path, cache: SemanticCacheConfig) -> None:
             f"{path}: [semantic_cache] enabled needs model = the embedding model that compares "
             'prompts (e.g. model = "nomic-embed-text"; docs/configuration.md)'
         )
+
+
+def _check_hooks(path: Path, hooks: list[HookConfig]) -> None:
+    seen: set[str] = set()
+    for hook in hooks:
+        where = f"{path}: [[hooks]] {hook.name!r}"
+        if not hook.name or hook.name in seen:
+            raise ConfigError(f"{where}: each hook needs a name of its own")
+        seen.add(hook.name)
+        if (hook.url is None) == (hook.entry is None):
+            raise ConfigError(f'{where}: give exactly one of url = "http://…" or entry = "module:function"')
+        if hook.url is not None and not hook.url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}: url must start with http:// or https://")
+        if hook.entry is not None:
+            module, _, function = hook.entry.partition(":")
+            if not module or not function.isidentifier():
+                raise ConfigError(f'{where}: entry must be "module:function", e.g. "mypolicy:check"')
+        if not 1 <= hook.timeout_ms <= 600_000:
+            raise ConfigError(f"{where}: timeout_ms must be between 1 and 600000")
+        if hook.buffer_streams and hook.stage == "pre":
+            raise ConfigError(f"{where}: buffer_streams is for post hooks (a pre hook never sees a stream)")
 
 
 def _check_transport(path: Path, config: Config) -> None:

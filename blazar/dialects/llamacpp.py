@@ -46,6 +46,7 @@ __all__ = [
     "engine_request",
     "fold_system_turns",
     "infill_refusal",
+    "openai_message",
     "parse_response",
     "reminder",
 ]
@@ -65,7 +66,8 @@ class EngineError(Exception):
     """The engine reported an error inside a stream or a response body."""
 
 
-def _openai_message(m: Message) -> dict[str, Any]:
+def openai_message(m: Message) -> dict[str, Any]:
+    """A neutral message in the OpenAI chat shape llama.cpp reads."""
     if m.images:
         parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
         parts += [
@@ -236,7 +238,7 @@ def engine_request(
             }
     if not system_turns:
         messages = fold_system_turns(messages)
-    body["messages"] = [_openai_message(m) for m in messages]
+    body["messages"] = [openai_message(m) for m in messages]
     body.update(thinking.engine_fields(req, support=thinking_support, reads_effort=think_effort))
     return "/v1/chat/completions", body
 

@@ -364,6 +364,18 @@ CATALOG: dict[str, CodeInfo] = {
             "As many resumable streams as [streams] max_streams are live: retry later, or stream "
             "without X-Blazar-Resumable.",
         ),
+        _c(
+            "POLICY_REFUSED",
+            403,
+            "A policy hook ([[hooks]] in config.toml) refused the request or its answer: the message "
+            "names the hook and gives its reason.",
+        ),
+        _c(
+            "POLICY_HOOK_FAILED",
+            503,
+            "A policy hook that fails closed did not answer in time, failed, or answered no verdict: "
+            "the request was not run (or its answer not given); retry later.",
+        ),
     )
 }
 

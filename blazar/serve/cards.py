@@ -149,6 +149,8 @@ class Card:
     """A failover chain's walk: each target passed over and why, then the one that served."""
     cache: str | None = None
     """What the semantic cache did for it (``hit (similarity …)``, ``miss (…)``, ``bypass (…)``)."""
+    policy: str | None = None
+    """What the policy hooks did for it (``X-Blazar-Policy``'s value: ``NAME=allow``, …)."""
 
     def note_failure(self, code: str, message: str) -> None:
         """The request's stream failed midway; the first failure is the one kept."""

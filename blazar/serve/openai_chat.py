@@ -35,7 +35,7 @@ from blazar.serve.candidates import fanout, translated
 from blazar.serve.cards import set_stream_enders
 from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask, Relayed
-from blazar.serve.policy import certified, honesty, structured
+from blazar.serve.policy import certified, honesty, hooks, structured
 from blazar.serve.policy.prompt_fit import check_prompt
 from blazar.serve.relay import RenamingStream, UpstreamStream, crash_error, renamer_for, send_upstream
 from blazar.serve.reply import LOADING_NS, Reply, stream_reply
@@ -112,6 +112,7 @@ def _as_translated(call: Relayed, req: ChatRequest) -> ChatRequest:
     return msgspec.structs.replace(req, ignored=[*req.ignored, *dropped]) if dropped else req
 
 
+@hooks.guarded  # the operator's policy hooks, outside the cache: they see its answers too
 @semantic_cache.cached  # a prompt that means what a recent one meant may get its answer
 async def answer_chat(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest) -> Reply:
     """A chat request (decoded and named by its route): a cascade, candidates, an MCP loop, a

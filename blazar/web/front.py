@@ -35,6 +35,7 @@ from blazar.errors import BlazarError
 from blazar.serve.cards import Cards
 from blazar.serve.jobs import register_all
 from blazar.serve.jobs.self_link import SelfLink
+from blazar.serve.policy.hooks import open_policy_hooks
 from blazar.serve.stores.semantic import open_semantic_cache
 from blazar.serve.stores.streams import open_streams
 from blazar.telemetry.audit import AuditLog
@@ -235,6 +236,7 @@ def open_gateway(
     routes = Routes()
     open_streams(runtime, config.streams)  # resumable streams, for the routes that offer them
     open_semantic_cache(runtime, config.semantic_cache, trio.current_time)
+    open_policy_hooks(runtime, config.hooks)  # none configured: nothing kept, nothing done
     for module in gateway_served():
         module.register_routes(routes, runtime)
     federation.wrap_routes(routes, runtime)  # only with [[remotes]]

@@ -54,6 +54,7 @@ RESPONSE: dict[str, str] = {
     "x-blazar-cache-reason": "why the semantic cache missed or was bypassed (stream, tools, sampling, …)",
     "x-blazar-cache-similarity": "the cosine similarity of the nearest cached prompt",
     "x-blazar-cache-age": "seconds since a cached answer was made",
+    "x-blazar-policy": "the policy hooks that ran and what each did (NAME=allow|rewrite|redact|…)",
 }
 """The headers the daemon answers with, with what each says."""
 

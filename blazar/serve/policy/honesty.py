@@ -49,6 +49,7 @@ WARNINGS = {
     "ctx_clamped": "the context asked for was clamped to what the model serves",
     "params_ignored": "parameters the request set had no effect (X-Blazar-Ignored names them)",
     "params_changed": "parameters ran with another value than sent (X-Blazar-Changed says which)",
+    "policy_post_skipped": "a post policy hook did not see this streamed answer (X-Blazar-Policy names it)",
     **{name: f"engine: {meaning}" for name, meaning in DEGRADES.items()},
 }
 """The names ``X-Blazar-Warnings`` uses, and what each means: the request's own, then the

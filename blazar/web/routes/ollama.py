@@ -23,11 +23,12 @@ from actors.runtime import Runtime
 from blazar.dialects import ollama, ollama_models, ollama_time
 from blazar.dialects._wire import decode_json
 from blazar.dialects.neutral import ChatRequest, DecodeError, Delta, Usage
-from blazar.errors import CATALOG, BlazarError
+from blazar.errors import CATALOG, BlazarError, Dialect
 from blazar.serve import engine_call, mcp_loop, semantic_cache
 from blazar.serve.candidates import translated
+from blazar.serve.context import Relayed
 from blazar.serve.engine_call import Timings
-from blazar.serve.policy import structured
+from blazar.serve.policy import hooks, structured
 from blazar.serve.stores.semantic import semantic_cache_of
 from blazar.web.asgi.ask import ask_of
 from blazar.web.asgi.auth import model_visible, require_model
@@ -233,13 +234,24 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
 
     async def chat(call: Call) -> Reply:
         req = ollama.decode_chat_request(call.body)
-        if ollama.load_action(req) is not None:  # a load or an unload: nothing to cache
+        if ollama.load_action(req) is not None:  # a load or an unload: nothing to cache nor judge
             return await run_chat(call, req, "chat")
         ask = ask_of(call)
-        return await semantic_cache.through(runtime, call, ask, req, lambda: run_chat(call, req, "chat"))
+        call.set_model(req.model)  # the key's scope first: a hook is not asked about a refused model
+
+        async def cached(_: Relayed, req: ChatRequest) -> Reply:  # the body is not relayed: ``call`` stands
+            return await semantic_cache.through(runtime, call, ask, req, lambda: run_chat(call, req, "chat"))
+
+        return await hooks.through(runtime, call, req, Dialect.OLLAMA, cached)
 
     async def generate(call: Call) -> Reply:
-        return await run_chat(call, ollama.decode_generate_request(call.body), "generate")
+        req = ollama.decode_generate_request(call.body)
+        if ollama.load_action(req) is not None:
+            return await run_chat(call, req, "generate")
+        call.set_model(req.model)
+        return await hooks.through(
+            runtime, call, req, Dialect.OLLAMA, lambda _, req: run_chat(call, req, "generate")
+        )
 
     routes.add("/api/chat", chat)
     routes.add("/api/generate", generate)

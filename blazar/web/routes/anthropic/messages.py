@@ -14,9 +14,12 @@ import msgspec
 from actors.runtime import Runtime
 from blazar.dialects import anthropic
 from blazar.dialects.neutral import ChatRequest, Delta, Usage
+from blazar.errors import Dialect
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.candidates import translated
+from blazar.serve.context import Ask, Relayed
 from blazar.serve.engine_call import Timings
+from blazar.serve.policy import hooks
 from blazar.web.asgi.ask import ask_of, current_ask
 from blazar.web.asgi.call import Call, Reply, Routes, current
 from blazar.web.asgi.replies import app_runtime, json_reply, json_response, read_body, set_model, stream_reply
@@ -71,22 +74,24 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
     async def messages(call: Call) -> Reply:
         req = anthropic.decode_messages_request(call.body)
         call.set_model(req.model)
-        if picked := await translated.answer(runtime, call, ask_of(call), req):
+        ask = ask_of(call)
+        return await hooks.through(runtime, call, req, Dialect.ANTHROPIC, lambda c, r: answer(c, ask, r))
+
+    async def answer(call: Relayed, ask: Ask, req: ChatRequest) -> Reply:
+        if picked := await translated.answer(runtime, call, ask, req):
             tr, resp, said = picked
             return json_reply(anthropic.encode_response(resp, request=req), headers={**_headers(tr), **said})
         if servers := mcp_loop.selected_servers(runtime, call):
             if not req.stream:
-                loop, resp = await mcp_loop.answer(runtime, req, servers, ask_of(call))
+                loop, resp = await mcp_loop.answer(runtime, req, servers, ask)
                 headers = {**_headers(), **loop.headers(), "X-Blazar-Mcp": loop.run.header()}
                 return json_reply(anthropic.encode_response(resp, request=req), headers=headers)
             encoder = _Encoder(req, anthropic.message_id_for(call.trace_id))
-            looped = await mcp_loop.McpStream.open(
-                runtime, req, servers, encoder, mcp_loop.SSE_COMMENTS, ask_of(call)
-            )
+            looped = await mcp_loop.McpStream.open(runtime, req, servers, encoder, mcp_loop.SSE_COMMENTS, ask)
             call.on_cleanup(looped.aclose)
             headers = {**_headers(), **looped.headers()}
             return stream_reply(looped, content_type="text/event-stream", headers=headers)
-        tr = engine_call.EngineCall(runtime, req, ask_of(call))
+        tr = engine_call.EngineCall(runtime, req, ask)
         await tr.prepare()
         if not req.stream:
             resp = await tr.complete()
