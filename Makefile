@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: install lock test-latest browser ffmpeg models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
+.PHONY: install lock test-latest browser ffmpeg nginx models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes, written by `make lock`),
 # so a new machine runs what CI tested. uv itself is pinned by hash and installed with pip; `uv pip
@@ -63,6 +63,12 @@ browser:
 ffmpeg:
 	-sh scripts/setup-ffmpeg.sh
 
+# nginx (Debian's nginx-light, via apt), which the reverse-proxy streaming test puts in front of
+# the daemon (run unprivileged, its config in a temporary folder): never fails the build; without
+# it that test fails, naming `make nginx`.
+nginx:
+	-sh scripts/setup-nginx.sh
+
 # The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).
 # pytest exits non-zero (5) when it collects no test, so an empty run can never pass.
 # One xdist worker per core, 4 at most (each runs its own daemons and engines); whole modules go
@@ -71,13 +77,13 @@ ffmpeg:
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder)
 
-test: models browser ffmpeg
+test: models browser ffmpeg nginx
 	$(PYTEST) -q $(XDIST)
 
-test-fast: models browser ffmpeg
+test-fast: models browser ffmpeg nginx
 	$(PYTEST) -q -m "not slow" $(XDIST)
 
-test-slow: models browser ffmpeg
+test-slow: models browser ffmpeg nginx
 	$(PYTEST) -q -m slow $(XDIST)
 
 lint: $(STAMP)

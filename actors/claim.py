@@ -162,8 +162,9 @@ async def _claim(runtime: Runtime, model: str, **options: Unpack[ClaimOptions]) 
     return claim
 
 
-async def preflight(runtime: Runtime, engine: EngineActor, options: ClaimOptions) -> None:
-    """What is refused or changed before the slot (see the module doc)."""
+async def preflight(runtime: Runtime, engine: EngineActor, options: ClaimOptions) -> int:
+    """What is refused or changed before the slot (see the module doc); the nanoseconds spent
+    restarting the engine for the request (a load: 0 when it needed none)."""
     spec = engine.spec
     if needs := options.get("needs"):
         check_certificates(
@@ -179,19 +180,22 @@ async def preflight(runtime: Runtime, engine: EngineActor, options: ClaimOptions
     restart = ctx if ctx is not None and (engine.served_ctx or spec.ctx_per_slot) < ctx else None
     embeddings = options.get("embeddings", False) and not spec.embeddings
     tokens = options.get("token_embeddings", False) and not spec.token_embeddings
-    if restart is not None or embeddings or tokens:
-        await engine.ask(
-            Reconfigure(
-                ctx_per_slot=restart,
-                embeddings=True if embeddings or tokens else None,
-                token_embeddings=True if tokens else None,
-            )
+    if not (restart is not None or embeddings or tokens):
+        return 0
+    t0 = time.perf_counter_ns()
+    await engine.ask(
+        Reconfigure(
+            ctx_per_slot=restart,
+            embeddings=True if embeddings or tokens else None,
+            token_embeddings=True if tokens else None,
         )
+    )
+    return time.perf_counter_ns() - t0
 
 
 async def claim_on(runtime: Runtime, engine: EngineActor, **options: Unpack[ClaimOptions]) -> Claim:
     """The claim on one engine (``Runtime.claim`` has resolved the name)."""
-    await preflight(runtime, engine, options)
+    restarted_ns = await preflight(runtime, engine, options)
     slot = await acquire(
         runtime.admission,
         waiter_id=options.get("waiter_id"),
@@ -206,7 +210,7 @@ async def claim_on(runtime: Runtime, engine: EngineActor, **options: Unpack[Clai
             granted(engine)
         t0 = time.perf_counter_ns()
         handle, evicted = await runtime.ready(engine)
-        load_ns = time.perf_counter_ns() - t0
+        load_ns = time.perf_counter_ns() - t0 + restarted_ns
         lease = engine.lease()
     except BaseException:
         slot.release()

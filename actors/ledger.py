@@ -65,6 +65,9 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     tools: str | None = None
     """The MCP tool calls the gateway ran for it, as a JSON list of ``{"tool", "ok", "why",
     "ms", "truncated_bytes"}``."""
+    overhead_ms: float | None = None
+    """The gateway's own time (docs/observability.md: arrival to last byte less the queue,
+    the load, the engine's reported prompt and decode time and the MCP tools' time)."""
 
 
 class Flush(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -309,6 +312,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    (
+        # The gateway's own time per request (its overhead). Old rows read NULL.
+        "ALTER TABLE requests ADD COLUMN overhead_ms REAL",
+    ),
 )
 
 _COLUMNS = (
@@ -334,6 +341,7 @@ _COLUMNS = (
     "decode_ms",
     "error",
     "tools",
+    "overhead_ms",
 )
 _INSERT = f"INSERT INTO requests ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM requests"

@@ -127,11 +127,13 @@ class Card:
     """The name (never the secret) of the API key it came with."""
     queue_wait_s: float | None = None
     load_s: float | None = None
+    """Time spent making the engine ready (0 when it was already loaded)."""
     queue_ahead: int | None = None
     """Requests already waiting for a slot when it asked for one."""
     evicted: tuple[str, ...] = ()
     """Models stopped to make room for its engine."""
-    """Time spent making the engine ready (0 when it was already loaded)."""
+    handed_s: float | None = None
+    """When its first claim was granted, its engine ready: the gateway hands it to the engine."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prefill_ms: float | None = None
@@ -188,11 +190,38 @@ class Card:
     ) -> None:
         """A claim on an engine was granted: its wait and load (summed over a request's claims),
         the requests that waited ahead of it, the models evicted for its engine."""
+        if self.handed_s is None:
+            self.handed_s = time.perf_counter()
         self.queue_wait_s = (self.queue_wait_s or 0.0) + queued_s
         self.load_s = (self.load_s or 0.0) + load_ns / 1e9
         self.queue_ahead = max(self.queue_ahead or 0, ahead)
         if evicted:
             self.evicted = (*self.evicted, *evicted)
+
+    def overhead_ms(self, now: float | None, *, whole: bool = True) -> float:
+        """The gateway's own time in milliseconds (docs/observability.md, "What a request
+        cost"): from its arrival to ``now`` (``perf_counter``; None reads the clock), less its
+        admission queue and engine load, less the engine's own prompt and decode time (as the
+        engine reported it) and the MCP tools' time. Where the engine reported no time of its
+        own (embeddings, some lanes), or ``whole`` is False (a stream's head, sent before the
+        engine's first byte), it is the time up to the hand-over to the engine instead: what
+        came after cannot be told apart from the engine's. Never below 0."""
+        waits = (self.queue_wait_s or 0.0) + (self.load_s or 0.0)
+        if self.handed_s is not None and (not whole or (self.prefill_ms is None and self.decode_ms is None)):
+            return max((self.handed_s - self.t0 - waits) * 1000, 0.0)
+        end = time.perf_counter() if now is None else now
+        engine = (self.prefill_ms or 0.0) + (self.decode_ms or 0.0) + sum(t["ms"] for t in self.tools)
+        return max((end - self.t0 - waits) * 1000 - engine, 0.0)
+
+    def cost_headers(self, *, stream: bool) -> list[tuple[bytes, bytes]]:
+        """``X-Blazar-Queue-Ms`` and ``X-Blazar-Overhead-Ms`` for the head of its answer (a
+        stream's: the overhead up to the hand-over to the engine)."""
+        queue = (self.queue_wait_s or 0.0) * 1000
+        overhead = self.overhead_ms(None, whole=not stream)
+        return [
+            (b"x-blazar-queue-ms", f"{queue:.3f}".encode()),
+            (b"x-blazar-overhead-ms", f"{overhead:.3f}".encode()),
+        ]
 
     def note_usage(self, usage: EngineUsage | None) -> None:
         """What the engine said one of its replies cost (summed over a request's engine calls)."""

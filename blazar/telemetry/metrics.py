@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 import trio
 from prometheus_client import (
     CollectorRegistry,
@@ -55,6 +56,7 @@ _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1.0)
 _QUEUE_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 LOADED_MS = 100.0
@@ -68,6 +70,10 @@ class _ModelSeries:
     load: Any
     ttft: Any
     itl: Any
+    prefill: Any
+    decode: Any
+    tools: Any
+    overhead: Any
 
 
 class Metrics:
@@ -118,6 +124,36 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # Where a request's time went, phase by phase (docs/observability.md, "What a request cost").
+        self.prefill = Histogram(
+            "blazar_prefill_seconds",
+            "Time the engine spent reading a request's prompt, as the engine reported it",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.decode = Histogram(
+            "blazar_decode_seconds",
+            "Time the engine spent generating a request's output, as the engine reported it",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tools = Histogram(
+            "blazar_tool_seconds",
+            "Time the MCP tool calls the gateway ran for a request took, all rounds together",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "blazar_overhead_seconds",
+            "The gateway's own time per inference request: arrival to last byte less queue, load, "
+            "the engine's reported prompt and decode time and the MCP tools' time",
+            ["model"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter(
             "blazar_prompt_tokens", "Prompt tokens the engines read", ["model", "key"], registry=r
         )
@@ -164,6 +200,10 @@ class Metrics:
                 self.load.labels(model),
                 self.ttft.labels(model),
                 self.itl.labels(model),
+                self.prefill.labels(model),
+                self.decode.labels(model),
+                self.tools.labels(model),
+                self.overhead.labels(model),
             )
         series.e2e.observe(record.duration_ms / 1000)
         if record.queue_ms is not None:
@@ -174,6 +214,14 @@ class Metrics:
             series.ttft.observe(ttft_s)
         if record.decode_ms is not None and record.completion_tokens:
             series.itl.observe(record.decode_ms / 1000 / record.completion_tokens)
+        if record.prefill_ms is not None:
+            series.prefill.observe(record.prefill_ms / 1000)
+        if record.decode_ms is not None:
+            series.decode.observe(record.decode_ms / 1000)
+        if record.tools is not None:  # rare: a request the MCP loop ran tools for
+            series.tools.observe(sum(t["ms"] for t in msgspec.json.decode(record.tools)) / 1000)
+        if record.overhead_ms is not None:
+            series.overhead.observe(record.overhead_ms / 1000)
         if record.prompt_tokens or record.completion_tokens:
             tokens = self._token_children.get((model, key))
             if tokens is None:

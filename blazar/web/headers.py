@@ -55,6 +55,8 @@ RESPONSE: dict[str, str] = {
     "x-blazar-cache-similarity": "the cosine similarity of the nearest cached prompt",
     "x-blazar-cache-age": "seconds since a cached answer was made",
     "x-blazar-policy": "the policy hooks that ran and what each did (NAME=allow|rewrite|redact|…)",
+    "x-blazar-queue-ms": "milliseconds the inference request waited in the admission queue",
+    "x-blazar-overhead-ms": "milliseconds of the gateway's own time (a stream's: until the engine had it)",
 }
 """The headers the daemon answers with, with what each says."""
 

@@ -124,6 +124,18 @@ def test_metrics_quantiles_audit_and_ledger(observed: DaemonProc) -> None:
     )
     assert _value(fams, "blazar_inter_token_seconds", "blazar_inter_token_seconds_count", model=MODEL) > 0
     assert _value(fams, "blazar_queue_wait_seconds", "blazar_queue_wait_seconds_count") == inference
+    # where the time went, phase by phase: the engine timed every prompt and every answer
+    for phase in ("blazar_prefill_seconds", "blazar_decode_seconds", "blazar_overhead_seconds"):
+        assert _value(fams, phase, f"{phase}_count", model=MODEL) == inference, phase
+    assert _value(fams, "blazar_decode_seconds", "blazar_decode_seconds_sum", model=MODEL) > 0
+    # the gateway's own time: more than nothing, a small part of the whole (the first request
+    # also planned the model's engine)
+    overhead = _value(fams, "blazar_overhead_seconds", "blazar_overhead_seconds_sum", model=MODEL)
+    total = _value(
+        fams, "blazar_request_duration_seconds", "blazar_request_duration_seconds_sum", model=MODEL
+    )
+    assert 0 < overhead < total / 2, (overhead, total)
+    assert "blazar_tool_seconds" in fams  # no MCP tools ran: exposed, empty
     # only the first request loaded the model
     assert _value(fams, "blazar_load_seconds", "blazar_load_seconds_count", model=MODEL) == 1
     prompt_in = _value(fams, "blazar_prompt_tokens", "blazar_prompt_tokens_total", model=MODEL)

@@ -121,6 +121,8 @@ class Exchange:
             self.status = message["status"]
             self.started = True
             headers = [*message.get("headers", ()), *self.stamp]
+            if self.card is not None:  # an inference request: what it cost so far, once
+                headers += self.card.cost_headers(stream=_is_stream(headers))
             if self.grant is not None:
                 headers += [*self.grant, expose_header(headers)]
             if not self.body_done:
@@ -177,6 +179,7 @@ class Exchange:
     def record(self) -> RequestRecord:
         """The ledger's record of the request, once it has ended (and its card is closed)."""
         call, card = self.call, self.card
+        end = time.perf_counter()
         code, error = call.code, call.error
         if card is not None and code is None:
             if card.failed_code is not None:  # a stream that failed after its 200 head
@@ -190,7 +193,7 @@ class Exchange:
             path=call.path,
             model=call.model,
             status=self.status or 499,  # nothing sent: the client went away first
-            duration_ms=(time.perf_counter() - self.t0) * 1000,
+            duration_ms=(end - self.t0) * 1000,
             ttft_ms=self.first_body_s * 1000 if self.first_body_s is not None else None,
             blazar_code=code,
             bytes_out=self.sent,
@@ -198,5 +201,11 @@ class Exchange:
             dialect=dialect_label(call.path, call.headers),
             key=call.key,
             error=scrub(error) if error else None,
+            overhead_ms=card.overhead_ms(card.ended_s or end) if card is not None else None,
             **(card.facts() if card is not None else {}),
         )
+
+
+def _is_stream(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A streamed answer is the one sent with ``X-Accel-Buffering: no`` (``stream_reply``)."""
+    return any(name.lower() == b"x-accel-buffering" for name, _ in headers)
