@@ -129,6 +129,8 @@ class Card:
     load_s: float | None = None
     queue_ahead: int | None = None
     """Requests already waiting for a slot when it asked for one."""
+    preempted: int = 0
+    """Times the request gave its slot to an interactive one and queued again."""
     evicted: tuple[str, ...] = ()
     """Models stopped to make room for its engine."""
     """Time spent making the engine ready (0 when it was already loaded)."""
@@ -191,6 +193,12 @@ class Card:
         self.queue_ahead = max(self.queue_ahead or 0, ahead)
         if evicted:
             self.evicted = (*self.evicted, *evicted)
+
+    def note_preempted(self) -> None:
+        """The request gave its slot to an interactive one before its first output; it queues
+        again (and is shown queued until its next grant)."""
+        self.preempted += 1
+        self.state = CardState.QUEUED
 
     def note_usage(self, usage: EngineUsage | None) -> None:
         """What the engine said one of its replies cost (summed over a request's engine calls)."""
