@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from actors.admission import Slot, acquire
+from actors.admission import Requeue, Slot, acquire
 from actors.chain_walk import ChainWalk
 from actors.engine import EngineActor, EngineHandle, Lease, Reconfigure
 from actors.failover import Step
@@ -105,6 +105,8 @@ class ClaimOptions(TypedDict, total=False):
     """How long the model stays loaded after this request (default: its configured keep-alive)."""
     waiter_id: int | None
     """From ``admission.next_id()``, to find the request in the queue while it waits."""
+    requeue: Requeue | None
+    """The request was preempted (``Slot.requeue``): it queues again at the head of its class."""
     on_granted: Callable[[EngineActor], None] | None
     """Called once the slot is granted, before the engine is made ready."""
     needs: Sequence[str]
@@ -204,6 +206,7 @@ async def claim_on(runtime: Runtime, engine: EngineActor, **options: Unpack[Clai
         tier=options.get("tier", Tier.NORMAL),
         client=options.get("client", ""),
         deadline_s=options.get("deadline_s"),
+        requeue=options.get("requeue"),
     )
     try:
         if (granted := options.get("on_granted")) is not None:

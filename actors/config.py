@@ -10,6 +10,7 @@ import msgspec
 __all__ = [
     "AdmissionConfig",
     "Cascade",
+    "ClassConfig",
     "EngineConfig",
     "FailoverChain",
     "FailoverTarget",
@@ -197,12 +198,41 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             )
 
 
+class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[admission.CLASS]``: one request class's share of each model (docs/scheduling.md)."""
+
+    reserved: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.0
+    """Share of each model's slots held free for this class while it runs fewer (rounded
+    down; the reservations of all classes together always leave one slot shared)."""
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Requests of this class that may wait per model; more: 429 QUEUE_FULL. Unset: only the
+    top-level ``max_queue`` holds."""
+    queue_timeout_s: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    """Longest wait of this class for a slot: 408 QUEUE_TIMEOUT. Unset: the top-level
+    ``queue_timeout_s`` (503 ALL_SLOTS_BUSY)."""
+
+
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[admission]``: what the gateway checks before a request reaches an engine."""
 
     trust_certificates: bool = True
     """Refuse (400 CAPABILITY_VERIFIED_FAILED) a request that needs a capability the model's
     certificate (``blazar model-doctor``) marks FAIL; false: send it to the engine anyway."""
+    promote_after_s: Annotated[float, msgspec.Meta(gt=0.0)] | None = 30.0
+    """A waiting request moves up one class per this many seconds of waiting (batch reaches
+    interactive after twice that), so no class starves; a request granted so is never
+    preempted. Unset: promotion by time is off (the grant-count guard still holds)."""
+    preemption: bool = True
+    """An interactive request may take the slot of a batch or background request that has not
+    produced output yet; the preempted request queues again at the head of its class."""
+    interactive: ClassConfig = ClassConfig()
+    default: ClassConfig = ClassConfig()
+    batch: ClassConfig = ClassConfig()
+    background: ClassConfig = ClassConfig()
+
+    def classes(self) -> tuple[ClassConfig, ClassConfig, ClassConfig, ClassConfig]:
+        """The classes' settings by tier (interactive first)."""
+        return (self.interactive, self.default, self.batch, self.background)
 
 
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]

@@ -28,6 +28,7 @@ __all__ = [
     "PeerNotFound",
     "PeerRefused",
     "PeerUnavailable",
+    "Preempted",
     "QuantizeDegraded",
     "SessionError",
     "SupervisorEscalation",
@@ -120,6 +121,18 @@ class AdmissionRejected(BlazarRuntimeError):
     def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message, retry_after_s=retry_after_s)
         self.code = code
+
+
+class Preempted(BlazarRuntimeError):
+    """A batch or background request gave its slot to an interactive one before its first
+    output (``Slot.preemptible``): whoever holds it releases the slot and asks again with
+    ``requeue=slot.requeue()`` — never an answer to a client."""
+
+    code = "PREEMPTED"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"preempted on '{model}' by an interactive request before its first output")
+        self.model = model
 
 
 # -- lifecycle --------------------------------------------------------------------

@@ -64,7 +64,9 @@ async def apply_config(runtime: Runtime, new: RuntimeConfig) -> Reloaded:
     runtime.config = config
     runtime.memory.budget_mb = config.memory_budget_mb
     await runtime.admission.ask(
-        AdmissionRetune(max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s)
+        AdmissionRetune(
+            max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s, classes=config.admission
+        )
     )
     await runtime.lifecycle.ask(
         LifecycleRetune(

@@ -728,7 +728,9 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             keep_s=config.jobs_keep_s,
         )
         await root.start_child(ChildSpec(name="jobs", start=jobs.run))
-        admission = AdmissionActor(max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s)
+        admission = AdmissionActor(
+            max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s, classes=config.admission
+        )
         await root.start_child(ChildSpec(name="admission", start=admission.run))
         engines = Supervisor("engines")
         await root.start_child(ChildSpec(name="engines", start=engines.run))

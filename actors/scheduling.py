@@ -65,11 +65,13 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from typing import Literal
 
 import msgspec
 
 __all__ = [
+    "CLASS_NAMES",
     "DEFAULT_STARVATION_FACTOR",
     "RECENT_CLIENTS_MAX",
     "Effect",
@@ -81,13 +83,17 @@ __all__ = [
     "Waiter",
     "admit",
     "assign",
+    "class_name",
     "effective_tier",
     "grant_at_once",
+    "may_take_slot",
     "order",
+    "parse_class",
     "parse_tier",
     "position",
     "predicted_wait_s",
     "release",
+    "reserved_for_others",
     "starvation_limit",
     "update_service",
     "withdraw",
@@ -107,6 +113,8 @@ class Tier(enum.IntEnum):
     HIGH = 0
     NORMAL = 1
     LOW = 2
+    BACKGROUND = 3
+    """Below LOW: work nobody waits for (the request classes name it ``background``)."""
 
 
 def parse_tier(header: str | None) -> Tier:
@@ -135,6 +143,9 @@ class Waiter(msgspec.Struct, frozen=True, kw_only=True):
     """Grants of less urgent (nominal) tiers that passed this waiter (rule 5)."""
     skipped_by_higher: int = 0
     """Grants of a more urgent effective tier that passed this waiter (rule 4)."""
+    preempted: int = 0
+    """Times this request lost its slot to a more urgent class before its first output: a
+    preempted request waits at the head of its tier, with its first arrival kept."""
 
 
 class ModelQueue(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,6 +162,14 @@ class ModelQueue(msgspec.Struct, frozen=True, kw_only=True):
     """Distinct clients of the most recent grants, most recently served last."""
     starvation_limit: int | None = None
     """Skips by more urgent grants per promotion; ``None``: 8 * capacity; ``0``: never promote."""
+    promote_after_s: float | None = None
+    """Seconds of waiting (since first arrival) per promotion by one tier (rule 6); None: off."""
+    clock_s: float = 0.0
+    """The time of the last decision (``admit``, ``assign``): what rule 6 measures waits at."""
+    reserved: tuple[int, ...] = ()
+    """Slots reserved per tier (index: the tier), held free for it while it runs fewer (rule 7)."""
+    running_by_tier: tuple[int, ...] = ()
+    """Running requests per tier (index: the tier), for the reservations."""
 
 
 class Grant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -158,13 +177,15 @@ class Grant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     waiter_id: int
     model: str
+    promoted: bool = False
+    """Granted in a more urgent tier than its own (rules 4 and 6): never preempted."""
 
 
 class Expire(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Tell this waiter it has been dropped from the queue."""
 
     waiter_id: int
-    reason: Literal["deadline", "timeout"]
+    reason: Literal["deadline", "timeout", "class_timeout"]
 
 
 Effect = Grant | Expire
@@ -186,15 +207,32 @@ def starvation_limit(queue: ModelQueue) -> int:
     return max(0, queue.starvation_limit)
 
 
-def _effective(waiter: Waiter, limit: int) -> int:
-    if limit <= 0:
-        return int(waiter.tier)
-    return max(int(Tier.HIGH), int(waiter.tier) - waiter.skipped_by_higher // limit)
+def _effective(waiter: Waiter, limit: int, queue: ModelQueue | None = None) -> int:
+    steps = waiter.skipped_by_higher // limit if limit > 0 else 0
+    if queue is not None and queue.promote_after_s is not None and queue.promote_after_s > 0:
+        steps += max(0, int((queue.clock_s - waiter.arrived_s) // queue.promote_after_s))
+    return max(int(Tier.HIGH), int(waiter.tier) - steps)
 
 
 def effective_tier(queue: ModelQueue, waiter: Waiter) -> Tier:
-    """The tier ``waiter`` is ordered in, after promotion by the starvation guard."""
-    return Tier(_effective(waiter, starvation_limit(queue)))
+    """The tier ``waiter`` is ordered in, after promotion by the starvation guards."""
+    return Tier(_effective(waiter, starvation_limit(queue), queue))
+
+
+def reserved_for_others(queue: ModelQueue, tier: Tier) -> int:
+    """Free slots held for the other tiers' reservations that they do not use now (rule 7)."""
+    held = 0
+    for t, reserved in enumerate(queue.reserved):
+        if t != int(tier):
+            running = queue.running_by_tier[t] if t < len(queue.running_by_tier) else 0
+            held += max(0, reserved - running)
+    return held
+
+
+def may_take_slot(queue: ModelQueue, tier: Tier) -> bool:
+    """Whether a request of ``tier`` may take a free slot now: one is free beyond those the
+    other tiers' reservations hold."""
+    return queue.capacity - queue.running - reserved_for_others(queue, tier) > 0
 
 
 def _fair(waiters: list[Waiter], recent: dict[str, int]) -> list[Waiter]:
@@ -232,10 +270,13 @@ def order(queue: ModelQueue) -> list[Waiter]:
     recent = {c: i for i, c in enumerate(queue.recent_clients)}
     by_tier: dict[int, list[Waiter]] = {}
     for w in queue.waiters:
-        by_tier.setdefault(_effective(w, limit), []).append(w)
+        by_tier.setdefault(_effective(w, limit, queue), []).append(w)
     out: list[Waiter] = []
     for tier in sorted(by_tier):
-        group = by_tier[tier]
+        # A preempted request goes back to the head of its tier (earliest first arrival first).
+        requeued = sorted((w for w in by_tier[tier] if w.preempted), key=lambda w: (w.arrived_s, w.id))
+        group = [w for w in by_tier[tier] if not w.preempted]
+        out.extend(requeued)
         timed = sorted(
             (w for w in group if w.deadline_s is not None),
             key=lambda w: (w.deadline_s, w.id),
@@ -271,9 +312,9 @@ def predicted_wait_s(queue: ModelQueue, waiter_id: int) -> float:
 # --------------------------------------------------------------------------- transitions
 
 
-def _passed(w: Waiter, granted: Waiter, granted_tier: int, limit: int) -> Waiter:
+def _passed(w: Waiter, granted: Waiter, granted_tier: int, limit: int, queue: ModelQueue) -> Waiter:
     lower = 1 if granted.tier > w.tier else 0
-    higher = 1 if granted_tier < _effective(w, limit) else 0
+    higher = 1 if granted_tier < _effective(w, limit, queue) else 0
     if not lower and not higher:
         return w
     return msgspec.structs.replace(
@@ -285,58 +326,84 @@ def _passed(w: Waiter, granted: Waiter, granted_tier: int, limit: int) -> Waiter
 
 def _grant(queue: ModelQueue, granted: Waiter) -> ModelQueue:
     limit = starvation_limit(queue)
-    granted_tier = _effective(granted, limit)
-    waiters = tuple(_passed(w, granted, granted_tier, limit) for w in queue.waiters if w.id != granted.id)
+    granted_tier = _effective(granted, limit, queue)
+    waiters = tuple(
+        _passed(w, granted, granted_tier, limit, queue) for w in queue.waiters if w.id != granted.id
+    )
     recent = (*(c for c in queue.recent_clients if c != granted.client), granted.client)
     return msgspec.structs.replace(
         queue,
         waiters=waiters,
         running=queue.running + 1,
+        running_by_tier=_count(queue.running_by_tier, granted.tier, +1),
         recent_clients=recent[-RECENT_CLIENTS_MAX:],
     )
+
+
+def _count(counts: tuple[int, ...], tier: Tier, step: int) -> tuple[int, ...]:
+    padded = list(counts) + [0] * (len(Tier) - len(counts))
+    padded[int(tier)] = max(0, padded[int(tier)] + step)
+    return tuple(padded)
 
 
 def grant_at_once(queue: ModelQueue, waiter: Waiter, *, now_s: float) -> ModelQueue | None:
     """The uncontended case: with a free slot and nobody waiting, ``waiter`` is granted
     without queueing (what :func:`admit` then :func:`assign` would do); None otherwise."""
-    if queue.waiters or queue.running >= queue.capacity:
+    if queue.waiters or queue.running >= queue.capacity or not may_take_slot(queue, waiter.tier):
         return None
     if waiter.deadline_s is not None and waiter.deadline_s <= now_s:
         return None  # admit refuses it, with the reason
-    return _grant(queue, waiter)
+    return _grant(msgspec.structs.replace(queue, clock_s=now_s), waiter)
 
 
-def assign(queue: ModelQueue, *, now_s: float, queue_timeout_s: float) -> tuple[ModelQueue, list[Effect]]:
+def assign(
+    queue: ModelQueue,
+    *,
+    now_s: float,
+    queue_timeout_s: float,
+    class_timeouts: Mapping[Tier, float] | None = None,
+) -> tuple[ModelQueue, list[Effect]]:
     """Expire overdue waiters, then fill the free slots in :func:`order`.
 
     A waiter expires with reason ``"deadline"`` when ``deadline_s <= now_s``, else
-    with ``"timeout"`` when it has waited longer than ``queue_timeout_s``. Expiries
-    come first in the effects (arrival order), then grants in grant order. Grants
-    are made one at a time so that the skip counters and ``recent_clients`` of
-    one grant already shape the next.
+    with ``"class_timeout"`` when its tier has a timeout in ``class_timeouts`` and it
+    waited longer, else with ``"timeout"`` when it has waited longer than
+    ``queue_timeout_s``. A preempted waiter never times out (its deadline still holds):
+    it was admitted once and is owed its turn. Expiries come first in the effects
+    (arrival order), then grants in grant order. Grants are made one at a time so that
+    the skip counters and ``recent_clients`` of one grant already shape the next; a
+    waiter whose tier may not take a slot (the reservations, rule 7) is passed over.
     """
+    queue = msgspec.structs.replace(queue, clock_s=now_s)
     effects: list[Effect] = []
     keep: list[Waiter] = []
     for w in queue.waiters:
+        own = (class_timeouts or {}).get(w.tier)
         if w.deadline_s is not None and w.deadline_s <= now_s:
             effects.append(Expire(waiter_id=w.id, reason="deadline"))
+        elif w.preempted:
+            keep.append(w)
+        elif own is not None and now_s - w.arrived_s > own:
+            effects.append(Expire(waiter_id=w.id, reason="class_timeout"))
         elif now_s - w.arrived_s > queue_timeout_s:
             effects.append(Expire(waiter_id=w.id, reason="timeout"))
         else:
             keep.append(w)
     if len(keep) != len(queue.waiters):
         queue = msgspec.structs.replace(queue, waiters=tuple(keep))
-    free = max(0, queue.capacity - queue.running)
-    while free > 0 and queue.waiters:
-        nxt = order(queue)[0]
+    limit = starvation_limit(queue)
+    while queue.running < queue.capacity and queue.waiters:
+        nxt = next((w for w in order(queue) if may_take_slot(queue, w.tier)), None)
+        if nxt is None:
+            break
+        promoted = _effective(nxt, limit, queue) < int(nxt.tier)
         queue = _grant(queue, nxt)
-        effects.append(Grant(waiter_id=nxt.id, model=queue.model))
-        free -= 1
+        effects.append(Grant(waiter_id=nxt.id, model=queue.model, promoted=promoted))
     return queue, effects
 
 
 def admit(
-    queue: ModelQueue, waiter: Waiter, *, max_queue: int, now_s: float
+    queue: ModelQueue, waiter: Waiter, *, max_queue: int, now_s: float, class_depth: int | None = None
 ) -> tuple[ModelQueue, Rejection | None]:
     """Queue ``waiter`` or say why not.
 
@@ -345,9 +412,20 @@ def admit(
     ``retry_after_s`` is the predicted wait at the place the waiter would take, at
     least 1 s. The queue comes back unchanged on rejection.
     """
-    candidate = msgspec.structs.replace(queue, waiters=(*queue.waiters, waiter))
+    candidate = msgspec.structs.replace(queue, waiters=(*queue.waiters, waiter), clock_s=now_s)
     wait = predicted_wait_s(candidate, waiter.id)
     retry = max(1.0, wait)
+    if class_depth is not None and not waiter.preempted:
+        same = sum(1 for w in queue.waiters if w.tier == waiter.tier)
+        if same >= class_depth:
+            return queue, Rejection(
+                code="QUEUE_FULL",
+                retry_after_s=retry,
+                message=(
+                    f"the {class_name(waiter.tier)} queue for model '{queue.model}' is full ({same} waiting)"
+                    f" — retry in {math.ceil(retry)} s"
+                ),
+            )
     if len(queue.waiters) >= max_queue:
         return queue, Rejection(
             code="QUEUE_FULL",
@@ -378,9 +456,25 @@ def withdraw(queue: ModelQueue, waiter_id: int) -> ModelQueue:
     return msgspec.structs.replace(queue, waiters=waiters)
 
 
-def release(queue: ModelQueue) -> ModelQueue:
-    """A running request finished: one slot is free again (``running`` never below 0)."""
-    return msgspec.structs.replace(queue, running=max(0, queue.running - 1))
+def release(queue: ModelQueue, tier: Tier | None = None) -> ModelQueue:
+    """A running request (of ``tier``, when known) finished: one slot is free again
+    (``running`` never below 0)."""
+    by_tier = queue.running_by_tier if tier is None else _count(queue.running_by_tier, tier, -1)
+    return msgspec.structs.replace(queue, running=max(0, queue.running - 1), running_by_tier=by_tier)
+
+
+CLASS_NAMES = ("interactive", "default", "batch", "background")
+"""The request classes, by tier: ``interactive`` is HIGH … ``background`` is BACKGROUND."""
+
+
+def class_name(tier: Tier) -> str:
+    return CLASS_NAMES[int(tier)]
+
+
+def parse_class(value: str) -> Tier | None:
+    """The tier a class name (any case) names; None when it names none."""
+    name = value.strip().lower()
+    return Tier(CLASS_NAMES.index(name)) if name in CLASS_NAMES else None
 
 
 def update_service(previous_s: float | None, sample_s: float) -> float:

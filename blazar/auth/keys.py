@@ -56,6 +56,8 @@ FAMILIES = ("chat", "embeddings", "audio", "images", "batch", METRICS, ADMIN)
 DEFAULT_FAMILIES = tuple(f for f in FAMILIES if f not in (METRICS, ADMIN))
 """What a key made without ``--scope`` may do: every route family but metrics and admin, on
 every model (the metrics name every key and model: they are the operator's view)."""
+REQUEST_CLASSES = ("interactive", "default", "batch", "background")
+"""What a ``class:NAME`` scope may name: the most urgent admission class the key may ask for."""
 LOCAL_NAME = "local"
 """The name the daemon's per-boot local token authenticates as; no key may take it."""
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -113,6 +115,11 @@ class Key(msgspec.Struct, frozen=True, kw_only=True):
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
+
+    @property
+    def max_class(self) -> str | None:
+        """The most urgent request class the key may ask for (a ``class:NAME`` scope); None: any."""
+        return next((f.removeprefix("class:") for f in self.families if f.startswith("class:")), None)
 
     def allows_family(self, family: str) -> bool:
         """``admin`` implies ``metrics``; nothing else implies another family."""
@@ -206,12 +213,21 @@ def parse_scopes(raw: list[str] | None) -> Scopes:
             models.append(pattern)
         elif part in FAMILIES:
             families.append(part)
+        elif part.startswith("class:"):
+            name = part.removeprefix("class:")
+            if name not in REQUEST_CLASSES:
+                raise KeyStoreError(f"`{part}`: a class scope is class:{'|'.join(REQUEST_CLASSES)}")
+            families = [f for f in families if not f.startswith("class:")]
+            families.append(part)
         else:
             raise KeyStoreError(
-                f"unknown scope {part!r}: use {', '.join(FAMILIES)}, models:PATTERN or mcp:PATTERN"
+                f"unknown scope {part!r}: use {', '.join(FAMILIES)}, models:PATTERN, mcp:PATTERN"
+                " or class:CLASS"
             )
+    if all(f.startswith("class:") for f in families):  # a class cap alone keeps the default families
+        families = [*DEFAULT_FAMILIES, *families]
     return Scopes(
-        tuple(dict.fromkeys(families)) or DEFAULT_FAMILIES,
+        tuple(dict.fromkeys(families)),
         tuple(dict.fromkeys(models)) or ("*",),
         tuple(dict.fromkeys(mcp)),
     )

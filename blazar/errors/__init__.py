@@ -85,6 +85,21 @@ CATALOG: dict[str, CodeInfo] = {
             "holding the data dir, then retry.",
         ),
         _c("QUEUE_FULL", 429, "The model's queue is full: retry after Retry-After seconds."),
+        _c(
+            "QUEUE_TIMEOUT",
+            408,
+            "The request waited longer than its class's queue_timeout_s for a slot: retry later.",
+        ),
+        _c(
+            "CLASS_NOT_ALLOWED",
+            403,
+            "The API key may not ask for this request class (X-Blazar-Class or X-Blazar-Priority).",
+        ),
+        _c(
+            "PREEMPTED",
+            503,
+            "The request gave its slot to an interactive one and could not queue again: send it again.",
+        ),
         _c("DEADLINE_UNMEETABLE", 429, "The predicted wait exceeds X-Blazar-Deadline-Ms: retry later."),
         _c(
             "DEADLINE_EXCEEDED",

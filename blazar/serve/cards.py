@@ -130,6 +130,8 @@ class Card:
     """Time spent making the engine ready (0 when it was already loaded)."""
     queue_ahead: int | None = None
     """Requests already waiting for a slot when it asked for one."""
+    preempted: int = 0
+    """Times the request gave its slot to an interactive one and queued again."""
     evicted: tuple[str, ...] = ()
     """Models stopped to make room for its engine."""
     handed_s: float | None = None
@@ -222,6 +224,12 @@ class Card:
             (b"x-blazar-queue-ms", f"{queue:.3f}".encode()),
             (b"x-blazar-overhead-ms", f"{overhead:.3f}".encode()),
         ]
+
+    def note_preempted(self) -> None:
+        """The request gave its slot to an interactive one before its first output; it queues
+        again (and is shown queued until its next grant)."""
+        self.preempted += 1
+        self.state = CardState.QUEUED
 
     def note_usage(self, usage: EngineUsage | None) -> None:
         """What the engine said one of its replies cost (summed over a request's engine calls)."""

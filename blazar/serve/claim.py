@@ -13,13 +13,17 @@ from typing import Unpack
 
 from actors.claim import Claim, ClaimOptions, claim_on
 from actors.engine import EngineActor
+from actors.errors import Preempted
 from actors.preflight import PromptTooLong
 from actors.runtime import Runtime
+from actors.upstream import UpstreamError
+from blazar.dialects.prompt_size import PromptSize
 from blazar.serve.cards import CardState
 from blazar.serve.context import Ask
-from blazar.serve.policy.prompt_fit import worded
+from blazar.serve.policy.prompt_fit import check_prompt, worded
+from blazar.serve.relay import crash_error, send_upstream
 
-__all__ = ["Claim", "claim_engine"]
+__all__ = ["Claim", "claim_engine", "preemptible_answer"]
 
 
 async def claim_engine(
@@ -53,3 +57,34 @@ async def claim_engine(
     if live is not None:
         live.note_claim(claim.queued_s, claim.load_ns, ahead=claim.ahead, evicted=claim.evicted)
     return claim
+
+
+async def preemptible_answer(
+    runtime: Runtime, engine: EngineActor, ask: Ask, size: PromptSize, path: str, body: bytes
+) -> tuple[Claim, tuple[int, bytes]]:
+    """A whole (not streamed) answer for a batch or background request, read inside its
+    slot's preemptible window: nothing reaches its client before the answer is whole, so
+    an interactive request may take the slot until then (``actors/preemption.py``).
+    Preempted, the engine request is closed, the slot released, and the request queues
+    again at the head of its class and runs again: its client sees only a longer wait.
+    Returns the claim (already released) and the engine's status and body."""
+    requeue = None
+    while True:
+        claim = await claim_engine(runtime, engine, ask, prompt=size, requeue=requeue)
+        try:
+            with claim.slot.preemptible():
+                await check_prompt(engine, claim.handle, size)
+                upstream = await send_upstream(claim.handle, path, body)
+                try:
+                    content = await upstream.aread()
+                finally:
+                    await upstream.aclose()
+            return claim, (upstream.status_code, content)
+        except Preempted:
+            requeue = claim.slot.requeue()
+            if ask.card is not None:
+                ask.card.note_preempted()
+        except UpstreamError as exc:
+            raise await crash_error(engine, claim.handle, exc) from exc
+        finally:
+            claim.release()

@@ -47,6 +47,7 @@ _FORWARDED = (
     "anthropic-version",
     "anthropic-beta",
     "x-blazar-priority",
+    "x-blazar-class",
     "x-blazar-deadline-ms",
     "x-blazar-keep-alive",
     "x-blazar-engine",

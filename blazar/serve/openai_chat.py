@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from actors.engine import EngineActor
+from actors.preemption import PREEMPTIBLE_FROM
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError
 from blazar.dialects import engine_usage, lora, openai, params, thinking
@@ -27,13 +28,14 @@ from blazar.dialects.llamacpp import (
     cap_output_in_body,
     classify_error,
 )
+from blazar.dialects.model_rename import Renamer
 from blazar.dialects.neutral import ChatRequest, CompletionRequest, Delta, Usage
 from blazar.dialects.prompt_size import PromptSize, chat_size, completion_size
 from blazar.errors import Dialect
 from blazar.serve import engine_call, failover, handoff, mcp_loop, semantic_cache
 from blazar.serve.candidates import fanout, translated
 from blazar.serve.cards import set_stream_enders
-from blazar.serve.claim import claim_engine
+from blazar.serve.claim import claim_engine, preemptible_answer
 from blazar.serve.context import Ask, Relayed
 from blazar.serve.policy import certified, honesty, hooks, structured
 from blazar.serve.policy.prompt_fit import check_prompt
@@ -260,7 +262,11 @@ async def relay(
     ours = False
     if stream:
         body, ours = ask_progress(body)
-    lease = await claim_engine(runtime, engine, ask, prompt=size)  # refused before loading
+    answered: tuple[int, bytes] | None = None
+    if not stream and ask.tier >= PREEMPTIBLE_FROM:
+        lease, answered = await preemptible_answer(runtime, engine, ask, size, path, body)
+    else:
+        lease = await claim_engine(runtime, engine, ask, prompt=size)  # refused before loading
     handle = lease.handle
     headers: dict[str, str] = {}
     changed = [f"{outcome.output_param}={capped_to}"] if capped_to is not None else []
@@ -285,6 +291,9 @@ async def relay(
             call.card.note_failure(err.code, err.message)
         return openai.encode_stream_error(err.code, err.message)
 
+    rename = renamer_for(handle, spec.alias or spec.model)
+    if answered is not None:
+        return _whole(call, outcome, answered, headers, enforced, rename)
     try:
         await check_prompt(engine, handle, size)
         if stream and handle.request_model is None and outcome.want is None and call.handoff is not None:
@@ -320,7 +329,6 @@ async def relay(
     except BaseException:
         lease.release()
         raise
-    rename = renamer_for(handle, spec.alias or spec.model)
     if not stream or upstream.status_code != 200:
         try:
             content = await upstream.aread()
@@ -329,17 +337,7 @@ async def relay(
         finally:
             await upstream.aclose()
             lease.release()
-        if upstream.status_code >= 400:
-            content = _refusal_body(call, upstream.status_code, content)
-        if call.card is not None and upstream.status_code == 200:
-            call.card.note_usage(engine_usage.of_body(content))
-        if outcome.want is not None and upstream.status_code == 200:
-            if (text := structured.content_of(content)) is not None:
-                ok = structured.valid(outcome.want, text)
-                headers[structured.HEADER] = structured.receipt(enforced, ok)
-        if rename is not None:
-            content = rename.whole(content)
-        return Reply(content, upstream.status_code, headers=headers)
+        return _whole(call, outcome, (upstream.status_code, content), headers, enforced, rename)
 
     options: dict[str, Any] = {
         "background": runtime.start_soon,
@@ -357,6 +355,29 @@ async def relay(
     if outcome.want is not None:
         sent = structured.ReceiptStream(relayed, outcome.want, enforced)
     return stream_reply(sent, content_type="text/event-stream", headers=headers)
+
+
+def _whole(
+    call: Relayed,
+    outcome: _Outcome,
+    answered: tuple[int, bytes],
+    headers: dict[str, str],
+    enforced: structured.Enforced,
+    rename: Renamer | None,
+) -> Reply:
+    """A whole (not streamed) answer of the engine, as the client gets it."""
+    status, content = answered
+    if status >= 400:
+        content = _refusal_body(call, status, content)
+    if call.card is not None and status == 200:
+        call.card.note_usage(engine_usage.of_body(content))
+    if outcome.want is not None and status == 200:
+        if (text := structured.content_of(content)) is not None:
+            ok = structured.valid(outcome.want, text)
+            headers[structured.HEADER] = structured.receipt(enforced, ok)
+    if rename is not None:
+        content = rename.whole(content)
+    return Reply(content, status, headers=headers)
 
 
 def _stream_enders(call: Relayed) -> None:

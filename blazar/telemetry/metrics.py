@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from actors.admission import AdmissionStatistics
 from actors.census import tree_rss
 from actors.ledger import RequestRecord
 from actors.runtime import Runtime
@@ -363,6 +364,35 @@ class _SemanticCacheCollector(Collector):
         yield from (requests, bypasses, entries)
 
 
+def _class_families(adm: AdmissionStatistics) -> Iterator[Metric]:
+    """Per request class (interactive, default, batch, background), over every model."""
+    labels = ["class"]
+    queued = GaugeMetricFamily("blazar_class_queue_depth", "Requests of the class waiting", labels=labels)
+    running = GaugeMetricFamily("blazar_class_running", "Requests of the class holding a slot", labels=labels)
+    granted = CounterMetricFamily("blazar_class_granted", "Slots granted to the class", labels=labels)
+    waited = CounterMetricFamily(
+        "blazar_class_wait_seconds", "Seconds its granted requests waited for slots", labels=labels
+    )
+    rejected = CounterMetricFamily(
+        "blazar_class_rejected", "Requests of the class refused at once (its queue full)", labels=labels
+    )
+    expired = CounterMetricFamily(
+        "blazar_class_expired", "Requests dropped from its queue (timeout, deadline)", labels=labels
+    )
+    preempted = CounterMetricFamily(
+        "blazar_class_preempted", "Requests that gave their slot to an interactive one", labels=labels
+    )
+    for c in adm.classes:
+        queued.add_metric([c.name], c.queued)
+        running.add_metric([c.name], c.running)
+        granted.add_metric([c.name], c.granted)
+        waited.add_metric([c.name], c.waited_s)
+        rejected.add_metric([c.name], c.rejected)
+        expired.add_metric([c.name], c.expired)
+        preempted.add_metric([c.name], c.preempted)
+    yield from (queued, running, granted, waited, rejected, expired, preempted)
+
+
 class _RuntimeCollector(Collector):
     """The runtime's state, read from its actors' statistics at scrape time."""
 
@@ -434,6 +464,7 @@ class _RuntimeCollector(Collector):
         yield CounterMetricFamily(
             "blazar_admission_expired", "Requests whose deadline passed in the queue", value=adm.expired
         )
+        yield from _class_families(adm)
         yield CounterMetricFamily(
             "blazar_ledger_dropped", "Request records the ledger could not keep", value=stats.ledger.dropped
         )

@@ -12,7 +12,8 @@ from __future__ import annotations
 __all__ = ["INTERNAL", "REQUEST", "RESPONSE"]
 
 REQUEST: dict[str, str] = {
-    "x-blazar-priority": "high or low: the request's admission tier",
+    "x-blazar-priority": "high or low: the request's admission class (interactive or batch)",
+    "x-blazar-class": "interactive, default, batch or background: the request's admission class",
     "x-blazar-deadline-ms": "a deadline in milliseconds from arrival: refused at once when it cannot be met",
     "x-blazar-keep-alive": "how long the model stays loaded after the request (seconds or a duration)",
     "x-blazar-client": "the fairness key of a request without an API key",

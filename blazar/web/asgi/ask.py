@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-from actors.scheduling import parse_tier
+from actors.scheduling import Tier, class_name, parse_class, parse_tier
 from blazar.auth.keys import LOCAL_NAME
 from blazar.errors import BlazarError
 from blazar.serve.context import APPROVE_HEADER, Ask
@@ -56,6 +56,41 @@ def _deadline_s(call: Call) -> float | None:
     return trio.current_time() + ms / 1000
 
 
+CLASS_HEADER = "x-blazar-class"
+
+
+def request_tier(call: Call) -> Tier:
+    """The request's admission class: ``X-Blazar-Class`` (interactive, default, batch,
+    background), else ``X-Blazar-Priority`` (high: interactive, low: batch), else default;
+    capped by the key's ``class:`` scope: a class the request names above the cap is
+    refused (403 ``CLASS_NOT_ALLOWED``), one it does not name is lowered to the cap."""
+    headers = call.headers
+    named: Tier | None = None
+    if (raw := headers.get(CLASS_HEADER)) is not None:
+        named = parse_class(raw)
+        if named is None:
+            raise BlazarError(
+                "BAD_REQUEST",
+                f"X-Blazar-Class must be interactive, default, batch or background, got {raw!r}",
+            )
+    elif (priority := headers.get("x-blazar-priority")) is not None:
+        named = parse_tier(priority)
+    grant = call.grant
+    cap_name = grant.max_class if grant is not None else None
+    if grant is None or cap_name is None:
+        return named if named is not None else Tier.NORMAL
+    cap = parse_class(cap_name) or Tier.NORMAL
+    if named is None:
+        return max(cap, Tier.NORMAL)
+    if named < cap:
+        raise BlazarError(
+            "CLASS_NOT_ALLOWED",
+            f"API key {grant.name!r} may ask for the {class_name(cap)} class or a less urgent one,"
+            f" not {class_name(named)} — drop X-Blazar-Class/X-Blazar-Priority or use another key",
+        )
+    return named
+
+
 def ask_of(call: Call) -> Ask:
     """``call``'s context, read from its headers the first time it is asked for."""
     if call.asked is None:
@@ -64,7 +99,7 @@ def ask_of(call: Call) -> Ask:
         call.asked = Ask(
             client=_client_key(call),
             grant=call.grant,
-            tier=parse_tier(headers.get("x-blazar-priority")),
+            tier=request_tier(call),
             deadline_s=_deadline_s(call),
             keep_alive_s=keep_alive_header(keep) if keep else None,
             lane=requested_lane(headers),

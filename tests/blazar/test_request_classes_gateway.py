@@ -1,0 +1,107 @@
+"""Request classes through the real gateway (the instant upstream, 2 slots): the class a
+request names, a key's class cap, a full class queue, a class timeout, and the metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from actors.config import AdmissionConfig, ClassConfig
+from blazar.auth.keys import DEFAULT_FAMILIES, KeyStore, keys_path, parse_scopes
+from tests.instant import MODEL, Gateway, instant_config, serve_gateway
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+SLOW = {**CHAT, "stream": True, "max_tokens": 20, "bench_interval_ms": 200}
+"""A stream that holds its slot for about 4 s."""
+
+
+async def _hold(gw: Gateway, n: int, nursery: trio.Nursery) -> None:
+    """Fill ``n`` slots with slow interactive streams, and wait until they run."""
+
+    async def one() -> None:
+        async with gw.client.stream(
+            "POST", "/v1/chat/completions", json=SLOW, headers={"x-blazar-class": "interactive"}
+        ) as r:
+            async for _ in r.aiter_bytes():
+                pass
+
+    for _ in range(n):
+        nursery.start_soon(one)
+    with trio.fail_after(20):
+        while gw.runtime.admission.statistics().classes[0].running < n:  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+def _metric(text: str, name: str, klass: str) -> float:
+    prefix = f'{name}{{class="{klass}"}} '
+    return float(next(line for line in text.splitlines() if line.startswith(prefix)).split()[-1])
+
+
+async def test_a_full_class_queue_is_429_with_retry_after_and_a_class_timeout_is_408(
+    instant_home: Path,
+) -> None:
+    classes = AdmissionConfig(batch=ClassConfig(max_queue=1, queue_timeout_s=1.0))
+    config = instant_config(slots=2, admission=classes)
+    async with serve_gateway(config) as gw, trio.open_nursery() as nursery:
+        await gw.client.post("/v1/chat/completions", json=CHAT)  # the engine is up
+        await _hold(gw, 2, nursery)
+        answers: list[httpx.Response] = []
+
+        async def batch(headers: dict[str, str]) -> None:
+            answers.append(await gw.client.post("/v1/chat/completions", json=CHAT, headers=headers))
+
+        nursery.start_soon(batch, {"x-blazar-class": "batch"})
+        with trio.fail_after(10):
+            while gw.runtime.admission.statistics().classes[2].queued < 1:  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        # The old header names the same class: low is batch, and its queue is full.
+        full = await gw.client.post("/v1/chat/completions", json=CHAT, headers={"x-blazar-priority": "low"})
+        assert full.status_code == 429, full.text
+        assert full.json()["error"]["blazar_code"] == "QUEUE_FULL"
+        assert "batch queue" in full.json()["error"]["message"]
+        assert int(full.headers["retry-after"]) >= 1
+        # Anthropic's shape for the same refusal.
+        msg = {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        anth = await gw.client.post("/v1/messages", json=msg, headers={"x-blazar-class": "batch"})
+        assert anth.status_code == 429 and anth.json()["error"]["blazar_code"] == "QUEUE_FULL"
+        with trio.fail_after(10):
+            while not answers:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        timed_out = answers[0]
+        assert timed_out.status_code == 408, timed_out.text
+        assert timed_out.json()["error"]["blazar_code"] == "QUEUE_TIMEOUT"
+        assert "batch queue" in timed_out.json()["error"]["message"]
+        metrics = (await gw.client.get("/metrics")).text
+        assert _metric(metrics, "blazar_class_rejected_total", "batch") == 2
+        assert _metric(metrics, "blazar_class_expired_total", "batch") == 1
+        assert _metric(metrics, "blazar_class_running", "interactive") == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_key_class_scope_caps_what_it_may_ask_for(instant_home: Path) -> None:
+    keys = KeyStore(keys_path(instant_home))
+    scopes = parse_scopes(["class:batch"])
+    assert set(DEFAULT_FAMILIES) <= set(scopes.families)
+    _, capped = keys.add("nightly", families=scopes.families)
+    _, free = keys.add("alice")
+    config = instant_config("--reply", "hello there", slots=2)
+    async with serve_gateway(config) as gw:
+
+        async def ask(secret: str, headers: dict[str, str]) -> Any:
+            auth = {"authorization": f"Bearer {secret}", **headers}
+            return await gw.client.post("/v1/chat/completions", json=CHAT, headers=auth)
+
+        refused = await ask(capped, {"x-blazar-class": "interactive"})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["blazar_code"] == "CLASS_NOT_ALLOWED"
+        assert (await ask(capped, {"x-blazar-priority": "high"})).status_code == 403
+        before = gw.runtime.admission.statistics().classes[2].granted
+        assert (await ask(capped, {})).status_code == 200  # lowered to its cap: batch
+        assert (await ask(capped, {"x-blazar-class": "background"})).status_code == 200
+        assert gw.runtime.admission.statistics().classes[2].granted == before + 1
+        assert (await ask(free, {"x-blazar-class": "interactive"})).status_code == 200
+        bad = await ask(free, {"x-blazar-class": "urgent"})
+        assert bad.status_code == 400 and bad.json()["error"]["blazar_code"] == "BAD_REQUEST"
