@@ -104,7 +104,6 @@ async def negotiate(session: ClientSession) -> str:
     ``McpProtocolUnsupported`` for a server that speaks none of ``PROTOCOL_VERSIONS``."""
     import mcp.types as mt
     from mcp.shared.exceptions import MCPError
-    from pydantic import ValidationError
 
     tried: list[str] = []
     for attempt in range(2):
@@ -118,7 +117,7 @@ async def negotiate(session: ClientSession) -> str:
         else:
             try:
                 result = mt.DiscoverResult.model_validate(raw)
-            except ValidationError:
+            except ValueError:  # the SDK's model check (pydantic's ValidationError is one)
                 tried.append(f"server/discover at {MODERN_VERSION}: an answer that is not a discover result")
             else:
                 if after_discover(result.supported_versions) == "adopt":
