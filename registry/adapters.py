@@ -40,6 +40,31 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def gguf_model(store: Store, model: str, mismatch: type[Exception], what: str) -> ModelRecord:
+    """``model``'s record, refused with ``mismatch`` unless it is one GGUF file (what
+    ``what``, a LoRA adapter or a control vector, applies to)."""
+    record = store.get(model)
+    if record.format != "gguf" or record.files:
+        raise mismatch(
+            f"model '{record.name}' is a {record.format} model: {what} apply to GGUF models run by llama.cpp"
+        )
+    return record
+
+
+def attachment_name(name: str | None, src: Path, invalid: type[Exception], what: str) -> str:
+    """The name an attached file goes by: ``name``, else its file name less ``.gguf``;
+    refused with ``invalid`` unless it is a usable one."""
+    name = name or src.name.removesuffix(".gguf")
+    if not _NAME.match(name):
+        raise invalid(
+            f"{name!r} is not a usable {what} name — use letters, digits, '.', '_' and '-' "
+            "(at most 64), starting with a letter or digit; give one with --name"
+        )
+    return name
+
+
 _SUFFIXES = (".lora_a", ".lora_b")
 
 
@@ -157,20 +182,10 @@ def add_adapter(
 ) -> tuple[ModelRecord, Adapter]:
     """Check ``src`` against ``model``, store its bytes as a blob and record it in the model's
     manifest (replacing an adapter of the same name). Returns the new record and adapter."""
-    record = store.get(model)
-    if record.format != "gguf" or record.files:
-        raise AdapterMismatch(
-            f"model '{record.name}' is a {record.format} model: LoRA adapters in GGUF form apply to "
-            "GGUF models run by llama.cpp"
-        )
+    record = gguf_model(store, model, AdapterMismatch, "LoRA adapters in GGUF form")
     src = Path(src).absolute()
     facts = read_adapter(src)
-    name = name or src.name.removesuffix(".gguf")
-    if not _NAME.match(name):
-        raise InvalidAdapter(
-            f"{name!r} is not a usable adapter name — use letters, digits, '.', '_' and '-' "
-            "(at most 64), starting with a letter or digit; give one with --name"
-        )
+    name = attachment_name(name, src, InvalidAdapter, "adapter")
     if not (-10.0 <= scale <= 10.0):
         raise InvalidAdapter(f"scale {scale} is out of range: give one between -10 and 10 (1 is the default)")
     check_adapter(facts, record, read_header(record.path))

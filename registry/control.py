@@ -24,6 +24,7 @@ from pathlib import Path
 
 import msgspec
 
+from .adapters import attachment_name, gguf_model
 from .errors import ControlVectorMismatch, ControlVectorNotFound, InvalidControlVector, InvalidModelFile
 from .gguf import GGUFHeader, looks_like_gguf, read_header
 from .store import ControlVector, ModelRecord, Store
@@ -38,7 +39,6 @@ __all__ = [
     "remove_vector",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _DIRECTION = re.compile(r"^direction\.(\d+)$")
 
 
@@ -152,20 +152,10 @@ def add_vector(
 ) -> tuple[ModelRecord, ControlVector]:
     """Check ``src`` against ``model``, store its bytes as a blob and record it in the model's
     manifest (replacing a vector of the same name). Returns the new record and vector."""
-    record = store.get(model)
-    if record.format != "gguf" or record.files:
-        raise ControlVectorMismatch(
-            f"model '{record.name}' is a {record.format} model: control vectors apply to GGUF models "
-            "run by llama.cpp"
-        )
+    record = gguf_model(store, model, ControlVectorMismatch, "control vectors")
     src = Path(src).absolute()
     facts = read_vector(src)
-    name = name or src.name.removesuffix(".gguf")
-    if not _NAME.match(name):
-        raise InvalidControlVector(
-            f"{name!r} is not a usable vector name — use letters, digits, '.', '_' and '-' "
-            "(at most 64), starting with a letter or digit; give one with --name"
-        )
+    name = attachment_name(name, src, InvalidControlVector, "vector")
     check_vector(facts, record.name, read_header(record.path))
     sha = store.add_file(src, link=link)
     vector = ControlVector(

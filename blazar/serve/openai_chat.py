@@ -136,36 +136,48 @@ async def answer_chat(runtime: Runtime, call: Relayed, ask: Ask, req: ChatReques
         return await fanout.run_on(runtime, call, ask, chain, engine, want, path=path, size=size, req=req)
     if servers := mcp_loop.selected_servers(runtime, call):
         return await with_mcp(runtime, call, ask, _as_translated(call, req), servers)
-    if (
-        req.tools
-        and (engine is None or not engine.spec.native_tools)
-        and (req.tool_choice is None or req.tool_choice.mode != "none")
-    ):
+    if emulates_tools(req, engine):
         # The model's template knows no tools: the gateway emulates them, so it translates.
         # A chain's targets may differ there: translated, each target runs tools its own way.
         return await run_translated(runtime, call, ask, req)
-    size = chat_size(req)
-    shape = structured.wanted(req.response_format, call.body)
-    outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
 
     async def on(engine: EngineActor) -> Reply:
         engine_call.check_images(req, engine)
         certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
-        return await relay(
-            runtime,
-            call,
-            ask,
-            "/v1/chat/completions",
-            stream=req.stream,
-            engine=engine,
-            size=size,
-            outcome=outcome,
-        )
+        return await relay_chat(runtime, call, ask, req, engine, strict=strict)
 
     if chain is not None:
         return await failover.relay_on_chain(runtime, call, ask, chain, on)
     assert engine is not None
     return await on(engine)  # its checks again: pure, and already passed above
+
+
+def emulates_tools(req: ChatRequest, engine: EngineActor | None) -> bool:
+    """Whether ``req`` offers tools that ``engine``'s template does not know (None: not known
+    yet), so the gateway must emulate them."""
+    return (
+        bool(req.tools)
+        and (engine is None or not engine.spec.native_tools)
+        and (req.tool_choice is None or req.tool_choice.mode != "none")
+    )
+
+
+async def relay_chat(
+    runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, engine: EngineActor, *, strict: bool
+) -> Reply:
+    """``req``, a chat request the engine runs as it is, relayed to ``engine``."""
+    shape = structured.wanted(req.response_format, call.body)
+    outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
+    return await relay(
+        runtime,
+        call,
+        ask,
+        "/v1/chat/completions",
+        stream=req.stream,
+        engine=engine,
+        size=chat_size(req),
+        outcome=outcome,
+    )
 
 
 async def with_mcp(runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, servers: list[str]) -> Reply:

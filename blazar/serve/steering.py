@@ -15,12 +15,11 @@ from actors.runtime import Runtime
 from blazar.auth.keys import ADMIN
 from blazar.dialects.control import Steering
 from blazar.dialects.neutral import ChatRequest
-from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.serve import engine_call, mcp_loop, openai_chat
 from blazar.serve.candidates import fanout
 from blazar.serve.context import Ask, Relayed
-from blazar.serve.policy import certified, honesty, structured
+from blazar.serve.policy import certified, honesty
 from blazar.serve.reply import Reply
 
 __all__ = ["answer_steered"]
@@ -62,21 +61,6 @@ async def answer_steered(
     engine = await steered_engine(runtime, req.model, choices, steering.layers)
     engine_call.check_images(req, engine)
     certified.refuse_failed(runtime, engine.spec.alias or engine.spec.model, certified.chat_needs(req), ask)
-    if (
-        req.tools
-        and not engine.spec.native_tools
-        and (req.tool_choice is None or req.tool_choice.mode != "none")
-    ):
+    if openai_chat.emulates_tools(req, engine):
         raise _refuse(f"model '{req.model}' knows no tools in its template: a request with tools", "tools")
-    shape = structured.wanted(req.response_format, call.body)
-    outcome = openai_chat._Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
-    return await openai_chat.relay(
-        runtime,
-        call,
-        ask,
-        "/v1/chat/completions",
-        stream=req.stream,
-        engine=engine,
-        size=chat_size(req),
-        outcome=outcome,
-    )
+    return await openai_chat.relay_chat(runtime, call, ask, req, engine, strict=strict)
