@@ -505,6 +505,9 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Cascades (``[[cascade]]`` entries): cheap models first, escalation on a failed answer."""
     cascade_refusals: list[str] = []
     """Refusal patterns (regular expressions, case-insensitive) for cascades without their own."""
+    best_of_judge: str | None = None
+    """A decision model that picks among a chat ``best_of``'s valid candidates: the one it
+    finds likeliest to answer the request correctly and completely; None: the usual rule."""
     remotes: list[Remote] = []
     """Peers (``[[remotes]]`` entries) requests may be relayed to (docs/federation.md); none:
     nothing ever leaves this machine."""

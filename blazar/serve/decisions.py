@@ -31,7 +31,18 @@ from blazar.errors import BlazarError
 from blazar.serve.context import Ask
 from blazar.serve.engine_call import EngineCall
 
-__all__ = ["Decided", "decide", "method_for", "run_decision"]
+__all__ = [
+    "JUDGE_QUESTION",
+    "Decided",
+    "decide",
+    "judge_answer",
+    "last_user_text",
+    "method_for",
+    "run_decision",
+]
+
+JUDGE_QUESTION = "Does the answer correctly and completely answer the request?"
+"""What a judge (a cascade's ``judge``, the ``best_of_judge``) is asked of an answer."""
 
 _LABEL_TOKENS = 96
 """Room for the longest label as a JSON string, in a constrained answer."""
@@ -202,3 +213,22 @@ async def _constrained(call: EngineCall, req: DecisionRequest) -> tuple[Decision
     else:
         decision = decisions.label_decision(scores, "constrained")
     return decision, usage.prompt_tokens, usage.completion_tokens
+
+
+def last_user_text(req: ChatRequest) -> str:
+    """The request's last user message, the one a judge reads the answer against."""
+    return next((m.content for m in reversed(req.messages) if m.role == "user"), "")
+
+
+async def judge_answer(runtime: Runtime, ask: Ask, judge: str, asked: str, answer: str) -> float:
+    """The judge's (a decision model's) probability that ``answer`` answers ``asked``
+    correctly and completely: a yes-or-no decision, under the request's key and claim."""
+    question = DecisionRequest(
+        model=judge,
+        input=f"Request: {asked}\n\nAnswer: {answer}",
+        kind="boolean",
+        labels=[decisions.YES, decisions.NO],
+        question=JUDGE_QUESTION,
+    )
+    verdict = (await run_decision(runtime, question, ask)).decision
+    return verdict.probability if verdict.probability is not None else 0.0

@@ -52,6 +52,14 @@ def test_pick_prefers_valid_then_logprob_then_first() -> None:
         choices.pick([])
 
 
+def test_a_judge_ranks_valid_candidates_before_their_log_probabilities() -> None:
+    ran = [Candidate(None, -0.1, 0.4), Candidate(None, -2.0, 0.9), Candidate("length", -0.1)]
+    assert choices.pick(ran) == Pick(1, "judge")
+    # ties go to the earlier one; a valid candidate the judge did not read: the usual rules
+    assert choices.pick([Candidate(None, None, 0.7), Candidate(None, None, 0.7)]) == Pick(0, "judge")
+    assert choices.pick([Candidate(None, -2.0, 0.9), Candidate(None, -0.5)]) == Pick(1, "logprob")
+
+
 def test_rank_keeps_the_best_n_in_order() -> None:
     ran = [Candidate("length", -0.1), Candidate(None, -1.0), Candidate(None, -0.2), Candidate(None)]
     assert choices.rank(ran, 2) == [2, 1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ ROUTE = "/v1/systemone"
 # reaches (every step the judge reads escalates) and one every answer passes.
 JUDGE = "smollm2-judge"
 CONFIG = f"""slots = 1
+best_of_judge = "{JUDGE}"
 
 [[cascade]]
 name = "judged-strict"
@@ -60,6 +62,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterato
         yield d, keys
     finally:
         d.stop()
+
+
+def ledger_row(d: DaemonProc, trace: dict[str, str], auth: dict[str, str]) -> dict[str, Any]:
+    """The request's ledger record, once written (the gateway records it without waiting)."""
+    deadline = time.monotonic() + 10.0
+    while not (rows := httpx.get(f"{d.url}/admin/requests", params=trace, headers=auth).json()["data"]):
+        assert time.monotonic() < deadline, f"no ledger record for {trace}"
+        time.sleep(0.05)
+    (row,) = rows
+    return row  # type: ignore[no-any-return]
 
 
 def decide(d: DaemonProc, key: str, body: dict[str, Any]) -> httpx.Response:
@@ -192,8 +204,10 @@ def test_stream_and_the_keys_scopes_are_refused(setup: tuple[DaemonProc, Keys]) 
 def test_decisions_are_in_the_ledger_under_their_key(setup: tuple[DaemonProc, Keys]) -> None:
     d, keys = setup
     body = {"model": MODEL, "input": "I will be late today.", "labels": ["work", "family"]}
-    assert decide(d, keys.full, body).status_code == 200
+    r = decide(d, keys.full, body)
+    assert r.status_code == 200
     admin = {"authorization": f"Bearer {keys.full}"}
+    ledger_row(d, {"trace_id": r.headers["x-blazar-trace-id"]}, admin)  # written without waiting
     records = httpx.get(f"{d.url}/admin/requests", params={"limit": 100}, headers=admin).json()["data"]
     mine = [r for r in records if r["path"] == ROUTE and r["status"] == 200]
     assert mine, records
@@ -240,7 +254,7 @@ def test_a_cascade_s_judge_is_a_decision_model(setup: tuple[DaemonProc, Keys]) -
     # The judge's tokens are the request's too: the ledger row counts more than the two answers.
     answer_tokens = r.json()["usage"]["completion_tokens"]
     trace = {"trace_id": r.headers["x-blazar-trace-id"]}
-    (row,) = httpx.get(f"{d.url}/admin/requests", params=trace, headers=auth).json()["data"]
+    row = ledger_row(d, trace, auth)
     assert row["completion_tokens"] > answer_tokens
 
     r = chat("judged-lenient")
@@ -252,3 +266,33 @@ def test_a_cascade_s_judge_is_a_decision_model(setup: tuple[DaemonProc, Keys]) -
     r = chat("judged-lenient", no_judge)
     assert r.status_code == 403 and r.json()["error"]["blazar_code"] == "MODEL_NOT_IN_SCOPE"
     assert JUDGE in r.json()["error"]["message"]
+
+
+def test_the_best_of_judge_picks_among_valid_candidates(setup: tuple[DaemonProc, Keys]) -> None:
+    d, keys = setup
+    auth = {"authorization": f"Bearer {keys.full}"}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hi"}],
+        "max_tokens": 200,
+        "temperature": 0,
+        "best_of": 2,
+    }
+    # OpenAI chat: the candidates ran on the engine, the judge read both valid ones.
+    r = httpx.post(f"{d.url}/v1/chat/completions", json=body, headers=auth, timeout=300)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-blazar-best-of"] == "ran=2, winner=0, why=judge", r.headers["x-blazar-best-of"]
+    answer_tokens = r.json()["usage"]["completion_tokens"]
+    trace = {"trace_id": r.headers["x-blazar-trace-id"]}
+    row = ledger_row(d, trace, auth)
+    assert row["completion_tokens"] > answer_tokens  # the judge's tokens are the request's too
+    # Anthropic messages: translated candidates, the same judge.
+    messages = {k: v for k, v in body.items() if k != "temperature"}
+    r = httpx.post(
+        f"{d.url}/v1/messages",
+        json={**messages, "temperature": 0},
+        headers={**auth, "anthropic-version": "2023-06-01"},
+        timeout=300,
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-blazar-best-of"].endswith("why=judge"), r.headers["x-blazar-best-of"]

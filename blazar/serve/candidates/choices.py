@@ -64,13 +64,16 @@ class Candidate:
 
     problem: str | None = None
     logprob: float | None = None
+    judged: float | None = None
+    """A judge's probability that it answers the request (``best_of_judge``), when one read it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Pick:
     winner: int
     why: str
-    """``logprob`` (the likeliest of several valid ones), ``schema`` (valid by the request's
+    """``judge`` (the one the ``best_of_judge`` found likeliest to answer), ``logprob`` (the
+    likeliest of several valid ones), ``schema`` (valid by the request's
     schema where another was not), ``complete`` (ended on its own where another did not),
     ``first`` (all valid, nothing to tell them apart) or ``none-valid``."""
 
@@ -127,6 +130,9 @@ def pick(candidates: Sequence[Candidate]) -> Pick:
     valid = [i for i, c in enumerate(candidates) if c.problem is None]
     if not valid:
         return Pick(0, "none-valid")
+    if len(valid) > 1 and all(candidates[i].judged is not None for i in valid):
+        best = max(valid, key=lambda i: (candidates[i].judged or 0.0, -i))
+        return Pick(best, "judge")
     if len(valid) > 1 and all(candidates[i].logprob is not None for i in valid):
         best = max(valid, key=lambda i: (candidates[i].logprob or 0.0, -i))
         return Pick(best, "logprob")

@@ -11,7 +11,7 @@ out again when the caller did not ask for them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -31,6 +31,7 @@ from blazar.serve import failover, mcp_loop
 from blazar.serve.candidates import choices
 from blazar.serve.claim import claim_engine
 from blazar.serve.context import Ask, Relayed
+from blazar.serve.decisions import judge_answer, last_user_text
 from blazar.serve.engine_call import check_images
 from blazar.serve.policy import honesty
 from blazar.serve.policy.certified import chat_needs, refuse_failed
@@ -208,6 +209,9 @@ async def run(
     kept = list(range(count))
     if want.best_of is not None:
         judged = [_judge(d, fmt, completions=completions) for d in docs]
+        judge = runtime.config.best_of_judge
+        if judge is not None and isinstance(req, ChatRequest) and want.n == 1:
+            judged = await _judged(runtime, ask, judge, req, docs, judged)
         if want.n == 1:
             won = choices.pick(judged)
             kept = [won.winner]
@@ -242,6 +246,27 @@ def _judge(doc: dict[str, Any], fmt: ResponseFormat | None, *, completions: bool
         text, calls = str(message.get("content") or ""), len(message.get("tool_calls") or [])
     why = choices.problem(text=text, finish_reason=choice.get("finish_reason"), tool_calls=calls, fmt=fmt)
     return choices.Candidate(problem=why, logprob=choices.mean_logprob(choice.get("logprobs")))
+
+
+async def _judged(
+    runtime: Runtime,
+    ask: Ask,
+    judge: str,
+    req: ChatRequest,
+    docs: list[dict[str, Any]],
+    judged: list[choices.Candidate],
+) -> list[choices.Candidate]:
+    """The valid candidates as ``best_of_judge`` reads them (when more than one is valid)."""
+    if sum(c.problem is None for c in judged) < 2:
+        return judged
+    asked = last_user_text(req)
+    out = []
+    for doc, c in zip(docs, judged, strict=True):
+        if c.problem is None:
+            text = str((_first_choice(doc).get("message") or {}).get("content") or "")
+            c = replace(c, judged=await judge_answer(runtime, ask, judge, asked, text))
+        out.append(c)
+    return out
 
 
 def _merge(kept: list[dict[str, Any]], ran: list[dict[str, Any]], *, strip_logprobs: bool) -> dict[str, Any]:

@@ -17,15 +17,13 @@ import trio
 
 from actors.config import Cascade
 from actors.runtime import Runtime
-from blazar.dialects import decisions
-from blazar.dialects.decisions import DecisionRequest
 from blazar.dialects.neutral import ChatRequest, ChatResponse, Usage
 from blazar.errors import BlazarError
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.candidates import choices
 from blazar.serve.candidates.fanout import not_streamed
 from blazar.serve.context import Ask, Relayed
-from blazar.serve.decisions import run_decision
+from blazar.serve.decisions import judge_answer, last_user_text
 
 __all__ = ["Answered", "answer", "refuse_in_background"]
 
@@ -87,25 +85,13 @@ def _judge(req: ChatRequest, resp: ChatResponse, want: choices.Wanted) -> str | 
     )
 
 
-JUDGE_QUESTION = "Does the answer correctly and completely answer the request?"
-
-
 async def _judged(
     runtime: Runtime, ask: Ask, cascade: Cascade, req: ChatRequest, resp: ChatResponse
 ) -> str | None:
     """The cascade's judge (a decision model) on an answer that passed the other checks:
     ``judge-p=P`` (escalate) when its probability of yes is under the entry's threshold."""
     assert cascade.judge is not None
-    asked = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
-    question = DecisionRequest(
-        model=cascade.judge,
-        input=f"Request: {asked}\n\nAnswer: {resp.text}",
-        kind="boolean",
-        labels=[decisions.YES, decisions.NO],
-        question=JUDGE_QUESTION,
-    )
-    verdict = (await run_decision(runtime, question, ask)).decision
-    p_yes = verdict.probability if verdict.probability is not None else 0.0
+    p_yes = await judge_answer(runtime, ask, cascade.judge, last_user_text(req), resp.text)
     return None if p_yes >= cascade.judge_threshold else f"judge-p={p_yes:.2f}"
 
 
@@ -132,6 +118,14 @@ async def _best_of(runtime: Runtime, req: ChatRequest, ask: Ask, count: int) -> 
             nursery.start_soon(one, i, seed)
     done = [r for r in ran if r is not None]
     judged = [choices.Candidate(problem=_judge(req, resp, choices.Wanted())) for _, resp in done]
+    if (judge := runtime.config.best_of_judge) is not None and sum(c.problem is None for c in judged) > 1:
+        asked = last_user_text(req)
+        judged = [
+            c
+            if c.problem is not None
+            else replace(c, judged=await judge_answer(runtime, ask, judge, asked, r.text))
+            for c, (_, r) in zip(judged, done, strict=True)
+        ]
     won = choices.pick(judged)
     tr, resp = done[won.winner]
     usage = _sum([r.usage for _, r in done])
