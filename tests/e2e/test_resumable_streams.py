@@ -40,6 +40,7 @@ LONG: dict[str, Any] = {
     "model": MODEL,
     "messages": [{"role": "user", "content": "Write a very long story."}],
     "max_tokens": 2000,
+    "ignore_eos": True,  # llama.cpp's own field: it runs to max_tokens, however the story goes
 }
 
 
@@ -91,8 +92,10 @@ def _cut_after(
 ) -> tuple[str, list[ChatCompletionChunk]]:
     """Stream ``body`` resumably, read ``n`` chunks, and drop the connection; the stream's id
     and the chunks read."""
+    own = {k: v for k, v in body.items() if k != "ignore_eos"}  # the SDK has no such parameter
+    extra = {"ignore_eos": body["ignore_eos"]} if "ignore_eos" in body else None
     raw = daemon.client(who).chat.completions.with_raw_response.create(
-        **body, stream=True, extra_headers=RESUMABLE
+        **own, stream=True, extra_headers=RESUMABLE, extra_body=extra
     )
     stream_id = raw.headers["x-blazar-stream-id"]
     stream = raw.parse()
