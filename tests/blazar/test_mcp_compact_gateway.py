@@ -117,3 +117,22 @@ async def test_a_client_tool_of_a_meta_tool_name_is_refused(instant_home: Path) 
         assert r.status_code == 400 and "mcp_call_tool" in r.json()["error"]["message"]
         r = await gw.client.post("/v1/chat/completions", json=body, headers={"x-blazar-mcp-catalog": "full"})
         assert r.status_code == 200
+
+
+async def test_a_background_response_keeps_the_requests_catalog(instant_home: Path) -> None:
+    async with gateway(WEATHER) as gw:  # full by default: only the request's header makes it compact
+        body = {"model": MODEL, "input": ASK, "background": True}
+        r = await gw.client.post("/v1/responses", json=body, headers=COMPACT)
+        assert r.status_code == 200, r.text
+        response_id = r.json()["id"]
+        while True:  # polled as a client would
+            doc = (await gw.client.get(f"/v1/responses/{response_id}")).json()
+            if doc["status"] not in ("queued", "in_progress"):
+                break
+            await trio.sleep(0.05)
+        assert doc["status"] == "completed", doc
+        assert [(i["type"], i.get("name")) for i in doc["output"]] == [
+            ("mcp_call", "weather_get"),
+            ("mcp_call", "weather_get"),
+            ("message", None),
+        ]
