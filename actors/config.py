@@ -238,6 +238,10 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 McpName = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=48)]
 
 
+McpCatalog = Literal["full", "compact"]
+"""How a request's model sees MCP tools: every schema, or the compact catalog's meta-tools."""
+
+
 class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ``[[mcp]]`` entry: an MCP server whose tools the gateway may offer (docs/mcp.md)."""
 
@@ -264,6 +268,9 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     approve: list[str] = []
     """Tools (their names on this server, fnmatch; ``"*"``: all) that run only when the request
     carries ``x-blazar-mcp-approve`` naming them; otherwise the call is refused to the model."""
+    catalog: McpCatalog | None = None
+    """How the model sees this server's tools: ``"full"`` (every schema in the prompt) or
+    ``"compact"`` (three meta-tools that find, read and call them); unset: ``mcp_catalog``."""
 
     def __post_init__(self) -> None:
         if "__" in self.name:
@@ -498,6 +505,8 @@ class Tunables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     mcp_default: McpSelection = "none"
     """The servers whose tools a request gets when it names none: ``"none"``, ``"all"``,
     a name or a list of names."""
+    mcp_catalog: McpCatalog = "full"
+    """The catalog of ``[[mcp]]`` servers without their own ``catalog`` (docs/mcp.md)."""
     failover: list[FailoverChain] = []
     """Failover chains (``[[failover]]`` entries): a model name served by the first healthy
     of several targets (docs/routing.md)."""

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from mcp.shared.message import SessionMessage
 
 from actors.actor import Actor, ActorStatistics
-from actors.config import McpSelection, McpServer
+from actors.config import McpCatalog, McpSelection, McpServer
 from actors.errors import ActorStopped, BlazarRuntimeError
 from actors.mailbox import Envelope
 from actors.mcp_protocol import MODERN_VERSION, negotiate
@@ -612,9 +612,12 @@ class McpServerActor(Actor[McpMessage]):
 class McpServers:
     """The runtime's handle to its MCP servers (``runtime.mcp``)."""
 
-    def __init__(self, servers: list[McpServer], default: McpSelection = "none") -> None:
+    def __init__(
+        self, servers: list[McpServer], default: McpSelection = "none", catalog: McpCatalog = "full"
+    ) -> None:
         self.configs = {s.name: s for s in servers}
         self.default = default
+        self.catalog_default = catalog
         self.actors = {s.name: McpServerActor(s) for s in servers}
         self.supervisor = Supervisor("mcp")
 
@@ -659,6 +662,11 @@ class McpServers:
         """Does ``tool`` of ``server`` run only when the request approves it (``approve``)?"""
         c = self.configs.get(server)
         return c is not None and any(fnmatchcase(tool, p) for p in c.approve)
+
+    def catalog(self, name: str) -> McpCatalog:
+        """How ``name``'s tools are offered: its own ``catalog``, else ``mcp_catalog``."""
+        c = self.configs.get(name)
+        return (c.catalog if c is not None else None) or self.catalog_default
 
     def max_rounds(self, names: list[str]) -> int:
         """The tool rounds a request with ``names``' tools may run: the smallest of theirs."""

@@ -149,7 +149,7 @@ class Runtime:
         embedder registers (the gateway's background responses, batches, …)."""
         self.memory = MemoryPlanner(config.memory_budget_mb)
         self.lifecycle = lifecycle or self._lifecycle_actor()
-        self.mcp = McpServers(config.mcp, config.mcp_default)
+        self.mcp = McpServers(config.mcp, config.mcp_default, config.mcp_catalog)
         """The ``[[mcp]]`` servers (actors/mcp.py): each starts on its first use."""
         self.failover = FailoverChains(config.failover, federated=bool(config.remotes))
         """The ``[[failover]]`` chains and their targets' health (actors/failover.py)."""

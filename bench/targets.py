@@ -60,6 +60,13 @@ TARGETS = [
         "ms",
     ),
     Target("mcp_round_ms", "mcp", "gateway time per MCP round (instant engine and tool)", "<=", 2.0, "ms"),
+    Target(
+        "mcp_compact_prompt_ratio",
+        "mcp_catalog",
+        "prompt tokens per turn with 40 MCP tools, compact ÷ full catalog",
+        "<=",
+        0.2,
+    ),
     Target("cancel_p99_ms", "cancel", "client disconnect → slot idle p99 (gateway)", "<=", 100.0, "ms"),
     Target(
         "prefill_cancel_p99_ms_3000",

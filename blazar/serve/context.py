@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from actors.scheduling import Tier
 from blazar.errors import BlazarError
@@ -66,6 +66,8 @@ class Ask:
     """A model-doctor probe: certificates do not refuse it."""
     approved: frozenset[str] = field(default_factory=frozenset)
     """The MCP tools the caller approved for this request (``server__tool``, ``tool`` or ``*``)."""
+    mcp_catalog: Literal["full", "compact"] | None = None
+    """How the model sees the MCP tools (``x-blazar-mcp-catalog``); None: each server's own."""
     card: Card | None = None
     """The live card that records the request: its state, usage, failover walk, stream enders."""
 

@@ -46,6 +46,7 @@ from blazar.serve.cards import set_stream_enders
 from blazar.serve.context import APPROVE_HEADER as APPROVE
 from blazar.serve.context import Ask, Relayed
 from blazar.serve.engine_call import StreamEncoder, Timings
+from blazar.serve.mcp_compact import META, Compact, Lookup, lookup_result
 
 __all__ = [
     "SILENT",
@@ -70,9 +71,12 @@ class McpRun:
     rounds: int = 0
     calls: int = 0
     results: list[McpCallResult] = field(default_factory=list)
+    lookups: int = 0
+    """Meta-calls of a compact catalog the gateway answered itself (finding, reading a schema)."""
 
     def header(self) -> str:
-        return f"rounds={self.rounds}, calls={self.calls}"
+        looked = f", lookups={self.lookups}" if self.lookups else ""
+        return f"rounds={self.rounds}, calls={self.calls}{looked}"
 
 
 class Report(Protocol):
@@ -180,6 +184,8 @@ class _Round:
     def __init__(self, inner: StreamEncoder) -> None:
         self.inner = inner
         self.started = False
+        self.meta: frozenset[str] = frozenset()
+        """The compact catalog's meta-tools, when offered: the gateway's to answer too."""
         self.reset()
 
     def reset(self) -> None:
@@ -203,7 +209,7 @@ class _Round:
                 self.ours[c.index].append(c)
             elif c.index in self.theirs:
                 passed.append(msgspec.structs.replace(c, index=self.theirs[c.index]))
-            elif split_qualified(c.name or "") is not None:
+            elif split_qualified(c.name or "") is not None or c.name in self.meta:
                 self.ours[c.index] = [c]
             else:
                 self.theirs[c.index] = len(self.theirs)
@@ -266,6 +272,7 @@ class McpStream:
         self.ask = ask
         self._round = _Round(encoder)
         self._offered = False
+        self._compact: Compact | None = None
         self._max_rounds = runtime.mcp.max_rounds(servers)
         self._usage = Usage()
         self._first: engine_call.EngineCall | None = None
@@ -287,16 +294,42 @@ class McpStream:
     ) -> McpStream:
         self = cls(runtime, req, servers, encoder, report, ask)
         grant = ask.grant
-        offered = [
-            ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
+        usable = [
+            t
             for listed in await runtime.mcp.tools(servers)
             for t in listed.tools
             if grant is None or grant.allows_mcp(t.server, t.name)
         ]
+        compact = {s for s in servers if (ask.mcp_catalog or runtime.mcp.catalog(s)) == "compact"}
+        offered = [
+            ToolSpec(name=t.qualified, description=t.description, parameters=t.input_schema)
+            for t in usable
+            if t.server not in compact
+        ]
+        if hidden := [t for t in usable if t.server in compact]:
+            offered += self._offer_compact(Compact(hidden, [s for s in servers if s in compact]))
         self._offered = bool(offered)
         self.req = msgspec.structs.replace(req, tools=[*req.tools, *offered], stream=True)
         self._first = await self._start_round()
         return self
+
+    def _offer_compact(self, catalog: Compact) -> list[ToolSpec]:
+        """The meta-tools in place of ``catalog``'s tools (and the one tool a client forces)."""
+        clash = sorted(META & {t.name for t in self.req.tools})
+        if clash:
+            raise BlazarError(
+                "BAD_REQUEST",
+                f"the request's own tool {clash[0]!r} has the name of a compact MCP catalog's "
+                "meta-tool — rename it, or send `x-blazar-mcp-catalog: full`",
+            )
+        self._compact = catalog
+        self._round.meta = META
+        specs = catalog.specs()
+        choice = self.req.tool_choice
+        if choice is not None and choice.mode == "function" and choice.name:
+            if (forced := catalog.spec_of(choice.name)) is not None:
+                specs.append(forced)
+        return specs
 
     def timings(self) -> Timings:
         """The whole loop's: from the first round's start to the last round's end."""
@@ -362,10 +395,16 @@ class McpStream:
                     self._ended_ns = time.perf_counter_ns()
                     yield self.report.ended(self.run) + round_.inner.finish(end, self.timings())
                     return
-                yield b"".join(self.report.calling(c) for c in ours)
-                results = await self._call_all(ours)
-                yield b"".join(self.report.called(c, r) for c, r in zip(ours, results, strict=True))
-                self._feed_back(final, ours, results)
+                runs = [self._meaning(c) for c in ours]
+                shown = [r for r in runs if isinstance(r, ToolCall)]
+                yield b"".join(self.report.calling(c) for c in shown)
+                results = await self._call_all(ours, runs)
+                yield b"".join(
+                    self.report.called(r, res)
+                    for r, res in zip(runs, results, strict=True)
+                    if isinstance(r, ToolCall)
+                )
+                self._feed_back(final, ours, runs, results)
                 try:
                     await self._start_round()
                 except BlazarError as exc:
@@ -377,10 +416,25 @@ class McpStream:
         finally:
             await self._close_round()
 
-    def _feed_back(self, final: Delta, calls: list[ToolCall], results: list[McpCallResult]) -> None:
+    def _meaning(self, call: ToolCall) -> ToolCall | Lookup:
+        """What runs for one of the model's calls: itself, or what a meta-call means."""
+        if self._compact is None or call.name not in META:
+            return call
+        return self._compact.answer(call)
+
+    def _feed_back(
+        self,
+        final: Delta,
+        calls: list[ToolCall],
+        runs: list[ToolCall | Lookup],
+        results: list[McpCallResult],
+    ) -> None:
+        """The model's own calls (meta-calls as it wrote them) and their results, for its next round."""
         self.run.rounds += 1
-        self.run.calls += len(calls)
-        self.run.results.extend(results)
+        ran = [res for r, res in zip(runs, results, strict=True) if isinstance(r, ToolCall)]
+        self.run.calls += len(ran)
+        self.run.lookups += len(results) - len(ran)
+        self.run.results.extend(ran)
         turn = Message(role="assistant", content=final.text, tool_calls=calls)
         fed = [
             Message(role="tool", content=_text_for_model(r), tool_call_id=c.id, tool_name=c.name)
@@ -391,19 +445,24 @@ class McpStream:
             self.req, messages=[*self.req.messages, turn, *fed], tool_choice=None
         )
 
-    async def _call_all(self, calls: list[ToolCall]) -> list[McpCallResult]:
-        """Every call of one round, side by side (cancelled with the request)."""
-        results: list[McpCallResult | None] = [None] * len(calls)
+    async def _call_all(self, calls: list[ToolCall], runs: list[ToolCall | Lookup]) -> list[McpCallResult]:
+        """Every call of one round, side by side (cancelled with the request); a lookup the
+        gateway answered is its result already."""
+        results: list[McpCallResult | None] = [
+            lookup_result(asked, c) if isinstance(c, Lookup) else None
+            for asked, c in zip(calls, runs, strict=True)
+        ]
 
         async def one(i: int, c: ToolCall) -> None:
             results[i] = await self._call_one(c)
 
         async with trio.open_nursery() as nursery:
-            for i, c in enumerate(calls):
-                nursery.start_soon(one, i, c)
+            for i, c in enumerate(runs):
+                if isinstance(c, ToolCall):
+                    nursery.start_soon(one, i, c)
         done = [r for r in results if r is not None]
         if (card := self._first.card if self._first is not None else None) is not None:
-            card.note_tools(done)
+            card.note_tools([r for c, r in zip(runs, done, strict=True) if isinstance(c, ToolCall)])
         return done
 
     async def _call_one(self, c: ToolCall) -> McpCallResult:

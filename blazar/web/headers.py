@@ -21,6 +21,7 @@ REQUEST: dict[str, str] = {
     "x-blazar-engine": "run on another lane the model allows (LANE)",
     "x-blazar-mcp": "offer these MCP servers' tools and run the tool loop (NAME,…|all|none)",
     "x-blazar-mcp-approve": "let these approval-listed MCP tools run for this request",
+    "x-blazar-mcp-catalog": "compact: MCP tools as three meta-tools (find, schema, call); full: every schema",
     "x-blazar-best-of": "run N candidates and answer with the best",
     "x-blazar-cascade": "models tried cheapest first, the next when an answer fails its checks",
     "x-blazar-late-chunking": "1: embed input chunks of one text together (embeddings routes)",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -59,6 +59,8 @@ class _Job(msgspec.Struct, frozen=True, kw_only=True):
     mcp: list[str] = []
     mcp_rules: tuple[str, ...] = ()
     approved: list[str] = []
+    mcp_catalog: Literal["full", "compact"] | None = None
+    """The request's ``x-blazar-mcp-catalog``, if it sent one."""
 
 
 def _job_of(payload: bytes) -> _Job:
@@ -76,6 +78,7 @@ async def submit(
     key: Key | None = None,
     servers: list[str] | None = None,
     approved: frozenset[str] = frozenset(),
+    mcp_catalog: Literal["full", "compact"] | None = None,
 ) -> dict[str, Any]:
     """Store a queued response with its job; the Response object to answer with. ``key``:
     the API key that created it, which its job's tokens are charged to (and whose MCP scopes
@@ -91,6 +94,7 @@ async def submit(
         mcp=servers or [],
         mcp_rules=key.mcp if key is not None else (),
         approved=sorted(approved),
+        mcp_catalog=mcp_catalog,
     )
     await runtime.jobs.submit(
         KIND,
@@ -167,7 +171,9 @@ async def _run(runtime: Runtime, ctx: JobContext, job: _Job, card: Card) -> JobO
         stream: engine_call.TranslatedStream | mcp_loop.McpStream
         if job.mcp:
             grant = Key(name=job.key or LOCAL_NAME, digest="", hint="", mcp=job.mcp_rules, created_at=0.0)
-            ask = Ask.job(tier=Tier.LOW, card=card, grant=grant).but(approved=frozenset(job.approved))
+            ask = Ask.job(tier=Tier.LOW, card=card, grant=grant).but(
+                approved=frozenset(job.approved), mcp_catalog=job.mcp_catalog
+            )
             items = mcp_loop.ResponsesItems(encoder)
             stream = await mcp_loop.McpStream.open(runtime, chat, job.mcp, encoder, items, ask)
         else:

@@ -13,6 +13,7 @@ from actors.scheduling import Tier, class_name, parse_class, parse_tier
 from blazar.auth.keys import LOCAL_NAME
 from blazar.errors import BlazarError
 from blazar.serve.context import APPROVE_HEADER, Ask
+from blazar.serve.mcp_compact import CATALOG_HEADER, parse_catalog
 from blazar.serve.policy.certified import CERTIFYING
 from blazar.serve.policy.honesty import STRICT_HEADER, truthy
 from blazar.web.asgi.auth import presented_secret, secret_tag
@@ -106,6 +107,7 @@ def ask_of(call: Call) -> Ask:
             strict=truthy(headers.get(STRICT_HEADER)),
             certifying=call.key == LOCAL_NAME and headers.get(CERTIFYING) == "1",
             approved=approvals(headers.get(APPROVE_HEADER)),
+            mcp_catalog=parse_catalog(headers.get(CATALOG_HEADER)),
             card=call.card,
         )
     return call.asked

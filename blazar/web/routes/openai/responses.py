@@ -106,9 +106,15 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
             translated.refuse_in_background(runtime, call, req.model)
             await history_of(store, req)  # an unknown previous response is refused now, not later
             servers = mcp_loop.selected_servers(runtime, call)  # chosen now: the job keeps them
-            approved = ask_of(call).approved
+            asked = ask_of(call)
             doc = await background.submit(
-                runtime, req, call.body, key=call.grant, servers=servers, approved=approved
+                runtime,
+                req,
+                call.body,
+                key=call.grant,
+                servers=servers,
+                approved=asked.approved,
+                mcp_catalog=asked.mcp_catalog,
             )
             if not req.stream:
                 return json_reply(doc, headers=_headers(req))
