@@ -206,15 +206,22 @@ def quantize_model(
         tmp.unlink(missing_ok=True)
 
 
-def _run_tool(
+def tool_argv(
     tool: str, src: Path, dst: Path, kind: str, *, imatrix: Path | None, allow_requantize: bool
-) -> None:
+) -> list[str]:
+    """llama-quantize's command line: its options before the input, output and type."""
     argv = [tool]
     if allow_requantize:
         argv.append("--allow-requantize")
     if imatrix is not None:
         argv += ["--imatrix", str(imatrix)]
-    argv += [str(src), str(dst), kind]
+    return [*argv, str(src), str(dst), kind]
+
+
+def _run_tool(
+    tool: str, src: Path, dst: Path, kind: str, *, imatrix: Path | None, allow_requantize: bool
+) -> None:
+    argv = tool_argv(tool, src, dst, kind, imatrix=imatrix, allow_requantize=allow_requantize)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False)
     except OSError as exc:

@@ -4,20 +4,37 @@ runs with a ``PATH`` that has none), checked from the file it writes."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
-from registry.errors import AlreadyQuantized, InvalidModelFile, ModelExists, QuantizeToolMissing
+from registry.errors import (
+    AlreadyQuantized,
+    InvalidModelFile,
+    ModelExists,
+    QuantizeFailed,
+    QuantizeToolMissing,
+)
 from registry.gguf import read_header
-from registry.quantize import TOOL_ENV, default_name, quantize_file, quantize_model, weight_types
+from registry.quantize import (
+    TOOL_ENV,
+    default_name,
+    quantize_file,
+    quantize_model,
+    tool_argv,
+    weight_types,
+)
 from registry.store import ModelSettings, Store
 from tests.support import MODEL
 from tests.synthetic_f16 import build_f16_model
 
 F16 = "smollm2-f16"
+LIVE_TOOL = os.environ.get(TOOL_ENV) or shutil.which("llama-quantize")
+"""llama.cpp's quantizer, where this machine has one (the other tests hide it)."""
 
 
 @pytest.fixture(autouse=True)
@@ -136,6 +153,45 @@ def test_a_tool_named_in_the_environment_must_exist(store: Store, monkeypatch: p
     monkeypatch.setenv(TOOL_ENV, "/nowhere/llama-quantize")
     with pytest.raises(QuantizeToolMissing, match=TOOL_ENV):
         quantize_model(store, F16, "Q8_0")
+
+
+def test_llama_quantize_s_command_line() -> None:
+    """llama.cpp's quantizer is not installed on this project's machines: its command line is
+    pinned here, and a real program run in its place shows how a failure is reported."""
+    src, dst = Path("/m/in.gguf"), Path("/m/out.gguf")
+    assert tool_argv("llama-quantize", src, dst, "Q4_K_M", imatrix=None, allow_requantize=False) == [
+        "llama-quantize", "/m/in.gguf", "/m/out.gguf", "Q4_K_M",
+    ]  # fmt: skip
+    assert tool_argv("q", src, dst, "Q6_K", imatrix=Path("/m/i.dat"), allow_requantize=True) == [
+        "q", "--allow-requantize", "--imatrix", "/m/i.dat", "/m/in.gguf", "/m/out.gguf", "Q6_K",
+    ]  # fmt: skip
+
+
+def test_a_quantizer_that_fails_is_reported_with_its_last_line(
+    store: Store, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    failing = tmp_path / "bin" / "llama-quantize"
+    failing.write_text("#!/bin/sh\necho 'main: invalid ftype' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with pytest.raises(QuantizeFailed, match="main: invalid ftype"):
+        quantize_model(store, F16, "Q4_K_M")
+    assert store.find("smollm2-q4_k_m") is None  # nothing half-written is kept
+
+
+@pytest.mark.skipif(
+    LIVE_TOOL is None,
+    reason="llama.cpp's quantizer (llama-quantize) is not installed here: its command line is "
+    "pinned by test_llama_quantize_s_command_line",
+)
+def test_llama_quantize_writes_q4_k_m_where_installed(
+    tmp_path: Path, f16_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert LIVE_TOOL is not None
+    monkeypatch.setenv(TOOL_ENV, LIVE_TOOL)
+    store = Store(tmp_path / "live")
+    store.import_file(f16_path, F16, source="test")
+    record = quantize_model(store, F16, "Q4_K_M")
+    assert "Q4_K" in weight_types(Path(record.path))
 
 
 def test_unknown_types_and_taken_names_are_refused(store: Store) -> None:
