@@ -1,6 +1,7 @@
 """A real MCP server with forty tools, the size of an agent's toolbox, for compact catalogs.
 
-Run as ``python tests/mcp_servers/many_server.py`` (stdio). Each tool has a description and
+Run as ``python tests/mcp_servers/many_server.py [AREAS]`` (stdio; ``AREAS``, 1 to 10, keeps
+that many areas' four tools each, for a smaller catalog: the default is all forty). Each tool has a description and
 an argument schema of the length real servers give (a few sentences, three or four typed
 arguments), so the full catalog costs the thousands of prompt tokens a small local model
 cannot spare. Every tool answers at once with what it was asked (``NAME: {arguments}``), so a
@@ -11,6 +12,7 @@ server's.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import anyio
@@ -60,9 +62,9 @@ def _schema(fields: list[str], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required}
 
 
-def _tools() -> list[types.Tool]:
+def _tools(areas: int) -> list[types.Tool]:
     tools = []
-    for area, what, fields in _AREAS:
+    for area, what, fields in _AREAS[:areas]:
         for action, verb, detail in _ACTIONS:
             if area == "translate" and action == "search":
                 continue  # the fortieth is echo
@@ -83,7 +85,7 @@ def _tools() -> list[types.Tool]:
     return tools
 
 
-TOOLS = _tools()
+TOOLS = _tools(int(sys.argv[1]) if len(sys.argv) > 1 else len(_AREAS))
 
 
 async def _list(ctx: Any, params: Any) -> types.ListToolsResult:
