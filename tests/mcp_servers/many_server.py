@@ -2,11 +2,11 @@
 
 Run as ``python tests/mcp_servers/many_server.py [AREAS]`` (stdio; ``AREAS``, 1 to 10, keeps
 that many areas' four tools each, for a smaller catalog: the default is all forty). Each tool
-has a description and an argument schema of the length real servers give (a few sentences, three or four typed
-arguments), so the full catalog costs the thousands of prompt tokens a small local model
-cannot spare. Every tool answers at once with what it was asked (``NAME: {arguments}``), so a
-test sees which tool ran and with what; ``echo`` answers ``echo: TEXT`` like the other test
-server's.
+has a description and an argument schema of the length real servers give (a few sentences,
+three or four typed arguments), so the full catalog costs the thousands of prompt tokens a
+small local model cannot spare. Every tool answers at once with what it was asked
+(``NAME: {arguments}``), so a test sees which tool ran and with what; ``echo`` answers
+``echo: TEXT`` like the other test server's.
 """
 
 from __future__ import annotations
