@@ -98,6 +98,11 @@ LONGEST_FIRST = (
     "tests/e2e/test_speech_jobs.py",
     "tests/e2e/test_responses_sdk.py",
     "tests/e2e/test_dialects_sdk.py",
+    "tests/registry/test_quantize.py",
+    "tests/blazar/test_cli_quantize.py",
+    "tests/e2e/test_mcp_compact_e2e.py",
+    "tests/e2e/test_decisions_e2e.py",
+    "tests/e2e/test_resumable_streams.py",
 )
 
 

@@ -20,9 +20,11 @@ import trio
 from tests.instant import MODEL, Gateway, instant_config, serve_gateway
 from tests.support import free_port
 
-INTERVAL_MS = 250
-CHUNKS = 10
-"""The engine sends a chunk every quarter second: a stream lasts about 2.5 s."""
+pytestmark = pytest.mark.slow  # a real nginx, paced streams: the full suite's tier
+
+INTERVAL_MS = 150
+CHUNKS = 8
+"""The engine sends a chunk every 150 ms: a stream lasts about 1.2 s."""
 
 
 def _nginx() -> str:

@@ -32,6 +32,8 @@ from registry.store import ModelSettings, Store
 from tests.support import MODEL
 from tests.synthetic_f16 import build_f16_model
 
+pytestmark = pytest.mark.slow  # each test writes a whole model: the full suite's tier, not the fast one
+
 F16 = "smollm2-f16"
 LIVE_TOOL = os.environ.get(TOOL_ENV) or shutil.which("llama-quantize")
 """llama.cpp's quantizer, where this machine has one (the other tests hide it)."""
