@@ -16,7 +16,8 @@ and scores that tests can predict (``token_vector``, ``rerank_score``).
 Only the standard library (asyncio with a hand-rolled HTTP/1.1 parser), so any
 Python 3.11 runs it and it costs a small fraction of the gateway's CPU per request.
 A body field ``bench_interval_ms`` overrides ``--interval-ms`` (the pause between
-stream chunks) for one request.
+stream chunks) for one request; on a request that is not streamed, the fixed body comes
+after that pause times ``max_tokens``, as if decoded.
 
 Two things make it answer like a model rather than a yardstick, for tests that drive the
 gateway end to end: ``--reply TEXT`` is the answer of every chat and completion, and a
@@ -400,7 +401,11 @@ class Connection(asyncio.Protocol):
             if text is not None:
                 return self._answer_text(doc, chat, text, close)
             if not doc.get("stream"):
-                self._reply(200, up.chat_body if chat else up.completion_body, close)
+                whole = up.chat_body if chat else up.completion_body
+                if "bench_interval_ms" in doc:  # decode the answer's chunks before replying
+                    n = doc.get("max_tokens") or doc.get("n_predict") or up.chunks
+                    return self._reply_later(float(doc["bench_interval_ms"]) * int(n), whole, close)
+                self._reply(200, whole, close)
                 return None
             n = doc.get("max_tokens") or doc.get("n_predict") or up.chunks
             interval_ms = float(doc.get("bench_interval_ms", up.interval_ms))
@@ -418,6 +423,12 @@ class Connection(asyncio.Protocol):
         else:
             self._reply(404, b'{"error":{"code":404,"message":"not found"}}', close)
         return None
+
+    async def _reply_later(self, delay_ms: float, body: bytes, close: bool) -> None:
+        """A whole answer after ``delay_ms``, as an engine decoding it would; a connection
+        closed meanwhile cancels it (``connection_lost``), as an engine that stops would."""
+        await asyncio.sleep(delay_ms / 1000.0)
+        self._reply(200, body, close)
 
     def _answer_text(self, doc: dict[str, Any], chat: bool, text: str, close: bool) -> Any:
         """Answer with ``text``, cut to ``max_tokens`` pieces; a coroutine when streamed."""

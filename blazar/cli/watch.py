@@ -2,7 +2,7 @@
 
 It polls the snapshot once a second (``--interval``) and redraws with rich's
 ``Live``: the models with their slots, queue and memory, the live requests,
-latency quantiles, rates, memory and jobs, each table cut to what fits the
+the request classes, latency quantiles, rates, memory and jobs, each table cut to what fits the
 terminal (80x24 included). Plain characters only, no mouse: it works over SSH.
 ``q`` (or Ctrl-C) quits; keys are read without echo (cbreak mode on a terminal).
 ``--once`` prints one snapshot and exits (``--once --json``: the JSON, for scripts).
@@ -39,8 +39,9 @@ def watch(
     json_: Json = False,
     interval: Annotated[float, Parameter(help="Seconds between refreshes (at least 0.25).")] = 1.0,
 ) -> None:
-    """Watch the daemon live: loaded models with slots, queue and memory, live requests, time to
-    first token and per output token, rates, memory and jobs. `q` or Ctrl-C quits.
+    """Watch the daemon live: loaded models with slots, queue and memory, live requests, request
+    classes (queued, running, waits, preemptions), time to first token and per output token,
+    rates, memory and jobs. `q` or Ctrl-C quits.
 
     With --once: one snapshot, printed (with --json: as JSON, for scripts)."""
     from blazar.cli._common import load_setup
@@ -211,6 +212,7 @@ def _request_rows(doc: dict[str, Any]) -> list[list[str]]:
                 r.get("model") or "-",
                 _dialect(r.get("path", "")),
                 r["state"] + (f" #{pos}" if pos is not None else ""),
+                (r.get("class") or "-") + (f" x{r['preempted']}" if r.get("preempted") else ""),
                 str(r.get("chunks", 0)),
                 _ms(r.get("ttft_ms")),
                 _ms(r.get("elapsed_ms")),
@@ -242,6 +244,18 @@ def _latency_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _class_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The classes that saw any request (an idle daemon shows "none")."""
+    rows = []
+    for c in doc.get("classes") or []:
+        counts = (c["queued"], c["running"], c["granted"], c["rejected"], c["expired"], c["preempted"])
+        if any(counts):
+            rows.append(
+                [c["name"], *(str(n) for n in counts[:3]), _ms(c.get("mean_wait_ms")), *map(str, counts[3:])]
+            )
+    return rows
+
+
 def _job_rows(doc: dict[str, Any]) -> list[list[str]]:
     rows = []
     for j in doc.get("jobs") or []:
@@ -254,7 +268,12 @@ def _job_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 _SECTIONS = (
     ("Models", ("model", "state", "slots", "queue", "memory", "rss", "expires"), _model_rows),
-    ("Requests", ("model", "dialect", "state", "chunks", "ttft", "elapsed", "id"), _request_rows),
+    ("Requests", ("model", "dialect", "state", "class", "chunks", "ttft", "elapsed", "id"), _request_rows),
+    (
+        "Classes",
+        ("class", "queued", "running", "granted", "wait", "full", "timeout", "preempted"),
+        _class_rows,
+    ),
     ("Latency", ("model", "", "n", "ttft p50", "p95", "tpot p50", "p95"), _latency_rows),
     ("Jobs", ("id", "kind", "state", "done", "detail"), _job_rows),
 )

@@ -96,6 +96,15 @@ class CardView(msgspec.Struct, frozen=True, kw_only=True):
     reason: str | None
     code: str | None
     """The ``blazar_code`` it ended with, when it failed or was ended from outside."""
+    request_class: str | None = msgspec.field(default=None, name="class")
+    """Its admission class (docs/scheduling.md), once its claim was asked for."""
+    preempted: int = 0
+    """Times it gave its slot to an interactive request and queued again."""
+    queue_ms: float | None = None
+    """Its wait for an admission slot so far (summed over its claims)."""
+    overhead_ms: float | None = None
+    """Once it ended: the gateway's own time, the whole figure (docs/observability.md); a
+    stream's head could only say the part before the engine."""
 
 
 @dataclass
@@ -130,6 +139,8 @@ class Card:
     """Time spent making the engine ready (0 when it was already loaded)."""
     queue_ahead: int | None = None
     """Requests already waiting for a slot when it asked for one."""
+    request_class: str | None = None
+    """Its admission class (``interactive``, ``default``, ``batch``, ``background``)."""
     preempted: int = 0
     """Times the request gave its slot to an interactive one and queued again."""
     evicted: tuple[str, ...] = ()
@@ -260,6 +271,10 @@ class Card:
             elapsed_ms=(end - self.t0) * 1000,
             reason=self.reason,
             code=self._code(),
+            request_class=self.request_class,
+            preempted=self.preempted,
+            queue_ms=self.queue_wait_s * 1000 if self.queue_wait_s is not None else None,
+            overhead_ms=self.overhead_ms(self.ended_s) if self.ended_s is not None else None,
         )
 
     def _code(self) -> str | None:

@@ -11,6 +11,7 @@ import trio
 import trio.testing
 from rich.console import Console
 
+from actors.admission import ClassStatistics
 from actors.census import Census, Gpu
 from actors.engine import EngineStatistics
 from actors.jobs import JobRecord
@@ -22,6 +23,7 @@ from blazar.web.console.api import PING, sse_event, stream
 from blazar.web.console.model import (
     CardRow,
     Shared,
+    class_rows,
     job_results,
     job_row,
     memory_of,
@@ -261,7 +263,28 @@ def _shared() -> Shared:
         quantiles={"qwen-small": {}, "llama-big": {}},
         jobs=[],
         memory={},
+        classes=class_rows([_class("interactive", granted=2, waited_s=0.5), _class("batch", preempted=1)]),
     )
+
+
+def _class(name: str, **counts: Any) -> ClassStatistics:
+    fields = {"queued": 0, "running": 0, "granted": 0, "waited_s": 0.0, "rejected": 0, "expired": 0}
+    return ClassStatistics(name=name, **(fields | {"preempted": 0} | counts))
+
+
+def test_class_rows_give_each_class_its_queue_waits_and_preemptions() -> None:
+    interactive, batch = _shared().classes
+    assert interactive == {
+        "name": "interactive",
+        "queued": 0,
+        "running": 0,
+        "granted": 2,
+        "mean_wait_ms": 250.0,
+        "rejected": 0,
+        "expired": 0,
+        "preempted": 0,
+    }
+    assert batch["mean_wait_ms"] is None and batch["preempted"] == 1
 
 
 def _key(name: str, families: tuple[str, ...], models: tuple[str, ...] = ("*",)) -> Key:
@@ -284,7 +307,9 @@ def test_without_keys_the_viewer_sees_everything() -> None:
         "quantiles",
         "jobs",
         "memory",
+        "classes",
     ]
+    assert [c["name"] for c in doc["classes"]] == ["interactive", "batch"]
 
 
 def test_a_metrics_key_sees_its_own_requests_and_its_models() -> None:
@@ -294,6 +319,7 @@ def test_a_metrics_key_sees_its_own_requests_and_its_models() -> None:
     assert [r["id"] for r in doc["requests"]] == ["r1"] and doc["recent"] == []
     assert doc["models"] == [{"name": "qwen-small", "stderr_tail": None}]  # an engine's stderr: admin only
     assert list(doc["quantiles"]) == ["qwen-small"]
+    assert doc["classes"] == []  # admission's figures cover every model: admin only
 
 
 def test_an_admin_key_sees_every_request() -> None:
@@ -389,6 +415,8 @@ def _snapshot(models: int, requests: int) -> dict[str, Any]:
                 "model": "model-0",
                 "state": "queued",
                 "queue_position": i,
+                "class": "batch",
+                "preempted": 2 if i == 0 else 0,
                 "chunks": 0,
                 "ttft_ms": None,
                 "elapsed_ms": 1500.0,
@@ -418,6 +446,17 @@ def test_the_view_fits_80x24_however_much_there_is() -> None:
     assert "more" in text  # the cut tables say how much is left out
     assert "anthropic" in text and "queued #" in text and "50%" in text and "120ms" in text
     assert text.isascii()
+
+
+def test_the_view_shows_the_classes_that_saw_requests() -> None:
+    doc = _snapshot(models=1, requests=1)
+    doc["classes"] = class_rows(
+        [_class("interactive"), _class("batch", running=1, granted=3, waited_s=3.0, preempted=2)]
+    )
+    text = "\n".join(_screen(doc, width=100, height=40))
+    assert "Classes (1)" in text and "batch x2" in text
+    row = next(line for line in text.splitlines() if line.startswith("batch "))
+    assert row.split() == ["batch", "0", "1", "3", "1.00s", "0", "0", "2"]
 
 
 def test_the_view_shows_a_line_for_an_empty_section() -> None:

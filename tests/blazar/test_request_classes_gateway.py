@@ -105,3 +105,34 @@ async def test_a_key_class_scope_caps_what_it_may_ask_for(instant_home: Path) ->
         assert (await ask(free, {"x-blazar-class": "interactive"})).status_code == 200
         bad = await ask(free, {"x-blazar-class": "urgent"})
         assert bad.status_code == 400 and bad.json()["error"]["blazar_code"] == "BAD_REQUEST"
+
+
+async def test_an_interactive_request_takes_the_slot_of_a_batch_one_that_has_sent_nothing(
+    instant_home: Path,
+) -> None:
+    """One slot, a whole batch answer that takes 2 s to decode: an interactive request arriving
+    meanwhile preempts it, is answered first, and the batch request is run again from the head of
+    its queue and answered once, whole; its card and /metrics say it was preempted."""
+    async with serve_gateway(instant_config(slots=1)) as gw:
+        await gw.client.post("/v1/chat/completions", json=CHAT)  # the engine is up
+        answered: dict[str, httpx.Response] = {}
+
+        async def ask(name: str, body: dict[str, Any]) -> None:
+            headers = {"x-blazar-class": name}
+            answered[name] = await gw.client.post("/v1/chat/completions", json=body, headers=headers)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "batch", {**CHAT, "max_tokens": 40, "bench_interval_ms": 50})
+            with trio.fail_after(10):
+                while gw.runtime.admission.statistics().classes[2].running < 1:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            await ask("interactive", CHAT)
+            assert list(answered) == ["interactive"]  # it did not wait for the batch answer
+        assert list(answered) == ["interactive", "batch"]
+        batch = answered["batch"]
+        assert batch.status_code == 200 and batch.json()["object"] == "chat.completion"
+        card = (await gw.client.get(f"/v1/requests/{batch.headers['x-blazar-trace-id']}")).json()
+        assert card["class"] == "batch" and card["preempted"] == 1 and card["state"] == "done"
+        metrics = (await gw.client.get("/metrics")).text
+        assert _metric(metrics, "blazar_class_preempted_total", "batch") == 1
+        assert _metric(metrics, "blazar_class_granted_total", "batch") == 2  # granted twice, ran once

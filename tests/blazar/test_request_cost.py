@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -68,6 +69,10 @@ async def test_every_dialect_says_what_a_request_cost(instant_home: Path) -> Non
                 # the ledger keeps the whole figure: never less than what the head said
                 assert row["overhead_ms"] is not None and row["overhead_ms"] > 0, row
                 assert row["overhead_ms"] < row["duration_ms"], row
+                # and so does the request's card, which its own key may read after a stream
+                card = (await gw.client.get(f"/v1/requests/{r.headers['x-blazar-trace-id']}")).json()
+                assert card["overhead_ms"] == pytest.approx(row["overhead_ms"], abs=0.01), (card, row)
+                assert card["queue_ms"] == pytest.approx(row["queue_ms"], abs=0.01), (card, row)
         # the first asks for the engine again with embeddings on: that restart is a load, not overhead
         for path, extra in EMBEDDING:
             r = await gw.client.post(path, json={"model": MODEL, **extra})

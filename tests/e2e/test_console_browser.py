@@ -129,7 +129,8 @@ def test_a_running_request_is_cancelled_from_the_requests_view(
         page.wait_for_selector("#conn.conn-live")
         t = _stream(daemon, out)
         card = page.wait_for_selector("#live-requests [data-request][data-state=running]")
-        assert MODEL in card.inner_text()
+        assert MODEL in card.inner_text() and "default" in card.inner_text()  # its class
+        page.wait_for_selector("#classes tr[data-class=default]")
         page.wait_for_selector("#recent-requests tr[data-trace]")
         w.shot("requests")
         card_id = card.get_attribute("data-request")

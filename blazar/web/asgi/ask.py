@@ -97,10 +97,13 @@ def ask_of(call: Call) -> Ask:
     if call.asked is None:
         headers = call.headers
         keep = headers.get("x-blazar-keep-alive")
+        tier = request_tier(call)
+        if call.card is not None:
+            call.card.request_class = class_name(tier)
         call.asked = Ask(
             client=_client_key(call),
             grant=call.grant,
-            tier=request_tier(call),
+            tier=tier,
             deadline_s=_deadline_s(call),
             keep_alive_s=keep_alive_header(keep) if keep else None,
             lane=requested_lane(headers),

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import trio
 
+from actors.admission import ClassStatistics
 from actors.census import Census, take_census, tree_rss
 from actors.engine import EngineState, EngineStatistics
 from actors.jobs import JobRecord, read_jobs
@@ -43,6 +44,7 @@ from registry.store import ModelRecord
 __all__ = [
     "RECENT",
     "Shared",
+    "class_rows",
     "gather",
     "job_results",
     "job_row",
@@ -81,6 +83,8 @@ class Shared:
     quantiles: dict[str, Any]
     jobs: list[dict[str, Any]]
     memory: dict[str, Any]
+    classes: list[dict[str, Any]] = field(default_factory=list)
+    """Admission's request classes over every model (``class_rows``)."""
     built_s: float = field(default=0.0)
     """``trio.current_time()`` when it was built (how old a shared snapshot is)."""
 
@@ -230,6 +234,24 @@ def memory_of(census: Census, budget: int | None) -> dict[str, Any]:
     }
 
 
+def class_rows(classes: Iterable[ClassStatistics]) -> list[dict[str, Any]]:
+    """Each request class: waiting and running now, and since the start its grants, mean
+    wait, refusals (queue full), timeouts and preemptions (docs/scheduling.md)."""
+    return [
+        {
+            "name": c.name,
+            "queued": c.queued,
+            "running": c.running,
+            "granted": c.granted,
+            "mean_wait_ms": round(c.waited_s / c.granted * 1000, 1) if c.granted else None,
+            "rejected": c.rejected,
+            "expired": c.expired,
+            "preempted": c.preempted,
+        }
+        for c in classes
+    ]
+
+
 def card_rows(cards: Iterable[Card], position: Callable[[Card], int | None]) -> list[CardRow]:
     return [CardRow(c.key, c.model, msgspec.to_builtins(c.view(position(c)))) for c in cards]
 
@@ -326,6 +348,7 @@ async def gather(
         quantiles=telemetry.summary()["models"],  # type: ignore[arg-type]
         jobs=jobs,
         memory=memory_of(census, runtime.memory.budget(held)),
+        classes=class_rows(stats.admission.classes),
         built_s=trio.current_time(),
     )
 
@@ -365,4 +388,5 @@ def view_for(shared: Shared, *, key: str | None, grant: Key | None) -> dict[str,
         "quantiles": {m: q for m, q in shared.quantiles.items() if visible_model(m)},
         "jobs": shared.jobs,
         "memory": shared.memory,
+        "classes": shared.classes if admin else [],
     }

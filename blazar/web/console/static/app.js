@@ -565,10 +565,13 @@ VIEWS.requests = {
   title: "Requests",
   mount(root) {
     this.live = el("div", { id: "live-requests" });
+    this.classes = el("div", { id: "classes" });
+    this.classView = {};
     this.recent = el("div", { id: "recent-requests" });
     this.story = el("div", { id: "why" });
     this.grid = this.body = null;
     root.append(el("h2", {}, "Live"), this.live, el("div", { class: "section" }, this.story),
+      el("div", { class: "section" }, el("h2", {}, "Classes"), this.classes),
       el("div", { class: "section" }, el("h2", {}, "Recently finished"), this.recent));
     this.drawWhy();
   },
@@ -591,6 +594,7 @@ VIEWS.requests = {
         card.node.dataset.state = r.state;
         set(card.state, pill(r.state));
         set(card.queue, r.queue_position === null || r.queue_position === undefined ? "—" : String(r.queue_position));
+        set(card.klass, (r.class || "—") + (r.preempted ? ` (preempted ×${r.preempted})` : ""));
         set(card.chunks, String(r.chunks));
         set(card.ttft, ms(r.ttft_ms));
         set(card.elapsed, ms(r.elapsed_ms));
@@ -600,6 +604,7 @@ VIEWS.requests = {
       if (!this.grid || !this.grid.isConnected) this.live.replaceChildren(this.grid = el("div", { class: "reqs" }));
       this.grid.replaceChildren(...nodes);
     }
+    this.drawClasses(snap.classes || []);
     const recent = snap.recent || [];
     if (!recent.length) {
       this.rows.clear();
@@ -631,12 +636,13 @@ VIEWS.requests = {
   },
   card(r, admin) {
     const dd = () => el("dd");
-    const c = { state: el("span"), queue: dd(), chunks: dd(), ttft: dd(), elapsed: dd() };
+    const c = { state: el("span"), queue: dd(), klass: dd(), chunks: dd(), ttft: dd(), elapsed: dd() };
     c.node = el("div", { class: "card req", "data-request": r.id, "data-state": r.state },
       el("div", { class: "top" }, el("strong", {}, r.model || "—"), c.state),
       el("dl", {},
         el("dt", {}, "Route"), el("dd", {}, el("code", {}, r.path)),
         el("dt", {}, "Queue position"), c.queue,
+        el("dt", {}, "Class"), c.klass,
         el("dt", {}, "Chunks so far"), c.chunks,
         el("dt", {}, "Time to first token"), c.ttft,
         el("dt", {}, "Elapsed"), c.elapsed,
@@ -645,6 +651,19 @@ VIEWS.requests = {
         el("button", { "data-action": "interrupt", onclick: () => act("interrupt", "POST", `/v1/requests/${r.id}/interrupt`) }, "Interrupt"),
         el("button", { class: "danger", "data-action": "cancel", onclick: () => act("cancel", "POST", `/v1/requests/${r.id}/cancel`) }, "Cancel")) : null);
     return c;
+  },
+  // Admission's request classes (docs/scheduling.md): an admin sees them, others an empty list.
+  drawClasses(classes) {
+    if (same(this.classView, classes)) return;
+    if (!classes.length) {
+      this.classes.replaceChildren(el("div", { class: "card" }, empty("No class figures", "An admin key sees each request class's queue, waits and preemptions.")));
+      return;
+    }
+    this.classes.replaceChildren(el("div", { class: "card table-card" }, el("table", {},
+      el("thead", {}, el("tr", {}, ["Class", "Queued", "Running", "Granted", "Mean wait", "Queue full", "Timed out", "Preempted"].map((t) => el("th", {}, t)))),
+      el("tbody", {}, classes.map((c) => el("tr", { "data-class": c.name },
+        el("td", {}, c.name), ...[c.queued, c.running, c.granted].map((n) => el("td", {}, String(n))),
+        el("td", {}, ms(c.mean_wait_ms)), ...[c.rejected, c.expired, c.preempted].map((n) => el("td", {}, String(n)))))))));
   },
   drawWhy() {
     if (!this.story) return;
