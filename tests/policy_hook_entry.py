@@ -3,8 +3,8 @@ real HTTP hook server, for tests/e2e/test_policy_hooks_e2e.py.
 
 Each hook decides by a word in the request's last user message, so one daemon serves every case:
 
-* ``REFUSE-REQUEST``: the HTTP pre hook refuses; ``SECRET``: it rewrites the messages to
-  ``REWRITTEN_PROMPT``; ``HOOK-SLOW``: it answers after its timeout (it fails closed).
+* ``REFUSE-REQUEST``: the HTTP pre hook refuses; ``SECRET``: it rewrites the messages (a
+  completion's prompt) to ``REWRITTEN_PROMPT``; ``HOOK-SLOW``: it answers after its timeout (it fails closed).
 * ``PY-SLOW``: the async Python pre hook sleeps past its timeout (it fails open).
 * ``REDACT-ANSWER``: the HTTP post hook replaces the answer's text with ``REDACTED``;
   ``REFUSE-ANSWER``: it refuses the answer.
@@ -29,7 +29,11 @@ PY_REDACTED = "[redacted by the python hook]"
 
 
 def last_user(payload: dict[str, Any]) -> str:
-    messages = payload["request"]["messages"]
+    """The last user message's text, or a legacy completion's prompt."""
+    request = payload["request"]
+    if "prompt" in request:
+        return str(request["prompt"])
+    messages = request["messages"]
     return next((m.get("content", "") for m in reversed(messages) if m["role"] == "user"), "")
 
 
@@ -37,6 +41,8 @@ def decide_pre(payload: dict[str, Any]) -> dict[str, Any] | None:
     text = last_user(payload)
     if "REFUSE-REQUEST" in text:
         return {"action": "refuse", "reason": "the request names a forbidden word"}
+    if "SECRET" in text and "prompt" in payload["request"]:
+        return {"action": "rewrite", "prompt": REWRITTEN_PROMPT}
     if "SECRET" in text:
         return {"action": "rewrite", "messages": [{"role": "user", "content": REWRITTEN_PROMPT}]}
     if "HOOK-SLOW" in text:

@@ -13,6 +13,7 @@ import platformdirs
 from actors.config import RuntimeConfig, Tunables
 
 __all__ = [
+    "HOOK_ROUTES",
     "Config",
     "ConfigError",
     "HookConfig",
@@ -109,6 +110,17 @@ class SemanticCacheConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     """Answers kept in all; past it the oldest is dropped."""
 
 
+HOOK_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/completions",
+    "/v1/messages",
+    "/api/chat",
+    "/api/generate",
+)
+"""The routes policy hooks guard (a batch's items run through them)."""
+
+
 class HookConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ``[[hooks]]`` entry: a policy hook called before or after a chat request runs
     (docs/security.md#policy-hooks)."""
@@ -128,8 +140,7 @@ class HookConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """A hook that fails (timeout, error, a verdict it cannot read): ``open`` lets the request
     run as if allowed; ``closed`` refuses it (503 POLICY_HOOK_FAILED)."""
     routes: list[str] = []
-    """The routes it applies to (``/v1/chat/completions``, ``/v1/messages``, ``/api/chat``);
-    empty: all chat routes."""
+    """The routes it applies to (among ``HOOK_ROUTES``); empty: all of them."""
     models: list[str] = []
     """Model names (shell patterns: ``llama*``) it applies to; empty: all models."""
     buffer_streams: bool = False
@@ -295,6 +306,10 @@ def _check_hooks(path: Path, hooks: list[HookConfig]) -> None:
             raise ConfigError(f"{where}: timeout_ms must be between 1 and 600000")
         if hook.buffer_streams and hook.stage == "pre":
             raise ConfigError(f"{where}: buffer_streams is for post hooks (a pre hook never sees a stream)")
+        if unknown := [r for r in hook.routes if r not in HOOK_ROUTES]:
+            raise ConfigError(
+                f"{where}: routes {unknown} are not guarded by hooks; they guard {', '.join(HOOK_ROUTES)}"
+            )
 
 
 def _check_transport(path: Path, config: Config) -> None:

@@ -28,7 +28,15 @@ from blazar.dialects.responses import (
     usage_doc,
 )
 
-__all__ = ["Finished", "OutputBuilder", "StreamEncoder", "frame", "queued_events", "whole_response"]
+__all__ = [
+    "Finished",
+    "OutputBuilder",
+    "StreamEncoder",
+    "finished_response",
+    "frame",
+    "queued_events",
+    "whole_response",
+]
 
 Event = dict[str, Any]
 
@@ -284,6 +292,25 @@ def queued_events(queued: dict[str, Any]) -> list[Event]:
     """How a background response's stream opens, as OpenAI's does: ``response.created`` and
     ``response.queued``, both with the ``queued`` Response, before its job starts."""
     return [{"type": "response.created", "response": queued}, {"type": "response.queued", "response": queued}]
+
+
+_FINISHING = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
+
+
+def finished_response(data: bytes) -> dict[str, Any] | None:
+    """The Response carried by the event in ``data`` (framed by ``frame``) that finishes a
+    stream (``response.completed``, ``.incomplete`` or ``.failed``); None when there is none."""
+    at = max(data.rfind(kind) for kind in _FINISHING)
+    if at < 0:
+        return None
+    start = data.find(b"data:", at) + 5
+    end = data.find(b"\n", start)
+    try:
+        event = msgspec.json.decode(data[start : end if end >= 0 else len(data)])
+    except msgspec.DecodeError:
+        return None
+    response = event.get("response") if isinstance(event, dict) else None
+    return response if isinstance(response, dict) else None
 
 
 def frame(event: Event, sequence_number: int) -> bytes:

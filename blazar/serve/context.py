@@ -96,6 +96,9 @@ class Relayed(Protocol):
 
     code: str | None
     error: str | None
+    ran_body: bytes | None
+    """The request as it ran where a policy hook rewrote it (``None``: ``body``): what the audit
+    log and a stored completion keep."""
 
     @property
     def path(self) -> str: ...

@@ -207,7 +207,20 @@ async def run_translated(runtime: Runtime, call: Relayed, ask: Ask, req: ChatReq
 
 
 async def complete_text(runtime: Runtime, call: Relayed, ask: Ask, req: CompletionRequest) -> Reply:
-    """A legacy completion (decoded and named by its route): candidates, else the engine's bytes."""
+    """A legacy completion (decoded and named by its route), behind the policy hooks."""
+    return await hooks.through(
+        runtime,
+        call,
+        req,
+        Dialect.OPENAI,
+        lambda c, r: _complete_text(runtime, c, ask, r),
+        relays_body=True,
+        shape="completions",
+    )
+
+
+async def _complete_text(runtime: Runtime, call: Relayed, ask: Ask, req: CompletionRequest) -> Reply:
+    """A legacy completion: candidates, else the engine's bytes."""
     strict = ask.is_strict(runtime.config.strict)
     honesty.refuse_ignored(req.ignored, strict=strict)
     size = completion_size(req.prompt)

@@ -13,6 +13,7 @@ import pytest
 from blazar.config import ConfigError, parse_config
 from blazar.dialects import policy
 from blazar.dialects.neutral import ChatRequest, Message
+from blazar.dialects.responses_stream import finished_response
 from blazar.errors import CATALOG, Dialect
 from blazar.serve.policy import hooks
 
@@ -39,6 +40,7 @@ def test_the_config_takes_hooks_and_refuses_bad_ones_by_name() -> None:
         (_hook() + _hook(), "a name of its own"),
         (_hook(stage="during"), "stage"),
         (_hook(on_error="maybe"), "on_error"),
+        (_hook(routes=["/v1/chat/completion"]), "not guarded by hooks"),  # a typo never applies
     ):
         with pytest.raises(ConfigError, match=said):
             parse_config(bad, PATH)
@@ -164,6 +166,79 @@ def test_streams_in_each_dialect_are_assembled_and_redacted_event_by_event() -> 
     assert policy.stream_texts(Dialect.OLLAMA, ollama) == ["Paris"]
     redacted = policy.stream_with_texts(Dialect.OLLAMA, ollama, ["[x]"])
     assert [json.loads(line)["message"]["content"] for line in redacted.splitlines()] == ["[x]", "", ""]
+
+
+def test_a_completion_is_rewritten_by_its_prompt() -> None:
+    rewrite = policy.decode_verdict({"action": "rewrite", "prompt": "x"}, "pre", completion=True)
+    assert rewrite.prompt == "x"
+    with pytest.raises(policy.VerdictError, match="prompt"):  # messages do not rewrite a completion
+        policy.decode_verdict(
+            {"action": "rewrite", "messages": [{"role": "user", "content": "x"}]}, "pre", completion=True
+        )
+    body = b'{"model":"m","prompt":"my secret","max_tokens":3}'
+    assert json.loads(policy.prompt_into_body(body, "[gone]")) == {
+        "model": "m",
+        "prompt": "[gone]",
+        "max_tokens": 3,
+    }
+
+
+def test_responses_and_completions_answers_whole_and_streamed() -> None:
+    message = {"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "Par", "annotations": [{"type": "url_citation"}]},
+        {"type": "output_text", "text": "is", "annotations": []}]}  # fmt: skip
+    response = {"object": "response", "output": [{"type": "reasoning", "summary": []}, message]}
+    body = msgspec.json.encode(response)
+    assert policy.answer_texts("responses", body) == ["Paris"]
+    redacted = json.loads(policy.with_texts("responses", body, ["[x]"]))
+    assert [p["text"] for p in redacted["output"][1]["content"]] == ["[x]", ""]
+    assert redacted["output"][1]["content"][0]["annotations"] == []  # they pointed into the old text
+    assert redacted["output"][0] == {"type": "reasoning", "summary": []}
+    completion = msgspec.json.encode(
+        {"choices": [{"index": 0, "text": "Paris"}, {"index": 1, "text": "Rome"}]}
+    )
+    assert policy.answer_texts("completions", completion) == ["Paris", "Rome"]
+    assert policy.answer_texts("completions", policy.with_texts("completions", completion, ["a", "b"])) == [
+        "a",
+        "b",
+    ]
+
+    def event(kind: str, **doc: object) -> bytes:
+        return f"event: {kind}\n".encode() + b"data: " + msgspec.json.encode({"type": kind, **doc}) + b"\n\n"
+
+    part = {"type": "output_text", "text": "Paris", "annotations": []}
+    stream = (
+        event("response.created", response={"object": "response", "output": []})
+        + event("response.output_text.delta", delta="Par")
+        + event("response.output_text.delta", delta="is")
+        + event("response.output_text.done", text="Paris")
+        + event("response.content_part.done", part=part)
+        + event("response.output_item.done", item={**message, "content": [part]})
+        + event(
+            "response.completed", response={"object": "response", "output": [{**message, "content": [part]}]}
+        )
+    )
+    assert policy.stream_texts("responses", stream) == ["Paris"]
+    redacted_stream = policy.stream_with_texts("responses", stream, ["[x]"])
+    assert policy.stream_texts("responses", redacted_stream) == ["[x]"]
+    assert b"Paris" not in redacted_stream and redacted_stream.count(b"[x]") == 5
+    assert redacted_stream.count(b"\n\n") == stream.count(b"\n\n")
+    final = finished_response(redacted_stream)
+    assert final is not None and policy.answer_texts("responses", msgspec.json.encode(final)) == ["[x]"]
+
+    sse = (
+        b"".join(
+            b"data: "
+            + msgspec.json.encode({"choices": [{"index": 0, "text": t, "finish_reason": None}]})
+            + b"\n\n"
+            for t in ("Par", "is")
+        )
+        + b"data: [DONE]\n\n"
+    )
+    assert policy.stream_texts("completions", sse) == ["Paris"]
+    assert policy.stream_texts("completions", policy.stream_with_texts("completions", sse, ["[x]"])) == [
+        "[x]"
+    ]
 
 
 def test_the_new_codes_are_in_the_catalog_and_the_docs() -> None:

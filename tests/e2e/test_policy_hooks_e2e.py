@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.policy_hook_entry import PY_REDACTED, REDACTED, REWRITTEN_PROMPT, HookServer, hook_server
@@ -27,6 +28,8 @@ def _config(hooks_url: str) -> str:
     return f"""
 slots = 2
 default_ctx = 1024
+audit_log = true
+audit_prompts = true
 
 [[hooks]]
 name = "guard"
@@ -60,8 +63,9 @@ routes = ["/v1/chat/completions"]
 
 class Daemon:
     def __init__(self, proc: DaemonProc, key: str, hooks: HookServer) -> None:
-        self.url, self.hooks = proc.url, hooks
+        self.url, self.hooks, self.home = proc.url, hooks, proc.home
         self.headers = {"Authorization": f"Bearer {key}"}
+        self.sdk = openai.OpenAI(base_url=f"{proc.url}/v1", api_key=key, max_retries=0, timeout=120)
 
     def chat(self, content: str, **extra: Any) -> httpx.Response:
         body = {
@@ -279,3 +283,101 @@ def test_ollama_chat_and_generate_pass_the_same_hooks(daemon: Daemon) -> None:
     r = chat("REDACT-ANSWER: the capital of France is", route="/api/generate")
     assert r.status_code == 200, r.text
     assert r.json()["response"] == REDACTED
+
+
+def _output_text(doc: dict[str, Any]) -> str:
+    return "".join(
+        part["text"]
+        for item in doc["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
+def _audited(daemon: Daemon, trace_id: str) -> dict[str, Any]:
+    audit = daemon.home / "logs" / "audit.jsonl"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if audit.exists():
+            for line in audit.read_text().splitlines():
+                if (doc := json.loads(line)).get("trace_id") == trace_id:
+                    return dict(doc)
+        time.sleep(0.1)
+    raise AssertionError(f"no audit line for {trace_id}")
+
+
+def test_responses_and_legacy_completions_pass_the_same_hooks(daemon: Daemon) -> None:
+    """The official client: a refusal is its PermissionDeniedError; a rewrite is what runs (the
+    prompt tokens of the rewritten prompt); a redaction is what the client, the stored Response
+    (whole and streamed) and the audit log get."""
+    sdk = daemon.sdk
+    ask = {"model": MODEL, "max_output_tokens": 16, "temperature": 0}
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        sdk.responses.create(input="Please REFUSE-REQUEST now", **ask)
+    assert refused.value.body["blazar_code"] == "POLICY_REFUSED"  # type: ignore[index]
+
+    plain = sdk.responses.create(input=REWRITTEN_PROMPT, **ask)
+    rewritten = sdk.responses.create(input="My SECRET is hunter2", **ask)
+    assert rewritten.usage is not None and plain.usage is not None
+    assert rewritten.usage.input_tokens == plain.usage.input_tokens
+
+    whole = sdk.responses.create(input="REDACT-ANSWER: the capital of France?", **ask)
+    assert whole.output_text == REDACTED
+    assert sdk.responses.retrieve(whole.id).output_text == REDACTED  # stored as it was sent
+    events = list(sdk.responses.create(input="REDACT-ANSWER: the capital of France?", stream=True, **ask))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    done = next(e for e in events if e.type == "response.completed").response
+    assert deltas == REDACTED and done.output_text == REDACTED
+    assert sdk.responses.retrieve(done.id).output_text == REDACTED
+
+    text = {"model": MODEL, "max_tokens": 8, "temperature": 0}
+    with pytest.raises(openai.PermissionDeniedError):
+        sdk.completions.create(prompt="Please REFUSE-REQUEST now", **text)
+    plain_c = sdk.completions.create(prompt=REWRITTEN_PROMPT, **text)
+    raw = sdk.completions.with_raw_response.create(prompt="My SECRET is hunter2", **text)
+    secret = raw.parse()
+    assert secret.usage is not None and plain_c.usage is not None
+    assert secret.usage.prompt_tokens == plain_c.usage.prompt_tokens
+    assert secret.choices[0].text == plain_c.choices[0].text
+    audited = _audited(daemon, raw.headers["x-blazar-trace-id"])
+    assert "hunter2" not in json.dumps(audited) and REWRITTEN_PROMPT in audited["prompt"]
+    redacted = sdk.completions.create(prompt="REDACT-ANSWER: the capital of France is", **text)
+    assert redacted.choices[0].text == REDACTED
+    streamed = sdk.completions.create(prompt="REDACT-ANSWER: the capital of France is", stream=True, **text)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == REDACTED
+
+    # a stored chat completion keeps the rewritten messages, not the secret
+    stored = sdk.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "My SECRET is hunter2"}], max_tokens=8, store=True
+    )
+    kept = sdk.chat.completions.messages.list(stored.id)
+    assert [m.content for m in kept.data] == [REWRITTEN_PROMPT]
+
+
+def test_batch_items_pass_the_hooks_of_their_route(daemon: Daemon) -> None:
+    sdk = daemon.sdk
+    lines = [
+        {
+            "custom_id": cid,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 8},
+        }
+        for cid, content in (("ok", "Say hi"), ("refused", "Please REFUSE-REQUEST now"))
+    ]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    upload = sdk.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = sdk.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 120
+    while (batch := sdk.batches.retrieve(batch.id)).status not in ("completed", "failed", "cancelled"):
+        assert time.monotonic() < deadline, batch.status
+        time.sleep(0.2)
+    assert batch.status == "completed" and batch.output_file_id and batch.error_file_id
+    out = [json.loads(line) for line in sdk.files.content(batch.output_file_id).text.splitlines()]
+    errors = [json.loads(line) for line in sdk.files.content(batch.error_file_id).text.splitlines()]
+    assert [o["custom_id"] for o in out] == ["ok"] and [e["custom_id"] for e in errors] == ["refused"]
+    refused = errors[0]["response"]
+    assert refused["status_code"] == 403 and refused["body"]["error"]["blazar_code"] == "POLICY_REFUSED"

@@ -1,5 +1,5 @@
-"""Policy hooks: the operator's own checks called before a chat request runs and after it
-is answered (``[[hooks]]`` in config.toml, docs/security.md#policy-hooks).
+"""Policy hooks: the operator's own checks called before a chat or completion request runs and
+after it is answered (``[[hooks]]`` in config.toml, docs/security.md#policy-hooks).
 
 A hook is an HTTP endpoint (its JSON POSTed) or a Python callable (``module:function``, sync or
 async), called with a hard timeout; the wire format is ``blazar.dialects.policy``. A pre hook
@@ -26,7 +26,7 @@ import inspect
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import msgspec
@@ -35,7 +35,7 @@ import trio
 from actors.runtime import Runtime
 from blazar.config import ConfigError, HookConfig
 from blazar.dialects import policy
-from blazar.dialects.neutral import ChatRequest
+from blazar.dialects.neutral import ChatRequest, CompletionRequest
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.context import Ask, Cleanup, Relayed
 from blazar.serve.reply import Reply
@@ -120,14 +120,17 @@ class PolicyHooks:
         if any(h.config.url is not None for h in hooks):
             self.client = httpx.AsyncClient(timeout=None, trust_env=False)
 
-    async def verdict(self, hook: Hook, payload: dict[str, Any]) -> policy.Verdict | None:
-        """What ``hook`` says of ``payload``; None: it failed and fails open. Failing closed
-        raises 503 ``POLICY_HOOK_FAILED``."""
+    async def verdict(
+        self, hook: Hook, payload: dict[str, Any], *, completion: bool = False
+    ) -> policy.Verdict | None:
+        """What ``hook`` says of ``payload`` (``completion``: of a legacy completion); None: it
+        failed and fails open. Failing closed raises 503 ``POLICY_HOOK_FAILED``."""
         timeout_s = hook.config.timeout_ms / 1000
         why = f"did not answer within {hook.config.timeout_ms} ms"
         with trio.move_on_after(timeout_s):
             try:
-                return policy.decode_verdict(await self._call(hook, payload), hook.config.stage)
+                answer = await self._call(hook, payload)
+                return policy.decode_verdict(answer, hook.config.stage, completion=completion)
             except (_HookFailed, policy.VerdictError) as exc:
                 why = str(exc)
             except Exception as exc:  # the operator's own code: any failure is the hook's
@@ -166,19 +169,29 @@ class PolicyHooks:
             raise _HookFailed("answered something that is not JSON") from None
 
     async def guard(
-        self, call: Relayed, req: ChatRequest, dialect: Dialect, run: Run, *, relays_body: bool = False
+        self,
+        call: Relayed,
+        req: Guarded,
+        dialect: Dialect,
+        run: Run,
+        *,
+        relays_body: bool = False,
+        shape: policy.Shape | None = None,
     ) -> Reply:
         """``run(call, req)`` behind the hooks that apply to the request's route and model;
         ``relays_body``: the request's own body goes to the engine (a pre hook's rewrite is
-        written into it)."""
+        written into it); ``shape``: the answer's wire shape where it is not the dialect's
+        own (Responses, legacy completions)."""
         route = call.path
         pre = [h for h in self.pre if h.applies(route, req.model)]
         post = [h for h in self.post if h.applies(route, req.model)]
         said: list[str] = []
         key = call.grant.name if call.grant is not None else None
+        completion = isinstance(req, CompletionRequest)
+        wire: policy.Shape = shape if shape is not None else cast("policy.Shape", str(dialect))
 
         def payload(
-            hook: Hook, stage: str, req: ChatRequest, answer: tuple[int, str] | None = None
+            hook: Hook, stage: str, req: Guarded, answer: tuple[int, str] | None = None
         ) -> dict[str, Any]:
             return policy.hook_payload(
                 hook=hook.name,
@@ -193,37 +206,39 @@ class PolicyHooks:
 
         rewritten = False
         for hook in pre:
-            verdict = await self.verdict(hook, payload(hook, "pre", req))
+            verdict = await self.verdict(hook, payload(hook, "pre", req), completion=completion)
             if verdict is None:
                 said.append(f"{hook.name}=failed_open")
             elif verdict.action == "refuse":
                 raise _refused(hook, verdict, "the request")
             elif verdict.action == "rewrite":
-                assert verdict.messages is not None
-                req = msgspec.structs.replace(req, messages=verdict.messages)
+                req = _rewritten(req, verdict)
                 rewritten = True
                 said.append(f"{hook.name}=rewrite")
             else:
                 said.append(f"{hook.name}=allow")
         buffered = [h for h in post if h.config.buffer_streams] if req.stream else post
+        if rewritten:
+            # What ran is what is kept: the audit log and a stored completion get the rewrite.
+            call.ran_body = _ran_body(call.body, req, wire)
         if (rewritten and relays_body) or (buffered and req.stream and call.handoff is not None):
             # A rewritten body is what runs; a held stream is relayed here, not by a worker.
-            body = policy.messages_into_body(call.body, req.messages) if rewritten and relays_body else None
+            body = call.ran_body if rewritten and relays_body else None
             call = _Changed(call, body, keep_handoff=not (buffered and req.stream))
         _note_card(call, said)
         reply = await run(call, req)
         if req.stream:
             said += [f"{h.name}=skipped_stream" for h in post if h not in buffered]
         if buffered and reply.status == 200:
-            reply = await self._after(buffered, req, dialect, reply, said, payload)
+            reply = await self._after(buffered, req, wire, reply, said, payload)
         _note_card(call, said)
         return _with_headers(reply, said, skipped=len(buffered) < len(post))
 
     async def _after(
         self,
         hooks: list[Hook],
-        req: ChatRequest,
-        dialect: Dialect,
+        req: Guarded,
+        shape: policy.Shape,
         reply: Reply,
         said: list[str],
         payload: Callable[..., dict[str, Any]],
@@ -231,7 +246,7 @@ class PolicyHooks:
         """The post hooks on an answer (a stream: held whole first)."""
         streamed = not isinstance(reply.body, bytes)
         data = await _drain(reply.body) if not isinstance(reply.body, bytes) else reply.body
-        texts = policy.stream_texts(dialect, data) if streamed else policy.answer_texts(dialect, data)
+        texts = policy.stream_texts(shape, data) if streamed else policy.answer_texts(shape, data)
         if texts is None:  # not an answer the hooks can read (an error already said as much)
             return reply
         redacted = False
@@ -249,15 +264,37 @@ class PolicyHooks:
             said.append(f"{hook.name}={acted}")
         if redacted:
             data = (
-                policy.stream_with_texts(dialect, data, texts)
+                policy.stream_with_texts(shape, data, texts)
                 if streamed
-                else policy.with_texts(dialect, data, texts)
+                else policy.with_texts(shape, data, texts)
             )
         body: bytes | AsyncIterator[bytes] = _once(data) if streamed else data
         return Reply(body, reply.status, reply.content_type, reply.headers)
 
 
-Run = Callable[[Relayed, ChatRequest], Awaitable[Reply]]
+Guarded = ChatRequest | CompletionRequest
+"""What hooks see of a request: the neutral chat request, or a legacy completion's."""
+Run = Callable[[Relayed, Any], Awaitable[Reply]]
+"""``run(call, req)``: the request served, ``req`` as the hooks left it (the type it came as)."""
+
+
+def _rewritten(req: Guarded, verdict: policy.Verdict) -> Guarded:
+    if isinstance(req, CompletionRequest):
+        assert verdict.prompt is not None
+        return msgspec.structs.replace(req, prompt=verdict.prompt)
+    assert verdict.messages is not None
+    return msgspec.structs.replace(req, messages=verdict.messages)
+
+
+def _ran_body(body: bytes, req: Guarded, shape: str) -> bytes:
+    """The request as a pre hook rewrote it: an OpenAI body with its new messages or prompt,
+    else the neutral request as JSON (what the audit log reads its prompt from)."""
+    if isinstance(req, CompletionRequest):
+        assert isinstance(req.prompt, str)
+        return policy.prompt_into_body(body, req.prompt)
+    if shape == "openai":
+        return policy.messages_into_body(body, req.messages)
+    return msgspec.json.encode(req)
 
 
 def _refused(hook: Hook, verdict: policy.Verdict, what: str) -> BlazarError:
@@ -314,6 +351,14 @@ class _Changed:
     @code.setter
     def code(self, value: str | None) -> None:
         self._call.code = value
+
+    @property
+    def ran_body(self) -> bytes | None:
+        return self._call.ran_body
+
+    @ran_body.setter
+    def ran_body(self, value: bytes | None) -> None:
+        self._call.ran_body = value
 
     @property
     def error(self) -> str | None:
@@ -380,14 +425,17 @@ def policy_hooks_of(runtime: Runtime) -> PolicyHooks | None:
 async def through(
     runtime: Runtime,
     call: Relayed,
-    req: ChatRequest,
+    req: Guarded,
     dialect: Dialect,
     run: Run,
+    *,
+    relays_body: bool = False,
+    shape: policy.Shape | None = None,
 ) -> Reply:
-    """``run(call, req)``, behind the policy hooks where the daemon has any."""
+    """``run(call, req)``, behind the policy hooks where the daemon has any (``guard``)."""
     if not _ANY or (hooks := _STORES.get(runtime)) is None:
         return await run(call, req)
-    return await hooks.guard(call, req, dialect, run)
+    return await hooks.guard(call, req, dialect, run, relays_body=relays_body, shape=shape)
 
 
 Answer = Callable[[Runtime, Relayed, Ask, ChatRequest], Awaitable[Reply]]

@@ -67,6 +67,7 @@ class Call:
         "method",
         "model",
         "path",
+        "ran_body",
         "route",
         "scheme",
         "trace_id",
@@ -97,6 +98,8 @@ class Call:
         self.grant: Key | None = None
         """The key itself (its scopes), set by the gateway's auth step."""
         self.body = b""
+        self.ran_body: bytes | None = None
+        """The request as it ran where a policy hook rewrote it (the audit log keeps this)."""
         self.asked: Ask | None = None
         """The request's context for the service layer (``blazar.web.asgi.ask.ask_of``)."""
         self._token: Any = None

@@ -203,7 +203,7 @@ class GatewayMiddleware:
                 record,
                 route=call.route or (call.path if self.routes.serves(call.path) else "other"),
                 inference=card is not None,
-                body=call.body or None,
+                body=call.ran_body or call.body or None,
                 answer=b"".join(answer) if answer else None,
                 drafts=(card.drafted or 0, card.accepted or 0) if card is not None else None,
             )

@@ -10,20 +10,22 @@ committed to the ledger before the client sees it finished.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from actors.runtime import Runtime
 from blazar.dialects import responses
-from blazar.dialects.neutral import DecodeError
+from blazar.dialects.neutral import ChatRequest, DecodeError
 from blazar.dialects.responses import ResponsesRequest
-from blazar.dialects.responses_stream import StreamEncoder, whole_response
-from blazar.errors import BlazarError
+from blazar.dialects.responses_stream import StreamEncoder, finished_response, whole_response
+from blazar.errors import BlazarError, Dialect
 from blazar.serve import engine_call, mcp_loop
 from blazar.serve.candidates import translated
+from blazar.serve.context import Relayed
 from blazar.serve.jobs import background
-from blazar.serve.policy import honesty
+from blazar.serve.policy import honesty, hooks
 from blazar.serve.stores.responses import ResponseRow, ResponseStore, history_of, not_found, row_for, store_of
 from blazar.web.asgi.ask import ask_of, current_ask
 from blazar.web.asgi.call import Call, Reply, Routes, current
@@ -65,19 +67,23 @@ async def _keep(store: ResponseStore, req: ResponsesRequest, body: bytes, doc: d
 
 
 class _StoredStream:
-    """The engine's stream as Responses events; the finished response is stored before
-    the event that says so leaves."""
+    """A Responses event stream; the finished response is stored before the event that says
+    so leaves. ``read_final``: a post hook rewrote the events, so the Response stored is read
+    from the finishing event itself rather than taken from the encoder."""
 
     def __init__(
         self,
-        inner: engine_call.TranslatedStream | mcp_loop.McpStream,
+        inner: AsyncIterator[bytes],
         encoder: StreamEncoder,
         store: ResponseStore,
         req: ResponsesRequest,
         body: bytes,
+        *,
+        read_final: bool = False,
     ) -> None:
         self._inner, self._encoder, self._store = inner, encoder, store
         self._req, self._body = req, body
+        self._read_final = read_final
         self._kept = False
 
     def __aiter__(self) -> _StoredStream:
@@ -86,12 +92,15 @@ class _StoredStream:
     async def __anext__(self) -> bytes:
         chunk = await self._inner.__anext__()
         if self._encoder.final is not None and not self._kept:
-            self._kept = True
-            await _keep(self._store, self._req, self._body, self._encoder.final)
+            final = finished_response(chunk) if self._read_final else self._encoder.final
+            if final is not None:
+                self._kept = True
+                await _keep(self._store, self._req, self._body, final)
         return chunk
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if (aclose := getattr(self._inner, "aclose", None)) is not None:
+            await aclose()
 
 
 def register_routes(routes: Routes, runtime: Runtime) -> None:
@@ -122,48 +131,84 @@ def register_routes(routes: Routes, runtime: Runtime) -> None:
                 background.follow(runtime, doc["id"]), content_type="text/event-stream", headers=_headers(req)
             )
         chat = responses.chat_request(req, await history_of(store, req))
-        response_id, created_at = responses.new_id("resp"), time.time()
-        if picked := await translated.answer(runtime, call, ask_of(call), chat):
-            tr, answer, said = picked
-            req = responses.sampled(req, *tr.sampling())
-            doc = whole_response(
-                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
-            )
-            await _keep(store, req, call.body, doc)
-            return json_reply(doc, headers={**_headers(req, tr), **said})
-        if servers := mcp_loop.selected_servers(runtime, call):
-            encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
-            loop = await mcp_loop.McpStream.open(
-                runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder), ask_of(call)
-            )
-            headers = {**_headers(req), **loop.headers()}
-            if req.stream:
-                call.on_cleanup(loop.aclose)
-                stream = _StoredStream(loop, encoder, store, req, call.body)
-                return stream_reply(stream, content_type="text/event-stream", headers=headers)
-            await mcp_loop.drain(loop)
-            if loop.failure is not None:
-                raise loop.failure
-            assert encoder.final is not None
-            await _keep(store, req, call.body, encoder.final)
-            return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
-        tr = engine_call.EngineCall(runtime, chat, ask_of(call))
-        await tr.prepare()
-        req = responses.sampled(req, *tr.sampling())
-        if not req.stream:
-            answer = await tr.complete()
-            doc = whole_response(
-                req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
-            )
-            await _keep(store, req, call.body, doc)
-            return json_reply(doc, headers=_headers(req, tr))
-        encoder = StreamEncoder(req, response_id=response_id, created_at=created_at, clock=time.time)
-        inner = await tr.stream(encoder)
-        call.on_cleanup(inner.aclose)
-        stream = _StoredStream(inner, encoder, store, req, call.body)
-        return stream_reply(stream, content_type="text/event-stream", headers=_headers(req, tr))
+        ran = _Ran(req)
+
+        async def run(call: Relayed, chat: ChatRequest) -> Reply:
+            return await _answer(runtime, call, ran, chat)
+
+        reply = await hooks.through(runtime, call, chat, Dialect.OPENAI, run, shape="responses")
+        return await _kept(store, ran, call.body, reply)
 
     routes.add("/v1/responses", create)
+
+
+class _Ran:
+    """What ``_answer`` leaves for the store: the request with the sampling used, and the
+    stream's encoder (whose finished Response is stored when no post hook redacted it)."""
+
+    def __init__(self, req: ResponsesRequest) -> None:
+        self.req = req
+        self.encoder: StreamEncoder | None = None
+
+
+async def _answer(runtime: Runtime, call: Relayed, ran: _Ran, chat: ChatRequest) -> Reply:
+    """The Response to ``chat`` (as the policy hooks left it), whole or streamed; not stored
+    yet: ``_kept`` stores what the client is sent."""
+    req, asked = ran.req, ask_of(current())
+    response_id, created_at = responses.new_id("resp"), time.time()
+    if picked := await translated.answer(runtime, call, asked, chat):
+        tr, answer, said = picked
+        req = ran.req = responses.sampled(req, *tr.sampling())
+        doc = whole_response(
+            req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+        )
+        return json_reply(doc, headers={**_headers(req, tr), **said})
+    if servers := mcp_loop.selected_servers(runtime, call):
+        encoder = ran.encoder = StreamEncoder(
+            req, response_id=response_id, created_at=created_at, clock=time.time
+        )
+        loop = await mcp_loop.McpStream.open(
+            runtime, chat, servers, encoder, mcp_loop.ResponsesItems(encoder), asked
+        )
+        headers = {**_headers(req), **loop.headers()}
+        if req.stream:
+            call.on_cleanup(loop.aclose)
+            return stream_reply(loop, content_type="text/event-stream", headers=headers)
+        await mcp_loop.drain(loop)
+        if loop.failure is not None:
+            raise loop.failure
+        assert encoder.final is not None
+        return json_reply(encoder.final, headers={**headers, "X-Blazar-Mcp": loop.run.header()})
+    tr = engine_call.EngineCall(runtime, chat, asked)
+    await tr.prepare()
+    req = ran.req = responses.sampled(req, *tr.sampling())
+    if not req.stream:
+        answer = await tr.complete()
+        doc = whole_response(
+            req, answer, response_id=response_id, created_at=created_at, completed_at=time.time()
+        )
+        return json_reply(doc, headers=_headers(req, tr))
+    encoder = ran.encoder = StreamEncoder(
+        req, response_id=response_id, created_at=created_at, clock=time.time
+    )
+    inner = await tr.stream(encoder)
+    call.on_cleanup(inner.aclose)
+    return stream_reply(inner, content_type="text/event-stream", headers=_headers(req, tr))
+
+
+async def _kept(store: ResponseStore, ran: _Ran, body: bytes, reply: Reply) -> Reply:
+    """``reply`` with its Response stored (``store``): a whole one now, a streamed one before
+    the event that finishes it leaves. What is stored is what the client gets, after any
+    post hook's redaction."""
+    if reply.status != 200 or not ran.req.store:
+        return reply
+    if isinstance(reply.body, bytes):
+        await _keep(store, ran.req, body, msgspec.json.decode(reply.body))
+        return reply
+    redacted = "=redact" in (reply.headers or {}).get(hooks.POLICY_HEADER, "")
+    assert ran.encoder is not None
+    reply.body = _StoredStream(reply.body, ran.encoder, store, ran.req, body, read_final=redacted)
+    return reply
 
 
 # -- stored responses (framework routes) -------------------------------------

@@ -63,7 +63,7 @@ class _Pending(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _pending(call: Call, metadata: dict[str, str]) -> _Pending:
-    doc = msgspec.json.decode(call.body)
+    doc = msgspec.json.decode(call.ran_body or call.body)  # as a policy hook left it
     return _Pending(
         model=str(doc.get("model") or ""),
         owner=call.key,
