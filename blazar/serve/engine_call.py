@@ -12,16 +12,19 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, Protocol
 
 import msgspec
 import trio
 
+from actors.admission import Requeue
 from actors.chain_walk import ChainWalk, failover_code
 from actors.context import choose_context
 from actors.engine import EngineActor, EngineHandle
 from actors.engines.llamacpp import LANE as LLAMACPP
-from actors.errors import UnsupportedEngine
+from actors.errors import Preempted, UnsupportedEngine
+from actors.preemption import PREEMPTIBLE_FROM
 from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects import engine_usage, lora, thinking, tools
@@ -222,6 +225,8 @@ class EngineCall:
         """The walk along a failover chain, when ``req.model`` names one."""
         self._embeddings = False
         self._purpose: Purpose = "chat"
+        self._requeue: Requeue | None = None
+        """Set while a preempted request claims again (at the head of its class)."""
         self.structured_valid: bool | None = None
         """Whether the whole answer passed the request's output format (None: not checked)."""
 
@@ -340,6 +345,7 @@ class EngineCall:
             ctx_per_slot=ctx,
             embeddings=embeddings,
             token_embeddings=self._purpose == "embed_tokens",
+            requeue=self._requeue,
         )
         self.handle = self.claim.handle
         self.timings.load_ns = self.claim.load_ns
@@ -443,12 +449,17 @@ class EngineCall:
         stops the engine too; and the first token is timed here."""
         while True:
             gathered = Gathered()
-            stream = await self.stream(gathered)
             try:
-                async for _ in stream:
-                    pass
-            finally:
-                await stream.aclose()
+                with self._preemptible():
+                    stream = await self.stream(gathered)
+                    try:
+                        async for _ in stream:
+                            pass
+                    finally:
+                        await stream.aclose()
+            except Preempted:
+                await self._claim_again()
+                continue
             try:
                 resp = gathered.response(self.req)
             except BlazarError as exc:
@@ -462,6 +473,24 @@ class EngineCall:
             if want is not None and not resp.tool_calls:
                 self.structured_valid = structured.valid(want, resp.text)
             return resp
+
+    def _preemptible(self) -> AbstractContextManager[None]:
+        """A whole answer of a batch or background request is its slot's preemptible window:
+        nothing reaches its client before it is whole (``actors/preemption.py``). Not on a
+        failover chain, whose walk holds its own claims."""
+        if self._chain is None and self.claim is not None and self.ask.tier >= PREEMPTIBLE_FROM:
+            return self.claim.slot.preemptible()
+        return nullcontext()
+
+    async def _claim_again(self) -> None:
+        """After a preemption (the engine stream closed, the slot released): claim the same
+        engine again, at the head of the request's class."""
+        assert self.claim is not None and self.engine is not None
+        self._requeue = self.claim.slot.requeue()
+        if self.card is not None:
+            self.card.note_preempted()
+        self._reset()
+        await self._prepare_on(self.engine, self._embeddings)
 
     async def stream(self, encoder: StreamEncoder) -> TranslatedStream:
         """Open the engine stream; errors before the first byte are raised as HTTP errors

@@ -136,3 +136,30 @@ async def test_an_interactive_request_takes_the_slot_of_a_batch_one_that_has_sen
         metrics = (await gw.client.get("/metrics")).text
         assert _metric(metrics, "blazar_class_preempted_total", "batch") == 1
         assert _metric(metrics, "blazar_class_granted_total", "batch") == 2  # granted twice, ran once
+
+
+async def test_a_translated_whole_answer_is_preemptible_too(instant_home: Path) -> None:
+    """An Anthropic batch request (translated: the engine streams it, the gateway answers it
+    whole) gives its slot the same way; being a stream on the engine's side, it stops there."""
+    async with serve_gateway(instant_config("--interval-ms", "50", slots=1)) as gw:
+        await gw.client.post("/v1/chat/completions", json=CHAT)  # the engine is up
+        answered: dict[str, httpx.Response] = {}
+        message = {"model": MODEL, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
+
+        async def batch() -> None:
+            headers = {"x-blazar-class": "batch", "anthropic-version": "2023-06-01"}
+            answered["batch"] = await gw.client.post("/v1/messages", json=message, headers=headers)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(batch)
+            with trio.fail_after(10):
+                while gw.runtime.admission.statistics().classes[2].running < 1:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            headers = {"x-blazar-class": "interactive"}
+            answered["interactive"] = await gw.client.post("/v1/chat/completions", json=CHAT, headers=headers)
+            assert list(answered) == ["interactive"]
+        batch_answer = answered["batch"]
+        assert batch_answer.status_code == 200 and batch_answer.json()["type"] == "message", batch_answer.text
+        assert batch_answer.json()["usage"]["output_tokens"] == 40  # answered whole, once
+        card = (await gw.client.get(f"/v1/requests/{batch_answer.headers['x-blazar-trace-id']}")).json()
+        assert card["class"] == "batch" and card["preempted"] == 1
