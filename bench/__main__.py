@@ -35,6 +35,7 @@ from bench import (
     memory,
     mistralrs,
     overhead,
+    policy_off,
     prefill,
     realtime,
     scale,
@@ -71,6 +72,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "sessions": (sessions.TITLE, sessions.run),
     "attribution": (attribution.TITLE, attribution.run),
     "idleflood": (idleflood.TITLE, idleflood.run),
+    "policy_off": (policy_off.TITLE, policy_off.run),
     "sleep": (sleep.TITLE, sleep.run),
 }
 

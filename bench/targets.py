@@ -170,6 +170,14 @@ TARGETS = [
         5.0,
         "ms",
     ),
+    Target(
+        "policy_off_through_ns",
+        "policy_off",
+        "policy hooks off: time the check adds to a request",
+        "<=",
+        1000.0,
+        "ns",
+    ),
     Target("rss_growth_pct", "memory", "daemon RSS growth over the long run", "<=", 5.0, "%"),
     Target(
         "idle_flood_success_pct",
