@@ -38,8 +38,10 @@ __all__ = [
 
 SERVER = "ggml-rpc-server"
 """The worker binary's name in the cache (llama.cpp's own name for it since it was renamed)."""
-MODULE = "libggml-rpc.so"
-"""The RPC client as a ggml backend module, loaded into the wheel's process."""
+MODULE = "client/libggml-rpc.so"
+"""The RPC client as a ggml backend module, loaded into the wheel's process; in a folder of
+its own (with the ``libggml-base.so.0`` it links), because ``rpc-server`` loads every
+``libggml-*.so`` beside it."""
 
 
 class RpcAttachError(RuntimeError):

@@ -151,8 +151,9 @@ def test_with_the_backend_built_the_wheel_lane_passes_the_split_to_its_host(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     version = rpc_backend.wheel_version()
     assert version is not None
-    rpc_backend.build_dir(version).mkdir(parents=True)
-    (rpc_backend.build_dir(version) / rpc_backend.MODULE).write_bytes(b"")
+    module = rpc_backend.build_dir(version) / rpc_backend.MODULE
+    module.parent.mkdir(parents=True)
+    module.write_bytes(b"")
     wheel = _wheel_lane()
     assert wheel.rpc_problem() is None
     r = _resolve(ModelOverride(rpc=WORKERS, rpc_memory_mb=[8192, 6144]), wheel, _split())
