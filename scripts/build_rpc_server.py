@@ -84,7 +84,7 @@ def pinned_hashes(version: str) -> set[str]:
 def download(version: str, into: Path) -> Path:
     """The sdist, through pip (it honours the user's index settings), checked against the lock."""
     argv = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-            "--no-binary", ":all:", f"xllamacpp=={version}", "-d", str(into)]  # fmt: skip
+            "--no-binary", "xllamacpp", f"xllamacpp=={version}", "-d", str(into)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     sdists = list(into.glob("xllamacpp-*.tar.gz"))
     if done.returncode != 0 or not sdists:

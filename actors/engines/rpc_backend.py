@@ -89,8 +89,8 @@ def missing_module(version: str | None) -> str | None:
     if cached_module(version) is None:
         return (
             f"llama.cpp's RPC backend for xllamacpp {version} is not built here (the wheel has none of "
-            f"its own): run `make rpc-server` (scripts/build_rpc_server.py), which builds it into "
-            f"{build_dir(version)}"
+            f"its own): run `make rpc-server` (scripts/build_rpc_server.py --version {version}), which "
+            f"builds it into {build_dir(version)}"
         )
     return None
 
