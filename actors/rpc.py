@@ -7,8 +7,9 @@ split is planned from the model's header against this machine's memory and what 
 worker advertises (``plan_split``).
 
 ``rpc-server`` has no authentication and no encryption: whoever reaches its port can
-make it allocate memory and run computations. It listens on loopback unless told
-otherwise, and must only be exposed on a trusted network.
+make it allocate memory and run computations. ``blazar rpc-worker`` binds it to loopback
+and refuses any other address unless told ``--i-know-rpc-is-unauthenticated``: it must only
+be exposed on a trusted network.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import trio
 from actors.addresses import is_loopback
 from actors.census import take_census
 from actors.config import ModelOverride, RuntimeConfig
+from actors.engines.rpc_backend import cached_server
 from registry import fit
 from registry.errors import RegistryError
 from registry.shape import read_shape
@@ -33,6 +35,8 @@ from registry.split import RpcSplit, Worker, split
 __all__ = [
     "DEFAULT_PORT",
     "NOT_FOUND",
+    "REFUSED_BIND",
+    "UNAUTHENTICATED_FLAG",
     "UNSAFE_BIND",
     "WorkerOptions",
     "find_rpc_server",
@@ -53,10 +57,21 @@ NAMES = ("rpc-server", "ggml-rpc-server")
 
 NOT_FOUND = (
     "no llama.cpp rpc-server found (looked for [engine] rpc_server, then rpc-server and "
-    "ggml-rpc-server on PATH) — build it from llama.cpp with `cmake -B build -DGGML_RPC=ON` and "
-    "`cmake --build build --target ggml-rpc-server` (rpc-server in older releases; add "
-    "-DGGML_CUDA=ON or your GPU's backend to serve a GPU), then put it on PATH or set "
-    "[engine] rpc_server in config.toml"
+    "ggml-rpc-server on PATH, then the one `make rpc-server` builds into "
+    "~/.cache/blazar/rpc-server/) — run `make rpc-server` in blazar's checkout (a CPU build from "
+    "the sources of the installed xllamacpp), or build it from llama.cpp with `cmake -B build "
+    "-DGGML_RPC=ON` and `cmake --build build --target ggml-rpc-server` (rpc-server in older "
+    "releases; add -DGGML_CUDA=ON or your GPU's backend to serve a GPU), then put it on PATH or "
+    "set [engine] rpc_server in config.toml"
+)
+
+UNAUTHENTICATED_FLAG = "--i-know-rpc-is-unauthenticated"
+
+REFUSED_BIND = (
+    "refusing to bind rpc-server to {address}: it has no authentication and no encryption, so "
+    "anyone who can reach that address could allocate memory and run computations on this "
+    "machine. On a trusted network only (a private LAN, a VPN, a firewall that admits the main "
+    "machine alone), add " + UNAUTHENTICATED_FLAG
 )
 
 UNSAFE_BIND = (
@@ -67,10 +82,13 @@ UNSAFE_BIND = (
 
 
 def find_rpc_server(configured: str | None) -> str | None:
-    """``[engine] rpc_server`` when set, else ``rpc-server`` or ``ggml-rpc-server`` on PATH."""
+    """``[engine] rpc_server`` when set, else ``rpc-server`` or ``ggml-rpc-server`` on PATH,
+    else the one ``make rpc-server`` built from the installed xllamacpp's sources (whose wire
+    protocol is the wheel's own)."""
     if configured:
         return configured
-    return next((found for name in NAMES if (found := shutil.which(name))), None)
+    found = next((found for name in NAMES if (found := shutil.which(name))), None)
+    return found or cached_server()
 
 
 _mem_cache: dict[str, bool] = {}

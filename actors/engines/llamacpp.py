@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from actors.config import EngineConfig
 from actors.engines.lane import Lane
+from actors.engines.rpc_backend import missing_module, wheel_version
 from actors.engines.spec import LaunchSpec
 from actors.engines.versions import EngineVersion
 
@@ -116,12 +117,6 @@ def gpu_backend(binary: str) -> str | None:
 
 _rpc_cache: dict[str, str | None] = {}
 
-WHEEL_NO_RPC = (
-    "llama.cpp's server from the xllamacpp wheel has no RPC backend (the wheel is built without "
-    "GGML_RPC: llama_supports_rpc() is false, and its parameters have no RPC servers); install a "
-    "llama-server built with -DGGML_RPC=ON and set [engine] llama_server to it"
-)
-
 
 def _said(argv: list[str]) -> str:
     try:
@@ -131,8 +126,12 @@ def _said(argv: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def rpc_problem(binary: str | None) -> str | None:
+def rpc_problem(binary: str | None, wheel: str | None = None) -> str | None:
     """Why this llama.cpp engine cannot split a model over ``rpc-server`` workers, or None.
+
+    The xllamacpp wheel (``binary`` None; ``wheel``: its version, the installed one when
+    None) has no RPC backend of its own: it takes the one ``make rpc-server`` built from its
+    own sources, when that is there (``rpc_backend``).
 
     A ``llama-server`` is asked directly: ``--rpc`` is handled before ``--version`` exits,
     and a build without the backend refuses it ("RPC not supported in this build"; builds
@@ -140,7 +139,7 @@ def rpc_problem(binary: str | None) -> str | None:
     reach the worker named (nothing listens on port 9) and fails in its own way, which is
     not a refusal. Cached per binary."""
     if binary is None:
-        return WHEEL_NO_RPC
+        return missing_module(wheel or wheel_version())
     if binary not in _rpc_cache:
         problem = None
         version = _said([binary, "--version"])
@@ -249,7 +248,7 @@ def build_argv(
         flags += ["--rpc", ",".join(spec.rpc)]
         if spec.tensor_split:
             flags += ["--tensor-split", ",".join(str(n) for n in spec.tensor_split)]
-    if spec.gpu_layers is not None and binary is not None:
+    if spec.gpu_layers is not None and (binary is not None or spec.rpc):
         flags += ["-ngl", str(spec.gpu_layers)]
     if spec.rope_scaling:
         flags += ["--rope-scaling", spec.rope_scaling]
@@ -307,5 +306,5 @@ def lane(config: EngineConfig, release: EngineVersion | None = None) -> Lane:
         formats=frozenset({"gguf"}),
         served_context=served_context,
         llguidance=binary is None,  # the wheel's build reads them; a binary may not
-        rpc_problem=lambda: rpc_problem(binary),
+        rpc_problem=lambda: rpc_problem(binary, release.version if release is not None else None),
     )

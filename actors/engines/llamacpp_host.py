@@ -61,6 +61,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--reranking", "--rerank", action="store_true")
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
+    # llama.cpp's RPC workers (rpc_backend: the wheel's missing backend, loaded from our build)
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT,...")
+    p.add_argument("-ts", "--tensor-split", default=None, metavar="N0,N1,...")
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-tb", "--threads-batch", type=int, default=None)
     p.add_argument("-b", "--batch-size", type=int, default=None)
@@ -140,6 +143,9 @@ def build_params(ns: argparse.Namespace) -> Any:
         p.kv_unified = True
     if ns.n_gpu_layers is not None:
         p.n_gpu_layers = ns.n_gpu_layers
+    if ns.tensor_split:
+        shares = [float(n) for n in ns.tensor_split.replace("/", ",").split(",")]
+        p.tensor_split = shares + [0.0] * (len(p.tensor_split) - len(shares))
     # As llama-server: a flag wins over its LLAMA_ARG_* variable, and the batch threads default
     # to the decode threads (llama.cpp picks both from the cores when neither is given).
     threads = ns.threads if ns.threads is not None else _env_int("LLAMA_ARG_THREADS")
@@ -267,6 +273,25 @@ def _steer(ns: argparse.Namespace, note: Callable[[str], None]) -> str | None:
     return folder
 
 
+def _attach_rpc(servers: list[str], xlc: Any, note: Callable[[str], None]) -> bool:
+    """``--rpc``: each worker becomes a device of this process (``rpc_backend``); False, with
+    the reason on stderr, when that cannot be done."""
+    from actors.engines.rpc_backend import RpcAttachError, attach, cached_module, missing_module
+
+    version = getattr(xlc, "__version__", None)
+    module = cached_module(version) if version else None
+    if module is None:
+        print(f"error: --rpc: {missing_module(version)}", file=sys.stderr, flush=True)
+        return False
+    try:
+        devices = attach(servers, xlc.xllamacpp.__file__, module)
+    except RpcAttachError as exc:
+        print(f"error: --rpc: {exc}", file=sys.stderr, flush=True)
+        return False
+    note(f"RPC workers {', '.join(servers)} attached as devices {', '.join(devices)}")
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = parse_args(sys.argv[1:] if argv is None else argv)
     if not os.path.isfile(ns.model):
@@ -280,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llamacpp_host: {line}", file=sys.stderr, flush=True)
 
     note(f"loading {ns.model} with xllamacpp {getattr(xlc, '__version__', '?')}")
+    if ns.rpc and not _attach_rpc(ns.rpc.split(","), xlc, note):
+        return 1
     steered = _steer(ns, note)
     if steered is None and ns.control_vectors:
         return 2

@@ -51,19 +51,22 @@ def rpc_worker(
     threads: int | None = None,
     device: str | None = None,
     cache: bool = False,
+    i_know_rpc_is_unauthenticated: bool = False,
 ) -> None:
     """Serve this machine's memory (and GPU) to a model split over several machines: runs
     llama.cpp's rpc-server, restarting it if it crashes, until interrupted.
 
     On the main machine, list this worker in the model's table of config.toml:
     rpc = ["THIS-HOST:PORT"] and rpc_memory_mb = [MiB]. --host defaults to loopback:
-    rpc-server has no authentication, so bind another address only on a trusted network.
+    rpc-server has no authentication, so any other address is refused unless
+    --i-know-rpc-is-unauthenticated is given (on a trusted network only).
     --mem (MiB) caps what an older rpc-server advertises; --device picks one ggml device
     (CUDA0…); --cache keeps received tensors in llama.cpp's cache directory."""
     import trio
 
     from actors.rpc import (
         NOT_FOUND,
+        REFUSED_BIND,
         UNSAFE_BIND,
         WorkerOptions,
         find_rpc_server,
@@ -73,18 +76,20 @@ def rpc_worker(
         worker_argv,
     )
 
+    if not 1 <= port <= 65535:
+        raise CliError(f"--port {port} is not a TCP port (1-65535)")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not is_loopback(host) and not i_know_rpc_is_unauthenticated:
+        raise CliError(REFUSED_BIND.format(address=address))
     _, config = load_setup()
     binary = find_rpc_server(config.engine.rpc_server)
     if binary is None:
         raise CliError(NOT_FOUND)
-    if not 1 <= port <= 65535:
-        raise CliError(f"--port {port} is not a TCP port (1-65535)")
     options = WorkerOptions(host=host, port=port, mem_mb=mem, threads=threads, device=device, cache=cache)
     try:
         argv = worker_argv(binary, options, mem_flag=mem is not None and takes_mem(binary))
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if not is_loopback(host):
         err.print(f"[bold yellow]warning:[/] {UNSAFE_BIND.format(address=address)}")
     err.print(f'rpc-worker: {binary} on {address}; on the main machine: rpc = ["{address}"]')

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from actors.config import EngineConfig, ModelOverride, RuntimeConfig
-from actors.engines import llamacpp, vllm
+from actors.engines import llamacpp, llamacpp_host, rpc_backend, vllm
 from actors.engines.lane import Lane
 from actors.engines.spec import LaunchSpec
 from actors.errors import UnsupportedEngine
@@ -118,21 +118,59 @@ def test_a_model_without_workers_gets_no_rpc_flags() -> None:
     assert "rpc" not in {s.name for s in r.settings}
 
 
-def test_the_wheel_has_no_rpc_backend_and_the_lane_says_so() -> None:
+def _wheel_lane() -> Lane:
+    wheel = llamacpp.lane(EngineConfig())
+    if wheel.binary is not None:
+        pytest.skip(f"a llama-server is on PATH ({wheel.binary}): the wheel lane is not the one taken")
+    return wheel
+
+
+def test_the_wheel_has_no_rpc_backend_of_its_own_and_the_lane_says_what_to_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import xllamacpp
 
     library = ctypes.CDLL(str(next(Path(xllamacpp.__file__).parent.glob("xllamacpp*.so"))))
     library.llama_supports_rpc.restype = ctypes.c_bool
-    assert library.llama_supports_rpc() is False  # what WHEEL_NO_RPC says of the installed wheel
-    wheel = llamacpp.lane(EngineConfig())
-    if wheel.binary is not None:
-        pytest.skip(f"a llama-server is on PATH ({wheel.binary}): the wheel lane is not the one taken")
-    assert wheel.rpc_problem() == llamacpp.WHEEL_NO_RPC
-    with pytest.raises(UnsupportedEngine, match="xllamacpp wheel has no RPC backend") as caught:
+    assert library.llama_supports_rpc() is False  # built without GGML_RPC…
+    assert library.ggml_backend_load and library.ggml_backend_register  # …but its registry is open
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built there
+    wheel = _wheel_lane()
+    problem = wheel.rpc_problem()
+    assert problem is not None and "make rpc-server" in problem and str(tmp_path) in problem
+    with pytest.raises(UnsupportedEngine, match="RPC backend for xllamacpp") as caught:
         _resolve(ModelOverride(rpc=WORKERS), wheel)
-    assert "-DGGML_RPC=ON" in str(caught.value) and f'models."{NAME}".rpc' in str(caught.value)
+    assert f'models."{NAME}".rpc' in str(caught.value)
     plan = _resolve(ModelOverride(rpc=WORKERS), wheel, unrouted=True)  # a plan shows it refused
-    assert plan.refusal is not None and "no RPC backend" in plan.refusal
+    assert plan.refusal is not None and "make rpc-server" in plan.refusal
+
+
+def test_with_the_backend_built_the_wheel_lane_passes_the_split_to_its_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    version = rpc_backend.wheel_version()
+    assert version is not None
+    module = rpc_backend.build_dir(version) / rpc_backend.MODULE
+    module.parent.mkdir(parents=True)
+    module.write_bytes(b"")
+    wheel = _wheel_lane()
+    assert wheel.rpc_problem() is None
+    r = _resolve(ModelOverride(rpc=WORKERS, rpc_memory_mb=[8192, 6144]), wheel, _split())
+    argv = wheel.argv(r.spec, 8080, "k")
+    assert argv[1:3] == ["-m", "actors.engines.llamacpp_host"]
+    assert _flag(argv, "--rpc") == ",".join(WORKERS) and _flag(argv, "--tensor-split") == "12,10"
+    assert _flag(argv, "-ngl") == "22"  # the wheel gets -ngl only with workers (its CPU is no device)
+    host_ns = llamacpp_host.parse_args(argv[3:])
+    params = llamacpp_host.build_params(host_ns)
+    assert params.n_gpu_layers == 22 and list(params.tensor_split[:3]) == [12.0, 10.0, 0.0]
+    alone = LaunchSpec(model="m", path="/m.gguf", ctx_per_slot=1024, slots=1, gpu_layers=5)
+    assert "-ngl" not in llamacpp.build_argv(alone, port=1, api_key="k", binary=None)
+
+
+def test_a_worker_that_does_not_answer_is_named_before_llama_cpp_is_asked(tmp_path: Path) -> None:
+    with pytest.raises(rpc_backend.RpcAttachError, match=r"cannot reach the RPC worker 127\.0\.0\.1:9"):
+        rpc_backend.attach(["127.0.0.1:9"], "/nonexistent.so", tmp_path / "libggml-rpc.so", timeout_s=2)
 
 
 def test_a_binary_that_cannot_run_is_not_taken_for_an_rpc_build(tmp_path: Path) -> None:

@@ -1,20 +1,19 @@
 """llama.cpp's RPC backend for real: ``blazar rpc-worker`` runs ``rpc-server`` (supervised:
-a crash is followed by a restart), and a daemon whose model lists that worker starts
-``llama-server --rpc`` with the fit plan's split, so that a model larger than the daemon's
-memory budget answers the official ``openai`` client with most of its layers on the worker.
+a crash is followed by a restart, and an address other than loopback is refused unless the
+operator says they know it is unauthenticated), and a daemon whose model lists two workers
+splits it over them and this machine, answering the official ``openai`` client token for
+token as the model does on one machine.
 
-It runs where the binaries exist:
+What it needs, each test skipping with the reason elsewhere:
 
-* ``rpc-server`` (``ggml-rpc-server`` in newer llama.cpp) on ``PATH``, or its path in
-  ``BLAZAR_RPC_SERVER``: the worker tests;
-* also a ``llama-server`` built with RPC support on ``PATH``, or in ``BLAZAR_LLAMA_SERVER``:
-  the split model test (``BLAZAR_TEST_LLAMA_ARGS``: extra flags for it, e.g. ``--no-repack``
-  where a native build's AMX weight repacking crashes under a hypervisor that does not
-  grant AMX).
-
-Build both from llama.cpp with ``cmake -B build -DGGML_RPC=ON`` and ``cmake --build build
---target ggml-rpc-server llama-server``. Elsewhere each test skips with the reason (the
-xllamacpp wheel, the lane used here otherwise, has no RPC backend)."""
+* ``rpc-server``: the one ``make rpc-server`` builds (``scripts/build_rpc_server.py``, from
+  the sources of the installed xllamacpp, cached under ``~/.cache/blazar/rpc-server/``), or
+  ``rpc-server``/``ggml-rpc-server`` on ``PATH``, or its path in ``BLAZAR_RPC_SERVER``;
+* for the split: the RPC backend module ``make rpc-server`` builds beside it, which the
+  xllamacpp wheel's host loads (the wheel has none of its own); or a ``llama-server`` built
+  with ``-DGGML_RPC=ON`` in ``BLAZAR_LLAMA_SERVER`` or on ``PATH`` (``BLAZAR_TEST_LLAMA_ARGS``:
+  extra flags for it, e.g. ``--no-repack`` where a native build's AMX weight repacking
+  crashes under a hypervisor that does not grant AMX)."""
 
 from __future__ import annotations
 
@@ -32,9 +31,11 @@ from pathlib import Path
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from actors.engines.llamacpp import rpc_problem
-from actors.rpc import NAMES
+from actors.engines.rpc_backend import cached_server
+from actors.rpc import NAMES, UNAUTHENTICATED_FLAG
 from tests.support import (
     MODEL,
     DaemonProc,
@@ -50,24 +51,23 @@ pytestmark = pytest.mark.slow
 
 
 def _rpc_server() -> str:
-    found = os.environ.get("BLAZAR_RPC_SERVER") or next(
-        (path for name in NAMES if (path := shutil.which(name))), None
+    found = (
+        os.environ.get("BLAZAR_RPC_SERVER")
+        or next((path for name in NAMES if (path := shutil.which(name))), None)
+        or cached_server()
     )
     if not found:
         pytest.skip(
-            "rpc-server is not installed here: build llama.cpp with -DGGML_RPC=ON (target "
-            "ggml-rpc-server) and put it on PATH, or name it in BLAZAR_RPC_SERVER"
+            "rpc-server is not built here: run `make rpc-server` (needs cmake and a C++ compiler), "
+            "or put a llama.cpp rpc-server on PATH, or name it in BLAZAR_RPC_SERVER"
         )
     return found
 
 
-def _llama_server_with_rpc() -> str:
+def _llama_engine() -> str | None:
+    """A ``llama-server`` with the RPC backend when one is named or on PATH (the lane takes
+    it), else None: the xllamacpp wheel with the backend ``make rpc-server`` built for it."""
     found = os.environ.get("BLAZAR_LLAMA_SERVER") or shutil.which("llama-server")
-    if not found:
-        pytest.skip(
-            "no llama-server here (the xllamacpp wheel has no RPC backend): build llama.cpp's "
-            "llama-server with -DGGML_RPC=ON and put it on PATH, or name it in BLAZAR_LLAMA_SERVER"
-        )
     problem = rpc_problem(found)
     if problem:
         pytest.skip(problem)
@@ -103,6 +103,8 @@ class Worker:
             text=True,
         )
         self.lines: list[str] = []
+        self.idle_mib = 0.0
+        """The rpc-server's resident memory before an engine connects (``split_daemon``)."""
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -159,12 +161,29 @@ def test_the_worker_serves_restarts_after_a_crash_and_stops_with_the_verb(worker
     _wait(lambda: not _listening(port), 10, "rpc-server to stop with the worker")
 
 
-def test_a_worker_on_another_address_is_told_rpc_server_has_no_authentication(worker_home: Path) -> None:
+def test_another_address_is_refused_without_the_flag(tmp_path: Path) -> None:
+    """Checked before anything else (no rpc-server is needed to be refused): rpc-server has no
+    authentication, so binding it beyond loopback takes the operator's explicit word."""
+    home = tmp_path / "home"
+    home.mkdir()
     port = free_port()
-    worker = Worker(worker_home, port, "--host", "0.0.0.0")
+    for host in ("0.0.0.0", "10.0.0.2", "::"):
+        argv = [sys.executable, "-m", "blazar", "rpc-worker", "--host", host, "--port", str(port)]
+        done = subprocess.run(argv, env=home_env(home), capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, done.stderr
+        assert "refusing to bind rpc-server" in done.stderr and UNAUTHENTICATED_FLAG in done.stderr
+    assert not _listening(port)
+
+
+def test_a_worker_on_another_address_with_the_flag_is_told_it_has_no_authentication(
+    worker_home: Path,
+) -> None:
+    port = free_port()
+    worker = Worker(worker_home, port, "--host", "0.0.0.0", UNAUTHENTICATED_FLAG)
     try:
         _wait(lambda: "no authentication" in worker.output, 15, "the warning")
         assert "trusted network" in worker.output
+        _wait(lambda: _listening(port), 30, f"rpc-server on port {port}")
     finally:
         worker.stop()
 
@@ -172,53 +191,116 @@ def test_a_worker_on_another_address_is_told_rpc_server_has_no_authentication(wo
 def test_without_rpc_server_the_verb_says_how_to_build_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    env = home_env(home) | {"PATH": "/nonexistent"}  # nothing configured, nothing on PATH
+    # nothing configured, nothing on PATH, nothing built by `make rpc-server`
+    env = home_env(home) | {"PATH": "/nonexistent", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     argv = [sys.executable, "-m", "blazar", "rpc-worker"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "no llama.cpp rpc-server found" in done.stderr and "-DGGML_RPC=ON" in done.stderr
+    assert "make rpc-server" in done.stderr
+
+
+PROMPT: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Name three colours and say why the sky is blue."}
+]
+
+
+DRIFT = 0.25
+"""Nats: how far a token's log-probability on the split may stray from one machine's (seen
+here: up to 0.11 over 18 tokens); two tokens this close are a tie it may break the other way."""
+Token = tuple[str, float, float]
+"""A token of an answer: its text, its log-probability, and the margin to the runner-up."""
+
+
+def _answer(daemon: DaemonProc) -> list[Token]:
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="none", timeout=300)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=PROMPT, max_tokens=32, temperature=0, seed=1, logprobs=True, top_logprobs=2
+    )
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.content
+    return [(t.token, t.logprob, t.logprob - t.top_logprobs[1].logprob) for t in logprobs.content]
+
+
+def _engine_config(llama_server: str | None) -> str:
+    if llama_server is None:
+        return "[engine]\nstart_timeout_s = 300\n"
+    return f'[engine]\nllama_server = "{llama_server}"\nstart_timeout_s = 300\n'
+
+
+def _model_table(extra: str = "") -> str:
+    args = json.dumps(os.environ.get("BLAZAR_TEST_LLAMA_ARGS", "").split())
+    return f'[models."{MODEL}"]\nctx = 2048\nslots = 1\nextra_args = {args}\n{extra}'
 
 
 @pytest.fixture
-def split_daemon(tmp_path: Path, worker_home: Path) -> Iterator[tuple[DaemonProc, Worker]]:
-    llama_server = _llama_server_with_rpc()
-    port = free_port()
-    worker = Worker(worker_home, port)
-    _wait(lambda: _listening(port), 30, f"rpc-server on port {port}")
-    # A budget below the model's whole footprint (about 250 MiB at this context): it can run
-    # here only split, with the worker holding most of it.
-    config = f"""\
-memory_budget_mb = 200
-[engine]
-llama_server = "{llama_server}"
-start_timeout_s = 300
-[models."{MODEL}"]
-ctx = 2048
-slots = 1
-rpc = ["127.0.0.1:{port}"]
-rpc_memory_mb = [4096]
-extra_args = {json.dumps(os.environ.get("BLAZAR_TEST_LLAMA_ARGS", "").split())}
-"""
-    home = make_home(tmp_path / "main", ensure_model(), config=config)
-    daemon = start_daemon(home)
+def single_answer(tmp_path: Path) -> list[Token]:
+    """The model's answer on this machine alone, on the same engine."""
+    config = _engine_config(_llama_engine()) + _model_table()
+    daemon = start_daemon(make_home(tmp_path / "single", ensure_model(), config=config))
     try:
-        yield daemon, worker
+        return _answer(daemon)
     finally:
         daemon.stop()
-        worker.stop()
 
 
-def test_a_model_over_the_budget_runs_split_over_the_worker(split_daemon: tuple[DaemonProc, Worker]) -> None:
-    daemon, worker = split_daemon
+@pytest.fixture
+def split_daemon(tmp_path: Path, worker_home: Path) -> Iterator[tuple[DaemonProc, list[Worker]]]:
+    engine = _engine_config(_llama_engine())
+    workers = [Worker(worker_home, free_port()) for _ in range(2)]
+    try:
+        for worker in workers:
+            _wait(lambda: _listening(worker.port), 30, f"rpc-server on port {worker.port}")  # noqa: B023
+            worker.idle_mib = _rss_mib(worker.server_pid())
+        # A budget below the model's whole footprint (about 250 MiB at this context): it can
+        # run here only split, with the workers holding most of it.
+        rpc = json.dumps([f"127.0.0.1:{w.port}" for w in workers])
+        table = _model_table(f"rpc = {rpc}\nrpc_memory_mb = [4096, 2048]\n")
+        config = "memory_budget_mb = 200\n" + engine + table
+        daemon = start_daemon(make_home(tmp_path / "main", ensure_model(), config=config))
+        try:
+            yield daemon, workers
+        finally:
+            daemon.stop()
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_a_model_over_the_budget_runs_split_over_two_workers_and_answers_as_on_one_machine(
+    single_answer: list[Token], split_daemon: tuple[DaemonProc, list[Worker]]
+) -> None:
+    daemon, workers = split_daemon
     plan = json.loads(daemon.cli("plan", MODEL, "--json").stdout)
     split = plan["rpc"]
-    local, remote = split["parts"]
-    assert remote["name"] == f"127.0.0.1:{worker.port}" and remote["layers"] > local["layers"]
+    local, first, second = split["parts"]
+    assert [first["name"], second["name"]] == [f"127.0.0.1:{w.port}" for w in workers]
+    assert first["layers"] > second["layers"] > 0 and first["layers"] + second["layers"] > local["layers"]
     assert split["verdict"] == "fits" and plan["preview"]["refused"] is None
     assert plan["gpu_layers"] == split["gpu_layers"] > 0
-    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="none", timeout=300)
-    reply = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0
-    )
-    assert reply.choices[0].message.content
-    assert "Accepted client connection" in worker.output  # the engine connected to the worker
+    # Temperature 0: the same tokens as on one machine, up to a near tie. The workers compute
+    # with the same ggml, but not bit for bit as the engine's own CPU backend does (the
+    # log-probabilities differ by up to about a tenth), so where one machine's two best
+    # tokens are that close, the split may take the other one.
+    split = _answer(daemon)
+    pairs = enumerate(zip(single_answer, split, strict=False))
+    differs = next((i for i, (a, b) in pairs if a[0] != b[0]), None)
+    if differs is not None:
+        assert single_answer[differs][2] < DRIFT, (differs, single_answer, split)
+    shared = single_answer[:differs] if differs is not None else single_answer
+    assert len(shared) >= 8, (single_answer, split)
+    drift = [round(a[1] - b[1], 3) for a, b in zip(shared, split, strict=False)]
+    tokens = ([t[0] for t in single_answer], [t[0] for t in split])
+    assert max(map(abs, drift)) < DRIFT, (drift, differs, tokens)
+    for worker, part in zip(workers, (first, second), strict=True):
+        assert "Accepted client connection" in worker.output  # the engine connected to it
+        # and it holds its layers: more than 1 MiB each (2.2 MiB of weights, and their KV cache)
+        grown = _rss_mib(worker.server_pid()) - worker.idle_mib
+        assert grown > part["layers"], (grown, part)
