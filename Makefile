@@ -31,9 +31,9 @@ install: $(STAMP)
 LOCK_ARGS ?=
 COMPILE = $(UV) pip compile -q --generate-hashes --python-version 3.11 $(LOCK_ARGS)
 lock: $(STAMP)
-	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech -o requirements/dev.txt
+	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech --extra pool -o requirements/dev.txt
 	$(COMPILE) pyproject.toml --extra mistralrs --extra speech -c requirements/dev.txt -o requirements/runtime.txt
-	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech --extra bench \
+	$(COMPILE) pyproject.toml --extra test --extra mistralrs --extra speech --extra pool --extra bench \
 		-c requirements/dev.txt -o requirements/bench.txt
 
 # Drift, seen before users meet it: a scratch venv with the newest versions the ranges allow
@@ -42,7 +42,7 @@ LATEST_VENV := .cache/latest-venv
 test-latest: $(STAMP) models
 	rm -rf $(LATEST_VENV)
 	$(UV) venv -q --python $(BIN)/python $(LATEST_VENV)
-	$(UV) pip install -q --python $(LATEST_VENV)/bin/python --upgrade -e '.[test,mistralrs,speech]'
+	$(UV) pip install -q --python $(LATEST_VENV)/bin/python --upgrade -e '.[test,mistralrs,speech,pool]'
 	$(UV) pip list --python $(LATEST_VENV)/bin/python --format freeze > $(LATEST_VENV)/versions.txt
 	$(LATEST_VENV)/bin/python -m pytest -q -m "not slow" $(XDIST)
 

@@ -387,6 +387,15 @@ def _check_pattern(pattern: str, where: str) -> None:
 
 
 PeerName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+PoolRouter = Literal["smg"]
+"""The routers a pool entry knows how to drive: SMG (``smg``, the Shepherd Model Gateway)."""
+SmgPolicy = Literal[
+    "random", "round_robin", "cache_aware", "power_of_two", "least_load", "consistent_hashing", "prefix_hash"
+]
+PoolWorkerName = Annotated[
+    str, msgspec.Meta(pattern=r"^(https?://\S+|[A-Za-z0-9][^\s/]*(/[^\s/]+)*)$", max_length=300)
+]
+"""A worker: ``http(s)://host:port`` or an installed model's name."""
 
 
 class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -425,8 +434,34 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Longest a capacity poll, or the connection of a relayed request, may take."""
     resolve_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """With ``dns``: how often the name is resolved again."""
+    # A pool of replicas behind a router (docs/federation.md#pools-behind-a-router)
+    pool: PoolRouter | None = None
+    """The peer is a router over replicas of a model (``"smg"``): requests for the pool's
+    ``model`` go to it first, and its workers, with their health, are listed with it."""
+    start: bool = False
+    """With ``pool``: start the router here, as a supervised child on loopback (``port``, else a
+    free one), instead of reaching one at ``url``; it dies with the daemon."""
+    workers: Annotated[list[PoolWorkerName], msgspec.Meta(max_length=64)] = []
+    """With ``pool``: the router's workers this daemon registers through the router's API: a URL
+    (an OpenAI-compatible engine elsewhere) or an installed model's name (its engine here, kept
+    loaded while the daemon runs, registered once ready and removed when it stops)."""
+    model: str | None = None
+    """With ``pool``: the model the pool serves, so requests naming it go to the router before
+    this machine or another peer. Unset: the installed models named in ``workers``."""
+    policy: SmgPolicy | None = None
+    """With ``start``: the router's load-balancing policy. Unset: SMG's own (``cache_aware``)."""
+    program: str | None = None
+    """With ``start``: the ``smg`` program. Unset: the one beside this daemon's Python (the
+    ``pool`` extra), else ``smg`` on PATH."""
+    health_check_s: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 5
+    """With ``start``: how often the router checks each worker's health (whole seconds)."""
+    router_args: list[str] = []
+    """With ``start``: more flags for ``smg launch`` (``["--retry-max-retries", "3"]``)."""
 
     def __post_init__(self) -> None:
+        self._check_pool()
+        if self.start:
+            return
         if (self.url is None) == (self.dns is None):
             raise ValueError(f"remote {self.name!r} needs exactly one of url or dns")
         if self.key is not None and self.key_file is not None:
@@ -445,6 +480,54 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                 raise ValueError(f"remote {self.name!r}: dns_server is HOST or HOST:PORT")
         if self.poll_max_s < self.poll_s:
             raise ValueError(f"remote {self.name!r}: poll_max_s must be at least poll_s")
+
+    def _check_pool(self) -> None:
+        where = f"remote {self.name!r}"
+        if self.pool is None:
+            given = [k for k, unset in _POOL_DEFAULTS.items() if getattr(self, k) != unset]
+            if given:
+                raise ValueError(f'{where}: {", ".join(given)}: only for a pool router (pool = "smg")')
+            return
+        if self.start:
+            if self.url is not None or self.dns is not None:
+                raise ValueError(
+                    f"{where}: start = true runs the router here — drop url and dns (port picks its port)"
+                )
+            if self.key is not None or self.key_file is not None or self.ca_file is not None:
+                raise ValueError(f"{where}: a router started here is reached on loopback without key or TLS")
+        else:
+            if self.dns is not None:
+                raise ValueError(f"{where}: a pool router is one url, not a dns name")
+            started = [
+                k for k in ("policy", "program", "router_args") if getattr(self, k) != _POOL_DEFAULTS[k]
+            ]
+            if started:
+                raise ValueError(
+                    f"{where}: {', '.join(started)}: only for a router started here (start = true)"
+                )
+        if len(set(self.workers)) != len(self.workers):
+            raise ValueError(f"{where}: workers names a worker more than once")
+
+    def local_workers(self) -> list[str]:
+        """The installed models among ``workers`` (the others are URLs)."""
+        return [w for w in self.workers if not w.startswith(("http://", "https://"))]
+
+    def pool_models(self) -> list[str]:
+        """The models whose requests go to this pool first (none unless it is a pool)."""
+        if self.pool is None:
+            return []
+        return [self.model] if self.model is not None else self.local_workers()
+
+
+_POOL_DEFAULTS: dict[str, object] = {
+    "start": False,
+    "workers": [],
+    "model": None,
+    "policy": None,
+    "program": None,
+    "router_args": [],
+}
+"""The pool keys of ``Remote`` and their defaults: any other value needs ``pool``."""
 
 
 McpSelection = str | list[str]

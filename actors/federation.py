@@ -39,6 +39,7 @@ __all__ = [
     "Decision",
     "InstalledModel",
     "LoadedModel",
+    "PoolWorker",
     "Ranked",
     "Snapshot",
     "SnapshotError",
@@ -48,8 +49,10 @@ __all__ = [
     "local_candidate",
     "parse_capacity",
     "parse_models",
+    "parse_workers",
     "peer_candidate",
     "peer_targets",
+    "pool_snapshot",
     "same_model",
 ]
 
@@ -79,6 +82,63 @@ class InstalledModel(msgspec.Struct, frozen=True, kw_only=True):
     kind: str = "chat"
     digest: str | None = None
     """Its main file's ``sha256:`` digest (None from a pass-through peer or an older daemon)."""
+
+
+class PoolWorker(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker of a pool router, as the router lists it (SMG's ``GET /workers``)."""
+
+    url: str
+    id: str | None = None
+    model: str | None = None
+    """The model the router found on it (None: not discovered yet, or any)."""
+    healthy: bool | None = None
+    status: str | None = None
+    """The router's word for it: ``ready``, ``pending``, ``draining``…"""
+    load: int | None = None
+    """Requests it has in flight, as the router counts them."""
+
+
+class _SmgModel(msgspec.Struct, kw_only=True):
+    id: str
+
+
+class _SmgWorker(msgspec.Struct, kw_only=True):
+    url: str
+    id: str | None = None
+    model_id: str | None = None
+    models: list[_SmgModel] = []
+    is_healthy: bool | None = None
+    status: str | None = None
+    load: int | None = None
+
+
+class _SmgWorkers(msgspec.Struct, kw_only=True):
+    workers: list[_SmgWorker]
+
+
+def parse_workers(body: bytes) -> list[PoolWorker]:
+    """A pool router's worker list (SMG's ``GET /workers``)."""
+    try:
+        doc = msgspec.json.decode(body, type=_SmgWorkers)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SnapshotError(f"not a router's worker list: {exc}") from None
+    return [
+        PoolWorker(
+            url=w.url,
+            id=w.id,
+            model=w.model_id or (w.models[0].id if w.models else None),
+            healthy=w.is_healthy,
+            status=w.status,
+            load=w.load,
+        )
+        for w in sorted(doc.workers, key=lambda w: w.url)
+    ]
+
+
+def pool_snapshot(workers: list[PoolWorker]) -> Snapshot:
+    """A pool router as a pass-through peer: the models of its workers, and the workers."""
+    models = sorted({w.model for w in workers if w.model is not None})
+    return Snapshot(kind="openai", installed=[InstalledModel(name=m) for m in models], workers=workers)
 
 
 class _CapacityDoc(msgspec.Struct, kw_only=True):
@@ -116,6 +176,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     loaded: list[LoadedModel] = []
     installed: list[InstalledModel] = []
     lanes: list[str] = []
+    workers: list[PoolWorker] | None = None
+    """A pool router's workers, with their health (None: not a pool)."""
 
     def has(self, model: str) -> bool:
         return any(same_model(m.name, model) for m in self.installed)

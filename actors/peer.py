@@ -53,7 +53,14 @@ from actors import discovery
 from actors.actor import Actor, ActorStatistics
 from actors.config import Remote
 from actors.errors import PeerNotFound, PeerRefused, PeerUnavailable
-from actors.federation import Snapshot, SnapshotError, parse_capacity, parse_models
+from actors.federation import (
+    Snapshot,
+    SnapshotError,
+    parse_capacity,
+    parse_models,
+    parse_workers,
+    pool_snapshot,
+)
 from actors.mailbox import Envelope
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.replica import Replica, replica_of
@@ -109,6 +116,8 @@ class PeerView(msgspec.Struct, frozen=True, kw_only=True):
     """The ``[[remotes]]`` entry it comes from: its own name, or a ``dns`` remote's."""
     url: str
     state: PeerState
+    pool: str | None
+    """The router of a pool entry (``smg``); None for any other peer."""
     kind: Literal["blazar", "openai"] | None
     snapshot_age_s: float | None
     """Seconds since the last good snapshot; None: never had one."""
@@ -176,6 +185,8 @@ class PeerActor(Actor[PeerMessage]):
         self.remote = remote
         self.client = _client(remote, self.url)
         """The pooled client for this peer, with this daemon's key for it."""
+        self.control: dict[str, str] = {}
+        """Headers of a pool router's worker API (the control key of a router started here)."""
         self.state: PeerState = "unknown"
         self.snapshot: Snapshot | None = None
         self.snapshot_at: float | None = None
@@ -277,6 +288,8 @@ class PeerActor(Actor[PeerMessage]):
 
     async def _read(self) -> Snapshot:
         t = self.remote.timeout_s
+        if self.remote.pool is not None:
+            return await self._read_pool()
         resp = await self.client.get("/api/capacity", timeout=t)
         if resp.status_code == 200:
             try:
@@ -290,12 +303,27 @@ class PeerActor(Actor[PeerMessage]):
             raise SnapshotError(f"GET /v1/models answered {models.status_code}")
         return parse_models(models.content)
 
+    async def _read_pool(self) -> Snapshot:
+        """A pool router: its workers (``GET /workers``) give its models and their health; a
+        router without that list is read as any pass-through peer (``GET /v1/models``)."""
+        t = self.remote.timeout_s
+        resp = await self.client.get("/workers", timeout=t, headers=self.control)
+        if resp.status_code == 200:
+            return pool_snapshot(parse_workers(resp.content))
+        models = await self.client.get("/v1/models", timeout=t)
+        if models.status_code != 200:
+            raise SnapshotError(
+                f"GET /workers answered {resp.status_code}, GET /v1/models {models.status_code}"
+            )
+        return parse_models(models.content)
+
     def view(self) -> PeerView:
         age = time.time() - self.snapshot_at if self.snapshot_at is not None else None
         return PeerView(
             name=self.peer,
             remote=self.remote.name,
             url=self.url,
+            pool=self.remote.pool,
             state=self.state,
             kind=self.snapshot.kind if self.snapshot is not None else None,
             snapshot_age_s=round(age, 3) if age is not None else None,
@@ -540,8 +568,16 @@ def _host_url(scheme: str, address: str, port: int) -> str:
 class Peers:
     """The ``[[remotes]]`` and their actors, under one supervisor (``run``)."""
 
-    def __init__(self, remotes: list[Remote], *, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        remotes: list[Remote],
+        *,
+        instance: str | None = None,
+        started: dict[str, tuple[str, dict[str, str]]] | None = None,
+    ) -> None:
         self.remotes = remotes
+        self.started = started or {}
+        """A pool router started here (``start = true``): its URL and its control headers."""
         self.instance = instance
         """This daemon's id for this boot (``GET /api/capacity`` publishes it): how a peer that
         is this daemon is told apart."""
@@ -560,7 +596,11 @@ class Peers:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.supervisor.run)
             for remote in self.remotes:
-                if remote.url is not None:
+                if remote.name in self.started:
+                    url, control = self.started[remote.name]
+                    await self._add(remote.name, url, remote)
+                    self.actors[remote.name].control = control
+                elif remote.url is not None:
                     await self._add(remote.name, remote.url, remote)
                 else:
                     spec = ChildSpec(

@@ -8,6 +8,9 @@
     │   └ engine[model] → child process (llama.cpp)
     ├ mcp (supervisor)
     │   └ mcp[server]   → MCP server (stdio child or HTTP session), started on first use
+    ├ pools (only with a pool entry in [[remotes]])
+    │   ├ router[name]  → ``smg launch``, a child process (start = true)
+    │   └ workers[name] → registers the pool's workers with its router (actors/pool.py)
     ├ peers (supervisor, only with [[remotes]])
     │   └ peer[name]    → polls the peer's capacity (actors/peer.py)
     └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
@@ -26,6 +29,7 @@ ready engine, a lease; released once, then the keep-alive timer re-armed):
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -75,6 +79,7 @@ from actors.planning import (
     side_spec_for,
     unsupported_preview,
 )
+from actors.pool import Pools
 from actors.process import reap_orphans
 from actors.profiles import read_profiles
 from actors.sessions import model_dir
@@ -159,7 +164,10 @@ class Runtime:
         actor that reads its own id back marks that peer ``self``."""
         self.speculation = SpeculationBook(governor=config.spec_governor)
         """Drafted and accepted tokens per model, and the speculation governor's state."""
-        self.peers = Peers(config.remotes, instance=self.instance)
+        self.pools = Pools(config.remotes, run_dir=Path(config.run_dir), grace_s=config.engine.stop_grace_s)
+        """The pool entries of ``[[remotes]]``: routers started here, workers registered with
+        them (actors/pool.py)."""
+        self.peers = Peers(config.remotes, instance=self.instance, started=self.pools.started)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
         federation, nothing leaves the machine."""
         self.certificates = CertificateBook.load(ledger.path)
@@ -748,6 +756,10 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
         pulls.register(runtime)
         # Last started, first stopped: MCP servers end before the engines do.
         await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
+        if runtime.pools:  # before the peers, which poll the routers it starts
+            await root.start_child(
+                ChildSpec(name="pools", start=functools.partial(runtime.pools.run, runtime))
+            )
         if config.remotes:
             await root.start_child(ChildSpec(name="peers", start=runtime.peers.run))
         runtime.reaped_orphans = reaped

@@ -54,6 +54,10 @@ def peers(*, json_: Json = False) -> None:
         models = ", ".join(m["name"] + ("*" if m["name"] in warm else "") for m in snap.get("installed", []))
         state = p["state"] if p["state"] != "down" else f"down ({p['last_error']})"
         kind = {"openai": "pass-through", "blazar": "blazar"}.get(p["kind"] or "", "-")
+        if p.get("pool"):
+            kind = f"pool ({p['pool']})"
+            healthy = sum(1 for w in snap.get("workers") or [] if w.get("healthy"))
+            models += f" [{healthy}/{len(snap.get('workers') or [])} workers healthy]"
         rows.append((
             p["name"], p["url"], state, kind, _age(p["snapshot_age_s"]),
             _size(snap.get("free_bytes")), models or "-",
@@ -61,6 +65,42 @@ def peers(*, json_: Json = False) -> None:
     headers = ("PEER", "URL", "STATE", "KIND", "SNAPSHOT AGE", "FREE", "MODELS")
     drop = ("KIND", "SNAPSHOT AGE", "URL")
     out.print(listing(headers, rows, whole=("PEER",), wrap=("STATE", "MODELS"), drop=drop))
+    for pool in doc.get("pools", []):
+        _print_pool(pool, next((p for p in doc["peers"] if p["name"] == pool["name"]), None))
+
+
+def _print_pool(pool: dict[str, Any], peer: dict[str, Any] | None) -> None:
+    """A pool's router and workers: as the router lists them, and what this daemon registered."""
+    started = pool.get("started")
+    where = (
+        f"started here ({started['state']}, pid {started['pid'] or '-'})" if started else "reached at its url"
+    )
+    out.print(
+        f"\npool {pool['name']}: {pool['router']} router {where}; models {', '.join(pool['models']) or '-'}"
+    )
+    if started and started.get("last_error"):
+        out.print(f"  last error: {started['last_error']}")
+    listed = {w["url"]: w for w in ((peer or {}).get("snapshot") or {}).get("workers") or []}
+    mine = {r["url"]: r for r in pool["registrations"] if r["url"]}
+    rows = []
+    for url in sorted(listed.keys() | mine.keys()):
+        w, r = listed.get(url, {}), mine.get(url, {})
+        health = {True: "healthy", False: "unhealthy"}.get(w.get("healthy"), "-")
+        rows.append(
+            (
+                url,
+                r.get("worker", "-"),
+                health,
+                w.get("status") or "-",
+                str(w.get("load", "-")),
+                w.get("model") or "-",
+            )
+        )
+    for r in pool["registrations"]:
+        if not r["url"]:
+            rows.append(("-", r["worker"], "-", r["state"], "-", r.get("error") or "-"))
+    headers = ("WORKER", "NAMED", "HEALTH", "STATUS", "LOAD", "MODEL")
+    out.print(listing(headers, rows, whole=("WORKER",), wrap=("MODEL",), drop=("NAMED", "LOAD")))
 
 
 @app.command

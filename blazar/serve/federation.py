@@ -33,6 +33,7 @@ __all__ = [
     "peer_targets",
     "relay",
     "rewrite_model",
+    "speaks_openai",
     "split_remote",
     "stream_error",
     "targets",
@@ -248,8 +249,13 @@ OPENAI_PATHS = frozenset(
 """What a pass-through peer (any OpenAI-compatible server) can be asked."""
 
 
+def speaks_openai(call: Relayed) -> bool:
+    """Whether ``call`` is one a pass-through peer (any OpenAI-compatible server) can answer."""
+    return call.path in OPENAI_PATHS and "anthropic-version" not in call.headers
+
+
 def _speaks(call: Relayed, row: Ranked) -> bool:
-    return not row.pass_through or (call.path in OPENAI_PATHS and "anthropic-version" not in call.headers)
+    return not row.pass_through or speaks_openai(call)
 
 
 def targets(runtime: Runtime, call: Relayed, decision: Decision, model: str) -> list[tuple[PeerActor, str]]:

@@ -6,7 +6,9 @@ peer; a model this daemon does not have, or has cold while a peer has it warm, g
 peer the decision picks (``actors/federation.py``, which gathers its inputs from the
 runtime too); anything else (and every request another daemon relayed here) is served here
 as before. Without remotes nothing is wrapped. The relay itself is
-``blazar.serve.federation``. ``GET /api/peers`` and ``/api/route/{model}`` report.
+``blazar.serve.federation``. A pool's model (a ``[[remotes]]`` entry with ``pool``) goes to the
+pool's router before anything else (``to_pool``). ``GET /api/peers`` (with the pools: their
+routers started here and the workers registered with them) and ``/api/route/{model}`` report.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
         call.set_model(model)
         call.check_model(name)
         return await relay(call, peer_targets(runtime, call, peer, name))
+    if (pool := runtime.pools.serving(model)) is not None and federation.speaks_openai(call):
+        return await to_pool(runtime, call, pool.name, model, local)
     engine = runtime.engine_named(model)
     if engine is not None and engine.state in (EngineState.READY, EngineState.STARTING):
         return await local(call)  # warm here: local wins, no census, no peer consulted
@@ -110,6 +114,25 @@ async def route(runtime: Runtime, call: Call, local: Handler) -> Reply:
         if call.card is not None:
             call.card.failover.append(f"federation: served here after the peers failed: {exc.message}")
         return await local(call)  # installed here (cold): the next candidate after the peers
+
+
+async def to_pool(runtime: Runtime, call: Call, pool: str, model: str, local: Handler) -> Reply:
+    """A request for a pool's model: to its router first, which picks the replica; served here
+    only when the router cannot be reached (and the model is installed here)."""
+    actor = runtime.peers.get(pool)
+    call.set_model(model)
+    if actor is not None and actor.state != "down":
+        try:
+            return await relay(call, [(actor, model)])
+        except BlazarError as exc:
+            if exc.code != "PEER_UNAVAILABLE":
+                raise
+            reason = exc.message
+    else:
+        reason = f"pool '{pool}' is down ({actor.last_error if actor is not None else 'not started'})"
+    if call.card is not None:
+        call.card.failover.append(f"pool: served here, the router could not be reached: {reason}")
+    return await local(call)
 
 
 async def walk_chain(runtime: Runtime, call: Call, chain: FailoverChain, local: Handler) -> Reply:
@@ -178,7 +201,8 @@ def _visible(view: PeerView) -> PeerView:
 async def peers() -> Response:
     runtime = app_runtime()
     views = await runtime.peers.poll_all() if runtime.peers else []
-    return json_response({"peers": [_visible(v) for v in views], "polled_at": time.time()})
+    doc = {"peers": [_visible(v) for v in views], "pools": runtime.pools.views(), "polled_at": time.time()}
+    return json_response(doc)
 
 
 async def route_of(model: str) -> Response:
