@@ -51,12 +51,15 @@ __all__ = [
     "ModelFacts",
     "MultiNodePlan",
     "NodeLaunch",
+    "NodePart",
     "PlanRefused",
     "choose",
     "model_facts",
     "node_argv",
     "parse_node",
     "parse_nodes",
+    "part_argv",
+    "part_of",
     "plan",
     "render",
 ]
@@ -533,6 +536,60 @@ def plan(
         ctx_per_slot=spec.ctx_per_slot, slots=spec.slots, layer_split=split, master_addr=master,
         master_port=master_port, nodes=launches, unused=[n.host for n in nodes[pp:]], notes=notes,
     )  # fmt: skip
+
+
+class NodePart(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What the head's daemon tells a worker node's daemon: start your part of this plan.
+
+    Everything a worker needs to build its command line with ``node_argv`` over the model in
+    its own store (its path may differ from the head's): the sizes, its rank, the layer split
+    and the rendezvous. It carries no key and no port (a worker serves no HTTP)."""
+
+    model: str
+    lane: Lane
+    rank: int
+    nnodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    layer_split: list[int]
+    master_addr: str
+    master_port: int
+    memory_fraction: float
+    ctx_per_slot: int
+    slots: int
+    host: str
+    """The worker's own address (``VLLM_HOST_IP``)."""
+    ifname: str | None = None
+
+
+def part_of(plan: MultiNodePlan, rank: int, nodes: Sequence[GpuNode]) -> NodePart:
+    """The message for the node of ``rank`` (above 0) of ``plan`` made over ``nodes``."""
+    if not 0 < rank < len(plan.nodes):
+        raise ValueError(f"rank {rank}: the workers of this plan are 1..{len(plan.nodes) - 1}")
+    node = plan.nodes[rank]
+    return NodePart(
+        model=plan.model, lane=plan.lane, rank=rank, nnodes=len(plan.nodes),
+        tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
+        layer_split=plan.layer_split, master_addr=plan.master_addr, master_port=plan.master_port,
+        memory_fraction=node.memory_fraction, ctx_per_slot=plan.ctx_per_slot, slots=plan.slots,
+        host=node.host, ifname=nodes[rank].ifname,
+    )  # fmt: skip
+
+
+def part_argv(
+    part: NodePart, spec: LaunchSpec, program: Sequence[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """A worker daemon's argv and environment for ``part``, over ``spec`` (its own model path;
+    the context and slots are the plan's): the same ``node_argv`` the plan printed."""
+    spec = msgspec.structs.replace(spec, ctx_per_slot=part.ctx_per_slot, slots=part.slots)
+    argv = node_argv(
+        part.lane, spec, rank=part.rank, nnodes=part.nnodes, tensor_parallel=part.tensor_parallel,
+        pipeline_parallel=part.pipeline_parallel, master_addr=part.master_addr,
+        master_port=part.master_port, memory_fraction=part.memory_fraction, port=0, api_key="",
+        program=program,
+    )  # fmt: skip
+    node = GpuNode(host=part.host, gpus=part.tensor_parallel, gpu_memory=0, ifname=part.ifname)
+    return argv, node_env(part.lane, spec, node, part.layer_split)
 
 
 def render(plan: MultiNodePlan) -> str:

@@ -349,3 +349,22 @@ def test_gpu_check_plans_the_local_gpus() -> None:
     assert (rows[0]["tensor_parallel"], rows[0]["pipeline_parallel"]) == (8, 2)
     assert rows[2]["pipeline_parallel"] == 1 and "***" in rows[0]["argv"][0]
     assert script.check_multinode(Census(source="system"))[0]["status"] == "skipped"
+
+
+def test_a_worker_builds_its_part_from_the_message() -> None:
+    """The head sends a worker its part (no key, no port); the worker's argv over its own copy
+    of the model is the plan's, with its own path."""
+    plan = llama_plan("vllm")
+    part = multinode.part_of(plan, 1, TWO_NODES)
+    wire = msgspec.json.decode(msgspec.json.encode(part), type=multinode.NodePart)
+    assert wire == part and "ENGINE_KEY" not in msgspec.json.encode(part).decode()
+    spec = LaunchSpec(model="llama-3.1-405b-instruct", path="/data/store/llama", ctx_per_slot=4096, slots=1,
+                      architecture="LlamaForCausalLM")  # fmt: skip
+    argv, env = multinode.part_argv(wire, spec)
+    expected = [
+        ("/data/store/llama" if a == "/models/Llama-3.1-405B-Instruct" else a) for a in plan.nodes[1].argv
+    ]
+    expected[expected.index("--port") + 1] = "0"
+    assert argv == expected and env == plan.nodes[1].env
+    with pytest.raises(ValueError, match="workers"):
+        multinode.part_of(plan, 0, TWO_NODES)
