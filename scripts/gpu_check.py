@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from actors.census import Census, take_census  # noqa: E402
 from actors.config import EngineConfig  # noqa: E402
-from actors.engines import llamacpp, sdcpp, sglang, vllm  # noqa: E402
+from actors.engines import llamacpp, multinode, sdcpp, sglang, vllm  # noqa: E402
 from actors.engines._gpu import Program, memory_fraction, program_version  # noqa: E402
 from actors.engines.spec import LaunchSpec  # noqa: E402
 
@@ -85,6 +85,8 @@ class CheckResult(msgspec.Struct, kw_only=True):
     gpus: list[dict[str, Any]]
     note: str | None
     results: list[LaneResult]
+    multinode: list[dict[str, Any]] = []
+    """Dry runs of ``blazar plan --nodes`` for this machine and one like it (nothing starts)."""
 
 
 class Failed(Exception):
@@ -315,6 +317,58 @@ def hf_model_from(given: str | None, gguf: Path | None, workdir: Path) -> Path |
     return out
 
 
+# -- multi-node plans (dry run) -----------------------------------------------------------
+
+_SHAPES: dict[str, dict[str, Any]] = {
+    "llama-3.1-405b-like": {
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 16384, "intermediate_size": 53248,
+        "num_hidden_layers": 126, "num_attention_heads": 128, "num_key_value_heads": 8,
+        "vocab_size": 128256, "torch_dtype": "bfloat16",
+    },
+    "qwen2.5-72b-like": {
+        "architectures": ["Qwen2ForCausalLM"], "hidden_size": 8192, "intermediate_size": 29568,
+        "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "vocab_size": 152064, "torch_dtype": "bfloat16",
+    },
+}  # fmt: skip
+"""Two representative configs (as tests/actors/test_multinode_plan.py pins them)."""
+
+
+def check_multinode(census: Census) -> list[dict[str, Any]]:
+    """The multi-node plan of each shape and lane over this machine's GPUs and one machine
+    like it: the sizes, memory per GPU and argv (key redacted), or why it does not fit."""
+    if not census.gpus:
+        return [{"status": "skipped", "reason": "no NVIDIA GPU"}]
+    here = multinode.GpuNode(
+        host="127.0.0.1", gpus=len(census.gpus), gpu_memory=min(g.total for g in census.gpus)
+    )
+    nodes = [here, msgspec.structs.replace(here, host="192.0.2.2")]
+    found: list[dict[str, Any]] = []
+    for shape, config in _SHAPES.items():
+        facts = multinode.model_facts(config, name=shape)
+        spec = LaunchSpec(model=shape, path=f"/models/{shape}", ctx_per_slot=8192, slots=4,
+                          architecture=facts.architecture)  # fmt: skip
+        for lane in ("vllm", "sglang"):
+            row: dict[str, Any] = {
+                "model": shape,
+                "lane": lane,
+                "nodes": len(nodes),
+                "gpus_per_node": here.gpus,
+            }
+            try:
+                plan = multinode.plan(facts, nodes, spec, lane=lane, port=8000, api_key=KEY)
+            except multinode.PlanRefused as exc:
+                found.append({**row, "status": "no_fit", "reason": str(exc)})
+                continue
+            found.append({
+                **row, "status": "planned", "tensor_parallel": plan.tensor_parallel,
+                "pipeline_parallel": plan.pipeline_parallel, "layer_split": plan.layer_split,
+                "need_per_gpu": [n.need_per_gpu for n in plan.nodes],
+                "argv": [_redact(n.argv) for n in plan.nodes],
+            })  # fmt: skip
+    return found
+
+
 # -- main -------------------------------------------------------------------------------
 
 
@@ -386,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         note=census.note,
         results=results,
+        multinode=check_multinode(census),
     )
     out = args.out or ROOT / "bench" / "results" / f"{now:%Y-%m-%d}-gpu-check.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -393,6 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         figures = f"{r.decode_tokens_per_s} tok/s, TTFT {r.ttft_s} s" if r.decode_tokens_per_s else ""
         print(f"{r.lane:22} {r.status:8} {r.version or '':28} {figures or r.reason or ''}")
+    for m in doc.multinode:
+        sizes = f"tp {m['tensor_parallel']} x pp {m['pipeline_parallel']}" if m["status"] == "planned" else ""
+        print(f"plan {m.get('model', ''):20} {m.get('lane', ''):7} {m['status']:8} {sizes}")
     print(f"wrote {out}")
     return 1 if any(r.status == "failed" for r in results) else 0
 

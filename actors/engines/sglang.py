@@ -50,6 +50,7 @@ __all__ = [
     "lane",
     "launch_env",
     "options",
+    "serve_flags",
     "tool_parser_for",
 ]
 
@@ -132,16 +133,42 @@ def build_argv(
 ) -> list[str]:
     """``quantization`` is one SGLang applies at load (``fp8`` on a 16-bit checkpoint); a
     quantized checkpoint (AWQ, GPTQ, FP8) says its own in config.json and needs none."""
+    return watched(
+        program,
+        serve_flags(
+            spec, port=port, api_key=api_key, mem_fraction=mem_fraction,
+            tensor_parallel=tensor_parallel, quantization=quantization, dtype=dtype,
+            tool_parser=tool_parser,
+        ),
+    )  # fmt: skip
+
+
+def serve_flags(
+    spec: LaunchSpec,
+    *,
+    port: int,
+    api_key: str | None,
+    mem_fraction: float = DEFAULT_MEMORY_FRACTION,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    quantization: str | None = None,
+    dtype: str | None = None,
+    tool_parser: str | None = None,
+) -> list[str]:
+    """The server's flags after the program (``build_argv``; a multi-node plan adds its own,
+    ``actors.engines.multinode``). ``api_key`` None: no ``--api-key`` (a node of rank above 0
+    serves no HTTP); ``pipeline_parallel`` above 1 adds ``--pp-size``."""
     flags = [
         "--model-path", spec.path,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--api-key", api_key,
+        *(["--api-key", api_key] if api_key is not None else []),
         "--served-model-name", spec.alias or spec.model,
         "--context-length", str(spec.ctx_per_slot),
         "--max-running-requests", str(spec.slots),
         "--mem-fraction-static", f"{mem_fraction:.2f}",
         "--tp-size", str(tensor_parallel),
+        *(["--pp-size", str(pipeline_parallel)] if pipeline_parallel > 1 else []),
         "--enable-metrics",
     ]  # fmt: skip
     if quantization:
@@ -157,7 +184,7 @@ def build_argv(
     if spec.prompt_batch:
         flags += ["--chunked-prefill-size", str(spec.prompt_batch)]
     flags += spec.extra_args
-    return watched(program, flags)
+    return flags
 
 
 def options(spec: LaunchSpec) -> dict[str, Any]:

@@ -47,6 +47,7 @@ __all__ = [
     "lane",
     "launch_env",
     "options",
+    "serve_flags",
     "tool_parser_for",
 ]
 
@@ -128,16 +129,42 @@ def build_argv(
     """``quantization`` is one vLLM applies at load (``fp8`` on a 16-bit checkpoint); a
     quantized checkpoint says its own and needs none (naming ``awq`` would force the slow
     kernel over Marlin)."""
+    return watched(
+        program,
+        serve_flags(
+            spec, port=port, api_key=api_key, gpu_memory_fraction=gpu_memory_fraction,
+            tensor_parallel=tensor_parallel, quantization=quantization, dtype=dtype,
+            tool_parser=tool_parser,
+        ),
+    )  # fmt: skip
+
+
+def serve_flags(
+    spec: LaunchSpec,
+    *,
+    port: int,
+    api_key: str | None,
+    gpu_memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    quantization: str | None = None,
+    dtype: str | None = None,
+    tool_parser: str | None = None,
+) -> list[str]:
+    """``vllm serve``'s flags after the program (``build_argv``; a multi-node plan adds its own,
+    ``actors.engines.multinode``). ``api_key`` None: no ``--api-key`` (a headless node serves no
+    HTTP); ``pipeline_parallel`` above 1 adds ``--pipeline-parallel-size``."""
     flags = [
         spec.path,
         "--host", "127.0.0.1",
         "--port", str(port),
-        "--api-key", api_key,
+        *(["--api-key", api_key] if api_key is not None else []),
         "--served-model-name", spec.alias or spec.model,
         "--max-model-len", str(spec.ctx_per_slot),
         "--max-num-seqs", str(spec.slots),
         "--gpu-memory-utilization", f"{gpu_memory_fraction:.2f}",
         "--tensor-parallel-size", str(tensor_parallel),
+        *(["--pipeline-parallel-size", str(pipeline_parallel)] if pipeline_parallel > 1 else []),
         "--disable-uvicorn-access-log",
     ]  # fmt: skip
     if quantization:
@@ -153,7 +180,7 @@ def build_argv(
     if spec.prompt_batch:
         flags += ["--max-num-batched-tokens", str(spec.prompt_batch)]
     flags += spec.extra_args
-    return watched(program, flags)
+    return flags
 
 
 def options(spec: LaunchSpec) -> dict[str, Any]:

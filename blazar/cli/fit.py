@@ -261,11 +261,39 @@ def fit(
 
 
 @app.command
-def plan(model: str, *, json_: Json = False) -> None:
+def plan(
+    model: str,
+    *,
+    nodes: list[str] | None = None,
+    node: list[str] | None = None,
+    engine: Literal["vllm", "sglang"] = "vllm",
+    ctx: int | None = None,
+    slots: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    port: int = 8000,
+    json_: Json = False,
+) -> None:
     """Preview how MODEL would run: engine, context, slots, memory, and what loading it would evict.
 
     With a daemon running, the answer is the daemon's own decision for a load now (the same code
-    as a real load); without one, nothing else is loaded."""
+    as a real load); without one, nothing else is loaded.
+
+    With --nodes or --node, a multi-node vLLM or SGLang launch of a safetensors MODEL (installed,
+    or a directory with its config.json) is planned instead: the tensor and pipeline parallel
+    sizes, the memory per GPU and each node's command line. --nodes NxGxMEM[@HOST,…] gives N
+    alike nodes (2x8x80G, 2x8xH100-80G@10.0.0.1,10.0.0.2; GiB); --node
+    host=H,gpus=G,gpu_mem_gb=M[,name=PEER][,ifname=IF] one node, repeatable; the first is the
+    head. --engine picks the lane, --ctx (per slot) and --slots the load, --tp and --pp force a
+    size, --port the head's HTTP port. Needs no daemon, GPU or engine (docs/engines.md)."""
+    if nodes or node:
+        from blazar.cli._multinode import plan_nodes
+
+        plan_nodes(
+            model, nodes=nodes or [], node=node or [], engine=engine, ctx=ctx, slots=slots,
+            tp=tp, pp=pp, port=port, json_=json_,
+        )  # fmt: skip
+        return
     paths, config = load_setup()
     doc, daemon = daemon_or_here(
         paths, f"/api/plan/{model}", lambda: run_offline("plan_offline", config.runtime(paths), model)
