@@ -33,6 +33,7 @@ import trio
 from actors.engines.lifeline import on_parent_exit
 from actors.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from blazar.config import Config
+from blazar.daemon.worker_ws import bridge
 from blazar.dialects.llamacpp import ProgressFilter
 from blazar.errors import Dialect, error_body
 from blazar.serve.handoff import GRANT_HEADER, Grant, Report, ReportAnswer
@@ -107,6 +108,7 @@ class WorkerApp:
         self._runtime = UpstreamPool(
             "runtime", 0, headers={}, max_idle=256, idle_expiry_s=30.0, unix_path=runtime_socket
         )
+        self._socket = runtime_socket
         self._token = token.encode()
         self._index = str(index).encode()
         self._max_body = max_body
@@ -119,10 +121,8 @@ class WorkerApp:
             await self._lifespan(receive, send)
         elif kind == "http":
             await self._http(scope, receive, send)
-        elif kind == "websocket":
-            # Closed before it is accepted: the client is answered 403 (docs/architecture.md).
-            said = "WebSocket routes need workers = 1"
-            await send({"type": "websocket.close", "code": 1008, "reason": said})
+        elif kind == "websocket":  # carried to the runtime, which serves it (``worker_ws``)
+            await bridge(self._socket, scope, receive, send, self._added(scope))
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         async with trio.open_nursery() as nursery:
@@ -174,16 +174,21 @@ class WorkerApp:
             pass
         scope.cancel()
 
+    def _added(self, scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+        """What the worker tells the runtime of a request: its token, the client's address
+        and the scheme the client used."""
+        added = [(TOKEN_HEADER, self._token), (SCHEME_HEADER, scope.get("scheme", "http").encode())]
+        if client := scope.get("client"):
+            host = client[0]
+            added.append(
+                (CLIENT_HEADER, (f"[{host}]" if ":" in host else host).encode() + b":%d" % client[1])
+            )
+        return added
+
     async def _forward(self, scope: dict[str, Any], body: bytes, send: Any) -> None:
         # A client's own x-blazar-worker-* headers are dropped: only this worker's are believed.
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP and not k.startswith(_OURS)]
-        client = scope.get("client")
-        if client:
-            host = client[0]
-            headers.append(
-                (CLIENT_HEADER, (f"[{host}]" if ":" in host else host).encode() + b":%d" % client[1])
-            )
-        headers += [(TOKEN_HEADER, self._token), (SCHEME_HEADER, scope.get("scheme", "http").encode())]
+        headers += self._added(scope)
         target = scope.get("raw_path") or scope["path"].encode()
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]

@@ -250,3 +250,50 @@ def test_a_resumable_stream_is_kept_by_the_runtime(daemon: DaemonProc) -> None:
         assert r.status_code == 200 and r.headers["x-blazar-stream-id"]
         events = [line for line in r.iter_lines() if line.startswith("id: ")]
     assert [e.removeprefix("id: ") for e in events][:3] == ["1", "2", "3"]
+
+
+def test_a_websocket_is_carried_to_the_runtime(daemon: DaemonProc) -> None:
+    """``/v1/realtime`` through a worker: the session runs in the runtime, each message
+    passed both ways; a refusal before the upgrade reaches the client as the runtime said it."""
+    import json
+
+    import trio
+    from trio_websocket import ConnectionRejected, open_websocket_url
+
+    url = daemon.url.replace("http://", "ws://") + "/v1/realtime"
+
+    async def recv_until(ws: Any, kind: str) -> dict[str, Any]:
+        while (event := json.loads(await ws.get_message()))["type"] != kind:
+            pass
+        return dict(event)
+
+    async def session() -> dict[str, Any]:
+        async with open_websocket_url(f"{url}?model={MODEL}") as ws:
+            await recv_until(ws, "session.created")
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}
+            await ws.send_message(json.dumps({"type": "conversation.item.create", "item": item}))
+            response = {"modalities": ["text"], "max_output_tokens": 4}
+            await ws.send_message(json.dumps({"type": "response.create", "response": response}))
+            with trio.fail_after(60):
+                return await recv_until(ws, "response.done")
+
+    async def refused() -> ConnectionRejected:
+        try:
+            async with open_websocket_url(f"{url}?model=no-such-model"):
+                pass
+        except ConnectionRejected as exc:
+            return exc
+        raise AssertionError("an unknown model was upgraded")
+
+    done = trio.run(session)
+    assert done["response"]["status"] in ("completed", "incomplete"), done
+    rejected = trio.run(refused)
+    assert rejected.status_code == 404
+    assert json.loads(rejected.body or b"{}")["error"]["blazar_code"] == "MODEL_NOT_FOUND"
+
+    # the runtime kept a record of each, as for a WebSocket it serves itself
+    def realtime() -> list[int]:
+        rows = httpx.get(f"{daemon.url}/admin/requests?limit=1000", timeout=10).json()["data"]
+        return sorted(r["status"] for r in rows if r["path"] == "/v1/realtime")
+
+    wait_for(lambda: realtime() == [101, 404], what="the ledger's two /v1/realtime records")

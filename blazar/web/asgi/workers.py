@@ -4,10 +4,11 @@ With workers, the runtime serves its whole app on a private Unix socket, and onl
 workers speak to it there. A worker forwards each client request as it came, adding three
 headers: the token the runtime gave it at spawn (anything without it is refused), the
 client's address and the scheme it used. This wrapper checks the token, puts the client's
-address and scheme back where the gateway reads them, and gives every request a handoff
-slot (``blazar/serve/handoff.py``) in its scope: a stream the worker can relay itself is
-answered with a grant. The worker's report of how such a stream ended comes to
-``POST /.blazar-worker/handoff/{id}``, which only this listener serves.
+address and scheme back where the gateway reads them (a WebSocket a worker carries here
+too), and gives every HTTP request a handoff slot (``blazar/serve/handoff.py``) in its
+scope: a stream the worker can relay itself is answered with a grant. The worker's report
+of how such a stream ended comes to ``POST /.blazar-worker/handoff/{id}``, which only this
+listener serves.
 """
 
 from __future__ import annotations
@@ -63,10 +64,9 @@ class WorkerSide:
         self.handoffs = Handoffs()
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            if scope["type"] == "lifespan":
-                await self.app(scope, receive, send)
-            return  # the workers answer WebSockets themselves
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
         token = client = scheme = None
         kept = []
         for name, value in scope["headers"]:
@@ -80,7 +80,16 @@ class WorkerSide:
                 kept.append((name, value))
         if token is None or not secrets.compare_digest(token, self._token):
             said = "this socket is the daemon's own, for its workers: send requests to its port"
-            await _answer(send, 401, _json("UNAUTHORIZED", said))
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": said})
+            else:
+                await _answer(send, 401, _json("UNAUTHORIZED", said))
+            return
+        if scope["type"] == "websocket":  # a client's WebSocket, carried by a worker (``worker_ws``)
+            inner = {**scope, "headers": kept, "client": client}
+            if scheme in ("ws", "wss", "http", "https"):
+                inner["scheme"] = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+            await self.app(inner, receive, send)
             return
         if scope["path"].startswith(REPORT_PATH) and scope["method"] == "POST":
             await self._report(scope["path"].removeprefix(REPORT_PATH), receive, send)
