@@ -168,11 +168,10 @@ async def _to_runtime(
 
 
 async def _to_client(ws: wsproto.WSConnection, stream: trio.SocketStream, send: Send) -> None:
-    """The runtime's messages to the client, until the runtime closes."""
+    """The runtime's messages to the client, until the runtime closes (the events that came
+    with the handshake's answer first)."""
     parts: list[Any] = []
     while True:
-        data = await stream.receive_some(_READ)
-        ws.receive_data(data or None)
         for event in ws.events():
             if isinstance(event, TextMessage | BytesMessage):
                 parts.append(event.data)
@@ -189,6 +188,8 @@ async def _to_client(ws: wsproto.WSConnection, stream: trio.SocketStream, send: 
                     await stream.send_all(ws.send(event.response()))
                 await send({"type": "websocket.close", "code": event.code, "reason": event.reason or ""})
                 return
+        data = await stream.receive_some(_READ)
         if not data:
             await send({"type": "websocket.close", "code": _GONE, "reason": "the daemon's runtime closed"})
             return
+        ws.receive_data(data)

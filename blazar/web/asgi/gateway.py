@@ -248,7 +248,21 @@ class GatewayMiddleware:
                     status = reply.status
                     await _deny_websocket(scope, reply, send)
                     return
-                await self.app(scope, receive, send)
+                accepted = False
+
+                async def sending(message: dict[str, Any]) -> None:
+                    # A refusal of the route's own (an unknown model) is recorded as such.
+                    nonlocal status, accepted
+                    kind = message["type"]
+                    if kind == "websocket.accept":
+                        accepted = True
+                    elif kind == "websocket.http.response.start":
+                        status = message["status"]
+                    elif kind == "websocket.close" and not accepted and status == 101:
+                        status = 403
+                    await send(message)
+
+                await self.app(scope, receive, sending)
         finally:
             if self.auth is not None:
                 self.auth.leave(call)
