@@ -72,12 +72,15 @@ nginx:
 # llama.cpp's rpc-server (the worker `blazar rpc-worker` runs) and the RPC backend module the
 # xllamacpp wheel lacks, built with cmake from the sdist of the xllamacpp version the lock pins,
 # into ~/.cache/blazar/rpc-server/xllamacpp-<version>/ (about 2.5 minutes on 2 cores, once per
-# version; nothing when cached). The test setup takes it best effort: without cmake or a
-# compiler it says why and goes on, and the RPC split tests skip, naming this target.
+# version; nothing when cached). cmake and g++ come from Debian (scripts/setup-build-tools.sh,
+# which never fails). The test setup takes it best effort: without cmake or a compiler it says
+# why and goes on, and the RPC split tests skip, naming this target.
 rpc-server: $(STAMP)
+	-sh scripts/setup-build-tools.sh
 	$(BIN)/python scripts/build_rpc_server.py
 
 rpc-server-optional: $(STAMP)
+	-sh scripts/setup-build-tools.sh
 	-$(BIN)/python scripts/build_rpc_server.py --best-effort
 
 # The whole suite: unit, integration (real engine) and end-to-end (real daemon, official SDKs).
