@@ -90,7 +90,7 @@ def missing_module(version: str | None) -> str | None:
         return (
             f"llama.cpp's RPC backend for xllamacpp {version} is not built here (the wheel has none of "
             f"its own): run `make rpc-server` (scripts/build_rpc_server.py --version {version}), which "
-            f"builds it into {build_dir(version)}"
+            f"builds it into the user's cache (blazar/rpc-server/xllamacpp-{version})"
         )
     return None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.engines.rpc_backend import missing_module, wheel_version
 from blazar.cli import main
 from tests.support import MODEL, home_env
 
@@ -194,6 +195,11 @@ def test_fit_and_plan_show_the_split_of_a_model_with_rpc_workers(
     )
     plan = json.loads(run_cli(monkeypatch, capsys, home, "plan", MODEL, "--json"))
     assert plan["rpc"] == split
-    if shutil.which("llama-server") is None:  # the xllamacpp wheel's lane: no RPC backend
-        assert plan["preview"]["code"] == "MODEL_UNSUPPORTED_ENGINE"
-        assert "no RPC backend" in plan["preview"]["refused"]
+    if shutil.which("llama-server") is None:  # the xllamacpp wheel's lane: the module make rpc-server builds
+        missing = missing_module(wheel_version())
+        if missing is None:
+            assert plan["preview"]["refused"] is None
+        else:
+            assert plan["preview"]["code"] == "MODEL_UNSUPPORTED_ENGINE"
+            assert "make rpc-server" in plan["preview"]["refused"]
+            assert str(Path.home()) not in plan["preview"]["refused"]  # no local path in an answer
