@@ -69,6 +69,7 @@ from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
+from actors.multinode_head import head_lane
 from actors.node_parts import NodeParts
 from actors.peer import Peers
 from actors.planning import (
@@ -377,6 +378,8 @@ class Runtime:
             log.log(level, "'%s': context %s", spec.model, note)
         # Finding the lane's program looks at PATH and the data dir: off the event loop.
         lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
+        if (over := self.config.models.get(spec.alias or spec.model)) is not None and over.nodes:
+            lane = await trio.to_thread.run_sync(head_lane, lane, spec, self.config, self.store, self.peers)
         engine = EngineActor(
             spec,
             self.config.engine,

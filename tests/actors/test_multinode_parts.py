@@ -1,4 +1,4 @@
-"""The worker's side of a multi-node engine (``actors/node_parts.py``).
+"""The worker's side of a multi-node engine (``actors/node_parts.py``) and the ``nodes`` setting.
 
 The part runs the stand-in ``tests/fake_vllm.py`` as the configured ``[engine] vllm`` (a worker
 part is ``--headless``: it serves nothing and waits), in-process with no daemon: its command
@@ -19,7 +19,7 @@ import msgspec
 import pytest
 import trio
 
-from actors.config import EngineConfig, RuntimeConfig
+from actors.config import EngineConfig, ModelOverride, RuntimeConfig
 from actors.engines import multinode
 from actors.engines.multinode import PartView
 from actors.errors import PartNotFound, UnsupportedEngine
@@ -33,6 +33,20 @@ from tests.registry.test_weights import mlx_dir
 
 MODEL = "tiny-llama"
 NODES = ["host=10.0.0.1,gpus=1,gpu_mem_gb=80", "host=10.0.0.2,gpus=1,gpu_mem_gb=80,name=w"]
+
+
+def test_nodes_name_the_peer_of_every_worker() -> None:
+    assert ModelOverride(nodes=NODES).nodes == NODES
+    with pytest.raises(ValueError, match=r"nodes\[1\].*names no peer: add name=PEER"):
+        ModelOverride(nodes=[NODES[0], "host=10.0.0.2,gpus=1,gpu_mem_gb=80"])
+    with pytest.raises(ValueError, match="exclude each other"):
+        ModelOverride(nodes=NODES, rpc=["10.0.0.3:50052"])
+    with pytest.raises(ValueError, match="is not KEY=VALUE"):
+        ModelOverride(nodes=[NODES[0], "10.0.0.2"])
+    with pytest.raises(ValueError, match="more than once"):
+        ModelOverride(nodes=[*NODES, "host=10.0.0.3,gpus=1,gpu_mem_gb=80,name=w"])
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"nodes": NODES[:1]}, ModelOverride)
 
 
 def _plan(config: RuntimeConfig, store: Store) -> multinode.MultiNodePlan:
@@ -136,3 +150,17 @@ async def test_a_part_runs_reports_its_exit_and_stops(
                 await parts.ask(SeePart(id=again.id))
             nursery.cancel_scope.cancel()
 
+
+def test_the_docs_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    from blazar.config import load_config, resolve_paths
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    (example,) = [b for b in re.findall(r"^```toml\n(.*?)^```", text, re.M | re.S) if "nodes = [" in b]
+    monkeypatch.setenv("BLAZAR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(example)
+    config = load_config(resolve_paths())
+    (over,) = config.models.values()
+    assert over.nodes is not None and "name=gpu2" in over.nodes[1]
+    assert [r.name for r in config.remotes] == ["gpu2"]
