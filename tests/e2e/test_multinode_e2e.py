@@ -149,6 +149,8 @@ poll_max_s = 1
         body = said.value.body
         assert isinstance(body, dict) and body["type"] == "error", body
         assert "worker node 1 (peer 'w')" in body["error"]["message"]
+        why = h.cli("why").stdout  # the last request that failed, and why
+        assert "ENGINE_CRASHED" in why and "worker node 1 (peer 'w')" in " ".join(why.split()), why
     finally:
         h.stop()
         w.stop()
