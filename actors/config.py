@@ -183,8 +183,17 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rpc_memory_mb: list[Annotated[int, msgspec.Meta(ge=1)]] | None = None
     """The memory each of ``rpc`` offers (MiB, in the same order): the fit plan splits the
     layers by it. Unset: each is taken to offer as much as this machine has available."""
+    # vLLM and SGLang over several machines (docs/engines.md#multi-node-vllm-and-sglang)
+    nodes: Annotated[list[str], msgspec.Meta(min_length=2, max_length=64)] | None = None
+    """The machines the model runs over, this one (the head) first, each as ``blazar plan
+    --node`` takes it: ``host=ADDRESS,gpus=G,gpu_mem_gb=M[,name=PEER][,ifname=IF]``. Every node
+    after the first names the ``[[remotes]]`` peer whose daemon starts its part (``name=``)."""
+    rendezvous_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    """The head's port for the engines' own rendezvous across the nodes. Unset: 29501."""
 
     def __post_init__(self) -> None:
+        if self.nodes is not None:
+            _check_nodes(self.nodes, rpc=self.rpc is not None)
         if self.rpc is None:
             if self.rpc_memory_mb is not None:
                 raise ValueError('rpc_memory_mb goes with rpc = ["host:port", ...] (the workers it sizes)')
@@ -196,6 +205,28 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 f"rpc_memory_mb has {len(self.rpc_memory_mb)} value(s) for {len(self.rpc)} worker(s) in rpc: "
                 "give one per worker, in the same order"
             )
+
+
+def _check_nodes(nodes: list[str], *, rpc: bool) -> None:
+    from actors.engines.multinode import PlanRefused, parse_node  # it imports the lanes, which import us
+
+    if rpc:
+        raise ValueError(
+            "nodes (vLLM or SGLang over machines) and rpc (llama.cpp workers) exclude each other"
+        )
+    try:
+        parsed = [parse_node(spec) for spec in nodes]
+    except PlanRefused as exc:
+        raise ValueError(str(exc).replace("--node", "nodes:")) from None
+    for rank, node in enumerate(parsed[1:], start=1):
+        if node.name is None:
+            raise ValueError(
+                f"nodes[{rank}] ({nodes[rank]!r}) names no peer: add name=PEER, the [[remotes]] entry "
+                "of the daemon on that machine, which starts its part"
+            )
+    names = [n.name for n in parsed[1:]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"nodes names a peer more than once: {names}")
 
 
 class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

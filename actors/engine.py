@@ -512,9 +512,10 @@ class EngineActor(Actor[EngineMessage]):
         tail = self._child.stderr_tail.text()[-4000:] if self._child else ""
         log.warning("%s: engine exited with code %s; stderr tail:\n%s", self.name, rc, tail)
         # A client is told the model and what to do; the child's lines stay in the log (admin).
+        ended = (self._child.ended_by if self._child else None) or f"exited with code {rc}"
         message = (
-            f"engine for '{self.spec.model}' exited with code {rc} — the next request starts it "
-            "again; `blazar logs` shows why"
+            f"engine for '{self.spec.model}' {ended} — the next request starts it again; "
+            "`blazar logs` shows why"
         )
         waiters, self._waiters = self._waiters, []
         await self._stop_child(message, state=EngineState.FAILED)
@@ -607,7 +608,7 @@ class EngineActor(Actor[EngineMessage]):
         pidfile = self.run_dir / "engines" / f"{self.spec.model.replace('/', '_')}.pid"
         try:
             env = {**os.environ, **self.lane.env(self.spec)}
-            child = await ChildProcess.spawn(argv, name=self.name, env=env, pidfile=pidfile)
+            child = await self.lane.spawn(self.spec, argv, port, name=self.name, env=env, pidfile=pidfile)
         except OSError as exc:
             await self._tell_self(
                 _LaunchFailed(generation=generation, code="ENGINE_CRASHED", message=str(exc))
@@ -688,15 +689,11 @@ class EngineActor(Actor[EngineMessage]):
                     await child.exited.wait()
                 if trio.current_time() > slow_after:
                     delay_s = min(delay_s * 1.5, _HEALTH_POLL_MAX_S)
-            log.warning(
-                "%s: engine exited during start (code %s): %s",
-                self.name,
-                child.returncode,
-                child.stderr_tail.summary(),
-            )
+            why = child.ended_by or f"code {child.returncode}"
+            log.warning("%s: exited during start (%s): %s", self.name, why, child.stderr_tail.summary())
             return (
                 "ENGINE_CRASHED",
-                f"engine for '{self.spec.model}' exited during start (code {child.returncode}) — "
+                f"engine for '{self.spec.model}' exited during start ({why}) — "
                 "`blazar logs` shows why; check the model file (`blazar doctor`) and its settings",
             )
         return (

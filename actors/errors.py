@@ -24,6 +24,7 @@ __all__ = [
     "MaxLoadedModels",
     "ModelBusy",
     "ModelTooLarge",
+    "PartNotFound",
     "PeerIsSelf",
     "PeerNotFound",
     "PeerRefused",
@@ -226,6 +227,13 @@ class LedgerError(BlazarRuntimeError):
 
 
 # -- jobs -------------------------------------------------------------------------
+
+
+class PartNotFound(BlazarRuntimeError):
+    """No part of a multi-node engine runs here under this id (stopped and forgotten, or this
+    daemon restarted since)."""
+
+    code = "NOT_FOUND"
 
 
 class JobNotFound(BlazarRuntimeError):

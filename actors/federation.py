@@ -418,6 +418,8 @@ async def local_candidate(runtime: Runtime, model: str, *, measure: bool) -> Can
 async def decision_for(runtime: Runtime, model: str, *, measure: bool = True) -> Decision:
     """Which machine serves ``model`` now: this one or a peer (``runtime.peers``)."""
     local = await local_candidate(runtime, model, measure=measure)
+    if (over := runtime.config.models.get(model)) is not None and over.nodes:
+        return decide(model, [local])  # the head of its own multi-node engine: its workers are peers
     # A peer that is this daemon (its own address in a dns remote's answer) is no candidate:
     # this machine already is one.
     peers = [peer_candidate(v, model) for v in runtime.peers.views() if v.state != "self"]

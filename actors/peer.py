@@ -20,6 +20,9 @@ The operator's verbs on a peer run on the caller's task too, with this daemon's 
 - ``PeerActor.warm(model)`` loads a model on the peer now, with Ollama's load request (a
   generate with no prompt), so the peer loads it as for any request and answers once it is
   ready; the peer is polled at once, so its snapshot shows the model warm.
+- ``PeerActor.start_part(part)``, ``part(id)`` and ``stop_part(id)`` run one node's part of a
+  multi-node vLLM or SGLang engine on the peer (``actors/node_parts.py`` there; the head's side
+  is ``actors/multinode_head.py``).
 - ``PeerActor.replicate(store, model)`` puts a model of ``store`` on the peer. First the peer
   is asked to pull it from its own sources (its ``/api/pull``, by the model's name); when that
   fails (no network there, a model only this machine has), or with ``from_here``, the model's
@@ -52,6 +55,7 @@ import trio
 from actors import discovery
 from actors.actor import Actor, ActorStatistics
 from actors.config import Remote
+from actors.engines.multinode import NodePart, PartView
 from actors.errors import PeerNotFound, PeerRefused, PeerUnavailable
 from actors.federation import (
     Snapshot,
@@ -501,6 +505,58 @@ class PeerActor(Actor[PeerMessage]):
                 None, f"peer '{self.peer}' refused blob {digest[:19]}: {failed[0]}", fallback="BAD_GATEWAY"
             )
         await send({"status": "sent", "digest": digest, "total": total, "completed": total})
+
+    async def start_part(self, part: NodePart) -> PartView:
+        """Have the peer's daemon start its part of a multi-node engine (``actors/node_parts.py``);
+        its view once the process runs there."""
+        body = msgspec.json.encode(part)
+        resp = await self._parts_call("POST", "/admin/multinode/parts", content=body)
+        if resp.status_code >= 300:
+            code, message, fallback = _said(resp)
+            raise PeerRefused(
+                code, f"peer '{self.peer}' did not start rank {part.rank} of '{part.model}': {message}",
+                fallback=fallback,
+            )  # fmt: skip
+        return msgspec.json.decode(resp.content, type=PartView)
+
+    async def part(self, part_id: str) -> PartView | None:
+        """The part as the peer reports it now (asking renews its lease there); None: the peer no
+        longer has it."""
+        resp = await self._parts_call("GET", f"/admin/multinode/parts/{part_id}")
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 300:
+            code, message, fallback = _said(resp)
+            raise PeerRefused(code, f"peer '{self.peer}': {message}", fallback=fallback)
+        return msgspec.json.decode(resp.content, type=PartView)
+
+    async def stop_part(self, part_id: str) -> None:
+        """Stop the part there (one the peer no longer has is stopped already)."""
+        resp = await self._parts_call("DELETE", f"/admin/multinode/parts/{part_id}")
+        if resp.status_code >= 300 and resp.status_code != 404:
+            code, message, fallback = _said(resp)
+            raise PeerRefused(
+                code, f"peer '{self.peer}' did not stop part {part_id}: {message}", fallback=fallback
+            )
+
+    async def _parts_call(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
+        import httpx
+
+        closed = self.client.is_closed  # the peers stop before the engines: a head's shutdown
+        client = _client(self.remote, self.url) if closed else self.client
+        try:
+            return await client.request(
+                method, path, content=content, headers=_own(), timeout=self.remote.timeout_s * 6
+            )
+        except httpx.HTTPError as exc:
+            self.failed_nowait(_describe(exc))
+            raise PeerUnavailable(
+                f"peer '{self.peer}' cannot be reached ({_describe(exc)}) — is its daemon running? "
+                "see `blazar peers`"
+            ) from exc
+        finally:
+            if closed:
+                await client.aclose()
 
     def statistics(self) -> PeerStatistics:
         return PeerStatistics(

@@ -79,6 +79,8 @@ class ChildProcess:
         self.stdout_tail = TailBuffer(8 * 1024)
         self.first_stdout_line = trio.Event()
         self.exited = trio.Event()
+        self.ended_by: str | None = None
+        """Why it ended when it did not end on its own (``stopped: …``); None: it exited."""
 
     @property
     def pid(self) -> int:

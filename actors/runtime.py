@@ -13,6 +13,7 @@
     │   └ workers[name] → registers the pool's workers with its router (actors/pool.py)
     ├ peers (supervisor, only with [[remotes]])
     │   └ peer[name]    → polls the peer's capacity (actors/peer.py)
+    ├ parts             multi-node engine parts run here for a head daemon (actors/node_parts.py)
     └ lifecycle         keep-alive timers, LRU eviction under max_loaded_models and memory
 
 
@@ -68,6 +69,8 @@ from actors.ledger import LedgerActor, LedgerStatistics
 from actors.lifecycle import LifecycleActor, LifecycleStatistics, LoadPreview, ModelLifecycle
 from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
+from actors.multinode_head import head_lane
+from actors.node_parts import NodeParts
 from actors.peer import Peers
 from actors.planning import (
     LoadPlan,
@@ -170,6 +173,8 @@ class Runtime:
         self.peers = Peers(config.remotes, instance=self.instance, started=self.pools.started)
         """The ``[[remotes]]`` peers and what each last published (actors/peer.py); empty: no
         federation, nothing leaves the machine."""
+        self.parts = NodeParts(lambda: self.config, store)
+        """The parts of multi-node engines this daemon runs for a head daemon (actors/node_parts.py)."""
         self.certificates = CertificateBook.load(ledger.path)
         """The newest capability certificate of each model (actors/certificates.py), which
         admission checks requests against."""
@@ -373,6 +378,8 @@ class Runtime:
             log.log(level, "'%s': context %s", spec.model, note)
         # Finding the lane's program looks at PATH and the data dir: off the event loop.
         lane = await trio.to_thread.run_sync(lane_for, spec, self.config.engine, self.config.home)
+        if (over := self.config.models.get(spec.alias or spec.model)) is not None and over.nodes:
+            lane = await trio.to_thread.run_sync(head_lane, lane, spec, self.config, self.store, self.peers)
         engine = EngineActor(
             spec,
             self.config.engine,
@@ -762,6 +769,7 @@ async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
             )
         if config.remotes:
             await root.start_child(ChildSpec(name="peers", start=runtime.peers.run))
+        await root.start_child(ChildSpec(name="parts", start=runtime.parts.run))
         runtime.reaped_orphans = reaped
         runtime._nursery = nursery
         if config.preload:

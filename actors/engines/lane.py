@@ -12,14 +12,35 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from actors.engines.spec import LaunchSpec
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Lane", "unknown_context"]
+    from actors.process import ChildProcess
+
+__all__ = ["Lane", "Spawn", "spawn_child", "unknown_context"]
+
+
+class Spawn(Protocol):
+    """Starts a lane's child: ``(spec, argv, port, name=, env=, pidfile=)`` → the child."""
+
+    def __call__(
+        self, spec: LaunchSpec, argv: list[str], port: int, *, name: str, env: dict[str, str],
+        pidfile: Path | None,
+    ) -> Awaitable[ChildProcess]: ...  # fmt: skip
+
+
+async def spawn_child(
+    spec: LaunchSpec, argv: list[str], port: int, *, name: str, env: dict[str, str], pidfile: Path | None
+) -> ChildProcess:
+    """The child alone (every lane but a multi-node head, which starts its workers' parts first)."""
+    from actors.process import ChildProcess
+
+    return await ChildProcess.spawn(argv, name=name, env=env, pidfile=pidfile)
 
 
 async def unknown_context(client: httpx.AsyncClient) -> int | None:
@@ -79,3 +100,6 @@ class Lane:
     """The name a request's ``model`` must carry for this engine (MLX's server loads whatever
     model a request names; ``default_model`` is the one it was started with), which its
     replies then carry too: the gateway renames it both ways. None: the engine takes any."""
+    spawn: Spawn = spawn_child
+    """Starts the child; an ``OSError`` it raises fails the start with its message (a
+    multi-node head: ``actors.multinode_head``, whose child also stops its workers' parts)."""

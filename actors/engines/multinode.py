@@ -52,6 +52,7 @@ __all__ = [
     "MultiNodePlan",
     "NodeLaunch",
     "NodePart",
+    "PartView",
     "PlanRefused",
     "choose",
     "model_facts",
@@ -560,10 +561,34 @@ class NodePart(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     host: str
     """The worker's own address (``VLLM_HOST_IP``)."""
     ifname: str | None = None
+    port: int = 0
+    """The head's engine port, which every node's command line carries (a worker serves no
+    HTTP on it: vLLM's headless node ignores it, SGLang's derives its own ports from it)."""
+    lease_s: float = 0.0
+    """The worker stops the part unless the head asks after it within this many seconds (the
+    head's poll renews it), so a head that dies leaves no part running; 0: until stopped."""
 
 
-def part_of(plan: MultiNodePlan, rank: int, nodes: Sequence[GpuNode]) -> NodePart:
-    """The message for the node of ``rank`` (above 0) of ``plan`` made over ``nodes``."""
+class PartView(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker's part as its daemon reports it (``/admin/multinode/parts``)."""
+
+    id: str
+    model: str
+    lane: Lane
+    rank: int
+    state: Literal["running", "exited", "stopped"]
+    pid: int | None
+    returncode: int | None = None
+    reason: str | None = None
+    """Why it is no longer running: how it exited, or who stopped it."""
+    argv: list[str]
+    started_at: float
+    stderr_tail: str = ""
+
+
+def part_of(plan: MultiNodePlan, rank: int, nodes: Sequence[GpuNode], *, port: int = 0) -> NodePart:
+    """The message for the node of ``rank`` (above 0) of ``plan`` made over ``nodes``; ``port``:
+    the head's engine port, as the plan's command lines have it."""
     if not 0 < rank < len(plan.nodes):
         raise ValueError(f"rank {rank}: the workers of this plan are 1..{len(plan.nodes) - 1}")
     node = plan.nodes[rank]
@@ -572,7 +597,7 @@ def part_of(plan: MultiNodePlan, rank: int, nodes: Sequence[GpuNode]) -> NodePar
         tensor_parallel=plan.tensor_parallel, pipeline_parallel=plan.pipeline_parallel,
         layer_split=plan.layer_split, master_addr=plan.master_addr, master_port=plan.master_port,
         memory_fraction=node.memory_fraction, ctx_per_slot=plan.ctx_per_slot, slots=plan.slots,
-        host=node.host, ifname=nodes[rank].ifname,
+        host=node.host, ifname=nodes[rank].ifname, port=port,
     )  # fmt: skip
 
 
@@ -585,7 +610,7 @@ def part_argv(
     argv = node_argv(
         part.lane, spec, rank=part.rank, nnodes=part.nnodes, tensor_parallel=part.tensor_parallel,
         pipeline_parallel=part.pipeline_parallel, master_addr=part.master_addr,
-        master_port=part.master_port, memory_fraction=part.memory_fraction, port=0, api_key="",
+        master_port=part.master_port, memory_fraction=part.memory_fraction, port=part.port, api_key="",
         program=program,
     )  # fmt: skip
     node = GpuNode(host=part.host, gpus=part.tensor_parallel, gpu_memory=0, ifname=part.ifname)

@@ -1,8 +1,9 @@
 """``blazar plan MODEL --nodes …``: a multi-node vLLM or SGLang launch, planned here.
 
-Planning only: it reads the model's config.json (and the size of its weight files when they
-are there) and prints ``actors.engines.multinode.plan``'s answer; it needs no daemon, no GPU
-and no engine installed.
+It reads the model's config.json (and the size of its weight files when they are there) and
+prints ``actors.engines.multinode.plan``'s answer; it needs no daemon, no GPU and no engine
+installed. The same nodes in the model's ``nodes`` setting run it (``actors/multinode_head.py``
+on the head, ``actors/node_parts.py`` on each worker's daemon).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def plan_nodes(
     pp: int | None,
     port: int,
     json_: bool,
+    master_port: int | None = None,
 ) -> None:
     from actors.engines import multinode
     from actors.engines.spec import LaunchSpec
@@ -106,18 +108,29 @@ def plan_nodes(
     except multinode.PlanRefused as exc:
         raise CliError(str(exc)) from None
     facts, name, folder = read_facts(target, paths)
-    override = config.models.get(name)
-    trained = _trained(Path(folder))
-    ctx = (
-        ctx or (override.ctx if override else None) or min(trained or config.default_ctx, config.default_ctx)
-    )
-    slots = slots or (override.slots if override else None) or config.slots
-    spec = LaunchSpec(model=name, path=folder, ctx_per_slot=ctx, slots=slots, architecture=facts.architecture)
+    installed = _installed_spec(paths, config, target)
+    if installed is not None:  # as the daemon would start it: its settings, context and slots
+        spec = msgspec.structs.replace(
+            installed, ctx_per_slot=ctx or installed.ctx_per_slot, slots=slots or installed.slots
+        )
+        ctx, slots = spec.ctx_per_slot, spec.slots
+    else:
+        override = config.models.get(name)
+        trained = _trained(Path(folder))
+        ctx = (
+            ctx
+            or (override.ctx if override else None)
+            or min(trained or config.default_ctx, config.default_ctx)
+        )
+        slots = slots or (override.slots if override else None) or config.slots
+        spec = LaunchSpec(
+            model=name, path=folder, ctx_per_slot=ctx, slots=slots, architecture=facts.architecture
+        )
     lane: Literal["vllm", "sglang"] = "sglang" if engine == "sglang" else "vllm"
     try:
         plan = multinode.plan(
             facts, machines, spec, lane=lane, port=port, api_key=KEY_PLACEHOLDER,
-            tensor_parallel=tp, pipeline_parallel=pp,
+            tensor_parallel=tp, pipeline_parallel=pp, master_port=master_port or multinode.RENDEZVOUS_PORT,
         )  # fmt: skip
     except multinode.PlanRefused as exc:
         if json_:
@@ -127,9 +140,7 @@ def plan_nodes(
     if json_:
         print_json({"verdict": "fits", **msgspec.to_builtins(plan)})
         return
-    out.print(
-        f"[bold]{escape(name)}[/]  {lane} over {plan.pipeline_parallel} node(s)  [dim](planning only)[/]"
-    )
+    out.print(f"[bold]{escape(name)}[/]  {lane} over {plan.pipeline_parallel} node(s)  [dim](plan)[/]")
     table = Table(box=None, show_header=False)
     gpus = plan.tensor_parallel * plan.pipeline_parallel
     table.add_row(
@@ -156,6 +167,26 @@ def plan_nodes(
         f"{KEY_PLACEHOLDER} stands for the key the head's daemon makes when it starts the engine",
     ]:
         out.print(f"[dim]note: {escape(note)}[/]")
+
+
+def _installed_spec(paths: Paths, config: Any, target: str) -> Any:
+    """The launch spec the daemon would start an installed model with (its settings, context,
+    slots and flags), so that the plan prints what a head with ``nodes`` runs; None for a
+    directory, or a model the runtime cannot resolve (the plan then uses the basics)."""
+    from actors.errors import BlazarRuntimeError
+    from actors.planning import plan_resolve
+    from registry.errors import RegistryError
+
+    if Path(target).expanduser().exists():
+        return None
+    store = open_store(paths)
+    record = store.find(target)
+    if record is None:
+        return None
+    try:
+        return plan_resolve(config.runtime(paths), store, record).spec
+    except (BlazarRuntimeError, RegistryError):
+        return None
 
 
 def _trained(folder: Path) -> int | None:

@@ -285,16 +285,22 @@ def plan(
     alike nodes (2x8x80G, 2x8xH100-80G@10.0.0.1,10.0.0.2; GiB); --node
     host=H,gpus=G,gpu_mem_gb=M[,name=PEER][,ifname=IF] one node, repeatable; the first is the
     head. --engine picks the lane, --ctx (per slot) and --slots the load, --tp and --pp force a
-    size, --port the head's HTTP port. Needs no daemon, GPU or engine (docs/engines.md)."""
+    size, --port the head's HTTP port. Needs no daemon, GPU or engine (docs/engines.md). A model
+    with `nodes` in its settings is planned over them, as its head runs it."""
+    paths, config = load_setup()
+    over = config.models.get(model)
+    master_port = None
+    if not (nodes or node) and over is not None and over.nodes:
+        node, pp, tp = list(over.nodes), pp or len(over.nodes), tp or over.tensor_parallel
+        engine, master_port = "sglang" if over.engine == "sglang" else engine, over.rendezvous_port
     if nodes or node:
         from blazar.cli._multinode import plan_nodes
 
         plan_nodes(
             model, nodes=nodes or [], node=node or [], engine=engine, ctx=ctx, slots=slots,
-            tp=tp, pp=pp, port=port, json_=json_,
+            tp=tp, pp=pp, port=port, json_=json_, master_port=master_port,
         )  # fmt: skip
         return
-    paths, config = load_setup()
     doc, daemon = daemon_or_here(
         paths, f"/api/plan/{model}", lambda: run_offline("plan_offline", config.runtime(paths), model)
     )
