@@ -40,6 +40,7 @@ SNAPSHOT_KEYS = {
     "quantiles",
     "jobs",
     "memory",
+    "classes",
 }
 
 
