@@ -14,8 +14,11 @@ from rich.console import Console
 from actors.admission import ClassStatistics
 from actors.census import Census, Gpu
 from actors.engine import EngineStatistics
+from actors.federation import PoolWorker, Snapshot
 from actors.jobs import JobRecord
 from actors.lifecycle import ResidentStatistics
+from actors.peer import PeerView
+from actors.pool import PoolView, Registration, RouterView
 from blazar.auth.keys import FAMILIES, Key
 from blazar.cli.watch import render, sparkline
 from blazar.telemetry.series import SeriesRing
@@ -28,6 +31,7 @@ from blazar.web.console.model import (
     job_row,
     memory_of,
     model_rows,
+    peer_rows,
     view_for,
     viewer_of,
 )
@@ -272,6 +276,28 @@ def _class(name: str, **counts: Any) -> ClassStatistics:
     return ClassStatistics(name=name, **(fields | {"preempted": 0} | counts))
 
 
+WORKER = "http://127.0.0.1:8081"
+
+
+def test_peer_rows_join_a_router_s_workers_and_the_pool_entry() -> None:
+    router = PeerView(
+        name="replicas", remote="replicas", url="http://127.0.0.1:30001", state="up", pool="smg",
+        kind="openai", snapshot_age_s=0.5, last_error=None, failures=0,
+        snapshot=Snapshot(kind="openai", workers=[PoolWorker(url=WORKER, model="m", healthy=True)]),
+    )  # fmt: skip
+    plain = msgspec.structs.replace(router, name="b", remote="b", pool=None, snapshot=None, state="down")
+    started = RouterView(state="ready", url=router.url, pid=42, restarts=0, last_error=None)
+    entry = PoolView(
+        name="replicas", router="smg", models=["m"], started=started,
+        registrations=[Registration(worker="m", url="http://127.0.0.1:8081", state="registered", id="w1")],
+    )  # fmt: skip
+    shown, down = peer_rows([router, plain], [entry])
+    assert shown["workers"][0]["healthy"] is True and shown["router"]["pid"] == 42
+    assert shown["registrations"][0]["state"] == "registered" and shown["state"] == "up"
+    assert down["workers"] is None and down["router"] is None and down["registrations"] == []
+    assert down["state"] == "down" and down["loaded"] == []
+
+
 def test_class_rows_give_each_class_its_queue_waits_and_preemptions() -> None:
     interactive, batch = _shared().classes
     assert interactive == {
@@ -308,6 +334,7 @@ def test_without_keys_the_viewer_sees_everything() -> None:
         "jobs",
         "memory",
         "classes",
+        "peers",
     ]
     assert [c["name"] for c in doc["classes"]] == ["interactive", "batch"]
 
@@ -319,7 +346,7 @@ def test_a_metrics_key_sees_its_own_requests_and_its_models() -> None:
     assert [r["id"] for r in doc["requests"]] == ["r1"] and doc["recent"] == []
     assert doc["models"] == [{"name": "qwen-small", "stderr_tail": None}]  # an engine's stderr: admin only
     assert list(doc["quantiles"]) == ["qwen-small"]
-    assert doc["classes"] == []  # admission's figures cover every model: admin only
+    assert doc["classes"] == [] and doc["peers"] == []  # every model's figures, the peers: admin only
 
 
 def test_an_admin_key_sees_every_request() -> None:

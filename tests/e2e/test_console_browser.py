@@ -32,7 +32,9 @@ LONG = {
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory, model_path: Path) -> Iterator[DaemonProc]:
-    home = make_home(tmp_path_factory.mktemp("console") / "home", model_path)
+    # A peer that is never up (nothing listens on the discard port): the Engines view lists it.
+    remote = '[[remotes]]\nname = "spare"\nurl = "http://127.0.0.1:9"\n'
+    home = make_home(tmp_path_factory.mktemp("console") / "home", model_path, config=remote)
     # An Ollama store on this machine that the pull from the page finds (no network).
     fake_ollama_store(home / "other-stores" / "ollama", "smollm2", "135m", model_path)
     d = start_daemon(home)
@@ -85,6 +87,8 @@ def test_each_view_renders_live_data(chromium: Any, daemon: DaemonProc) -> None:
         page.click(f"#engines [data-model='{MODEL}'] details.stderr summary")  # its own log lines
         tail = page.wait_for_selector(f"#engines [data-model='{MODEL}'] details.stderr pre")
         assert "llama" in tail.inner_text().lower(), tail.inner_text()
+        peer = page.wait_for_selector("#peers [data-peer=spare]:has-text('down')")
+        assert "http://127.0.0.1:9" in peer.inner_text()
         w.shot("engines")
 
         page.click("nav a[data-view=compute]")

@@ -153,6 +153,14 @@ def test_peers_show_the_pool_with_its_workers(pool: Pool) -> None:
     assert regs[pool.engine_url]["state"] == "registered"
     listing = pool.daemon.cli("peers").stdout
     assert "pool (smg)" in listing and "2/2 workers healthy" in listing and pool.engine_url in listing
+    # the console's read model, which its Engines view draws: the pool, its workers, its router
+    snapshot = httpx.get(f"{pool.daemon.url}/api/console/snapshot", timeout=30).json()
+    shown = next(p for p in snapshot["peers"] if p["name"] == "replicas")
+    assert shown["pool"] == "smg" and shown["router"]["state"] == "ready"
+    assert {w["url"] for w in shown["workers"]} == set(workers) and all(
+        w["healthy"] for w in shown["workers"]
+    )
+    assert {r["worker"] for r in shown["registrations"]} == {MODEL, pool.engine_url}
 
 
 def test_an_engine_killed_is_taken_out_and_requests_still_succeed(pool: Pool) -> None:

@@ -31,6 +31,8 @@ from actors.engine import EngineState, EngineStatistics
 from actors.jobs import JobRecord, read_jobs
 from actors.ledger import read_rows
 from actors.lifecycle import ResidentStatistics
+from actors.peer import PeerView
+from actors.pool import PoolView
 from actors.runtime import Runtime
 from blazar import __version__
 from blazar.auth.keys import ADMIN, FAMILIES, Key
@@ -50,6 +52,7 @@ __all__ = [
     "job_row",
     "memory_of",
     "model_rows",
+    "peer_rows",
     "view_for",
     "viewer_of",
 ]
@@ -85,6 +88,8 @@ class Shared:
     memory: dict[str, Any]
     classes: list[dict[str, Any]] = field(default_factory=list)
     """Admission's request classes over every model (``class_rows``)."""
+    peers: list[dict[str, Any]] = field(default_factory=list)
+    """The ``[[remotes]]`` peers and pool routers as last polled (``peer_rows``)."""
     built_s: float = field(default=0.0)
     """``trio.current_time()`` when it was built (how old a shared snapshot is)."""
 
@@ -252,6 +257,33 @@ def class_rows(classes: Iterable[ClassStatistics]) -> list[dict[str, Any]]:
     ]
 
 
+def peer_rows(peers: Iterable[PeerView], pools: Iterable[PoolView]) -> list[dict[str, Any]]:
+    """Each peer as last polled (never polled here: a snapshot reads what the peers' actors
+    keep), with a pool router's workers as it lists them and, for a router started here, its
+    process and the workers this daemon gives it."""
+    by_entry = {p.name: p for p in pools}
+    rows = []
+    for v in peers:
+        pool = by_entry.get(v.remote)
+        workers = v.snapshot.workers if v.snapshot is not None else None
+        rows.append(
+            {
+                "name": v.name,
+                "url": v.url,
+                "state": str(v.state),
+                "kind": v.kind,
+                "pool": v.pool,
+                "snapshot_age_s": v.snapshot_age_s,
+                "last_error": v.last_error,
+                "loaded": [m.model for m in v.snapshot.loaded] if v.snapshot is not None else [],
+                "workers": msgspec.to_builtins(workers) if workers is not None else None,
+                "router": msgspec.to_builtins(pool.started) if pool is not None and pool.started else None,
+                "registrations": msgspec.to_builtins(pool.registrations) if pool is not None else [],
+            }
+        )
+    return rows
+
+
 def card_rows(cards: Iterable[Card], position: Callable[[Card], int | None]) -> list[CardRow]:
     return [CardRow(c.key, c.model, msgspec.to_builtins(c.view(position(c)))) for c in cards]
 
@@ -349,6 +381,7 @@ async def gather(
         jobs=jobs,
         memory=memory_of(census, runtime.memory.budget(held)),
         classes=class_rows(stats.admission.classes),
+        peers=peer_rows(runtime.peers.views() if runtime.peers else [], runtime.pools.views()),
         built_s=trio.current_time(),
     )
 
@@ -389,4 +422,5 @@ def view_for(shared: Shared, *, key: str | None, grant: Key | None) -> dict[str,
         "jobs": shared.jobs,
         "memory": shared.memory,
         "classes": shared.classes if admin else [],
+        "peers": shared.peers if admin else [],
     }

@@ -691,8 +691,15 @@ async function why(traceId) {
 
 VIEWS.engines = {
   title: "Engines",
-  mount(root) { this.root = el("div"); root.append(this.root); this.open = new Set(); },
+  mount(root) {
+    this.root = el("div");
+    this.peers = el("div", { id: "peers" });
+    this.peerView = {};
+    root.append(this.root, this.peers);
+    this.open = new Set();
+  },
   update(snap) {
+    this.drawPeers(snap.peers || []);
     const loaded = (snap.models || []).filter((m) => m.loaded || m.pid || m.last_error);
     if (same(this, loaded.map((m) => [m.name, m.engine, m.lane, m.engine_version, m.state, m.pid, m.port, m.busy,
       m.slots, m.ctx_per_slot, m.restarts, m.breaker, m.last_error, m.stderr_tail]))) return;
@@ -723,6 +730,29 @@ VIEWS.engines = {
           el("dt", {}, "Last error"), el("dd", { class: m.last_error ? "error-text" : "muted" }, m.last_error || "none")),
         tail);
     })));
+  },
+  // The [[remotes]] peers and pool routers (docs/federation.md), as last polled: a router's
+  // workers as it lists them, and for one started here its process and the workers given to it.
+  drawPeers(peers) {
+    if (same(this.peerView, peers)) return;
+    if (!peers.length) { this.peers.replaceChildren(); return; }
+    const workers = (p) => !p.workers ? null : el("table", { class: "workers" },
+      el("thead", {}, el("tr", {}, ["Worker", "Model", "Health", "Status", "Load"].map((t) => el("th", {}, t)))),
+      el("tbody", {}, p.workers.map((w) => el("tr", { "data-worker": w.url },
+        el("td", {}, el("code", {}, w.url)), el("td", {}, w.model || "—"),
+        el("td", {}, el("span", { class: `pill ${w.healthy ? "ok" : "bad"}` }, w.healthy ? "healthy" : "unhealthy")),
+        el("td", {}, w.status || "—"), el("td", {}, w.load ?? "—")))));
+    this.peers.replaceChildren(el("h2", {}, "Peers and pools"), el("div", { class: "reqs" }, peers.map((p) =>
+      el("div", { class: "card req peer", "data-peer": p.name },
+        el("div", { class: "top" }, el("strong", {}, p.name), pill(p.state)),
+        el("dl", {},
+          el("dt", {}, "Kind"), el("dd", {}, p.pool ? `pool router (${p.pool})` : (p.kind || "—")),
+          el("dt", {}, "URL"), el("dd", {}, el("code", {}, p.url)),
+          p.router ? el("dt", {}, "Router here") : null,
+          p.router ? el("dd", {}, `${p.router.state} · pid ${p.router.pid ?? "—"} · restarts ${p.router.restarts}`) : null,
+          el("dt", {}, "Loaded"), el("dd", {}, p.loaded.length ? p.loaded.join(", ") : "—"),
+          el("dt", {}, "Last error"), el("dd", { class: p.last_error ? "error-text" : "muted" }, p.last_error || "none")),
+        workers(p)))));
   },
 };
 
