@@ -183,11 +183,17 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     rpc_memory_mb: list[Annotated[int, msgspec.Meta(ge=1)]] | None = None
     """The memory each of ``rpc`` offers (MiB, in the same order): the fit plan splits the
     layers by it. Unset: each is taken to offer as much as this machine has available."""
+    rpc_fallback: Literal["none", "remaining"] | None = None
+    """When one of ``rpc`` does not answer as the engine starts: ``remaining`` re-plans the
+    split over this machine and the workers that answer (refused, naming the missing one, when
+    this machine cannot hold the rest); unset or ``none``: refused until it answers again."""
 
     def __post_init__(self) -> None:
         if self.rpc is None:
             if self.rpc_memory_mb is not None:
                 raise ValueError('rpc_memory_mb goes with rpc = ["host:port", ...] (the workers it sizes)')
+            if self.rpc_fallback is not None:
+                raise ValueError('rpc_fallback goes with rpc = ["host:port", ...] (the workers it is about)')
             return
         if len(set(self.rpc)) != len(self.rpc):
             raise ValueError(f"rpc names a worker more than once: {self.rpc}")
