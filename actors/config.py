@@ -190,6 +190,10 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     after the first names the ``[[remotes]]`` peer whose daemon starts its part (``name=``)."""
     rendezvous_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     """The head's port for the engines' own rendezvous across the nodes. Unset: 29501."""
+    rpc_fallback: Literal["none", "remaining"] | None = None
+    """When one of ``rpc`` does not answer as the engine starts: ``remaining`` re-plans the
+    split over this machine and the workers that answer (refused, naming the missing one, when
+    this machine cannot hold the rest); unset or ``none``: refused until it answers again."""
 
     def __post_init__(self) -> None:
         if self.nodes is not None:
@@ -197,6 +201,8 @@ class ModelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if self.rpc is None:
             if self.rpc_memory_mb is not None:
                 raise ValueError('rpc_memory_mb goes with rpc = ["host:port", ...] (the workers it sizes)')
+            if self.rpc_fallback is not None:
+                raise ValueError('rpc_fallback goes with rpc = ["host:port", ...] (the workers it is about)')
             return
         if len(set(self.rpc)) != len(self.rpc):
             raise ValueError(f"rpc names a worker more than once: {self.rpc}")

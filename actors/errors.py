@@ -31,6 +31,7 @@ __all__ = [
     "PeerUnavailable",
     "Preempted",
     "QuantizeDegraded",
+    "RpcWorkerUnavailable",
     "SessionError",
     "SupervisorEscalation",
     "UnsupportedEngine",
@@ -92,6 +93,13 @@ class EngineUnavailable(BlazarRuntimeError):
     """The engine cannot be started (no binary, bad model file, breaker open)."""
 
     code = "UNAVAILABLE"
+
+
+class RpcWorkerUnavailable(BlazarRuntimeError):
+    """A worker a split model's layers go to does not answer, and the model may not (or
+    cannot) run without it (``rpc_fallback``)."""
+
+    code = "RPC_WORKER_UNAVAILABLE"
 
 
 class UnsupportedEngine(BlazarRuntimeError):

@@ -15,8 +15,10 @@ be exposed on a trusted network.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,7 +32,7 @@ from actors.engines.rpc_backend import cached_server
 from registry import fit
 from registry.errors import RegistryError
 from registry.shape import read_shape
-from registry.split import RpcSplit, Worker, split
+from registry.split import RpcSplit, Worker, placed, split
 
 __all__ = [
     "DEFAULT_PORT",
@@ -39,12 +41,17 @@ __all__ = [
     "UNAUTHENTICATED_FLAG",
     "UNSAFE_BIND",
     "WorkerOptions",
+    "answering",
+    "describe_loss",
     "find_rpc_server",
     "is_loopback",
+    "lost_workers",
     "plan_split",
     "run_worker",
+    "running_split",
     "takes_mem",
     "within_budget",
+    "without_workers",
     "worker_argv",
     "workers_of",
 ]
@@ -199,6 +206,94 @@ def plan_split(config: RuntimeConfig, model: str, path: str, ctx: int, slots: in
         return None
     memory = within_budget(take_census().memory(), config.memory_budget_mb)
     return split(shape, fit.Settings(ctx_per_slot=ctx, slots=slots), memory, workers_of(over, memory))
+
+
+def running_split(
+    config: RuntimeConfig,
+    model: str,
+    path: str,
+    ctx: int,
+    slots: int,
+    *,
+    rpc: list[str],
+    tensor_split: list[int],
+    gpu_layers: int | None,
+) -> RpcSplit | None:
+    """Where an engine started with ``--rpc`` (``rpc``, ``tensor_split``, ``gpu_layers``: its
+    flags) holds ``model``'s layers, each part with the memory it was planned with; None
+    when the header cannot be read (``/api/capacity``)."""
+    over = config.models.get(model)
+    if over is None or not over.rpc or not rpc:
+        return None
+    try:
+        shape = read_shape(path)
+    except (RegistryError, OSError, ValueError):
+        return None
+    memory = within_budget(take_census().memory(), config.memory_budget_mb)
+    workers = [w for w in workers_of(over, memory) if w.address in rpc]
+    settings = fit.Settings(ctx_per_slot=ctx, slots=slots)
+    return placed(shape, settings, memory, workers, tensor_split, gpu_layers)
+
+
+def answering(workers: list[str], *, wait_s: float, timeout_s: float = 2.0) -> list[str]:
+    """Those of ``workers`` (``host:port``) that accept a connection, each tried again until
+    ``wait_s`` has passed while it refuses (a worker that ``blazar rpc-worker`` is restarting).
+    Blocking: run it in a thread."""
+    deadline = time.monotonic() + wait_s
+    found = []
+    for worker in workers:
+        host, _, port = worker.rpartition(":")
+        while True:
+            try:
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                    found.append(worker)
+                    break
+            except (OSError, ValueError):
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+    return found
+
+
+def without_workers(config: RuntimeConfig, model: str, missing: list[str]) -> RuntimeConfig:
+    """``config`` with ``model`` split over its ``rpc`` workers but ``missing`` (this machine
+    alone when none is left)."""
+    over = config.models[model]
+    rpc = over.rpc or []
+    kept = [i for i, w in enumerate(rpc) if w not in missing]
+    mem = over.rpc_memory_mb
+    changed = msgspec.structs.replace(
+        over,
+        rpc=[rpc[i] for i in kept] or None,
+        rpc_memory_mb=[mem[i] for i in kept] if mem and kept else None,
+        rpc_fallback=over.rpc_fallback if kept else None,
+    )
+    return msgspec.structs.replace(config, models={**config.models, model: changed})
+
+
+LOST_MARK = "error: --rpc: the RPC worker "
+
+
+def lost_workers(stderr: str, workers: list[str]) -> list[str]:
+    """The workers whose loss a split engine's last stderr lines tell of: those the wheel's
+    host names (``rpc_backend.name_lost_workers``), or all of ``workers`` where llama.cpp says
+    only that one failed (a ``llama-server`` binary); empty when the crash was not a worker's."""
+    if not workers:
+        return []
+    at = stderr.find(LOST_MARK)
+    if at >= 0:
+        named = stderr[at + len(LOST_MARK) :].split(" went away", 1)[0]
+        found = [w for w in (n.strip() for n in named.split(",")) if w in workers]
+        if found:
+            return found
+    return list(workers) if "Remote RPC server crashed" in stderr or at >= 0 else []
+
+
+def describe_loss(lost: list[str], workers: list[str]) -> str:
+    """Which worker a split engine lost, for a crash message."""
+    if len(lost) == len(workers) > 1:
+        return f"one of its RPC workers ({', '.join(workers)}) went away"
+    return f"its RPC worker{'s' if len(lost) > 1 else ''} {', '.join(lost)} went away"
 
 
 def within_budget(memory: fit.Memory, budget_mb: float | None) -> fit.Memory:

@@ -85,6 +85,7 @@ from actors.planning import (
 from actors.pool import Pools
 from actors.process import reap_orphans
 from actors.profiles import read_profiles
+from actors.rpc_fallback import workers_ready
 from actors.sessions import model_dir
 from actors.settings import Explanation, explain_running
 from actors.speculation import SpeculationBook
@@ -188,9 +189,11 @@ class Runtime:
     def __repr__(self) -> str:
         return f"<Runtime home={self.config.home} engines={len(self._engines)}>"
 
-    def launch_spec(self, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS) -> LaunchSpec:
+    def launch_spec(
+        self, record: ModelRecord, kinds: frozenset[str] = TEXT_KINDS, *, config: RuntimeConfig | None = None
+    ) -> LaunchSpec:
         parked = self.speculation.parked(record.name)
-        return launch_spec_for(self.config, self.store, record, kinds, parked=parked)
+        return launch_spec_for(config or self.config, self.store, record, kinds, parked=parked)
 
     def note_drafts(self, model: str, drafted: int, accepted: int) -> None:
         """A request on ``model`` ended having drafted ``drafted`` tokens (``accepted`` kept):
@@ -414,6 +417,8 @@ class Runtime:
         evicted: tuple[str, ...] = ()
         if handle is None:
             if engine.state is not EngineState.READY:
+                if engine.state is not EngineState.STARTING:
+                    await workers_ready(self, engine)  # a split model's RPC workers
                 evicted = await self.before_load(engine)  # max_loaded_models and memory
             handle = await engine.ask(EnsureReady())
         return handle, evicted

@@ -539,6 +539,10 @@ def _rpc_settings(
         add("rpc_memory_mb", over.rpc_memory_mb, "override", _override(name, "rpc_memory_mb"))
     else:
         add("rpc_memory_mb", None, "default", None, "each worker taken to offer what this machine has")
+    if over.rpc_fallback is not None:
+        add("rpc_fallback", over.rpc_fallback, "override", _override(name, "rpc_fallback"))
+    else:
+        add("rpc_fallback", None, "default", None, "a worker that does not answer refuses the start")
     split = plan()
     if split is None:
         why = "the header cannot be read: llama.cpp splits by free memory"

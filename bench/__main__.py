@@ -38,6 +38,7 @@ from bench import (
     policy_off,
     prefill,
     realtime,
+    rpc_split,
     scale,
     sessions,
     sleep,
@@ -73,6 +74,7 @@ BENCHMARKS: dict[str, tuple[str, Callable[[Context], dict[str, Any]]]] = {
     "attribution": (attribution.TITLE, attribution.run),
     "idleflood": (idleflood.TITLE, idleflood.run),
     "policy_off": (policy_off.TITLE, policy_off.run),
+    "rpc_split": (rpc_split.TITLE, rpc_split.run),
     "sleep": (sleep.TITLE, sleep.run),
 }
 

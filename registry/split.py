@@ -28,7 +28,7 @@ import msgspec
 from .fit import GPU_OVERHEAD, HOST_OVERHEAD, MIB, Memory, Settings, compute_buffer, kv_cache
 from .shape import ModelShape
 
-__all__ = ["RPC_WORKER_OVERHEAD", "Part", "RpcSplit", "Worker", "local_share", "split"]
+__all__ = ["RPC_WORKER_OVERHEAD", "Part", "RpcSplit", "Worker", "local_share", "placed", "split"]
 
 RPC_WORKER_OVERHEAD = 64 * MIB
 """An ``rpc-server`` process beyond the buffers it holds for the engine (its runtime and
@@ -117,68 +117,102 @@ def split(
     (a compute buffer where it holds layers, the process or runtime allowance)."""
     if not workers:
         raise ValueError("a split needs at least one RPC worker")
-    n = shape.n_layer
-    kvc = kv_cache(shape, settings)
-    compute = compute_buffer(shape, settings)
-    layer = [w + kv for w, kv in zip(shape.layer_weights, kvc.per_layer, strict=True)]
-    logits = shape.n_vocab * 4 * settings.slots + MIB
-    gpus = [max(0, free - GPU_OVERHEAD) for free in memory.gpu_free]
-    local_fixed = shape.input_weights + HOST_OVERHEAD + logits
-    # Parts in llama.cpp's order: the CPU's first layers, then the devices.
-    names: list[tuple[str, PartKind]] = [("local", "local")]
-    names += [(w.address, "worker") for w in workers]
-    names += [(f"GPU{i}", "gpu") for i in range(len(gpus))]
-    available = [memory.ram_available, *(w.memory for w in workers), *gpus]
-    fixed = [local_fixed + compute]
-    fixed += [RPC_WORKER_OVERHEAD + compute] * len(workers) + [compute] * len(gpus)
-    caps = [a - f for a, f in zip(available, fixed, strict=True)]
+    costs = _Costs(shape, settings, memory, workers)
+    caps = [a - f for a, f in zip(costs.available, costs.fixed, strict=True)]
     # llama.cpp counts the output layer as the last of n_layer + 1 and offloads from the end:
     # -ngl k puts the last k of them on the devices, so the output layer goes first, to the
     # last device (checked against its load log: -ngl 29 of 30 layers keeps layers 0-1 here).
-    combined = _targets([*layer, shape.output_weights], caps)
-    output_on = max(j for j, c in enumerate(combined) if c)
-    device_counts = combined[1:]
-    counts = list(combined)
-    counts[output_on] -= 1
-    parts: list[Part] = []
-    start = 0
-    for j, ((name, kind), count) in enumerate(zip(names, counts, strict=True)):
-        held = sum(layer[start : start + count]) + (shape.output_weights if j == output_on else 0)
-        holds = count > 0 or j == output_on
-        used = held + (fixed[j] if holds else local_fixed if j == 0 else 0)
-        parts.append(
-            Part(
-                name=name,
-                kind=kind,
-                layers=count,
-                first_layer=start if count else None,
-                output=j == output_on,
-                bytes=used,
-                available=available[j],
-                headroom=available[j] - used,
+    return costs.parts(_targets([*costs.layer, shape.output_weights], caps))
+
+
+def placed(
+    shape: ModelShape,
+    settings: Settings,
+    memory: Memory,
+    workers: list[Worker],
+    tensor_split: list[int],
+    gpu_layers: int | None,
+) -> RpcSplit:
+    """Where an engine started with ``-ngl gpu_layers --tensor-split tensor_split`` over
+    ``workers`` (and this machine's GPUs) holds ``shape``'s layers: ``split``'s answer for
+    the flags it gave, read back from the flags (a split planned earlier, or by hand)."""
+    costs = _Costs(shape, settings, memory, workers)
+    n_all = shape.n_layer + 1
+    devices = len(costs.names) - 1
+    on_devices = n_all if gpu_layers is None else max(0, min(gpu_layers, n_all))
+    shares = [max(0, c) for c in tensor_split[:devices]] + [0] * max(0, devices - len(tensor_split))
+    if sum(shares) != on_devices:  # llama.cpp normalises a split that is not in whole layers
+        weights = shares if sum(shares) else [1] * devices
+        shares = _targets([1] * on_devices, weights) if devices else []
+    return costs.parts([n_all - on_devices, *shares])
+
+
+class _Costs:
+    """Each part's memory and fixed costs for one model, its settings and workers."""
+
+    def __init__(self, shape: ModelShape, settings: Settings, memory: Memory, workers: list[Worker]) -> None:
+        self.shape = shape
+        kvc = kv_cache(shape, settings)
+        compute = compute_buffer(shape, settings)
+        self.layer = [w + kv for w, kv in zip(shape.layer_weights, kvc.per_layer, strict=True)]
+        logits = shape.n_vocab * 4 * settings.slots + MIB
+        gpus = [max(0, free - GPU_OVERHEAD) for free in memory.gpu_free]
+        self.local_fixed = shape.input_weights + HOST_OVERHEAD + logits
+        # Parts in llama.cpp's order: the CPU's first layers, then the devices.
+        self.names: list[tuple[str, PartKind]] = [("local", "local")]
+        self.names += [(w.address, "worker") for w in workers]
+        self.names += [(f"GPU{i}", "gpu") for i in range(len(gpus))]
+        self.available = [memory.ram_available, *(w.memory for w in workers), *gpus]
+        self.fixed = [self.local_fixed + compute]
+        self.fixed += [RPC_WORKER_OVERHEAD + compute] * len(workers) + [compute] * len(gpus)
+
+    def parts(self, combined: list[int]) -> RpcSplit:
+        """The split that gives each part ``combined[j]`` of the ``n_layer + 1`` layers (the
+        output layer counted last, so it goes to the last part that takes any)."""
+        shape, layer, fixed, available = self.shape, self.layer, self.fixed, self.available
+        output_on = max((j for j, c in enumerate(combined) if c), default=0)
+        device_counts = combined[1:]
+        counts = list(combined)
+        counts[output_on] = max(0, counts[output_on] - 1)
+        parts: list[Part] = []
+        start = 0
+        for j, ((name, kind), count) in enumerate(zip(self.names, counts, strict=True)):
+            held = sum(layer[start : start + count]) + (shape.output_weights if j == output_on else 0)
+            holds = count > 0 or j == output_on
+            used = held + (fixed[j] if holds else self.local_fixed if j == 0 else 0)
+            parts.append(
+                Part(
+                    name=name,
+                    kind=kind,
+                    layers=count,
+                    first_layer=start if count else None,
+                    output=j == output_on,
+                    bytes=used,
+                    available=available[j],
+                    headroom=available[j] - used,
+                )
             )
+            start += count
+        fits = all(p.headroom >= 0 for p in parts)
+        notes = [
+            "each part's compute buffer is counted in full (an estimate that errs high); "
+            f"a worker's rpc-server is allowed {RPC_WORKER_OVERHEAD // MIB} MiB beyond its buffers",
+            "workers' memory is what the config advertises (rpc_memory_mb), not measured from here",
+        ]
+        if not fits:
+            short = [p.name for p in parts if p.headroom < 0]
+            notes.append(
+                f"short of memory: {', '.join(short)} — add a worker, raise its memory, or lower ctx"
+            )
+        return RpcSplit(
+            verdict="fits" if fits else "no_fit",
+            parts=parts,
+            gpu_layers=sum(device_counts),
+            tensor_split=list(device_counts),
+            n_layers=shape.n_layer + 1,
+            total=sum(p.bytes for p in parts),
+            notes=notes,
         )
-        start += count
-    devices = list(device_counts)
-    gpu_layers = sum(devices)
-    fits = all(p.headroom >= 0 for p in parts)
-    notes = [
-        "each part's compute buffer is counted in full (an estimate that errs high); "
-        f"a worker's rpc-server is allowed {RPC_WORKER_OVERHEAD // MIB} MiB beyond its buffers",
-        "workers' memory is what the config advertises (rpc_memory_mb), not measured from here",
-    ]
-    if not fits:
-        short = [p.name for p in parts if p.headroom < 0]
-        notes.append(f"short of memory: {', '.join(short)} — add a worker, raise its memory, or lower ctx")
-    return RpcSplit(
-        verdict="fits" if fits else "no_fit",
-        parts=parts,
-        gpu_layers=gpu_layers,
-        tensor_split=devices,
-        n_layers=n + 1,
-        total=sum(p.bytes for p in parts),
-        notes=notes,
-    )
 
 
 def local_share(shape: ModelShape, settings: Settings, gpu_layers: int) -> int:

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TREES = (ROOT / "tests", ROOT / "sdk" / "python" / "tests")
 # The count when the suite was last cut for time (docs/development.md): raise it as tests are
 # added; lowering it needs the reason in the commit that does.
-SLOW_FLOOR = 475
+SLOW_FLOOR = 478
 
 
 def _names_slow(node: ast.expr) -> bool:

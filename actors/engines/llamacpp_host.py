@@ -276,7 +276,13 @@ def _steer(ns: argparse.Namespace, note: Callable[[str], None]) -> str | None:
 def _attach_rpc(servers: list[str], xlc: Any, note: Callable[[str], None]) -> bool:
     """``--rpc``: each worker becomes a device of this process (``rpc_backend``); False, with
     the reason on stderr, when that cannot be done."""
-    from actors.engines.rpc_backend import RpcAttachError, attach, cached_module, missing_module
+    from actors.engines.rpc_backend import (
+        RpcAttachError,
+        attach,
+        cached_module,
+        missing_module,
+        name_lost_workers,
+    )
 
     version = getattr(xlc, "__version__", None)
     module = cached_module(version) if version else None
@@ -289,6 +295,7 @@ def _attach_rpc(servers: list[str], xlc: Any, note: Callable[[str], None]) -> bo
         print(f"error: --rpc: {exc}", file=sys.stderr, flush=True)
         return False
     note(f"RPC workers {', '.join(servers)} attached as devices {', '.join(devices)}")
+    name_lost_workers(servers, module, lambda line: print(line, file=sys.stderr, flush=True))
     return True
 
 
@@ -318,6 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if steered is not None:  # loaded (mapped) or failed: the copy's name is no longer needed
             shutil.rmtree(steered, ignore_errors=True)
+    if ns.rpc:
+        from actors.engines.rpc_backend import watch_workers
+
+        watch_workers(ns.rpc.split(","), lambda line: print(line, file=sys.stderr, flush=True))
     print(f"READY {server.listening_address}", flush=True)
     note(f"llama.cpp server listening on {server.listening_address}")
     while not stop.wait(0.5):

@@ -20,6 +20,9 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -33,6 +36,8 @@ __all__ = [
     "cached_module",
     "cached_server",
     "missing_module",
+    "name_lost_workers",
+    "watch_workers",
     "wheel_version",
 ]
 
@@ -139,3 +144,98 @@ def attach(servers: list[str], library: str, module: Path, *, timeout_s: float =
         for i in range(lib.ggml_backend_reg_dev_count(server_reg)):
             names.append(lib.ggml_backend_dev_name(lib.ggml_backend_reg_dev_get(server_reg, i)).decode())
     return names
+
+
+LOST = "error: --rpc: the RPC worker {workers} went away"
+"""The host's last line when a worker's connection breaks (``name_lost_workers``); the daemon
+reads the addresses back from it (``actors.rpc.lost_workers``)."""
+
+_kept: list[object] = []
+"""The abort callback, kept alive for as long as the process lives (ctypes does not)."""
+
+
+def _addresses(server: str) -> set[tuple[str, int]]:
+    host, _, port = server.rpartition(":")
+    try:
+        found = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return set()
+    return {(str(info[4][0]), int(info[4][1])) for info in found}
+
+
+def _connections(servers: list[str]) -> dict[int, str]:
+    """This process's sockets connected to one of ``servers``: file descriptor → worker."""
+    wanted = {address: server for server in servers for address in _addresses(server)}
+    found: dict[int, str] = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as sock:
+                peer = sock.getpeername()
+        except (OSError, ValueError):
+            continue
+        if isinstance(peer, tuple) and (server := wanted.get((str(peer[0]), int(peer[1])))):
+            found[int(name)] = server
+    return found
+
+
+def _gone(fd: int) -> bool:
+    """Whether the peer of socket ``fd`` has closed or reset it (read without consuming)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _lost(servers: list[str]) -> list[str]:
+    """Those of ``servers`` with no open connection from this process."""
+    live = {server for fd, server in _connections(servers).items() if not _gone(fd)}
+    return [server for server in servers if server not in live]
+
+
+def watch_workers(servers: list[str], say: Callable[[str], None], *, interval_s: float = 0.5) -> None:
+    """Once the model is loaded (its buffers on each worker keep a connection open): a thread
+    that ends the process, saying which worker went away, as soon as one does, rather than at
+    the next request that would need it. llama.cpp cannot go on without a device. A worker
+    that holds nothing (no connection once loaded) is not watched."""
+    held = [server for server in servers if server not in _lost(servers)]
+
+    def watch() -> None:
+        while held:
+            time.sleep(interval_s)
+            if gone := _lost(held):
+                say(f"{LOST.format(workers=', '.join(gone))} (its connection closed)")
+                os._exit(1)
+
+    threading.Thread(target=watch, name="rpc-watch", daemon=True).start()
+
+
+def name_lost_workers(servers: list[str], module: Path, say: Callable[[str], None]) -> None:
+    """Once ``attach`` has connected: when the RPC client aborts the process (a worker that
+    stops answering mid-computation is fatal to llama.cpp), ``say`` first which worker went
+    away, so that the caller's error can name it.
+
+    ggml's abort message has no address. The callback looks at this process's sockets when
+    it runs: each worker that still answers has an open connection (the model's buffers on
+    it keep one); a worker without one went away. The callback goes to the ``libggml-base``
+    the module links (the RPC client's own), not to the wheel's."""
+    base = ctypes.CDLL(str(module.parent / "libggml-base.so.0"))
+    callback_type = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+    def on_abort(message: bytes | None) -> None:
+        text = (message or b"").decode(errors="replace").strip()
+        if "RPC server" not in text:
+            say(f"error: {text}")
+            return
+        gone = _lost(servers) or servers
+        say(f"{LOST.format(workers=', '.join(gone))} ({text})")
+
+    callback = callback_type(on_abort)
+    _kept.append(callback)
+    base.ggml_set_abort_callback.restype = ctypes.c_void_p
+    base.ggml_set_abort_callback.argtypes = [callback_type]
+    base.ggml_set_abort_callback(callback)

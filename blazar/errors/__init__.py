@@ -286,6 +286,12 @@ CATALOG: dict[str, CodeInfo] = {
             "machine has the model: see `blazar peers` and `blazar route MODEL`.",
         ),
         _c(
+            "RPC_WORKER_UNAVAILABLE",
+            503,
+            "An RPC worker the model is split over does not answer, and the model may not run "
+            "without it: start `blazar rpc-worker` there, or see the model's rpc_fallback.",
+        ),
+        _c(
             "PEER_NOT_FOUND",
             404,
             "A `remote:PEER/MODEL` name names a peer that no [[remotes]] entry defines: see `blazar peers`.",

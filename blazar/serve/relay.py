@@ -16,6 +16,7 @@ import trio
 
 from actors.engine import ConfirmCrash, CrashReport, EngineActor, EngineHandle
 from actors.errors import ActorStopped
+from actors.rpc import describe_loss, lost_workers
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.dialects.llamacpp import ProgressFilter
 from blazar.dialects.model_rename import Renamer, rename_request
@@ -131,6 +132,16 @@ async def crash_error(engine: EngineActor, handle: EngineHandle, exc: Exception)
             report.returncode,
             report.stderr_summary,
         )
+        workers = engine.spec.rpc
+        if lost := lost_workers(report.stderr_summary, workers):
+            # A worker's address is the operator's own config, not a line of the engine's.
+            return BlazarError(
+                "ENGINE_CRASHED",
+                f"engine for '{handle.model}' crashed (exit code {report.returncode}): "
+                f"{describe_loss(lost, workers)} — the next request starts it again once the "
+                "worker answers (`blazar rpc-worker` restarts its rpc-server), or without it where the "
+                'model has rpc_fallback = "remaining"; see `blazar logs`',
+            )
         return BlazarError(
             "ENGINE_CRASHED",
             f"engine for '{handle.model}' crashed (exit code {report.returncode})"

@@ -262,3 +262,49 @@ async def test_the_worker_is_restarted_after_a_crash_and_given_up_on_after_too_m
     with trio.fail_after(60):
         assert await run_worker(clean, say=said.append) == 0
     assert runs.read_text() == "xxxy" and said[-1] == "rpc-server stopped"
+
+
+def test_the_worker_a_crashed_split_engine_lost_is_read_from_its_last_lines() -> None:
+    from actors.rpc import describe_loss, lost_workers
+
+    workers = ["10.0.0.2:50052", "10.0.0.3:50052"]
+    named = "error: --rpc: the RPC worker 10.0.0.3:50052 went away (ggml-rpc.cpp:651: Remote RPC server …)"
+    assert lost_workers(f"llamacpp_host: loading | {named}", workers) == ["10.0.0.3:50052"]
+    assert describe_loss(["10.0.0.3:50052"], workers) == "its RPC worker 10.0.0.3:50052 went away"
+    # a llama-server binary names none: any of them
+    said = "ggml-rpc.cpp:651: Remote RPC server crashed or returned malformed response"
+    assert lost_workers(said, workers) == workers
+    assert describe_loss(workers, workers).startswith(f"one of its RPC workers ({', '.join(workers)})")
+    assert lost_workers("Segmentation fault", workers) == [] and lost_workers(named, []) == []
+
+
+def test_without_a_missing_worker_the_model_keeps_the_others_and_their_memory() -> None:
+    from actors.rpc import without_workers
+
+    over = ModelOverride(rpc=["a:1", "b:2", "c:3"], rpc_memory_mb=[100, 200, 300], rpc_fallback="remaining")
+    config = without_workers(_config(over), NAME, ["b:2"])
+    assert (config.models[NAME].rpc, config.models[NAME].rpc_memory_mb) == (["a:1", "c:3"], [100, 300])
+    alone = without_workers(_config(over), NAME, ["a:1", "b:2", "c:3"]).models[NAME]
+    assert (alone.rpc, alone.rpc_memory_mb, alone.rpc_fallback) == (None, None, None)
+    with pytest.raises(msgspec.ValidationError, match="rpc_fallback goes with rpc"):
+        msgspec.convert({"rpc_fallback": "remaining"}, ModelOverride)
+
+
+def test_a_worker_whose_connection_closed_is_told_from_those_that_answer() -> None:
+    """What the host's abort callback and watcher look at: its own sockets to each worker."""
+    import socket
+
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    workers = [f"127.0.0.1:{s.getsockname()[1]}" for s in listeners]
+    clients = [socket.create_connection(s.getsockname()) for s in listeners]
+    accepted = [s.accept()[0] for s in listeners]
+    try:
+        assert rpc_backend._lost(workers) == []
+        accepted[1].close()  # the second worker's process went away
+        assert rpc_backend._lost(workers) == [workers[1]]
+        accepted[0].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        accepted[0].close()  # reset rather than closed
+        assert rpc_backend._lost(workers) == workers
+    finally:
+        for s in [*listeners, *clients, *accepted]:
+            s.close()

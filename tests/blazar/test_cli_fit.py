@@ -177,6 +177,8 @@ def test_plan_and_fit_clamp_a_context_above_the_training_length(
 def test_fit_and_plan_show_the_split_of_a_model_with_rpc_workers(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], home: Path
 ) -> None:
+    # no RPC backend built for the wheel (`make rpc-server` keeps it in the cache): refused
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "no-cache"))
     (home / "config.toml").write_text(
         f'memory_budget_mb = 200\n[models."{MODEL}"]\nctx = 2048\nslots = 1\n'
         'rpc = ["10.0.0.2:50052"]\nrpc_memory_mb = [4096]\n'

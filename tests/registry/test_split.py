@@ -15,7 +15,7 @@ from registry.fit import (
     kv_cache,
 )
 from registry.shape import ModelShape
-from registry.split import RPC_WORKER_OVERHEAD, Worker, local_share, split
+from registry.split import RPC_WORKER_OVERHEAD, Worker, local_share, placed, split
 
 GIB = 1 << 30
 
@@ -130,3 +130,14 @@ def test_the_local_share_is_what_the_plan_leaves_here(ram_mib: int) -> None:
     plan = split(s, SETTINGS, Memory(ram_available=ram_mib * MIB), [Worker(address="a:1", memory=2 * GIB)])
     assert local_share(s, SETTINGS, plan.gpu_layers) == plan.parts[0].bytes
     assert local_share(s, SETTINGS, plan.gpu_layers) < estimate(s, SETTINGS).total
+
+
+def test_the_placement_read_back_from_a_splits_flags_is_the_split() -> None:
+    s = shape()
+    workers = [Worker(address="10.0.0.2:50052", memory=2 * GIB), Worker(address="10.0.0.3:50052", memory=GIB)]
+    memory = Memory(ram_available=GIB)
+    plan = split(s, SETTINGS, memory, workers)
+    assert placed(s, SETTINGS, memory, workers, plan.tensor_split, plan.gpu_layers) == plan
+    # a split not in whole layers is shared out as llama.cpp normalises it
+    halves = placed(s, SETTINGS, memory, workers, [1, 1], 8)
+    assert halves.tensor_split == [4, 4] and halves.parts[0].layers == 3 and halves.parts[2].output

@@ -18,14 +18,90 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from actors.census import Census, take_census, tree_rss
+from actors.config import RuntimeConfig
 from actors.engine import EngineState
 from actors.engines.routing import installed as installed_lanes
+from actors.engines.spec import LaunchSpec
 from actors.federation import InstalledModel, expected_wait_s
+from actors.rpc import running_split
 from blazar import __version__
 from blazar.web.asgi.auth import model_visible
 from blazar.web.asgi.replies import JSON, app_runtime, error_response
 
 __all__ = ["register"]
+
+
+class RpcPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker of a split model, as its engine runs it."""
+
+    address: str
+    memory_bytes: int
+    """What the worker offers (``rpc_memory_mb``, else this machine's available RAM)."""
+    layers: int
+    """Repeating layers it holds."""
+    output: bool
+    """It holds the output layer too."""
+    bytes: int
+    """The plan's estimate of what it holds (weights, KV cache, compute buffer, allowance)."""
+    share: float
+    """Its share of the model's layers (the output layer counted as one)."""
+
+
+class RpcShare(msgspec.Struct, frozen=True, kw_only=True):
+    """How a model split with llama.cpp's RPC backend is spread now."""
+
+    workers: list[RpcPart]
+    local_layers: int
+    """Repeating layers this machine holds (with the token embeddings)."""
+    local_bytes: int
+    n_layers: int
+    """Repeating layers plus the output layer."""
+    share: float
+    """The workers' share of the layers, together."""
+    missing: list[str] = []
+    """Workers of the model's ``rpc`` that it runs without now (``rpc_fallback``)."""
+
+
+def rpc_share(config: RuntimeConfig, spec: LaunchSpec) -> RpcShare | None:
+    """The split an engine runs with, from its flags; None for one that is not split."""
+    name = spec.alias or spec.model
+    over = config.models.get(name)
+    if not spec.rpc or over is None:
+        return None
+    found = running_split(
+        config,
+        name,
+        spec.path,
+        spec.ctx_per_slot,
+        spec.slots,
+        rpc=spec.rpc,
+        tensor_split=spec.tensor_split,
+        gpu_layers=spec.gpu_layers,
+    )
+    if found is None:
+        return None
+    n = found.n_layers
+    parts = [p for p in found.parts if p.kind == "worker"]
+    workers = [
+        RpcPart(
+            address=p.name,
+            memory_bytes=p.available,
+            layers=p.layers,
+            output=p.output,
+            bytes=p.bytes,
+            share=round((p.layers + p.output) / n, 4),
+        )
+        for p in parts
+    ]
+    local = found.parts[0]
+    return RpcShare(
+        workers=workers,
+        local_layers=local.layers,
+        local_bytes=local.bytes,
+        n_layers=n,
+        share=round(sum(p.layers + p.output for p in parts) / n, 4),
+        missing=[w for w in over.rpc or [] if w not in spec.rpc],
+    )
 
 
 class ResidentModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,6 +120,8 @@ class ResidentModel(msgspec.Struct, frozen=True, kw_only=True):
     """Requests waiting for one of its slots."""
     expected_wait_s: float = 0.0
     """How long a new request would wait for a slot (0: one is free)."""
+    rpc: RpcShare | None = None
+    """For a model split over RPC workers: each worker's address, memory and layers."""
 
 
 class Capacity(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,7 +153,7 @@ async def capacity() -> Response:
 
     config = runtime.config
 
-    def measure() -> tuple[Census, list[int | None], list[InstalledModel], list[str]]:
+    def measure() -> tuple[Census, list[int | None], list[InstalledModel], list[str], list[RpcShare | None]]:
         records = runtime.store.list()
         lanes = sorted({lane.kind for lane in installed_lanes(config.engine, config.home).values() if lane})
         return (
@@ -83,12 +161,13 @@ async def capacity() -> Response:
             [tree_rss(s.pid) if s.pid else None for s in stats],
             [InstalledModel(name=r.name, size_bytes=r.size, kind=r.kind, digest=r.digest) for r in records],
             lanes,
+            [rpc_share(config, e.spec) for e in engines],
         )
 
-    census, rss, store, lanes = await trio.to_thread.run_sync(measure)
+    census, rss, store, lanes, splits = await trio.to_thread.run_sync(measure)
     queues = {q.model: q for q in runtime.admission.statistics().queues}
     models = []
-    for s, e, r in zip(stats, engines, rss, strict=True):
+    for s, e, r, split in zip(stats, engines, rss, splits, strict=True):
         q = queues.get(s.model)
         slots = e.spec.slots
         models.append(
@@ -107,6 +186,7 @@ async def capacity() -> Response:
                     queued=q.queued if q is not None else 0,
                     service_s=q.service_s if q is not None else None,
                 ),
+                rpc=split,
             )
         )
     held = sum(m.estimated_bytes or 0 for m in models)
