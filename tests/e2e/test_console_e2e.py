@@ -41,6 +41,7 @@ SNAPSHOT_KEYS = {
     "jobs",
     "memory",
     "classes",
+    "peers",
 }
 
 
