@@ -100,7 +100,8 @@ poll_max_s = 1
         assert reply.choices[0].message.content == "hello from the head"
 
         # W started rank 1 with the plan's command line, over its own copy of the model
-        (worker,) = fake_vllm.starts(w_log)
+        # (the head does not wait for its headless worker, so W's process may still be starting)
+        (worker,) = wait_until(lambda: fake_vllm.starts(w_log), timeout_s=30, what="W's part to start")
         (head,) = fake_vllm.starts(h_log)
         port = head["argv"][head["argv"].index("--port") + 1]
         planned = h.cli("plan", MODEL, "--port", port, "--json")  # over the configured nodes
@@ -127,7 +128,8 @@ poll_max_s = 1
 
         # again, then kill -9 of W: its part goes with it and H stops its engine, saying why
         assert oai.chat.completions.create(model=MODEL, messages=HI, max_tokens=4).choices  # type: ignore[arg-type]
-        worker2 = fake_vllm.starts(w_log)[-1]
+        starts = wait_until(lambda: fake_vllm.starts(w_log)[1:], timeout_s=30, what="W's part again")
+        worker2 = starts[-1]
         assert worker2["pid"] != worker["pid"] and pid_alive(worker2["pid"])
         os.kill(w.proc.pid, signal.SIGKILL)
         w.proc.wait()
