@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest
 
+# Python keeps the bytecode it compiles beside the sources. A shell that sets PYTHONDONTWRITEBYTECODE
+# makes every daemon, engine host and CLI that the tests start compile each module it imports
+# again: on a fresh clone that cost tests/e2e/test_cli.py 34 s instead of 21.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: install lock test-latest browser ffmpeg nginx rpc-server rpc-server-optional models demo test test-fast test-slow check lint typecheck fmt clean bench bench-litellm
 
 # Installs come from the lock (requirements/*.txt: exact versions with hashes, written by `make lock`),
