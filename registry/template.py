@@ -16,7 +16,9 @@ delay the engine's spawn by a tenth of a second.
 
 from __future__ import annotations
 
+import threading
 import time
+from types import ModuleType
 from typing import Any, Literal
 
 import msgspec
@@ -27,6 +29,7 @@ __all__ = [
     "Thinking",
     "allows_system_turns",
     "facts_of",
+    "import_jinja",
     "reads_effort",
     "thinking_support",
 ]
@@ -48,17 +51,30 @@ def _raise(message: str) -> None:
     raise _Refused(message)
 
 
+_JINJA_IMPORT = threading.Lock()
+
+
+def import_jinja() -> ModuleType:
+    """``jinja2.sandbox``, imported by one thread at a time. Jinja's modules import each other:
+    a second thread importing them while the first is midway (the daemon loads its web
+    framework, which imports Jinja, in a worker thread) can get a half-initialised module
+    and an ImportError. Whoever imports Jinja, or a package that does, goes through here."""
+    with _JINJA_IMPORT:
+        import jinja2.sandbox
+
+        return jinja2.sandbox
+
+
 def _failures() -> tuple[type[Exception], ...]:
     """What rendering a template that cannot take the probe raises."""
+    import_jinja()
     import jinja2
 
     return (_Refused, jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError)
 
 
 def _render(template: str, messages: list[dict[str, Any]], **extra: Any) -> str:
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
+    env = import_jinja().ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.globals["raise_exception"] = _raise

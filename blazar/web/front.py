@@ -49,6 +49,7 @@ from blazar.web.middleware.cors import CorsPolicy
 from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
 from blazar.web.routes import federation, gateway_served
+from registry.template import import_jinja
 
 if TYPE_CHECKING:
     from quart_trio import QuartTrio
@@ -81,7 +82,9 @@ class AppParts:
 
 
 def _import_framework() -> None:
-    """Import the Quart app's modules (a worker thread runs this)."""
+    """Import the Quart app's modules (a worker thread runs this). Jinja first, under the
+    lock that a model's template probe imports it with, which may run in another thread."""
+    import_jinja()
     from blazar.web import app
     from blazar.web.routes import framework_served
 
