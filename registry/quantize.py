@@ -3,10 +3,10 @@
 Two ways to write it. llama.cpp's own quantizer (``llama-quantize`` on ``PATH``, or the
 program ``BLAZAR_LLAMA_QUANTIZE`` names) writes every type llama.cpp knows and takes an
 importance matrix. Where it is not installed, the types the ``gguf`` package can write
-(``BUILT_IN``) are written here: the file is read with ``gguf.GGUFReader`` and written again
-with ``gguf.GGUFWriter``, its metadata kept and ``general.file_type`` set, each weight matrix
-quantized row block by row block, and what must stay as it is left alone (norms and other
-1-D tensors, a few small tensors llama.cpp also keeps, and any tensor whose rows are not a
+(``BUILT_IN``) are written here: the metadata is copied as it is, but for
+``general.file_type`` (set to the new type), each weight matrix is quantized row block by row
+block with the ``gguf`` package's code, and what must stay as it is is left alone (norms and
+other 1-D tensors, a few small tensors llama.cpp also keeps, and any tensor whose rows are not a
 whole number of the type's blocks). Any other type without the tool is refused with
 ``QUANTIZE_TOOL_MISSING``, naming where to get it.
 
@@ -18,8 +18,10 @@ Every function is blocking; async callers run them in a worker thread.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+import struct
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -37,7 +39,7 @@ from .errors import (
     disk_full_as,
 )
 from .files import shown_folder
-from .gguf import read_header
+from .gguf import GGUFHeader, TensorInfo, read_header
 
 if TYPE_CHECKING:
     from .store import ModelRecord, Store
@@ -73,6 +75,8 @@ _FLOATS = frozenset({"F32", "F16", "BF16", "F64"})
 _INTEGERS = frozenset({"I8", "I16", "I32", "I64"})
 _KEEP = ("norm", "ffn_gate_inp", "pos_embd", "token_types", "ssm_conv1d", "ssm_a", "ssm_d", "rel_b")
 """Parts of tensor names that stay as they are in every type (llama.cpp keeps them too)."""
+_GGUF_UINT32 = 4
+"""GGUF's value type number of a 32-bit unsigned integer."""
 _TOOL_ADVICE = (
     "install llama.cpp's quantizer (`llama-quantize`, in llama.cpp's release archives at "
     "https://github.com/ggml-org/llama.cpp/releases, or `brew install llama.cpp`) and put it on "
@@ -102,8 +106,12 @@ def _type_name(qtype: str) -> str:
 def weight_types(path: Path) -> dict[str, int]:
     """How many weight tensors (two or more dimensions, not kept as they are) of each type
     the GGUF file at ``path`` holds."""
+    return _weight_types(read_header(path))
+
+
+def _weight_types(header: GGUFHeader) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for t in read_header(path).tensors:
+    for t in header.tensors:
         if len(t.shape) >= 2 and not any(part in t.name for part in _KEEP):
             counts[t.type] = counts.get(t.type, 0) + 1
     return counts
@@ -155,12 +163,13 @@ def quantize_model(
         )
     target = canonical_name(name or default_name(record.name, kind))
     src = Path(record.path)
-    if int(read_header(src).values.get("split.count") or 1) > 1:
+    header = read_header(src)
+    if int(header.values.get("split.count") or 1) > 1:
         raise InvalidModelFile(
             f"model '{record.name}' is split in parts: merge them first (`llama-gguf-split --merge`), "
             "import the merged file, and quantize that"
         )
-    types = weight_types(src)
+    types = _weight_types(header)
     quantized = sorted(t for t in types if t not in _FLOATS)
     if quantized and not allow_requantize:
         raise AlreadyQuantized(
@@ -185,7 +194,7 @@ def quantize_model(
     tmp = store.partial_dir / f"quantize-{uuid.uuid4().hex}.gguf"
     where = shown_folder(store.partial_dir, store.root.parent)
     try:
-        need = 2 * record.size if tool is not None else _planned_bytes(src, kind)
+        need = 2 * record.size if tool is not None else _planned_bytes(header, kind)
         free = shutil.disk_usage(store.partial_dir).free
         if need > free:
             raise InsufficientStorage(
@@ -235,12 +244,12 @@ def _run_tool(
 # -- the built-in writer ----------------------------------------------------------------------
 
 
-def _plan(tensor: Any, kind: str) -> Any:
-    """The type ``tensor`` (a ``gguf.ReaderTensor``) is written in for ``kind``."""
+def _plan(tensor: TensorInfo, kind: str) -> Any:
+    """The type ``tensor`` is written in for ``kind``."""
     import gguf
 
     target = gguf.GGMLQuantizationType[kind]
-    source = tensor.tensor_type
+    source = _source_type(tensor)
     if source == target or len(tensor.shape) < 2 or any(part in tensor.name for part in _KEEP):
         return source
     if source.name in _INTEGERS:
@@ -251,27 +260,61 @@ def _plan(tensor: Any, kind: str) -> Any:
     return target
 
 
-def _out_bytes(tensor: Any, qtype: Any) -> int:
+def _source_type(tensor: TensorInfo) -> Any:
     import gguf
 
-    if qtype == tensor.tensor_type:
-        return int(tensor.n_bytes)
+    try:
+        qtype = gguf.GGMLQuantizationType[tensor.type]
+    except KeyError:
+        qtype = None
+    if qtype is None or tensor.n_bytes is None:
+        raise InvalidModelFile(
+            f"{tensor.name} is of a tensor type ({tensor.type}) only llama.cpp's quantizer reads "
+            f"— {_TOOL_ADVICE}"
+        )
+    return qtype
+
+
+def _out_bytes(tensor: TensorInfo, qtype: Any) -> int:
+    import gguf
+
     block, size = gguf.GGML_QUANT_SIZES[qtype]
-    return int(tensor.n_elements) // block * size
+    return math.prod(tensor.shape) // block * size
 
 
-def _planned_bytes(src: Path, kind: str) -> int:
-    import gguf
+def _planned_bytes(header: GGUFHeader, kind: str) -> int:
+    return sum(_out_bytes(t, _plan(t, kind)) for t in header.tensors) + 2 * header.data_offset
 
-    reader = gguf.GGUFReader(src)
-    return sum(_out_bytes(t, _plan(t, kind)) for t in reader.tensors) + 2 * int(reader.tensors[0].data_offset)
+
+def _kv_spans(buf: bytes) -> list[tuple[str, int, int]]:
+    """Each metadata entry of the GGUF file whose first bytes are ``buf``: its key, and where
+    its bytes (key, type and value) begin and end."""
+    from .gguf import _Cursor, _read_value
+
+    cur = _Cursor(buf)
+    cur.pos = 16
+    count = cur.u64()
+    spans = []
+    for _ in range(count):
+        start = cur.pos
+        key = cur.string()
+        _read_value(cur)
+        spans.append((key, start, cur.pos))
+    return spans
+
+
+def _u32_entry(key: str, value: int) -> bytes:
+    raw = key.encode()
+    return struct.pack(f"<Q{len(raw)}sII", len(raw), raw, _GGUF_UINT32, value)
 
 
 def quantize_file(
     src: Path, dst: Path, kind: str, *, on_progress: Callable[[int, int], None] | None = None
 ) -> None:
     """Write ``src`` (a GGUF file) again at ``dst`` with its weights in ``kind`` (one of
-    ``BUILT_IN``), by the ``gguf`` package alone. One tensor is held in memory at a time."""
+    ``BUILT_IN``), by the ``gguf`` package's quantization code. The metadata (a vocabulary of
+    tens of thousands of strings) is copied as bytes, but for ``general.file_type`` and
+    ``general.quantization_version``; one tensor is held in memory at a time."""
     import gguf
     import numpy as np
 
@@ -280,50 +323,55 @@ def quantize_file(
             f"{kind} is not one of the types written without llama-quantize: {BUILT_IN}"
         )
     try:
-        reader = gguf.GGUFReader(src)
-    except (ValueError, OSError) as exc:
-        raise InvalidModelFile(f"cannot read {src} as GGUF: {exc}") from None
-    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
-    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
-    skipped = {
-        gguf.Keys.General.ARCHITECTURE,
-        gguf.Keys.General.FILE_TYPE,
-        gguf.Keys.General.QUANTIZATION_VERSION,
-    }
-    for field in reader.fields.values():
-        if field.name in skipped or field.name.startswith("GGUF."):
-            continue  # the writer writes these itself, or they change below
-        if field.name == gguf.Keys.General.ALIGNMENT:
-            writer.data_alignment = int(field.contents())
-        first = field.types[0]
-        sub = field.types[-1] if first == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(field.name, field.contents(), first, sub_type=sub)
+        header = read_header(src)
+    except InvalidModelFile as exc:
+        raise InvalidModelFile(f"cannot read {src} as GGUF: {exc.message}") from None
+    with open(src, "rb") as f:
+        head = f.read(header.table_start)
+    alignment = int(header.values.get(gguf.Keys.General.ALIGNMENT) or gguf.GGUF_DEFAULT_ALIGNMENT)
+    changed = (gguf.Keys.General.FILE_TYPE, gguf.Keys.General.QUANTIZATION_VERSION)
+    entries = [head[a:b] for key, a, b in _kv_spans(head) if key not in changed]
     file_type = "ALL_F32" if kind == "F32" else f"MOSTLY_{kind}"
-    writer.add_file_type(int(gguf.LlamaFileType[file_type]))
+    entries.append(_u32_entry(gguf.Keys.General.FILE_TYPE, int(gguf.LlamaFileType[file_type])))
     if kind not in _FLOATS:
-        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    plans = [(t, _plan(t, kind)) for t in reader.tensors]
+        entries.append(_u32_entry(gguf.Keys.General.QUANTIZATION_VERSION, gguf.GGML_QUANT_VERSION))
+
+    plans = [(t, _plan(t, kind)) for t in header.tensors]
+    table = bytearray()
+    at = 0
     for tensor, qtype in plans:
-        shape = [int(n) for n in reversed(tensor.shape)]  # numpy order: the row length last
-        writer.add_tensor_info(
-            tensor.name, shape, np.dtype(np.float32), _out_bytes(tensor, qtype), raw_dtype=qtype
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for done, (tensor, qtype) in enumerate(plans, start=1):
-        if qtype == tensor.tensor_type:
-            data = tensor.data
-        else:
-            try:
-                values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-            except NotImplementedError:
-                raise InvalidModelFile(
-                    f"{tensor.name} is {tensor.tensor_type.name}, which only llama.cpp's quantizer "
-                    f"reads — {_TOOL_ADVICE}"
-                ) from None
-            data = gguf.quants.quantize(values.astype(np.float32, copy=False), qtype)
-        writer.write_tensor_data(np.ascontiguousarray(data).view(np.uint8))
-        if on_progress is not None:
-            on_progress(done, len(plans))
-    writer.close()
+        raw = tensor.name.encode()
+        table += struct.pack(f"<Q{len(raw)}sI", len(raw), raw, len(tensor.shape))
+        table += struct.pack(f"<{len(tensor.shape)}QIQ", *tensor.shape, int(qtype), at)
+        at += _padded(_out_bytes(tensor, qtype), alignment)
+    out = bytearray(struct.pack("<4sIQQ", b"GGUF", 3, len(plans), len(entries)))
+    for entry in entries:
+        out += entry
+    out += table
+    out += bytes(_padded(len(out), alignment) - len(out))
+
+    source = np.memmap(src, dtype=np.uint8, mode="r")
+    with open(dst, "wb") as w:
+        w.write(out)
+        for done, (tensor, qtype) in enumerate(plans, start=1):
+            start = header.data_offset + tensor.offset
+            data = source[start : start + (tensor.n_bytes or 0)]
+            if qtype != _source_type(tensor):
+                rows = data.reshape(-1, len(data) // math.prod(tensor.shape[1:]))
+                try:
+                    values = gguf.quants.dequantize(rows, _source_type(tensor))
+                except NotImplementedError:
+                    raise InvalidModelFile(
+                        f"{tensor.name} is {tensor.type}, which only llama.cpp's quantizer reads — "
+                        f"{_TOOL_ADVICE}"
+                    ) from None
+                quantized = gguf.quants.quantize(values.astype(np.float32, copy=False), qtype)
+                data = np.ascontiguousarray(quantized).view(np.uint8).reshape(-1)
+            w.write(data.data)
+            w.write(bytes(_padded(len(data), alignment) - len(data)))
+            if on_progress is not None:
+                on_progress(done, len(plans))
+
+
+def _padded(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
