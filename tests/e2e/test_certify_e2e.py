@@ -47,44 +47,11 @@ def _forge_tools_failure(home: Path, engine: str) -> None:
 
 def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path) -> None:
     home = make_home(tmp_path / "home", model_path, config="default_ctx = 512\nslots = 2\n")
+    # The bench first: its receipt names the engine, which the forged FAIL below needs. The
+    # model is then certified once, with that FAIL in force: the run that must get through
+    # it is the certificate every later check reads (a second certification cost 5 s).
     d = start_daemon(home)
     try:
-        cert = json.loads(d.cli("model-doctor", MODEL, "--json", timeout_s=600).stdout)
-        statuses = {p["capability"]: p["status"] for p in cert["probes"]}
-        assert list(statuses) == [
-            "chat",
-            "stream",
-            "tools",
-            "json_schema",
-            "embeddings",
-            "vision",
-            "thinking",
-        ]
-        assert statuses["chat"] == "PASS" and statuses["stream"] == "PASS"
-        assert statuses["vision"] == "N/A" and statuses["embeddings"] == "N/A"  # no projector, a chat model
-        assert statuses["tools"] in ("PASS", "FAIL") and statuses["json_schema"] in ("PASS", "FAIL")
-        for probe in cert["probes"]:
-            assert probe["detail"]
-            if probe["status"] != "N/A":
-                assert MODEL in probe["request"] and probe["ms"] > 0
-        assert cert["engine"].startswith("llamacpp")
-
-        show = httpx.post(f"{d.url}/api/show", json={"model": MODEL}, timeout=30).json()
-        assert show["capabilities"] == ["completion", "tools"]  # Ollama's meaning, unchanged
-        assert show["blazar_certificate"]["capabilities"] == statuses
-        assert "chat PASS" in d.cli("show", MODEL).stdout
-
-        # A capability the real certificate failed is refused (a tiny model may fail some).
-        client = openai.OpenAI(base_url=f"{d.url}/v1", api_key="none", max_retries=0)
-        if statuses["tools"] == "FAIL":
-            with pytest.raises(openai.BadRequestError) as refused:
-                client.chat.completions.create(
-                    model=MODEL,
-                    messages=[{"role": "user", "content": "weather?"}],
-                    tools=[TOOL],  # type: ignore[list-item]
-                )
-            assert refused.value.body["blazar_code"] == "CAPABILITY_VERIFIED_FAILED"  # type: ignore[index]
-
         receipt = json.loads(
             d.cli(
                 "bench", MODEL, "--concurrency", "1,2", "--requests", "2", "--max-tokens", "4", "--ctx", "48",
@@ -96,7 +63,6 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
             assert level["ok"] == level["requests"] == 2, level["errors"]
             assert level["ttft_ms"]["p50"] > 0 and level["itl_ms"]["p50"] > 0
             assert level["decode_tps"] > 0 and level["prefill_tps"] > 0 and level["prompt_tokens"] >= 30
-        assert receipt["engine"] == cert["engine"]
         assert (
             receipt["settings"]["launch"]["slots"] == 2
             and receipt["settings"]["launch"]["ctx_per_slot"] == 512
@@ -106,18 +72,10 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
         assert [r["id"] for r in listed] == [receipt["id"]]
         listing = d.cli("bench", "--list").stdout
         assert "DECODE" in listing and "bench_" in listing
-
-        card = json.loads(d.cli("scorecard", MODEL, "--json").stdout)
-        assert card["engine"] == cert["engine"]
-        assert card["certificate"]["capabilities"] == statuses and card["certificate"]["stale"] is False
-        assert card["receipt"]["id"] == receipt["id"] and card["receipt"]["stale"] is False
-        assert card["memory"]["total_bytes"] > card["memory"]["weights_bytes"] > 0
-        text = d.cli("scorecard", MODEL).stdout
-        assert "capabilities" in text and "memory" in text and "PREFILL" in text
     finally:
         d.stop()
 
-    _forge_tools_failure(home, cert["engine"])
+    _forge_tools_failure(home, receipt["engine"])
     d = start_daemon(home)
     try:
         client = openai.OpenAI(base_url=f"{d.url}/v1", api_key="none", max_retries=0)
@@ -162,11 +120,53 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
         card = json.loads(d.cli("scorecard", MODEL, "--json").stdout)
         assert card["certificate"]["capabilities"]["tools"] == "FAIL"
 
-        # Certifying again is not refused by the FAIL it replaces: the probes get through.
-        again = json.loads(d.cli("model-doctor", MODEL, "--json", timeout_s=600).stdout)
-        tools = next(p for p in again["probes"] if p["capability"] == "tools")
+        # Certifying is not refused by the FAIL it replaces: the probes get through.
+        cert = json.loads(d.cli("model-doctor", MODEL, "--json", timeout_s=600).stdout)
+        tools = next(p for p in cert["probes"] if p["capability"] == "tools")
         assert "CAPABILITY_VERIFIED_FAILED" not in tools["answer"]
         assert tools["status"] in ("PASS", "FAIL") and tools["request"]
+        statuses = {p["capability"]: p["status"] for p in cert["probes"]}
+        assert list(statuses) == [
+            "chat",
+            "stream",
+            "tools",
+            "json_schema",
+            "embeddings",
+            "vision",
+            "thinking",
+        ]
+        assert statuses["chat"] == "PASS" and statuses["stream"] == "PASS"
+        assert statuses["vision"] == "N/A" and statuses["embeddings"] == "N/A"  # no projector, a chat model
+        assert statuses["tools"] in ("PASS", "FAIL") and statuses["json_schema"] in ("PASS", "FAIL")
+        for probe in cert["probes"]:
+            assert probe["detail"]
+            if probe["status"] != "N/A":
+                assert MODEL in probe["request"] and probe["ms"] > 0
+        assert cert["engine"].startswith("llamacpp")
+        assert receipt["engine"] == cert["engine"]
+
+        show = httpx.post(f"{d.url}/api/show", json={"model": MODEL}, timeout=30).json()
+        assert show["capabilities"] == ["completion", "tools"]  # Ollama's meaning, unchanged
+        assert show["blazar_certificate"]["capabilities"] == statuses
+        assert "chat PASS" in d.cli("show", MODEL).stdout
+
+        # A capability the real certificate failed is refused (a tiny model may fail some).
+        if statuses["tools"] == "FAIL":
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": "weather?"}],
+                    tools=[TOOL],  # type: ignore[list-item]
+                )
+            assert refused.value.body["blazar_code"] == "CAPABILITY_VERIFIED_FAILED"  # type: ignore[index]
+
+        card = json.loads(d.cli("scorecard", MODEL, "--json").stdout)
+        assert card["engine"] == cert["engine"]
+        assert card["certificate"]["capabilities"] == statuses and card["certificate"]["stale"] is False
+        assert card["receipt"]["id"] == receipt["id"] and card["receipt"]["stale"] is False
+        assert card["memory"]["total_bytes"] > card["memory"]["weights_bytes"] > 0
+        text = d.cli("scorecard", MODEL).stdout
+        assert "capabilities" in text and "memory" in text and "PREFILL" in text
     finally:
         d.stop()
 
@@ -179,8 +179,8 @@ def test_certify_bench_scorecard_and_admission(tmp_path: Path, model_path: Path)
         answer = client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "weather in Paris?"}],
-            tools=[TOOL],
-            max_tokens=16,  # type: ignore[list-item]
+            tools=[TOOL],  # type: ignore[list-item]
+            max_tokens=16,
         )
         assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
     finally:
