@@ -215,7 +215,7 @@ def use(
     async def both() -> tuple[Any, Any]:
         return (
             await probe(*at(version), runtime.engine, rounds=rounds),
-            await probe(*at(current), runtime.engine, rounds=rounds),
+            await probe(*at(current), runtime.engine, rounds=rounds, speed_only=True),
         )
 
     new, old = trio.run(both)
