@@ -134,7 +134,7 @@ def _console_open(daemon: DaemonProc, key: str) -> Iterator[dict[str, int]]:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    duration_s = ctx.pick(4.0, 0.3)
+    duration_s = ctx.pick(4.0, 0.1)
     litellm_bin, skipped = _litellm(ctx)
     notes = [skipped] if skipped else []
     runs: list[dict[str, Any]] = []
