@@ -164,7 +164,7 @@ def test_progress_events_reach_only_a_client_that_asked(prefill_daemon: DaemonPr
         payload = {
             "model": MODEL,
             # A few prompt batches (STEP tokens each): progress is reported per batch
-            "messages": [{"role": "user", "content": _prompt("progress")[: STEP * 10]}],
+            "messages": [{"role": "user", "content": _prompt("progress")[: STEP * 5]}],
             "max_tokens": 2,
             "stream": True,
             **extra,
