@@ -364,7 +364,7 @@ def test_background_response_survives_kill_9(own_daemon: DaemonProc) -> None:
     # Long enough that the daemon dies mid-answer (it is killed within a poll of the answer's
     # start), short enough that the second attempt does not spend seconds writing it again.
     resp = client.responses.create(
-        model=MODEL, input="Write a story about a lighthouse.", max_output_tokens=64, background=True
+        model=MODEL, input="Write a story about a lighthouse.", max_output_tokens=128, background=True
     )
     deadline = time.monotonic() + 60
     while client.responses.retrieve(resp.id).status != "in_progress" and time.monotonic() < deadline:
