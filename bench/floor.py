@@ -112,13 +112,14 @@ def _measure(url: str, pid: int, requests: int, streams: int, *, streaming: bool
     paced_streams = max(1, streams // 60)
     gen = LoadGen()
     try:
-        gen.run(job(url, plain, concurrency=16, count=300))
+        # Warm-ups no longer than the measured runs: a smoke run's few requests need few
+        gen.run(job(url, plain, concurrency=16, count=min(300, requests)))
         t0 = _cpu(pid)
         gen.run(job(url, plain, concurrency=16, count=requests))
         t1 = _cpu(pid)
         if not streaming:
             return ((t1 - t0) / requests * 1000,)
-        gen.run(job(url, stream, concurrency=16, count=50))
+        gen.run(job(url, stream, concurrency=16, count=min(50, streams)))
         t1 = _cpu(pid)
         gen.run(job(url, stream, concurrency=16, count=streams))
         t2 = _cpu(pid)

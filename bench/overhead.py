@@ -134,7 +134,7 @@ def _console_open(daemon: DaemonProc, key: str) -> Iterator[dict[str, int]]:
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    duration_s = ctx.pick(4.0, 0.3)
+    duration_s = ctx.pick(4.0, 0.1)
     litellm_bin, skipped = _litellm(ctx)
     notes = [skipped] if skipped else []
     runs: list[dict[str, Any]] = []
@@ -174,7 +174,8 @@ def run(ctx: Context) -> dict[str, Any]:
                     case = one.setdefault(f"{mode} C={c}", {})
                     for name, (url, pids) in targets.items():
                         request = requests[name, mode]
-                        lg.run(job(url, [request], concurrency=c, count=ctx.pick(c * 4, c)))
+                        if not ctx.quick:  # a quick run measures nothing: no warm-up for it
+                            lg.run(job(url, [request], concurrency=c, count=c * 4))
                         cpu0 = cpu_seconds(pids)
                         res = lg.run(job(url, [request], concurrency=c, duration_s=duration_s))
                         case[name] = _metrics(res, cpu_seconds(pids) - cpu0, mode)

@@ -24,6 +24,7 @@ machine's load does not inflate the way it does wall time.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 import wave
@@ -33,7 +34,16 @@ from typing import Any
 import httpx
 
 from bench._harness import Context
-from bench._rigs import DirectEngine, daemon_commands, engine_config, engine_of, log, redact, running_daemon
+from bench._rigs import (
+    DirectEngine,
+    daemon_commands,
+    engine_config,
+    engine_of,
+    log,
+    redact,
+    running_daemon,
+    wait_http,
+)
 from bench._stats import summarize
 from bench._system import cpu_seconds
 
@@ -145,10 +155,14 @@ def run(ctx: Context) -> dict[str, Any]:
         )
         heard.raise_for_status()
         stt_info, tts_info = engine_of(daemon.url, STT), engine_of(daemon.url, TTS)
-        with (
-            DirectEngine(stt_info.argv, log_dir=ctx.work_dir) as stt_direct,
-            DirectEngine(tts_info.argv, log_dir=ctx.work_dir) as tts_direct,
-        ):
+        stt_direct = DirectEngine(stt_info.argv, log_dir=ctx.work_dir)
+        tts_direct = DirectEngine(tts_info.argv, log_dir=ctx.work_dir)
+        with contextlib.ExitStack() as stack:
+            for direct in (stt_direct, tts_direct):  # both load at once, then both are waited for
+                stack.callback(direct.stop)
+                direct.start(wait=False)
+            for direct in (stt_direct, tts_direct):
+                wait_http(f"{direct.url}/health", timeout_s=180.0, proc=direct.proc)
             targets: dict[str, dict[str, Target]] = {
                 "gateway": {"stt": (daemon.url, {}), "tts": (daemon.url, {})},
                 "direct": {
@@ -156,7 +170,8 @@ def run(ctx: Context) -> dict[str, Any]:
                     "tts": (tts_direct.url, {"Authorization": f"Bearer {tts_direct.api_key}"}),
                 },
             }
-            _one_run(client, targets, clip, 1, daemon.proc.pid, text)  # warm both paths
+            if not ctx.quick:  # a quick run measures nothing: its one run is its warm-up
+                _one_run(client, targets, clip, 1, daemon.proc.pid, text)  # warm both paths
             for n in range(ctx.runs):
                 log(f"speech: run {n + 1}/{ctx.runs}")
                 runs.append(_one_run(client, targets, clip, count, daemon.proc.pid, text))

@@ -286,14 +286,22 @@ async def _opened(lane: Lane, spec: LaunchSpec, config: EngineConfig) -> AsyncIt
                 nursery.cancel_scope.cancel()
 
 
-async def probe(lane: Lane, spec: LaunchSpec, config: EngineConfig, *, rounds: int = 3) -> ProbeReport:
-    """Start ``spec``'s model on ``lane`` (one slot, its own child), check it, stop it."""
+async def probe(
+    lane: Lane, spec: LaunchSpec, config: EngineConfig, *, rounds: int = 3, speed_only: bool = False
+) -> ProbeReport:
+    """Start ``spec``'s model on ``lane`` (one slot, its own child), check it, stop it.
+
+    ``speed_only``: start and health and the timed answers, nothing else: what the gate needs
+    of the version already serving (its capabilities are not in question, and checking its
+    embeddings would cost the time of a second start)."""
     spec = _probe_spec(lane, spec)
     async with _opened(lane, spec, config) as probed:
-        await probed.capabilities()
+        if not speed_only:
+            await probed.capabilities()
         for _ in range(rounds):
             await probed.measure()
-        await probed.embeddings()
+        if not speed_only:
+            await probed.embeddings()
     return probed.report(spec)
 
 

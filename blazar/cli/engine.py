@@ -213,25 +213,25 @@ def use(
         return lane_for(spec, runtime.engine, runtime.home), spec
 
     async def both() -> tuple[Any, Any]:
-        return (
-            await probe(*at(version), runtime.engine, rounds=rounds),
-            await probe(*at(current), runtime.engine, rounds=rounds),
-        )
+        new = await probe(*at(version), runtime.engine, rounds=rounds)
+        if not new.rates:  # no speed to compare: the gate refuses it whatever the active one's
+            return new, None
+        return new, await probe(*at(current), runtime.engine, rounds=rounds, speed_only=True)
 
     new, old = trio.run(both)
     for report, name in ((new, version), (old, current)):
-        if report.decode_tps is not None:
+        if report is not None and report.decode_tps is not None:
             versions.add_receipt(
                 Receipt(lane=lane_name, version=name, engine=report.version, model=record.name,
                         decode_tps=report.decode_tps, at=time.time())
             )  # fmt: skip
-    passed, why = gate(new.rates, old.rates if old.passed else [], margin)
+    passed, why = gate(new.rates, old.rates if old is not None and old.passed else [], margin)
     ok = new.passed and passed
     if json_:
         print_json({"switched": ok, "gate": why, "probe": new, "current": old})
     else:
         _report(new)
-        if not old.passed:  # then the gate has no speed to compare with: say why
+        if old is not None and not old.passed:  # then the gate has no speed to compare with: say why
             out.print("the active version's own probe, for the gate:")
             _report(old)
         out.print(f"  {'[green]PASS[/]' if passed else '[red]FAIL[/]'}  regression gate: {why}")

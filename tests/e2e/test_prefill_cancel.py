@@ -163,7 +163,8 @@ def test_progress_events_reach_only_a_client_that_asked(prefill_daemon: DaemonPr
     def events(**extra: Any) -> list[dict[str, Any]]:
         payload = {
             "model": MODEL,
-            "messages": [{"role": "user", "content": _prompt("progress")[:3000]}],
+            # A few prompt batches (STEP tokens each): progress is reported per batch
+            "messages": [{"role": "user", "content": _prompt("progress")[: STEP * 5]}],
             "max_tokens": 2,
             "stream": True,
             **extra,

@@ -361,8 +361,10 @@ def test_background_cancel(client: openai.OpenAI) -> None:
 
 def test_background_response_survives_kill_9(own_daemon: DaemonProc) -> None:
     client = openai.OpenAI(base_url=f"{own_daemon.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    # Long enough that the daemon dies mid-answer (it is killed within a poll of the answer's
+    # start), short enough that the second attempt does not spend seconds writing it again.
     resp = client.responses.create(
-        model=MODEL, input="Write a story about a lighthouse.", max_output_tokens=400, background=True
+        model=MODEL, input="Write a story about a lighthouse.", max_output_tokens=128, background=True
     )
     deadline = time.monotonic() + 60
     while client.responses.retrieve(resp.id).status != "in_progress" and time.monotonic() < deadline:
