@@ -104,6 +104,10 @@ async def _eventually(check: Callable[[], Awaitable[bool]]) -> None:
     raise AssertionError("timed out")
 
 
+async def _line_written(log: Path) -> bool:
+    return await trio.Path(log).exists() and (await trio.Path(log).read_text()).endswith("\n")
+
+
 async def _state(parts: NodeParts, part_id: str, state: str) -> bool:
     views: list[PartView] = await parts.ask(ListParts())  # a list renews no lease (SeePart does)
     return any(v.id == part_id and v.state == state for v in views)
@@ -127,7 +131,8 @@ async def test_a_part_runs_reports_its_exit_and_stops(
             expected = [str(program), "serve", store.get(MODEL).path, *plan.nodes[1].argv[3:]]
             expected[expected.index("--port") + 1] = "41234"
             assert view.argv == expected
-            await _eventually(lambda: trio.Path(log).exists())
+            # the stand-in creates its log, then writes its line: wait for the whole line
+            await _eventually(lambda: _line_written(log))
             (started,) = [json.loads(line) for line in log.read_text().splitlines()]
             assert started["argv"] == expected and started["env"]["VLLM_PP_LAYER_PARTITION"] == "1,1"
             # the process exits: the part says so, with its code
