@@ -2,8 +2,9 @@
 
 It accepts on the daemon's listening sockets (inherited at spawn) with the daemon's own
 listener (``blazar.web.asgi.listen``: connection caps, header and idle limits, TLS) and
-forwards each request to the runtime over its private Unix socket, adding the token it
-was given and the client's address. The runtime does everything a request needs; a
+forwards each request to the runtime over the channel (``blazar/web/asgi/channel.py``:
+msgspec frames on a private Unix socket, opened with the token it was given at spawn).
+The runtime does everything a request needs; a
 stream it can hand off (``blazar/serve/handoff.py``) comes back as a grant, and the
 worker then relays the engine's bytes to its client itself, with the same
 ``UpstreamStream`` the runtime uses: its own keep-alive pool to each engine, the prompt's
@@ -12,14 +13,14 @@ It reports how the stream ended, and the runtime records it and frees the slot. 
 other answer is relayed as it comes.
 
 A client that disconnects cancels its request here: the engine connection is reset (the
-engine stops at its next write) and the connection to the runtime is closed, which
-frees the slot there. The worker exits when its stdin reaches end-of-file, so a
+engine stops at its next write) and its channel connection is closed, which frees the
+slot there. A client's WebSocket is carried to the runtime's private HTTP socket instead
+(``worker_ws``). The worker exits when its stdin reaches end-of-file, so a
 ``kill -9`` of the daemon takes it along.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -31,17 +32,20 @@ import msgspec
 import trio
 
 from actors.engines.lifeline import on_parent_exit
-from actors.upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from actors.upstream import UpstreamError, UpstreamPool
 from blazar.config import Config
+from blazar.daemon.worker_channel import RuntimeChannel
 from blazar.daemon.worker_ws import bridge
 from blazar.dialects.llamacpp import ProgressFilter
 from blazar.errors import Dialect, error_body
 from blazar.serve.handoff import GRANT_HEADER, Grant, Report, ReportAnswer
 from blazar.serve.relay import UpstreamStream
+from blazar.web.asgi.channel import Answered, Body, ChannelClosed, ChannelConnection, Head, Open, Reported
 from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
-from blazar.web.asgi.workers import CLIENT_HEADER, REPORT_PATH, SCHEME_HEADER, TOKEN_HEADER
+from blazar.web.asgi.workers import CLIENT_HEADER, SCHEME_HEADER, TOKEN_HEADER
 
 __all__ = [
+    "ENV_CHANNEL",
     "ENV_CONFIG",
     "ENV_FDS",
     "ENV_INDEX",
@@ -56,6 +60,7 @@ log = logging.getLogger("blazar.worker")
 
 ENV_TOKEN = "BLAZAR_WORKER_TOKEN"
 ENV_SOCKET = "BLAZAR_WORKER_SOCKET"
+ENV_CHANNEL = "BLAZAR_WORKER_CHANNEL"
 ENV_INDEX = "BLAZAR_WORKER_INDEX"
 ENV_FDS = "BLAZAR_WORKER_FDS"
 ENV_CONFIG = "BLAZAR_WORKER_CONFIG"
@@ -68,7 +73,6 @@ _OWN = _HOP | {b"date", b"server"}
 _GRANT = GRANT_HEADER.encode()
 _OURS = b"x-blazar-worker"
 _ENGINE_JSON = {"content-type": "application/json"}
-_MAX_GRANT = 64 * 1024 * 1024
 _DONE = b"data: [DONE]"
 _ANSWER_END_S = 5.0
 """How long the runtime has to end its answer once a stream is reported."""
@@ -93,21 +97,32 @@ class _Lease:
         self.released.set()
 
 
-async def _close_when_released(lease: _Lease, answer: UpstreamResponse) -> None:
+async def _close_when_released(lease: _Lease, conn: ChannelConnection) -> None:
     """An abandoned stream waits for the engine's first token to be closed: the runtime's
     answer (its slot) is held until then too."""
     with trio.move_on_after(_ABANDONED_WAIT_S):
         await lease.released.wait()
-    answer.reset()
+    conn.close()
+
+
+async def _next(conn: ChannelConnection) -> Head | Body | Answered:
+    """The runtime's next frame for this request; ``_RuntimeGone`` where it ends instead."""
+    try:
+        frame = await conn.read()
+    except ChannelClosed as exc:
+        raise _RuntimeGone from exc
+    if not isinstance(frame, Head | Body | Answered):
+        raise _RuntimeGone
+    return frame
 
 
 class WorkerApp:
     """The worker's ASGI app: forward to the runtime, relay the engine's bytes where granted."""
 
-    def __init__(self, runtime_socket: str, token: str, index: int, max_body: int) -> None:
-        self._runtime = UpstreamPool(
-            "runtime", 0, headers={}, max_idle=256, idle_expiry_s=30.0, unix_path=runtime_socket
-        )
+    def __init__(
+        self, runtime_socket: str, channel_socket: str, token: str, index: int, max_body: int
+    ) -> None:
+        self._channel = RuntimeChannel(channel_socket, token)
         self._socket = runtime_socket
         self._token = token.encode()
         self._index = str(index).encode()
@@ -133,7 +148,7 @@ class WorkerApp:
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     nursery.cancel_scope.cancel()
-                    await self._runtime.aclose()
+                    self._channel.close()
                     for pool in self._engines.values():
                         await pool.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
@@ -175,8 +190,8 @@ class WorkerApp:
         scope.cancel()
 
     def _added(self, scope: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-        """What the worker tells the runtime of a request: its token, the client's address
-        and the scheme the client used."""
+        """What the worker tells the runtime of a WebSocket it carries: its token, the
+        client's address and the scheme the client used."""
         added = [(TOKEN_HEADER, self._token), (SCHEME_HEADER, scope.get("scheme", "http").encode())]
         if client := scope.get("client"):
             host = client[0]
@@ -186,45 +201,72 @@ class WorkerApp:
         return added
 
     async def _forward(self, scope: dict[str, Any], body: bytes, send: Any) -> None:
-        # A client's own x-blazar-worker-* headers are dropped: only this worker's are believed.
+        # A client's own x-blazar-worker-* headers are dropped: only the channel says who sent it.
         headers = [(k, v) for k, v in scope["headers"] if k not in _HOP and not k.startswith(_OURS)]
-        headers += self._added(scope)
-        target = scope.get("raw_path") or scope["path"].encode()
-        if scope.get("query_string"):
-            target += b"?" + scope["query_string"]
+        headers.append((b"content-length", b"%d" % len(body)))
+        client, server = scope.get("client"), scope.get("server")
+        request = Open(
+            method=scope["method"],
+            path=scope["path"],
+            raw_path=scope.get("raw_path") or scope["path"].encode(),
+            query=scope.get("query_string", b""),
+            headers=headers,
+            body=body,
+            client=None if client is None else (client[0], client[1]),
+            server=None if server is None else (server[0], server[1] or 0),
+            scheme=scope.get("scheme", "http"),
+            http_version=scope.get("http_version", "1.1"),
+        )
         try:
-            answer = await self._runtime.request(
-                scope["method"], target.decode("latin-1"), body=body, raw_headers=headers
-            )
-        except UpstreamError:
+            conn = await self._channel.open(request)
+        except ChannelClosed:
             await self._refuse(send, 503, "UNAVAILABLE", "the daemon's runtime is not answering: try again")
             return
-        if answer.header(_GRANT) is not None:
-            await self._handed(answer, send, (scope.get("extensions") or {}).get(DIRECT_BODY))
-            return
+        done = handed = False
         try:
-            await self._relay(answer, send)
-        except _RuntimeGone:
-            pass  # whatever was sent is all the client gets: its connection ends short
+            try:
+                head = await _next(conn)
+            except _RuntimeGone:
+                await self._refuse(
+                    send, 503, "UNAVAILABLE", "the daemon's runtime ended the request: try again"
+                )
+                return
+            if not isinstance(head, Head):
+                return
+            if _GRANT in (k for k, _ in head.headers):
+                handed = True  # the stream's relay keeps or closes the connection
+                await self._handed(conn, head, send, (scope.get("extensions") or {}).get(DIRECT_BODY))
+                return
+            try:
+                done = await self._relay(conn, head, send)
+            except _RuntimeGone:
+                pass  # whatever was sent is all the client gets: its connection ends short
         finally:
-            await answer.aclose()
+            if done:
+                self._channel.keep(conn)
+            elif not handed:
+                conn.close()
 
-    def _head(self, answer: UpstreamResponse) -> list[tuple[bytes, bytes]]:
-        kept = [(k, v) for k, v in answer.headers if k not in _OWN and k != _GRANT]
+    def _head(self, head: Head) -> list[tuple[bytes, bytes]]:
+        kept = [(k, v) for k, v in head.headers if k not in _OWN and k != _GRANT]
         kept.append((b"x-blazar-worker", self._index))
         return kept
 
-    async def _relay(self, answer: UpstreamResponse, send: Any) -> None:
-        head = self._head(answer)
-        if (length := answer.header(b"content-length")) is not None:
-            head.append((b"content-length", length))
-        await send({"type": "http.response.start", "status": answer.status_code, "headers": head})
-        try:
-            while chunk := await answer.receive_some():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except UpstreamError as exc:
-            raise _RuntimeGone from exc
-        await send({"type": "http.response.body", "body": b""})
+    async def _relay(self, conn: ChannelConnection, head: Head, send: Any) -> bool:
+        """Relay the runtime's answer as it comes; True once it is whole."""
+        kept = self._head(head)
+        if (length := next((v for k, v in head.headers if k == b"content-length"), None)) is not None:
+            kept.append((b"content-length", length))
+        await send({"type": "http.response.start", "status": head.status, "headers": kept})
+        while True:
+            frame = await _next(conn)
+            if not isinstance(frame, Body):
+                raise _RuntimeGone
+            if not frame.more:
+                await send({"type": "http.response.body", "body": frame.data})
+                return True
+            if frame.data:
+                await send({"type": "http.response.body", "body": frame.data, "more_body": True})
 
     async def _refuse(self, send: Any, status: int, code: str, message: str) -> None:
         body = msgspec.json.encode(error_body(Dialect.OPENAI, code, message))
@@ -234,32 +276,47 @@ class WorkerApp:
 
     # -- a handed-off stream ----------------------------------------------------------
 
-    async def _handed(self, answer: UpstreamResponse, send: Any, direct: BodyWriter | None) -> None:
-        """Relay a granted stream; the runtime's ``answer`` is closed once the engine slot is
-        free (at once, unless an abandoned stream waits for its first token)."""
+    async def _handed(
+        self, conn: ChannelConnection, head: Head, send: Any, direct: BodyWriter | None
+    ) -> None:
+        """Relay a granted stream. The connection is kept for the next request once the
+        runtime has answered the report and ended its answer; else it is closed, at once
+        or, for an abandoned stream waiting for its first token, once the engine slot is
+        free (the runtime holds the slot until then)."""
         lease = _Lease()
+        ended = _Ended()
         try:
-            await self._handed_relay(answer, send, lease, direct)
+            await self._handed_relay(conn, head, send, lease, direct, ended)
         except _RuntimeGone:
             pass
         finally:
-            if lease.released.is_set() or self._background is None:
-                answer.reset()
+            if ended.reported and ended.whole:
+                self._channel.keep(conn)
+            elif lease.released.is_set() or ended.whole or self._background is None:
+                conn.close()
             else:
-                self._background.start_soon(_close_when_released, lease, answer)
+                self._background.start_soon(_close_when_released, lease, conn)
 
     async def _handed_relay(
-        self, answer: UpstreamResponse, send: Any, lease: _Lease, direct: BodyWriter | None
+        self,
+        conn: ChannelConnection,
+        head: Head,
+        send: Any,
+        lease: _Lease,
+        direct: BodyWriter | None,
+        ended: _Ended,
     ) -> None:
-        line, rest = await _grant_line(answer)
-        grant = msgspec.json.decode(line, type=Grant)
+        frame = await _next(conn)
+        if not isinstance(frame, Body):
+            raise _RuntimeGone
+        grant = msgspec.json.decode(frame.data, type=Grant)
         engine = self._engine(grant)
         try:
             upstream = await engine.request("POST", grant.path, body=grant.body, headers=_ENGINE_JSON)
         except UpstreamError as exc:
             lease.release()
-            said = await self._report(grant.id, Report(error=repr(exc)))
-            await self._start(send, answer)
+            said = await self._report(conn, Report(error=repr(exc)), ended)
+            await send({"type": "http.response.start", "status": 200, "headers": self._head(head)})
             await send({"type": "http.response.body", "body": said.body})
             return
         if upstream.status_code != 200:
@@ -270,22 +327,20 @@ class WorkerApp:
                 content = b""
             finally:
                 await upstream.aclose()
-            said = await self._report(grant.id, Report(status=upstream.status_code, body=content))
-            head = [
+            said = await self._report(conn, Report(status=upstream.status_code, body=content), ended)
+            kept = [
                 (b"content-type", said.content_type.encode()),
                 (b"content-length", b"%d" % len(said.body)),
             ]
-            await send({"type": "http.response.start", "status": said.status or 502, "headers": head})
+            await send({"type": "http.response.start", "status": said.status or 502, "headers": kept})
             await send({"type": "http.response.body", "body": said.body})
             return
-        reported = False
         tail = b""
 
         def on_end(last: bytes) -> None:
             nonlocal tail
             tail = last
 
-        ended = [rest]
         sent = [0, 0]  # chunks, bytes
         first: float | None = None
 
@@ -293,10 +348,11 @@ class WorkerApp:
             ago = None if first is None else time.perf_counter() - first
             return Report(tail=tail, chunks=sent[0], bytes_out=sent[1], first_byte_ago_s=ago, **more)
 
+        watch = _RuntimeEnd(conn, ended)
+
         async def on_error(exc: Exception) -> bytes:
-            nonlocal reported
-            reported = True
-            return (await self._report(grant.id, report(error=repr(exc)))).body
+            await watch.stop()  # the report's answer is read on the connection it watches
+            return (await self._report(conn, report(error=repr(exc)), ended)).body
 
         stream = UpstreamStream(
             upstream,
@@ -306,12 +362,12 @@ class WorkerApp:
             progress=ProgressFilter() if grant.progress else None,
             on_end=on_end,
         )
-        await self._start(send, answer)
+        await send({"type": "http.response.start", "status": 200, "headers": self._head(head)})
         whole = False
         last = b""
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._runtime_end, answer, ended, nursery.cancel_scope)
+                nursery.start_soon(watch.run, nursery.cancel_scope)
                 async for chunk in stream:
                     if first is None:
                         first = time.perf_counter()
@@ -328,30 +384,12 @@ class WorkerApp:
             await stream.aclose()
             # A client may hang up once it has read the last event (the OpenAI SDK does, at
             # `[DONE]`), before the engine's end of body: it has its whole answer all the same.
-            if (whole or last.rstrip().endswith(_DONE)) and not reported:
-                # All relayed: shielded from the client's going. The runtime ends its answer
-                # on the report: read to that end, so it does not see its answer cut short.
-                reported = True
+            if (whole or last.rstrip().endswith(_DONE)) and not ended.reported and not ended.whole:
+                # All relayed: shielded from the client's going.
                 with trio.CancelScope(shield=True):
-                    await self._report(grant.id, report())
-                    with trio.move_on_after(_ANSWER_END_S), contextlib.suppress(UpstreamError):
-                        await answer.aread()
+                    await self._report(conn, report(), ended)
         # Not reported: the runtime ended it (a cancel, a deadline), its last event sent ahead.
-        await send({"type": "http.response.body", "body": b"" if reported else b"".join(ended)})
-
-    async def _start(self, send: Any, answer: UpstreamResponse) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self._head(answer)})
-
-    @staticmethod
-    async def _runtime_end(answer: UpstreamResponse, ended: list[bytes], relay: trio.CancelScope) -> None:
-        """The runtime sends more, or ends its answer, before the report only to stop the
-        stream (a cancel, a deadline, a drain): what it sends is the stream's last event."""
-        try:
-            if not ended[0]:
-                ended.append(await answer.receive_some())
-        except UpstreamError:
-            pass
-        relay.cancel()
+        await send({"type": "http.response.body", "body": b"" if ended.reported else ended.last})
 
     def _start_background(self, fn: Any) -> None:
         if self._background is not None:
@@ -366,42 +404,72 @@ class WorkerApp:
             )
         return pool
 
-    async def _report(self, id: str, report: Report) -> ReportAnswer:
-        try:
-            with trio.CancelScope(shield=True):
-                said = await self._runtime.request(
-                    "POST",
-                    REPORT_PATH + id,
-                    body=msgspec.json.encode(report),
-                    raw_headers=[
-                        (b"host", b"localhost"),
-                        (TOKEN_HEADER, self._token),
-                        (b"content-type", b"application/json"),
-                    ],
-                )
-                content = await said.aread()
-        except UpstreamError as exc:
-            log.warning("could not report stream %s to the runtime: %s", id, exc)
-            return ReportAnswer()
-        if said.status_code != 200:
-            log.warning(
-                "the runtime refused the report of stream %s: %d %s", id, said.status_code, content[:200]
-            )
-            return ReportAnswer()
-        return msgspec.json.decode(content, type=ReportAnswer)
+    async def _report(self, conn: ChannelConnection, report: Report, ended: _Ended) -> ReportAnswer:
+        """Tell the runtime how the stream ended; its answer, once its own answer has ended
+        too (the connection is then free for the next request)."""
+        ended.reported = True
+        said = ReportAnswer()
+        with trio.CancelScope(shield=True), trio.move_on_after(_ANSWER_END_S):
+            try:
+                await conn.write(Reported(report))
+                answered = False
+                while not (answered and ended.whole):
+                    frame = await _next(conn)
+                    if isinstance(frame, Answered):
+                        said, answered = frame.answer, True
+                    elif isinstance(frame, Body):
+                        ended.whole = not frame.more
+                return said
+            except (ChannelClosed, _RuntimeGone) as exc:
+                log.warning("could not report a handed-off stream to the runtime: %s", exc)
+        ended.whole = False  # not known to be done: the connection is not kept
+        return said
 
 
-async def _grant_line(answer: UpstreamResponse) -> tuple[bytes, bytes]:
-    buf = b""
-    while (end := buf.find(b"\n")) < 0:
+class _RuntimeEnd:
+    """Watches the runtime's answer while a handed-off stream is relayed: the runtime sends
+    more, or ends its answer, before the report only to stop the stream (a cancel, a
+    deadline, a drain), and what it sends is the stream's last event."""
+
+    def __init__(self, conn: ChannelConnection, ended: _Ended) -> None:
+        self._conn = conn
+        self._ended = ended
+        self._scope = trio.CancelScope()
+        self._done = trio.Event()
+
+    async def run(self, relay: trio.CancelScope) -> None:
         try:
-            chunk = await answer.receive_some()
-        except UpstreamError as exc:
-            raise _RuntimeGone from exc
-        if not chunk or len(buf) > _MAX_GRANT:
-            raise _RuntimeGone
-        buf += chunk
-    return buf[:end], buf[end + 1 :]
+            with self._scope:
+                try:
+                    while not self._ended.whole:
+                        frame = await _next(self._conn)
+                        if isinstance(frame, Body):
+                            self._ended.last += frame.data
+                            self._ended.whole = not frame.more
+                except _RuntimeGone:
+                    pass
+                relay.cancel()
+        finally:
+            self._done.set()
+
+    async def stop(self) -> None:
+        """Stop watching, and return once the connection is no longer read here."""
+        self._scope.cancel()
+        await self._done.wait()
+
+
+class _Ended:
+    """What the worker learnt of the runtime's answer to a handed-off stream."""
+
+    __slots__ = ("last", "reported", "whole")
+
+    def __init__(self) -> None:
+        self.reported = False
+        """The report was sent."""
+        self.whole = False
+        """The runtime's answer has ended."""
+        self.last = b""
+        """What it sent after the grant: the stream's last event, where it ended it."""
 
 
 # -- the process ---------------------------------------------------------------------
@@ -444,16 +512,20 @@ def _log_to(folder: str | None, index: int, config: Config) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _address(name: str) -> str:
+    """A Unix socket's name from the environment, where a Linux abstract name's NUL is an @."""
+    return "\0" + name[1:] if name.startswith("@") else name
+
+
 def main() -> int:
     on_parent_exit(lambda: os._exit(0))  # the daemon is gone (even by kill -9): so are we
     config = msgspec.json.decode(os.environ[ENV_CONFIG].encode(), type=Config)
     index = int(os.environ[ENV_INDEX])
     _log_to(os.environ.get(ENV_LOG_DIR), index, config)
     fds = [int(fd) for fd in os.environ[ENV_FDS].split(",") if fd]
-    runtime_socket = os.environ[ENV_SOCKET]
-    if runtime_socket.startswith("@"):  # a Linux abstract name
-        runtime_socket = "\0" + runtime_socket[1:]
-    app = WorkerApp(runtime_socket, os.environ[ENV_TOKEN], index, int(config.max_body_mb * 1024 * 1024))
+    runtime_socket, channel_socket = (_address(os.environ[name]) for name in (ENV_SOCKET, ENV_CHANNEL))
+    max_body = int(config.max_body_mb * 1024 * 1024)
+    app = WorkerApp(runtime_socket, channel_socket, os.environ[ENV_TOKEN], index, max_body)
     trio.run(_run, config, app, fds)
     return 0
 

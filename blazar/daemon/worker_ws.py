@@ -1,6 +1,6 @@
 """A worker's WebSocket bridge: a client's WebSocket (``/v1/realtime``) carried to the runtime.
 
-The runtime serves WebSockets as it serves every route, on its private socket; a worker
+The runtime serves WebSockets as it serves every route, on its private HTTP socket; a worker
 opens a WebSocket of its own to it there for each client that asks, with the client's
 headers (its key, origin and subprotocols), the worker's token, the client's address and
 scheme, then passes messages both ways as they come. The runtime decides everything: the

@@ -2,9 +2,10 @@
 
 The daemon binds the public sockets as always but does not accept on them: its workers
 (``blazar/daemon/worker.py``) do, each handed the sockets at spawn, and the kernel spreads
-new connections among them. The daemon serves its whole app on a private Unix socket
-(a Linux abstract name, so nothing is left on disk), behind the token check of
-``WorkerSide``. A worker that exits (a crash, a ``kill -9``) loses only its own requests
+new connections among them. The daemon serves its whole app to them over the channel
+(``blazar/web/asgi/channel.py``), and their clients' WebSockets on a private HTTP socket
+behind the token check of ``WorkerSide``: two Unix sockets with Linux abstract names, so
+nothing is left on disk. A worker that exits (a crash, a ``kill -9``) loses only its own requests
 (their slots are freed as each of its connections to the runtime closes) and is started
 again after a short backoff; the sockets stay open here, so the other workers go on
 accepting meanwhile. Each worker's stdin is a pipe held here: the daemon gone, however
@@ -31,6 +32,7 @@ from hypercorn.utils import repr_socket_addr
 
 from blazar.config import Config
 from blazar.daemon import worker
+from blazar.web.asgi.channel import serve_channel
 from blazar.web.asgi.listen import hypercorn_config, serve
 from blazar.web.asgi.workers import WorkerSide
 
@@ -45,11 +47,15 @@ _STOP_GRACE_S = 5.0
 
 
 def worker_config(config: Config, count: int) -> Config:
-    """What each of ``count`` workers listens with: the connection caps shared among them."""
+    """What each of ``count`` workers listens with. The cap on connections in all is shared
+    among them. The cap per client address is whole in each: the kernel hands a new
+    connection to whichever worker accepts first, so one client's connections are not
+    spread evenly, and a share of its cap would refuse a client that is under it."""
+    total = max(1, math.ceil(config.max_connections / count))
     return msgspec.structs.replace(
         config,
-        max_connections=max(1, math.ceil(config.max_connections / count)),
-        max_connections_per_client=max(1, math.ceil(config.max_connections_per_client / count)),
+        max_connections=total,
+        max_connections_per_client=min(config.max_connections_per_client, total),
     )
 
 
@@ -72,7 +78,13 @@ class Workers:
     """The worker processes: each kept running until the daemon stops; their pids by index."""
 
     def __init__(
-        self, count: int, config: Config, fds: list[int], runtime_socket: str, token: str, log_dir: str | None
+        self,
+        count: int,
+        config: Config,
+        fds: list[int],
+        sockets: tuple[str, str],
+        token: str,
+        log_dir: str | None,
     ) -> None:
         self.count = count
         self.pids: dict[int, int] = {}
@@ -80,7 +92,9 @@ class Workers:
         self._env = {
             **os.environ,
             worker.ENV_CONFIG: msgspec.json.encode(worker_config(config, count)).decode(),
-            worker.ENV_SOCKET: runtime_socket.replace("\0", "@", 1),  # no NUL in an environment
+            # no NUL in an environment: a Linux abstract name goes as @name
+            worker.ENV_SOCKET: sockets[0].replace("\0", "@", 1),
+            worker.ENV_CHANNEL: sockets[1].replace("\0", "@", 1),
             worker.ENV_TOKEN: token,
             worker.ENV_FDS: ",".join(map(str, fds)),
             worker.ENV_LOG_DIR: log_dir or "",
@@ -133,6 +147,13 @@ async def _stop(proc: trio.Process) -> None:
     await proc.wait()
 
 
+def _private_socket(what: str) -> tuple[socket.socket, str]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0blazar-{what}-{os.getpid()}-{secrets.token_hex(8)}"
+    sock.bind(name)
+    return sock, name
+
+
 def _exit_said(code: int) -> str:
     return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
@@ -156,20 +177,26 @@ async def serve_with_workers(
         sock.listen(hconfig.backlog)
         binds.append(f"{'https' if secure else 'http'}://{repr_socket_addr(sock.family, sock.getsockname())}")
     token = secrets.token_urlsafe(32)
-    private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    name = f"\0blazar-runtime-{os.getpid()}-{secrets.token_hex(8)}"
-    private.bind(name)
+    private, name = _private_socket("runtime")
+    channel, channel_name = _private_socket("channel")
     inner = _inner_config(config)
     inner_h = hypercorn_config(inner)
     inner_h.bind = [f"fd://{private.detach()}"]  # the listener owns (and closes) it now
-    workers = Workers(config.workers, config, [s.fileno() for s, _ in public], name, token, log_dir)
+    fds = [s.fileno() for s, _ in public]
+    workers = Workers(config.workers, config, fds, (name, channel_name), token, log_dir)
     on_workers(workers)
+    max_frame = int(config.max_body_mb * 1024 * 1024) + 1024 * 1024  # a request's body and its head
     try:
         async with trio.open_nursery() as nursery:
             side = WorkerSide(app, token)
             await nursery.start(
                 lambda task_status: serve(
                     side, inner, inner_h, shutdown_trigger=shutdown_trigger, task_status=task_status
+                )
+            )
+            await nursery.start(
+                lambda task_status: serve_channel(
+                    app, token, channel, max_frame=max_frame, task_status=task_status
                 )
             )
             nursery.start_soon(workers.run)

@@ -12,8 +12,9 @@ away, or the worker died), which releases the lease as a client's disconnect doe
 cancel from here (``POST /v1/requests/{id}/cancel``, a deadline, a drain) ends that
 answer with the stream's last event, which the worker writes after stopping the engine.
 
-The wire between the two is small and local: the grant is one JSON line, the report one
-JSON body (``Report``), and its answer the bytes the worker sends last, if any.
+The wire between the two is the workers' channel (``blazar/web/asgi/channel.py``): the
+grant is one JSON line, the answer's first body frame; the report is a frame of its own
+(``Report``), and its answer the bytes the worker sends last, if any.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from actors.upstream import UpstreamBrokenError
 from blazar.serve.cards import Card
 from blazar.serve.relay import Releasable
 
-__all__ = ["GRANT_HEADER", "Grant", "HandedOff", "HandoffSlot", "Handoffs", "Report", "ReportAnswer"]
+__all__ = ["GRANT_HEADER", "Grant", "HandedOff", "HandoffSlot", "Report", "ReportAnswer"]
 
 GRANT_HEADER = "x-blazar-handoff"
 """Marks the runtime's answer to a worker as a grant: its body starts with the grant line."""
@@ -75,7 +76,8 @@ OnReport = Callable[[Report], Awaitable[ReportAnswer]]
 
 
 class HandoffSlot:
-    """One request that a worker forwarded and may take over: it waits for the report."""
+    """One request that a worker forwarded and may take over: it waits for the report.
+    Its ``id`` names the stream in the grant and the logs."""
 
     __slots__ = ("_answered", "_handler", "_reported", "id")
 
@@ -100,27 +102,6 @@ class HandoffSlot:
 
     async def wait(self) -> None:
         await self._reported.wait()
-
-
-class Handoffs:
-    """The open slots, by id: the owner is the runtime's listener for its workers."""
-
-    def __init__(self) -> None:
-        self._open: dict[str, HandoffSlot] = {}
-
-    def open(self) -> HandoffSlot:
-        slot = HandoffSlot()
-        self._open[slot.id] = slot
-        return slot
-
-    def close(self, slot: HandoffSlot) -> None:
-        self._open.pop(slot.id, None)
-
-    def get(self, id: str) -> HandoffSlot | None:
-        return self._open.get(id)
-
-    def __len__(self) -> int:
-        return len(self._open)
 
 
 class HandedOff:

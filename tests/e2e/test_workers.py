@@ -297,3 +297,30 @@ def test_a_websocket_is_carried_to_the_runtime(daemon: DaemonProc) -> None:
         return sorted(r["status"] for r in rows if r["path"] == "/v1/realtime")
 
     wait_for(lambda: realtime() == [101, 404], what="the ledger's two /v1/realtime records")
+
+
+def test_an_engine_killed_mid_stream_ends_a_worker_stream_with_engine_crashed(daemon: DaemonProc) -> None:
+    """The worker reports the broken engine connection on the stream's own channel
+    connection; the runtime's crash check words the last event, as without workers."""
+    client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused", max_retries=0)
+    pid = daemon.engines()[0]["pid"]
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Write a very long story."}],
+        max_tokens=2000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    with pytest.raises(openai.APIError) as info:
+        for i, _chunk in enumerate(stream):
+            if i == 3:
+                os.kill(pid, signal.SIGKILL)
+    assert isinstance(info.value.body, dict) and info.value.body["blazar_code"] == "ENGINE_CRASHED"
+    card = next(c for c in cards(daemon) if c["path"] == "/v1/chat/completions")
+    assert card["state"] != "running", card
+    # the runtime freed the slot, and the next request starts the engine again
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    assert r.choices[0].message.content is not None
+    assert daemon.engines()[0]["pid"] != pid
