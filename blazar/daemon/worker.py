@@ -398,9 +398,11 @@ class WorkerApp:
     def _engine(self, grant: Grant) -> UpstreamPool:
         key = (grant.host, grant.port)
         pool = self._engines.get(key)
-        if pool is None or pool.headers != grant.headers:
+        if pool is None or pool.headers != grant.headers or pool.max_idle != grant.keep:
+            if pool is not None:  # the engine was started again (a new key): its old pool goes
+                self._start_background(pool.aclose)
             pool = self._engines[key] = UpstreamPool(
-                grant.host, grant.port, headers=grant.headers, max_idle=64, idle_expiry_s=4.0
+                grant.host, grant.port, headers=grant.headers, max_idle=grant.keep, idle_expiry_s=grant.keep_s
             )
         return pool
 

@@ -42,6 +42,10 @@ class Grant(msgspec.Struct, frozen=True, kw_only=True):
     port: int
     headers: dict[str, str]
     """What goes with every request to the engine (its API key)."""
+    keep: int
+    keep_s: float
+    """How many idle connections to the engine the runtime's own pool keeps, and how long:
+    a worker keeps as many, or it would open one per stream past them."""
     path: str
     body: bytes
     progress: bool

@@ -328,6 +328,8 @@ async def relay(
                 host=handle.upstream.host,
                 port=handle.upstream.port,
                 headers=handle.upstream.headers,
+                keep=handle.upstream.max_idle,
+                keep_s=handle.upstream.idle_expiry_s,
                 path=path,
                 body=body,
                 progress=ours,
