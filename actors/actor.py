@@ -121,6 +121,12 @@ class Actor(Generic[M]):
             raise ActorStopped(f"actor '{self.name}' is not running")
         self._nursery.start_soon(fn, *args)
 
+    def cancel_tasks(self) -> None:
+        """Cancel the tasks started with ``start_soon``: for an ``on_stop`` that closes what
+        they use (it runs before they are cancelled)."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
     async def _answer_with_handle(self, env: Envelope[M]) -> None:
         env.answer(await self.handle(env.message))
 

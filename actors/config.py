@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "AdmissionConfig",
@@ -494,6 +497,15 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """With ``start``: how often the router checks each worker's health (whole seconds)."""
     router_args: list[str] = []
     """With ``start``: more flags for ``smg launch`` (``["--retry-max-retries", "3"]``)."""
+
+    def verify(self) -> bool | ssl.SSLContext:
+        """How an HTTPS client checks the peer: against ``ca_file``, else the system's
+        certificates, unless ``tls_verify`` is off."""
+        if self.ca_file is not None and self.tls_verify:
+            import ssl
+
+            return ssl.create_default_context(cafile=self.ca_file)
+        return self.tls_verify
 
     def __post_init__(self) -> None:
         self._check_pool()

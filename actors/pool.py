@@ -265,13 +265,14 @@ class _Registrar:
             assert self.remote.url is not None
             url = self.remote.url
             headers = {"Authorization": f"Bearer {self.remote.key}"} if self.remote.key else {}
-        verify: bool | str = (
-            self.remote.ca_file if self.remote.ca_file is not None else self.remote.tls_verify
-        )
         generation = 0
         async with (
             httpx.AsyncClient(
-                base_url=url, headers=headers, verify=verify, trust_env=False, timeout=self.remote.timeout_s
+                base_url=url,
+                headers=headers,
+                verify=self.remote.verify(),
+                trust_env=False,
+                timeout=self.remote.timeout_s,
             ) as client,
             trio.open_nursery() as nursery,
         ):

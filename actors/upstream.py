@@ -22,6 +22,7 @@ import os
 import socket
 import struct
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 
@@ -35,6 +36,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamPool",
     "UpstreamResponse",
+    "pool_for_url",
 ]
 
 _READ_SIZE = 64 * 1024
@@ -277,6 +279,26 @@ class UpstreamPool:
 
     def _broken(self, what: str) -> str:
         return f"the upstream at {self.host}:{self.port} {what}"
+
+
+def pool_for_url(
+    url: str, *, headers: Mapping[str, str], max_idle: int, idle_expiry_s: float, connect_timeout_s: float
+) -> tuple[UpstreamPool, str] | None:
+    """A pool for a plain ``http://`` base URL, and the URL's path prefix (to put before each
+    request's path); None for any other URL (TLS, an IPv6 literal), which stays with httpx."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname
+    if parts.scheme != "http" or not host or ":" in host:
+        return None
+    pool = UpstreamPool(
+        host,
+        parts.port or 80,
+        headers=headers,
+        max_idle=max_idle,
+        idle_expiry_s=idle_expiry_s,
+        connect_timeout_s=connect_timeout_s,
+    )
+    return pool, parts.path.rstrip("/")
 
 
 class UpstreamResponse:

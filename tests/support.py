@@ -115,6 +115,26 @@ def fake_hf_cache(
     return blob
 
 
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, valid for a day, and its key (made by the
+    openssl command; the test skips without it)."""
+    import pytest
+
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate; it is not installed")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
+            *("-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"),
+            *("-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
 def unreachable_url() -> str:
     """A loopback URL where nothing listens: every connection to it is refused at once."""
     with socket.socket() as sock:

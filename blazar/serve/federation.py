@@ -22,6 +22,7 @@ from actors.errors import PeerIsSelf, PeerNotFound, PeerUnavailable
 from actors.federation import LOCAL, Decision, Ranked
 from actors.peer import RELAYED_HEADER, PeerActor
 from actors.runtime import Runtime
+from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.errors import BlazarError, Dialect, error_body
 from blazar.serve.context import Relayed
 from blazar.serve.reply import Reply, dialect_for, stream_reply
@@ -117,13 +118,86 @@ def rewrite_model(body: bytes, model: str, content_type: str = "application/json
     return msgspec.json.encode(doc)
 
 
+class _Broken(Exception):
+    """The peer could not be sent the request, or its answer broke off (what went wrong)."""
+
+
+class _PoolAnswer:
+    """A plain-HTTP peer's answer, read from the relay's own pool (``PeerActor.relay_pool``)."""
+
+    def __init__(self, response: UpstreamResponse) -> None:
+        self._response = response
+        self.status_code = response.status_code
+        self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
+
+    async def receive_some(self) -> bytes:
+        """The next bytes of the body; ``b""`` at its end."""
+        try:
+            return await self._response.receive_some()
+        except UpstreamError as exc:
+            raise _Broken(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()  # before the end, a reset: the peer cancels the request
+
+
+class _HttpxAnswer:
+    """A TLS peer's answer, read through httpx (its trust settings are the client's)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._chunks = response.aiter_raw()
+        self.status_code = response.status_code
+        self.headers = list(response.headers.items())
+
+    async def receive_some(self) -> bytes:
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            return b""
+        except httpx.HTTPError as exc:
+            raise _Broken(_said(exc)) from exc
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            await self._response.aclose()
+
+
+def _said(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _send(
+    actor: PeerActor, path: str, body: bytes, headers: dict[str, str]
+) -> _PoolAnswer | _HttpxAnswer:
+    """POST ``body`` to the peer; the answer once its head has come. ``_Broken`` where it
+    cannot be sent."""
+    if (relay := actor.relay_pool) is not None:
+        pool, prefix = relay
+        try:
+            return _PoolAnswer(await pool.request("POST", prefix + path, body=body, headers=headers))
+        except UpstreamError as exc:
+            raise _Broken(_said(exc)) from exc
+    request = actor.client.build_request("POST", path, content=body, headers=headers)
+    try:
+        return _HttpxAnswer(await actor.client.send(request, stream=True))
+    except httpx.HTTPError as exc:
+        raise _Broken(_said(exc)) from exc
+
+
+async def _read(answer: _PoolAnswer | _HttpxAnswer) -> bytes:
+    parts = []
+    while chunk := await answer.receive_some():
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 class _PeerStream:
     """The peer's answer bytes as they come; a failure midway ends them with the dialect's
     error event. Closing it closes the peer's response (the peer cancels the request)."""
 
-    def __init__(self, response: httpx.Response, actor: PeerActor, dialect: Dialect) -> None:
-        self._response = response
-        self._chunks = response.aiter_raw()
+    def __init__(self, answer: _PoolAnswer | _HttpxAnswer, actor: PeerActor, dialect: Dialect) -> None:
+        self._answer = answer
         self._actor = actor
         self._dialect = dialect
         self._done = False
@@ -135,21 +209,20 @@ class _PeerStream:
         if self._done:
             raise StopAsyncIteration
         try:
-            return await self._chunks.__anext__()
-        except StopAsyncIteration:
+            if chunk := await self._answer.receive_some():
+                return chunk
+        except _Broken as exc:
             self._done = True
             await self.aclose()
-            raise
-        except httpx.HTTPError as exc:
-            self._done = True
-            await self.aclose()
-            reason = f"peer '{self._actor.peer}' failed during the answer: {exc or type(exc).__name__}"
+            reason = f"peer '{self._actor.peer}' failed during the answer: {exc}"
             self._actor.failed_nowait(reason)
             return stream_error(self._dialect, "PEER_FAILED", reason + " — retry; see `blazar peers`")
+        self._done = True
+        await self.aclose()
+        raise StopAsyncIteration
 
     async def aclose(self) -> None:
-        with trio.CancelScope(shield=True), trio.move_on_after(2):
-            await self._response.aclose()
+        await self._answer.aclose()
 
 
 def _headers_for(call: Relayed) -> dict[str, str]:
@@ -158,9 +231,9 @@ def _headers_for(call: Relayed) -> dict[str, str]:
     return headers
 
 
-def _answer_headers(response: httpx.Response, peer: str) -> dict[str, str]:
+def _answer_headers(answer: list[tuple[str, str]], peer: str) -> dict[str, str]:
     out = {PEER_HEADER: peer}
-    for name, value in response.headers.items():
+    for name, value in answer:
         low = name.lower()
         if low == "x-blazar-trace-id":
             out["X-Blazar-Peer-Trace-Id"] = value
@@ -181,38 +254,36 @@ async def relay(call: Relayed, targets: list[tuple[PeerActor, str]]) -> Reply:
             body = call.body
         else:
             body = rewrite_model(call.body, model, content_type)
-        request = actor.client.build_request("POST", call.path, content=body, headers=_headers_for(call))
         try:
-            response = await actor.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            actor.failed_nowait(reason)
-            passed.append(f"{actor.peer}: {reason}")
+            answer = await _send(actor, call.path, body, _headers_for(call))
+        except _Broken as exc:
+            actor.failed_nowait(str(exc))
+            passed.append(f"{actor.peer}: {exc}")
             continue
-        headers = _answer_headers(response, actor.peer)
+        headers = _answer_headers(answer.headers, actor.peer)
         if passed:
             headers["X-Blazar-Peers-Passed"] = ", ".join(p.split(":", 1)[0] for p in passed)
-        content_type = response.headers.get("content-type", "application/json")
-        if response.status_code >= 500 and not last:
-            await response.aclose()
-            passed.append(f"{actor.peer}: answered {response.status_code}")
+        content_type = next((v for k, v in answer.headers if k == "content-type"), "application/json")
+        if answer.status_code >= 500 and not last:
+            await answer.aclose()
+            passed.append(f"{actor.peer}: answered {answer.status_code}")
             continue
         if call.card is not None:
             call.card.engine = f"peer:{actor.peer}"
         streaming = content_type.startswith(("text/event-stream", "application/x-ndjson"))
-        if not streaming or response.status_code != 200:
+        if not streaming or answer.status_code != 200:
             try:
-                content = await response.aread()
-            except httpx.HTTPError as exc:
-                actor.failed_nowait(str(exc) or type(exc).__name__)
-                passed.append(f"{actor.peer}: the answer broke off ({type(exc).__name__})")
+                content = await _read(answer)
+            except _Broken as exc:
+                actor.failed_nowait(str(exc))
+                passed.append(f"{actor.peer}: the answer broke off ({exc})")
                 continue
             finally:
-                await response.aclose()
-            if response.status_code >= 400:
+                await answer.aclose()
+            if answer.status_code >= 400:
                 call.code = call.code or _code_of(content)
-            return Reply(content, status=response.status_code, content_type=content_type, headers=headers)
-        stream = _PeerStream(response, actor, dialect)
+            return Reply(content, status=answer.status_code, content_type=content_type, headers=headers)
+        stream = _PeerStream(answer, actor, dialect)
         call.on_cleanup(stream.aclose)
         return stream_reply(stream, content_type=content_type, headers=headers)
     raise BlazarError(

@@ -3,11 +3,14 @@ starts is passed over for the next (and marked down); the answer's bytes are the
 
 from __future__ import annotations
 
+import re
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
@@ -21,7 +24,7 @@ from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.federation import peer_targets, relay, split_remote, stream_error
 from blazar.web.asgi.call import Call
-from tests.support import ROOT, free_port, unreachable_url
+from tests.support import ROOT, free_port, self_signed_cert, unreachable_url
 
 REPLY = "relayed bytes"
 
@@ -160,4 +163,73 @@ async def test_remote_with_a_dns_remote_s_name_goes_to_one_of_its_peers(upstream
         with pytest.raises(BlazarError) as e:
             peer_targets(runtime, call, "elsewhere", "tiny")
         assert e.value.code == "PEER_NOT_FOUND" and "pool-127.0.0.1" in e.value.message
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_plain_http_peer_is_relayed_over_its_kept_connections(upstream: int) -> None:
+    """The relay's own pool (not httpx) carries a plain-HTTP peer's requests, and keeps its
+    connection for the next one."""
+    peers = Peers([Remote(name="live", url=f"http://127.0.0.1:{upstream}/", poll_s=60, poll_max_s=60)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        live = peers.actors["live"]
+        assert live.relay_pool is not None
+        pool, prefix = live.relay_pool
+        assert prefix == ""
+        for stream in (True, False, True):
+            call = _call({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": stream})
+            with call, trio.fail_after(30):
+                reply = await relay(call, [(live, "tiny")])
+                text = (await _drain(reply.body)).decode()
+            assert REPLY.split()[0] in text
+        assert pool.connects == 1
+        nursery.cancel_scope.cancel()
+
+
+async def _tls_peer(cert: Path, key: Path, seen: list[bytes], task_status: trio.TaskStatus[int]) -> None:
+    """A TLS server that answers every request with one short event stream."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    events = b'data: {"choices":[{"delta":{"content":"over tls"}}]}\n\ndata: [DONE]\n\n'
+
+    async def answer(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some()
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        while length is not None and len(body) < int(length[1]):
+            body += await stream.receive_some()
+        seen.append(head)
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n%b" % (len(events), events)
+        )
+        await stream.aclose()
+
+    listeners = await trio.open_ssl_over_tcp_listeners(0, context, host="127.0.0.1")
+    task_status.started(listeners[0].transport_listener.socket.getsockname()[1])
+    await trio.serve_listeners(answer, listeners)
+
+
+async def test_a_tls_peer_is_relayed_through_its_trusted_client(tmp_path: Path) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    seen: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_tls_peer, cert, key, seen)
+        remote = Remote(
+            name="tls", url=f"https://localhost:{port}", ca_file=str(cert), key="k1", poll_s=60, poll_max_s=60
+        )
+        peers = Peers([remote])
+        await nursery.start(peers.run)
+        actor = peers.actors["tls"]
+        assert actor.relay_pool is None  # TLS stays with httpx and its trust settings
+        call = _call({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+        with call, trio.fail_after(30):
+            reply = await relay(call, [(actor, "tiny")])
+            text = (await _drain(reply.body)).decode()
+        assert "over tls" in text and text.rstrip().endswith("data: [DONE]")
+        relayed = next(h for h in seen if h.startswith(b"POST /v1/chat/completions"))
+        assert b"authorization: bearer k1" in relayed.lower()  # this daemon's key for the peer
+        assert b"the-callers-own-key" not in relayed  # the caller's key is never forwarded
         nursery.cancel_scope.cancel()

@@ -20,8 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_transport import _self_signed
-from tests.support import DaemonProc, make_home, start_daemon
+from tests.support import DaemonProc, make_home, self_signed_cert, start_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -264,7 +263,7 @@ def capped_tls(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path
 ) -> Iterator[tuple[DaemonProc, Path]]:
     folder = tmp_path_factory.mktemp("caps-tls")
-    cert, key = _self_signed(folder)
+    cert, key = self_signed_cert(folder)
     config = (
         f'tls_cert = "{cert}"\ntls_key = "{key}"\nmax_connections = {TOTAL}\n'
         "max_connections_per_client = 3\nheader_timeout_s = 60.0\nkeep_alive_timeout_s = 60.0\n"

@@ -4,10 +4,8 @@ slow or idle clients that must not hold it (header timeout, connection caps, hea
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support import MODEL, DaemonProc, make_home, start_daemon
+from tests.support import MODEL, DaemonProc, make_home, self_signed_cert, start_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -24,29 +22,12 @@ pytestmark = pytest.mark.slow
 # -- TLS --------------------------------------------------------------------------------------
 
 
-def _self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for localhost and 127.0.0.1, valid for a day, and its key."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command makes the test certificate; it is not installed")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
-            *("-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"),
-            *("-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def tls_daemon(
     tmp_path_factory: pytest.TempPathFactory, model_path: Path
 ) -> Iterator[tuple[DaemonProc, Path]]:
     folder = tmp_path_factory.mktemp("tls")
-    cert, key = _self_signed(folder)
+    cert, key = self_signed_cert(folder)
     home = make_home(folder / "home", model_path, config=f'tls_cert = "{cert}"\ntls_key = "{key}"\n')
     daemon = start_daemon(home)
     try:
