@@ -117,11 +117,14 @@ class ChannelConnection:
         self._lock = trio.Lock()
         self._max = max_frame
 
-    async def write(self, frame: Frame) -> None:
-        """Write ``frame``; ``ChannelClosed`` where the other side is gone."""
-        data = bytearray(_LENGTH.size)
-        self._encoder.encode_into(frame, data, _LENGTH.size)
-        _LENGTH.pack_into(data, 0, len(data) - _LENGTH.size)
+    async def write(self, *frames: Frame) -> None:
+        """Write ``frames`` in one go; ``ChannelClosed`` where the other side is gone."""
+        data = bytearray()
+        for frame in frames:
+            start = len(data)
+            data += b"\0\0\0\0"
+            self._encoder.encode_into(frame, data, len(data))
+            _LENGTH.pack_into(data, start, len(data) - start - _LENGTH.size)
         view = memoryview(data)
         async with self._lock:
             try:
@@ -171,14 +174,15 @@ class ChannelConnection:
 class _Request:
     """One forwarded request, run by the app as if its server had read it."""
 
-    __slots__ = ("_body", "_conn", "_gone", "ended", "slot", "started")
+    __slots__ = ("_body", "_conn", "_gone", "_head", "ended", "slot", "started")
 
     def __init__(self, conn: ChannelConnection, body: bytes) -> None:
         self._conn = conn
         self._body: bytes | None = body
         self._gone = trio.Event()
         self.started = self.ended = False
-        """The answer's head, and its last body frame, were written."""
+        """The answer's head was sent, and its last body frame written."""
+        self._head: Head | None = None
         self.slot = HandoffSlot()
 
     def gone(self) -> None:
@@ -196,19 +200,22 @@ class _Request:
         if self._gone.is_set() or self.ended:
             return
         kind = message["type"]
-        if kind == "http.response.start":
-            frame: Frame = Head(message["status"], list(message.get("headers", ())))
+        if kind == "http.response.start":  # written with the first body frame, in one go
+            self._head = Head(message["status"], list(message.get("headers", ())))
             self.started = True
-        elif kind == "http.response.body":
-            more = bool(message.get("more_body", False))
-            frame = Body(message.get("body", b""), more)
-            self.ended = not more
-        else:
             return
+        if kind != "http.response.body":
+            return
+        more = bool(message.get("more_body", False))
+        frames: tuple[Frame, ...] = (Body(message.get("body", b""), more),)
+        if (head := self._head) is not None:
+            self._head = None
+            frames = (head, *frames)
+        self.ended = not more
         # Shielded as the server's own send is: a frame cut short would break the channel.
         with trio.CancelScope(shield=True):
             try:
-                await self._conn.write(frame)
+                await self._conn.write(*frames)
             except ChannelClosed:
                 self._gone.set()
 
