@@ -108,6 +108,7 @@ def run(ctx: Context) -> dict[str, Any]:
     if 256 in levels:
         values["scale_itl_added_p99_ms_c256"] = added(256, "itl_p99_ms")
         values["scale_cores_c256"] = get("C=256 blazar", "cores")
+        values["scale_cpu_per_chunk_ms_c256"] = get("C=256 blazar", "cpu_ms_per_chunk")
         values["scale_chunk_ratio_c256"] = summarize(
             r["C=256 blazar"]["chunks_per_s"] / r["C=256 direct"]["chunks_per_s"] for r in runs
         )
