@@ -356,13 +356,14 @@ def engine_config(slots: int, ctx: int = 1024) -> str:
 
 def instant_config(*upstream_args: str, slots: int = 64) -> str:
     """The daemon's config with the instant upstream as its engine. Many slots, so that the
-    gateway's admission (one request per engine slot) does not cap concurrency below C; and the
-    per-client connection cap at the total one, since the one load generator stands for many
-    clients (at the default, 256, the streams past it were refused)."""
+    gateway's admission (one request per engine slot) does not cap concurrency below C; and
+    connection caps above the largest level (1,024 streams in ``scripts/gpu_check.py``), the
+    per-client one too, since the one load generator stands for many clients (at the
+    default, 256, the streams past it were refused)."""
     args = ", ".join(f'"{a}"' for a in upstream_args)
     return (
         f"slots = {slots}\ndefault_ctx = 512\nkeep_alive_s = -1\nmax_queue = 4096\n"
-        "max_connections_per_client = 1024\n"
+        "max_connections = 4096\nmax_connections_per_client = 4096\n"
         f'[engine]\nllama_server = "{SHIM}"\nextra_args = [{args}]\n'
     )
 
