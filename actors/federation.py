@@ -30,7 +30,8 @@ from actors.engine import EngineState
 from actors.errors import PeerIsSelf, PeerUnavailable
 
 if TYPE_CHECKING:
-    from actors.peer import PeerActor, Peers, PeerView
+    from actors.peer import PeerActor, PeerView
+    from actors.peers import Peers
     from actors.runtime import Runtime
 
 __all__ = [

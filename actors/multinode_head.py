@@ -37,7 +37,8 @@ from actors.engines.lane import Lane
 from actors.engines.multinode import GpuNode, MultiNodePlan, PartView, PlanRefused
 from actors.engines.spec import LaunchSpec
 from actors.errors import PeerRefused, PeerUnavailable, UnsupportedEngine
-from actors.peer import PeerActor, Peers
+from actors.peer import PeerActor
+from actors.peers import Peers
 from actors.process import ChildProcess
 from registry.store import Store
 

@@ -71,7 +71,7 @@ from actors.mcp import McpServers
 from actors.memory import MemoryPlanner
 from actors.multinode_head import head_lane
 from actors.node_parts import NodeParts
-from actors.peer import Peers
+from actors.peers import Peers
 from actors.planning import (
     LoadPlan,
     context_note,

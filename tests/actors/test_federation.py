@@ -19,7 +19,8 @@ from actors.federation import (
     peer_candidate,
     peer_targets,
 )
-from actors.peer import PeerActor, Peers
+from actors.peer import PeerActor
+from actors.peers import Peers
 
 GIB = 2**30
 

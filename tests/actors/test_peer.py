@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from actors.config import Remote
-from actors.peer import Peers, PollNow
+from actors.peer import PollNow
+from actors.peers import Peers
 from tests.stub_dns import stub_dns
 from tests.support import ROOT, free_port, unreachable_url
 

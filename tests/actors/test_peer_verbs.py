@@ -16,7 +16,8 @@ import trio
 
 from actors.config import Remote
 from actors.errors import PeerNotFound, PeerRefused, PeerUnavailable
-from actors.peer import PeerActor, Peers
+from actors.peer import PeerActor
+from actors.peers import Peers
 from registry.replica import BlobReceiver, Replica, install, replica_of
 from registry.store import Store
 from tests.support import unreachable_url

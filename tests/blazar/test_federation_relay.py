@@ -19,7 +19,8 @@ import pytest
 import trio
 
 from actors.config import Remote
-from actors.peer import RELAYED_HEADER, Peers
+from actors.peer import RELAYED_HEADER
+from actors.peers import Peers
 from actors.runtime import Runtime
 from blazar.errors import BlazarError, Dialect
 from blazar.serve.federation import peer_targets, relay, split_remote, stream_error
