@@ -122,19 +122,15 @@ class UpstreamPool:
         max_idle: int,
         idle_expiry_s: float,
         connect_timeout_s: float = 10.0,
-        unix_path: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
-        self.unix_path = unix_path
-        """Connect to this Unix socket instead (a Linux abstract name starts with NUL); the
-        requests then carry their own ``host`` header."""
         self.max_idle = max_idle
         self.idle_expiry_s = idle_expiry_s
         self.connect_timeout_s = connect_timeout_s
         self.headers = dict(headers)
         """What goes with every request (the child's API key)."""
-        self._headers: list[tuple[bytes, bytes]] = [] if unix_path else [(b"host", f"{host}:{port}".encode())]
+        self._headers: list[tuple[bytes, bytes]] = [(b"host", f"{host}:{port}".encode())]
         self._headers += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         self._idle: deque[_Connection] = deque()
         self._active: set[_Connection] = set()
@@ -230,10 +226,7 @@ class UpstreamPool:
     async def _connect(self) -> _Connection:
         try:
             with trio.fail_after(self.connect_timeout_s):
-                if self.unix_path is not None:
-                    stream = await trio.open_unix_socket(self.unix_path)
-                else:
-                    stream = await trio.open_tcp_stream(self.host, self.port)
+                stream = await trio.open_tcp_stream(self.host, self.port)
         except trio.TooSlowError as exc:
             raise UpstreamConnectError(
                 f"connecting to {self.host}:{self.port} timed out after {self.connect_timeout_s:g} s"

@@ -17,6 +17,8 @@ from blazar.web.asgi.channel import ChannelClosed, ChannelConnection, Hello, Ope
 __all__ = ["RuntimeChannel"]
 
 _MAX_FRAME = 2**32 - 1
+_CONNECT_S = 10.0
+"""How long a new connection may wait for room in the runtime's backlog."""
 
 
 class RuntimeChannel:
@@ -48,12 +50,28 @@ class RuntimeChannel:
         return conn
 
     async def _connect(self) -> ChannelConnection:
-        sock = trio.socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
-        try:
-            await sock.connect(self._path)
-        except OSError as exc:
-            sock.close()
-            raise ChannelClosed(f"the runtime's channel does not answer: {exc}") from exc
+        # A Unix socket's connect does not wait: it is done at once, or refused with EAGAIN
+        # while the runtime's backlog is full (a burst of new streams), tried again here
+        # shortly after. (trio's own connect would take EAGAIN for "in progress" and hand
+        # back a socket that is not connected.)
+        deadline = trio.current_time() + _CONNECT_S
+        delay = 0.001
+        while True:
+            raw = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+            raw.setblocking(False)
+            try:
+                raw.connect(self._path)
+                break
+            except BlockingIOError as exc:
+                raw.close()
+                if trio.current_time() + delay > deadline:
+                    raise ChannelClosed(f"the runtime's channel is full: {exc}") from exc
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            except OSError as exc:
+                raw.close()
+                raise ChannelClosed(f"the runtime's channel does not answer: {exc}") from exc
+        sock = trio.socket.from_stdlib_socket(raw)
         conn = ChannelConnection(sock, _MAX_FRAME)
         try:
             await conn.write(Hello(self._token))

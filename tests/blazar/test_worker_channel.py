@@ -252,3 +252,42 @@ async def test_a_broken_connection_ends_alone() -> None:
         frames = await _frames_until_end(conn)
         assert frames[1:] == [Body(b"stil", True), Body(b"l|a=1", False)]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_connect_to_a_full_backlog_is_tried_again() -> None:
+    """A Unix socket's backlog does not queue a connect past it: the worker tries again until
+    the runtime accepts (a burst of new streams)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0blazar-test-channel-{secrets.token_hex(6)}"
+    listener.bind(name)
+    listener.listen(0)
+    fillers = []
+    for _ in range(16):  # nobody accepts yet: fill the backlog
+        filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        filler.setblocking(False)
+        try:
+            filler.connect(name)
+        except BlockingIOError:
+            filler.close()
+            break
+        fillers.append(filler)
+    else:
+        pytest.skip("the kernel queued every connection")
+    app = Recorder()
+    async with trio.open_nursery() as nursery:
+
+        async def accept_later() -> None:
+            await trio.sleep(0.2)
+            await nursery.start(
+                lambda task_status: serve_channel(app, TOKEN, listener, task_status=task_status)
+            )
+            for filler in fillers:
+                filler.close()
+
+        nursery.start_soon(accept_later)
+        channel = RuntimeChannel(name, TOKEN)
+        with trio.fail_after(10):
+            conn = await channel.open(_open(body=b"waited"))
+            frames = await _frames_until_end(conn)
+        assert frames[0] == Head(201, [(b"x-seen", b"yes")])
+        nursery.cancel_scope.cancel()

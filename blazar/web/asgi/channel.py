@@ -93,6 +93,9 @@ class Answered(msgspec.Struct, tag="answered", array_like=True):
 Frame = Hello | Open | Head | Body | Reported | Answered
 
 _LENGTH = struct.Struct(">I")
+_BACKLOG = 4096
+"""Connections not yet accepted (the kernel caps it at ``net.core.somaxconn``): a burst of new
+streams opens that many at once. Past it a worker's connect is told to try again."""
 _JSON = [(b"content-type", b"application/json")]
 _READ = 256 * 1024
 _MAX_FRAME = 2**32 - 1
@@ -319,7 +322,7 @@ async def serve_channel(
     """Serve ``app`` to the workers on ``listener`` (a bound Unix socket) until cancelled."""
     side = _Side(app, token, max_frame)
     sock = trio.socket.from_stdlib_socket(listener)
-    sock.listen(256)
+    sock.listen(_BACKLOG)
     with sock:
         async with trio.open_nursery() as nursery:
             task_status.started()
