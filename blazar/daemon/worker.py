@@ -34,6 +34,7 @@ import trio
 from actors.engines.lifeline import on_parent_exit
 from actors.upstream import UpstreamError, UpstreamPool
 from blazar.config import Config
+from blazar.daemon.serve import freeze_heap
 from blazar.daemon.worker_channel import RuntimeChannel
 from blazar.daemon.worker_ws import bridge
 from blazar.dialects.llamacpp import ProgressFilter
@@ -145,6 +146,7 @@ class WorkerApp:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    freeze_heap()  # the start is over: full collections walk only what requests make
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     nursery.cancel_scope.cancel()

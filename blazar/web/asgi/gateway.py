@@ -378,8 +378,12 @@ async def _deny_websocket(scope: dict[str, Any], reply: Reply, send: Any) -> Non
 async def _run_cleanups(call: Call) -> None:
     """The request's cleanups, last registered first, each bounded and all shielded: they
     run however the request ended, a cancel included."""
+    cleanups, call.cleanups = call.cleanups, []
+    # Dropped once run: a cleanup is often a bound method of what refers back to the call (a
+    # stream whose error hook knows it), and a cycle kept each request for the garbage collector,
+    # whose full collections stop every stream for tens of milliseconds.
     with trio.CancelScope(shield=True):
-        for fn in reversed(call.cleanups):
+        for fn in reversed(cleanups):
             with trio.move_on_after(5.0):
                 await fn()
 

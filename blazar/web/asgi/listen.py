@@ -112,9 +112,16 @@ class _Connection(TCPServer):
     ) -> None:
         """The app, offered the connection's direct body writer on plain HTTP/1.1 (``direct.py``)."""
         plain = isinstance(self.stream, trio.SocketStream)
-        if plain and scope["type"] == "http" and scope["http_version"] != "2":
-            scope["extensions"][DIRECT_BODY] = BodyWriter(self.stream.socket, self.send_lock, self._h11, send)
-        await app(scope, receive, send, sync_spawn, call_soon)
+        if not (plain and scope["type"] == "http" and scope["http_version"] != "2"):
+            await app(scope, receive, send, sync_spawn, call_soon)
+            return
+        scope["extensions"][DIRECT_BODY] = BodyWriter(self.stream.socket, self.send_lock, self._h11, send)
+        try:
+            await app(scope, receive, send, sync_spawn, call_soon)
+        finally:
+            # The writer holds the server's send, whose stream holds the scope: a cycle each
+            # request would leave to the garbage collector.
+            scope["extensions"].pop(DIRECT_BODY, None)
 
     def _h11(self) -> Any:
         protocol = self.protocol.protocol
