@@ -14,11 +14,37 @@ import trio
 
 from blazar.web.asgi.channel import ChannelClosed, ChannelConnection, Hello, Open
 
-__all__ = ["RuntimeChannel"]
+__all__ = ["RuntimeChannel", "connect_unix"]
 
 _MAX_FRAME = 2**32 - 1
 _CONNECT_S = 10.0
 """How long a new connection may wait for room in the runtime's backlog."""
+
+
+async def connect_unix(path: str, wait_s: float = _CONNECT_S) -> trio.socket.SocketType:
+    """A connected Unix stream socket to ``path`` (a Linux abstract name starts with NUL).
+
+    A Unix socket's connect does not wait: it is done at once, or refused with EAGAIN while
+    the listener's backlog is full (a burst of new streams), tried again here shortly after,
+    for up to ``wait_s``. (trio's own connect takes EAGAIN for "in progress" and hands back
+    a socket that is not connected.) Raises ``OSError`` otherwise."""
+    deadline = trio.current_time() + wait_s
+    delay = 0.001
+    while True:
+        raw = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+        raw.setblocking(False)
+        try:
+            raw.connect(path)
+            return trio.socket.from_stdlib_socket(raw)
+        except BlockingIOError:
+            raw.close()
+            if trio.current_time() + delay > deadline:
+                raise
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        except BaseException:
+            raw.close()
+            raise
 
 
 class RuntimeChannel:
@@ -50,28 +76,10 @@ class RuntimeChannel:
         return conn
 
     async def _connect(self) -> ChannelConnection:
-        # A Unix socket's connect does not wait: it is done at once, or refused with EAGAIN
-        # while the runtime's backlog is full (a burst of new streams), tried again here
-        # shortly after. (trio's own connect would take EAGAIN for "in progress" and hand
-        # back a socket that is not connected.)
-        deadline = trio.current_time() + _CONNECT_S
-        delay = 0.001
-        while True:
-            raw = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
-            raw.setblocking(False)
-            try:
-                raw.connect(self._path)
-                break
-            except BlockingIOError as exc:
-                raw.close()
-                if trio.current_time() + delay > deadline:
-                    raise ChannelClosed(f"the runtime's channel is full: {exc}") from exc
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.05)
-            except OSError as exc:
-                raw.close()
-                raise ChannelClosed(f"the runtime's channel does not answer: {exc}") from exc
-        sock = trio.socket.from_stdlib_socket(raw)
+        try:
+            sock = await connect_unix(self._path)
+        except OSError as exc:
+            raise ChannelClosed(f"the runtime's channel does not answer: {exc}") from exc
         conn = ChannelConnection(sock, _MAX_FRAME)
         try:
             await conn.write(Hello(self._token))

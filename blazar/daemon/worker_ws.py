@@ -33,6 +33,8 @@ from wsproto.events import (
     TextMessage,
 )
 
+from blazar.daemon.worker_channel import connect_unix
+
 __all__ = ["bridge"]
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -68,7 +70,7 @@ async def bridge(
     if (await receive())["type"] != "websocket.connect":
         return
     try:
-        stream = await trio.open_unix_socket(path)
+        stream = trio.SocketStream(await connect_unix(path))
     except OSError:
         await send(
             {"type": "websocket.close", "code": _GONE, "reason": "the daemon's runtime is not answering"}

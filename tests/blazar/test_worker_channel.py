@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import trio
 
-from blazar.daemon.worker_channel import RuntimeChannel
+from blazar.daemon.worker_channel import RuntimeChannel, connect_unix
 from blazar.serve.handoff import HandoffSlot, Report, ReportAnswer
 from blazar.web.asgi.call import HANDOFF_EXTENSION
 from blazar.web.asgi.channel import (
@@ -273,6 +273,8 @@ async def test_a_connect_to_a_full_backlog_is_tried_again() -> None:
         fillers.append(filler)
     else:
         pytest.skip("the kernel queued every connection")
+    with pytest.raises(BlockingIOError):  # never accepted: it gives up after its wait
+        await connect_unix(name, wait_s=0.05)
     app = Recorder()
     async with trio.open_nursery() as nursery:
 

@@ -191,6 +191,12 @@ class _Request:
     def gone(self) -> None:
         self._gone.set()
 
+    def cut(self) -> None:
+        """End an answer that never finished: the connection closes, and the worker's client
+        sees its answer end short."""
+        self._gone.set()
+        self._conn.close()
+
     async def receive(self) -> dict[str, Any]:
         if (body := self._body) is not None:
             self._body = None
@@ -298,9 +304,8 @@ class _Side:
                 )
                 await request.send({"type": "http.response.start", "status": 500, "headers": _JSON})
                 await request.send({"type": "http.response.body", "body": body})
-        if not request.ended:  # an answer never finished: the worker's client sees it end short
-            request.gone()
-            request._conn.close()
+        if not request.ended:
+            request.cut()
 
 
 async def _report(slot: HandoffSlot, report: Report) -> ReportAnswer:
