@@ -61,6 +61,7 @@ def measure(
     return {
         "streams": res["count"],
         "errors": res["errors"],
+        "error_samples": res.get("error_samples", []),
         "chunks_per_s": chunks / res["wall_s"] if res["wall_s"] else None,
         "cpu_ms_per_chunk": cpu_s * 1000 / chunks if chunks else None,
         # the first process's share (with workers: the runtime's)
@@ -70,6 +71,18 @@ def measure(
         "itl_p50_ms": tokens["itl_p50_ms"],
         "rss_kib_per_stream": (max(rss, default=rss_idle) - rss_idle) / 1024 / c,
     }
+
+
+def failed_streams(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """Each target and level whose streams failed: how many, and what failed (the load
+    generator's distinct error samples), so that a note says why, not only how many."""
+    out: dict[str, str] = {}
+    for r in runs:
+        for key, v in r.items():
+            if v["errors"]:
+                samples = "; ".join(v.get("error_samples") or []) or "no sample"
+                out[key] = f"{v['errors']} ({samples})"
+    return out
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -126,7 +139,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 get(f"C={c} blazar", "rss_kib_per_stream"),
             ]
         )
-    errors = {k: v["errors"] for r in runs for k, v in r.items() if v["errors"]}
+    errors = failed_streams(runs)
     return {
         "title": TITLE,
         "method": __doc__ or "",

@@ -25,7 +25,7 @@ from bench._harness import Context
 from bench._rigs import InstantUpstream, LoadGen, daemon_commands, instant_config, log, running_daemon
 from bench._stats import summarize
 from bench._workloads import chat_request, job
-from bench.scale import CHUNKS, INTERVAL_MS, measure
+from bench.scale import CHUNKS, INTERVAL_MS, failed_streams, measure
 
 __all__ = ["TITLE", "run"]
 
@@ -118,7 +118,7 @@ def run(ctx: Context) -> dict[str, Any]:
             r[f"C={c} workers=2"]["first_cpu_ms_per_chunk"] / r[f"C={c} workers=1"]["cpu_ms_per_chunk"]
             for r in runs
         )
-    errors = {k: v["errors"] for r in runs for k, v in r.items() if v["errors"]}
+    errors = failed_streams(runs)
     return {
         "title": TITLE,
         "method": __doc__ or "",

@@ -231,7 +231,7 @@ class DaemonProc:
         )
 
     def engines(self) -> list[dict[str, object]]:
-        return httpx.get(f"{self.url}/admin/engines").json()["engines"]  # type: ignore[no-any-return]
+        return httpx.get(f"{self.url}/admin/engines").json()["engines"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
