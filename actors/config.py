@@ -499,9 +499,10 @@ class Remote(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """With ``start``: more flags for ``smg launch`` (``["--retry-max-retries", "3"]``)."""
 
     def verify(self) -> bool | ssl.SSLContext:
-        """How an HTTPS client checks the peer: against ``ca_file``, else the system's
-        certificates, unless ``tls_verify`` is off."""
-        if self.ca_file is not None and self.tls_verify:
+        """How an HTTPS client checks the peer: against ``ca_file`` where it is set (as
+        before httpx deprecated a path for it), else the system's certificates unless
+        ``tls_verify`` is off."""
+        if self.ca_file is not None:
             import ssl
 
             return ssl.create_default_context(cafile=self.ca_file)

@@ -74,15 +74,16 @@ def measure(
 
 
 def failed_streams(runs: list[dict[str, Any]]) -> dict[str, str]:
-    """Each target and level whose streams failed: how many, and what failed (the load
-    generator's distinct error samples), so that a note says why, not only how many."""
-    out: dict[str, str] = {}
+    """Each target and level whose streams failed, over all runs: how many, and what failed
+    (the load generator's distinct error samples), so that a note says why, not only how many."""
+    counts: dict[str, int] = {}
+    samples: dict[str, set[str]] = {}
     for r in runs:
         for key, v in r.items():
             if v["errors"]:
-                samples = "; ".join(v.get("error_samples") or []) or "no sample"
-                out[key] = f"{v['errors']} ({samples})"
-    return out
+                counts[key] = counts.get(key, 0) + v["errors"]
+                samples.setdefault(key, set()).update(v.get("error_samples") or [])
+    return {k: f"{n} ({'; '.join(sorted(samples[k])) or 'no sample'})" for k, n in counts.items()}
 
 
 def run(ctx: Context) -> dict[str, Any]:
