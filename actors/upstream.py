@@ -24,7 +24,7 @@ import struct
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 import trio
 
@@ -60,13 +60,15 @@ class _NoResponse(UpstreamBrokenError):
 
 
 class _Connection:
-    __slots__ = ("buf", "idle_since", "reused", "stream")
+    __slots__ = ("buf", "closing", "idle_since", "reused", "stream")
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.buf = bytearray()  # received, not yet parsed
         self.idle_since = 0.0
         self.reused = False
+        self.closing: Callable[[], None] | None = None
+        """Told before the socket closes, by whoever waits on it outside trio (``watch_close``)."""
 
     async def receive(self) -> bytes:
         """What has arrived on the socket (``b""`` at its end), at most ``_READ_SIZE`` bytes,
@@ -89,15 +91,22 @@ class _Connection:
     def close(self) -> None:
         # A socket closes synchronously (a task blocked on it is woken with
         # ClosedResourceError), so this works in any state, cancelled or not.
+        self._tell_closing()
         self.stream.socket.close()
 
     def reset(self) -> None:
         """Close with a TCP reset (no linger), so the peer's next write fails."""
+        self._tell_closing()
         try:
             self.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _NO_LINGER)
         except OSError:
             pass
         self.stream.socket.close()
+
+    def _tell_closing(self) -> None:
+        closing, self.closing = self.closing, None
+        if closing is not None:
+            closing()
 
 
 _NO_LINGER = struct.pack("ii", 1, 0)
@@ -301,7 +310,17 @@ class UpstreamResponse:
     returns the connection to the pool; ``aclose`` before the end closes it.
     """
 
-    __slots__ = ("_body", "_closed", "_complete", "_conn", "_head", "_pool", "headers", "status_code")
+    __slots__ = (
+        "_body",
+        "_closed",
+        "_complete",
+        "_conn",
+        "_error",
+        "_head",
+        "_pool",
+        "headers",
+        "status_code",
+    )
 
     def __init__(self, pool: UpstreamPool, conn: _Connection, head: ResponseHead, body: Body) -> None:
         self._pool = pool
@@ -312,6 +331,8 @@ class UpstreamResponse:
         self.headers: Sequence[tuple[bytes, bytes]] = head.headers
         self._complete = False
         self._closed = False
+        self._error: UpstreamError | None = None
+        """Why the body broke midway: said again to a later read."""
 
     def __repr__(self) -> str:
         state = "complete" if self._complete else "closed" if self._closed else "open"
@@ -332,29 +353,75 @@ class UpstreamResponse:
         return b"".join(parts)
 
     async def receive_some(self) -> bytes:
-        """The next body bytes that have arrived, waiting for some if none have; ``b""`` at the end."""
+        """The next body bytes that have arrived, waiting for some if none have; ``b""`` at the end.
+
+        What is buffered comes first; else it waits, then reads: a relayed engine's next event
+        has seldom arrived yet when the last one has been relayed, so a read tried first
+        would mostly fail."""
+        data = self.read_nowait(read=False)
+        while data is None:
+            await self._wait()
+            data = self.read_nowait()
+        return data
+
+    def read_nowait(self, *, read: bool = True) -> bytes | None:
+        """The next body bytes without waiting: ``None`` while none have arrived, ``b""`` at
+        the end. For a caller that waits for the socket (``fileno``) itself: one epoll over
+        many streams (``blazar.web.asgi.pump``). At the end the connection goes back to the
+        pool at once, within this call. ``read=False``: only what is buffered."""
         conn = self._conn
         if conn is None:
             if self._complete:
                 return b""
-            raise UpstreamError("the upstream response was closed before its end")
+            raise self._error or UpstreamError("the upstream response was closed before its end")
         body = self._body
         try:
-            while not (data := body.decode(conn.buf)) and not body.done:
-                received = await conn.receive()
+            if not (data := body.decode(conn.buf)) and not body.done:
+                if not read:
+                    return None
+                if (fd := conn.stream.socket.fileno()) < 0:
+                    raise trio.ClosedResourceError("the upstream connection was closed")
+                try:
+                    received = os.read(fd, _READ_SIZE)
+                except BlockingIOError:
+                    return None
                 if received:
                     conn.buf += received
+                    if not (data := body.decode(conn.buf)) and not body.done:
+                        return None
                 else:
                     body.eof()
         except _IO_ERRORS as exc:
             self._conn = None
+            self._error = UpstreamBrokenError(self._pool._broken(f"broke the response midway: {exc!r}"))
             self._pool._discard(conn)
-            raise UpstreamBrokenError(self._pool._broken(f"broke the response midway: {exc!r}")) from exc
+            raise self._error from exc
         if body.done:
             self._complete = True
             self._conn = None
             self._pool._release(conn, reusable=self._head.keep_alive and not body.until_eof)
         return data
+
+    async def _wait(self) -> None:
+        conn = self._conn
+        if conn is None or conn.stream.socket.fileno() < 0:
+            await trio.lowlevel.checkpoint()  # the next read says why
+            return
+        try:
+            await trio.lowlevel.wait_readable(conn.stream.socket)
+        except trio.ClosedResourceError:
+            pass  # the next read says so
+
+    def fileno(self) -> int:
+        """The connection's socket, while the body is being read; -1 after."""
+        conn = self._conn
+        return -1 if conn is None else conn.stream.socket.fileno()
+
+    def watch_close(self, closing: Callable[[], None] | None) -> None:
+        """Have ``closing`` called (once) before the connection is closed by anyone but the
+        reader: a pool closed while an epoll outside trio waits on its socket. None: stop."""
+        if self._conn is not None:
+            self._conn.closing = closing
 
     async def aclose(self) -> None:
         """Idempotent. Before the end of the body this closes the connection, even when cancelled."""

@@ -26,13 +26,14 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import trio
 
 from actors.engines.lifeline import on_parent_exit
-from actors.upstream import UpstreamError, UpstreamPool
+from actors.upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from blazar.config import Config
 from blazar.daemon.serve import freeze_heap
 from blazar.daemon.worker_channel import RuntimeChannel
@@ -367,6 +368,20 @@ class WorkerApp:
         await send({"type": "http.response.start", "status": 200, "headers": self._head(head)})
         whole = False
         last = b""
+
+        async def pipe(source: UpstreamResponse, on_chunk: Callable[[bytes], None]) -> bool:
+            """The rest through the pump, as the gateway relays it, counted here too."""
+
+            def chunk(data: bytes) -> None:
+                nonlocal last
+                on_chunk(data)
+                sent[0] += 1
+                sent[1] += len(data)
+                last = data
+
+            return direct is not None and await direct.pipe(source, chunk)
+
+        piped = direct is None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch.run, nursery.cancel_scope)
@@ -380,6 +395,8 @@ class WorkerApp:
                     else:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     last = chunk
+                    if not piped:
+                        piped = await stream.pipe_into(pipe)
                 whole = True
                 nursery.cancel_scope.cancel()
         finally:

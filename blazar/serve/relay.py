@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import trio
 
@@ -44,6 +44,11 @@ log = logging.getLogger("blazar.serve")
 
 Background = Callable[[Callable[[], Awaitable[object]]], None]
 """Starts a task that may outlive the request (``Runtime.start_soon``)."""
+
+Pipe = Callable[[UpstreamResponse, Callable[[bytes], None]], Awaitable[bool]]
+"""Relays the rest of a response's body, each chunk given to the callable
+(``Exchange.pipe``); False where it cannot."""
+
 
 _START_WAIT_S = 600.0
 """How long an abandoned request may take to reach its first output (a whole prompt
@@ -185,7 +190,14 @@ class UpstreamStream:
     ``on_end`` gets the stream's last two chunks, once, when it ends or is closed: the
     engine's usage and timings ride in its final event, read there after the fact so
     that no relayed chunk is ever parsed.
+
+    Once nothing needs to see each chunk, ``pipe_into`` hands the rest of the body to the
+    connection's pump (one epoll for every such stream, ``blazar.web.asgi.pump``); the
+    iteration then goes on from where the pump stopped: the end, or the engine's error.
     """
+
+    pipeable: ClassVar[bool] = True
+    """Whether ``pipe_into`` may be used: not where each chunk must be changed."""
 
     def __init__(
         self,
@@ -240,6 +252,21 @@ class UpstreamStream:
         await self.aclose()
         raise StopAsyncIteration
 
+    async def pipe_into(self, pipe: Pipe) -> bool:
+        """Hand the rest of the body to ``pipe`` once nothing needs to see each chunk: no
+        progress filter runs, and no close waits for the engine's first output (it has come,
+        or there is no background to wait in). False while that is not so; True once handed,
+        or refused for good."""
+        if self._progress is not None or self._finished or self._closed:
+            return False
+        if not (self._output.seen or self._background is None):
+            return False
+        await pipe(self._response, self._keep_tail)
+        return True
+
+    def _keep_tail(self, chunk: bytes) -> None:
+        self._prev, self._last = self._last, chunk
+
     def _ended(self) -> None:
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
@@ -263,6 +290,8 @@ class UpstreamStream:
 class RenamingStream(UpstreamStream):
     """An ``UpstreamStream`` whose chunks have the engine's name for the model replaced
     (``renamer_for``); the plain one stays free of the check on the hot path."""
+
+    pipeable = False
 
     def __init__(
         self,

@@ -19,6 +19,11 @@ The head of the answer and its end still go through the server, which keeps its 
 server reports a broken connection as it always does. The writer never passes a
 checkpoint in the usual case: the stream it writes reaches one per chunk where it reads
 the engine (``actors.upstream``).
+
+Once a chunk has shown how the body is framed, ``pipe`` can hand the rest of a stream that
+needs nothing done per chunk to the process's pump (``pump.py``): one epoll for all such
+streams, so a chunk costs a read and a write and no task wake. It holds the send lock
+until the stream ends, as a waiting write does.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any
 
 import h11
 import trio
+
+from blazar.web.asgi.pump import BROKEN, Source, current_pump
 
 __all__ = ["DIRECT_BODY", "BodyWriter"]
 
@@ -124,6 +131,33 @@ class BodyWriter:
         except (OSError, trio.ClosedResourceError):
             return -1
         return sent
+
+    async def pipe(self, source: Source, on_chunk: Callable[[bytes], None]) -> bool:
+        """Relay the rest of ``source``'s body through the pump, each chunk given to
+        ``on_chunk`` first. False when it cannot (the body's framing is not known yet or is
+        not chunked, the lock is held, the connection failed): write chunk by chunk then.
+        True once the flow has ended: at the body's end, or when the source failed (its next
+        read says why) or the client's socket did (handled as ``write`` handles it)."""
+        lock = self._lock
+        if not (self._usable and self._chunked) or lock.locked() or (fd := self._socket.fileno()) < 0:
+            return False
+        lock.acquire_nowait()
+        try:
+            flow = current_pump().start(source, fd, on_chunk)
+            try:
+                await flow.ended.wait()
+            finally:
+                if not flow.ended.is_set():  # cancelled
+                    flow.stop_reading()
+                    if flow.pending:  # a partial chunk would corrupt the stream
+                        with trio.CancelScope(shield=True):
+                            await flow.ended.wait()
+        finally:
+            lock.release()
+        if flow.outcome == BROKEN:
+            self._usable = False
+            await self._ordinary(flow.unsent)
+        return True
 
     async def _ordinary(self, data: bytes) -> None:
         with trio.CancelScope(shield=True):

@@ -327,7 +327,7 @@ class GatewayMiddleware:
             except Exception as exc:
                 reply = exception_reply(call, exc)
             try:
-                await send_reply(reply, send, exchange.write_body)
+                await send_reply(reply, send, exchange.write_body, exchange.pipe)
             except Exception:
                 # The head is out: all that is left is to end the connection (the server
                 # closes it when the app returns with the response unfinished).
@@ -425,10 +425,15 @@ async def _cancel_on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
 
 
 async def send_reply(
-    reply: Reply, send: Any, write_body: Callable[[bytes], Awaitable[None]] | None = None
+    reply: Reply,
+    send: Any,
+    write_body: Callable[[bytes], Awaitable[None]] | None = None,
+    pipe: Callable[[Any, Callable[[bytes], None]], Awaitable[bool]] | None = None,
 ) -> None:
     """Send ``reply``; a stream's chunks, as they come, through ``write_body`` where given
-    (``Exchange.write_body``: one cheap step per chunk), else as body messages."""
+    (``Exchange.write_body``: one cheap step per chunk), else as body messages. A stream that
+    can be piped (``UpstreamStream.pipe_into``) is handed to ``pipe`` (``Exchange.pipe``) as
+    soon as it may be, and the loop takes what the pump leaves: the end, or an error."""
     headers = [(b"content-type", reply.content_type.encode())]
     if reply.headers:
         headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items()]
@@ -441,9 +446,16 @@ async def send_reply(
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     try:
         if write_body is not None:
+            into = (
+                getattr(body, "pipe_into", None)
+                if pipe is not None and getattr(body, "pipeable", False)
+                else None
+            )
             async for chunk in body:
                 if chunk:
                     await write_body(chunk)
+                    if into is not None and await into(pipe):
+                        into = None
         else:
             async for chunk in body:
                 if chunk:

@@ -12,7 +12,8 @@ has ended.
 
 A streamed answer's chunks come through ``write_body`` instead: counted the same way, and
 written by the connection's direct writer where it offers one (``blazar.web.asgi.direct``),
-which costs a fraction of the server's path for a body message.
+which costs a fraction of the server's path for a body message; or, through ``pipe``, the
+rest of an engine's stream is relayed by the process's pump (``blazar.web.asgi.pump``).
 
 It wraps the whole request, from before the host guard to after the cleanups, so every
 answer is stamped and counted the same way, a refusal as much as a route's. Its ``send``
@@ -22,6 +23,7 @@ runs once per body message, so one costs only a few counter updates.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -42,6 +44,8 @@ class DirectBody(Protocol):
     """What writes a streamed body's chunks straight to the connection (``BodyWriter``)."""
 
     async def write(self, data: bytes) -> None: ...
+
+    async def pipe(self, source: Any, on_chunk: Callable[[bytes], None]) -> bool: ...
 
 
 class Exchange:
@@ -152,6 +156,21 @@ class Exchange:
         else:
             with trio.CancelScope(shield=True):
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
+
+    async def pipe(self, source: Any, on_chunk: Callable[[bytes], None]) -> bool:
+        """Have the rest of a stream's body (an ``UpstreamResponse``) relayed by the
+        connection's pump where it offers one (``BodyWriter.pipe``), each chunk given to
+        ``on_chunk`` and counted as ``write_body`` counts it. False where it cannot."""
+        direct = self._direct
+        if direct is None:
+            return False
+        count = self._count
+
+        def chunk(body: bytes) -> None:
+            on_chunk(body)
+            count(body)
+
+        return await direct.pipe(source, chunk)
 
     def _count(self, body: bytes) -> None:
         """A body message's bytes: the first byte's time, the card's chunks, the total."""
