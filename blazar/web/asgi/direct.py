@@ -46,7 +46,7 @@ DIRECT_BODY = "blazar.direct_body"
 class BodyWriter:
     """Writes the body chunks of one answer on one HTTP/1.1 connection (see the module)."""
 
-    __slots__ = ("_chunked", "_h11", "_lock", "_send", "_socket", "_usable")
+    __slots__ = ("_chunked", "_h11", "_lock", "_send", "_socket", "_usable", "hold", "watch_gone")
 
     def __init__(
         self,
@@ -54,12 +54,20 @@ class BodyWriter:
         lock: trio.Lock,
         h11_connection: Callable[[], h11.Connection | None],
         send: Callable[[dict[str, Any]], Awaitable[None]],
+        hold: Callable[[], None] = lambda: None,
+        watch_gone: Callable[[Callable[[], None] | None], None] | None = None,
     ) -> None:
         self._socket = socket
         self._lock = lock
         self._h11 = h11_connection
         self._send = send
         """The server's own send: the ordinary way."""
+        self.hold = hold
+        """Called before the head of a whole answer, whose body follows at once: the
+        connection keeps the head and writes it with the body, one write for both."""
+        self.watch_gone = watch_gone
+        """Has a callable called once when the client goes (at once if it has; None stops
+        the watch): what a request's own task reading ``http.disconnect`` would learn."""
         self._chunked = False
         self._usable = True
 

@@ -36,7 +36,7 @@ from blazar.web.asgi.direct import DIRECT_BODY
 from blazar.web.asgi.replies import dialect_for, error_reply, exception_reply
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy, send_preflight
-from blazar.web.middleware.exchange import Exchange
+from blazar.web.middleware.exchange import WHOLE, Exchange
 from blazar.web.middleware.head_limit import head_refusal
 from blazar.web.middleware.host_guard import HostGuard
 from blazar.web.middleware.tracing import RequestTracer
@@ -320,18 +320,20 @@ class GatewayMiddleware:
             message = f"the request body did not arrive in {_BODY_TIMEOUT_S:g} s"
             await send_reply(error_reply(call, "BAD_REQUEST", message), send)
             return
+        # The client's going cancels both: told by the connection where it offers that
+        # (no task of the request's own, which costs more than many a request), else read
+        # from ``receive`` by a task beside them.
+        watched = trio.CancelScope()
+        if exchange.cancel_on_gone(watched):
+            try:
+                with watched:
+                    await _reply(handler, call, exchange)
+            finally:
+                exchange.cancel_on_gone(None)
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-            try:
-                reply = await handler(call)
-            except Exception as exc:
-                reply = exception_reply(call, exc)
-            try:
-                await send_reply(reply, send, exchange.write_body, exchange.pipe)
-            except Exception:
-                # The head is out: all that is left is to end the connection (the server
-                # closes it when the app returns with the response unfinished).
-                log.exception("stream of %s %s (%s) failed", call.method, call.path, call.trace_id)
+            await _reply(handler, call, exchange)
             nursery.cancel_scope.cancel()
 
     async def _end_from_outside(self, call: Call, card: Card, send: Any, started: bool, done: bool) -> None:
@@ -416,6 +418,19 @@ async def _read_body(call: Call, receive: Any) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def _reply(handler: Handler, call: Call, exchange: Exchange) -> None:
+    try:
+        reply = await handler(call)
+    except Exception as exc:
+        reply = exception_reply(call, exc)
+    try:
+        await send_reply(reply, exchange.send, exchange.write_body, exchange.pipe)
+    except Exception:
+        # The head is out: all that is left is to end the connection (the server closes
+        # it when the app returns with the response unfinished).
+        log.exception("stream of %s %s (%s) failed", call.method, call.path, call.trace_id)
+
+
 async def _cancel_on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
     while True:
         message = await receive()
@@ -440,7 +455,7 @@ async def send_reply(
     body = reply.body
     if isinstance(body, bytes):
         headers.append((b"content-length", b"%d" % len(body)))
-        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers, WHOLE: True})
         await send({"type": "http.response.body", "body": body, "more_body": False})
         return
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})

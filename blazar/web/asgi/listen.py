@@ -106,6 +106,11 @@ class _Connection(TCPServer):
         """The idle watcher's scope: its deadline is moved as requests start and end."""
         self._idle_again: trio.Event | None = None
         """Set when a request ends while the server stops (the watcher then closes)."""
+        self._hold = False
+        """The next response head waits for its body (``BodyWriter.hold``): one write for both."""
+        self._held: bytes | None = None
+        self._on_gone: Callable[[], None] | None = None
+        """Called once when the client goes (``BodyWriter.watch_gone``)."""
 
     async def _app(
         self, app: AppWrapper, scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any
@@ -115,13 +120,24 @@ class _Connection(TCPServer):
         if not (plain and scope["type"] == "http" and scope["http_version"] != "2"):
             await app(scope, receive, send, sync_spawn, call_soon)
             return
-        scope["extensions"][DIRECT_BODY] = BodyWriter(self.stream.socket, self.send_lock, self._h11, send)
+        scope["extensions"][DIRECT_BODY] = BodyWriter(
+            self.stream.socket, self.send_lock, self._h11, send, self._hold_head, self._watch_gone
+        )
         try:
             await app(scope, receive, send, sync_spawn, call_soon)
         finally:
             # The writer holds the server's send, whose stream holds the scope: a cycle each
             # request would leave to the garbage collector.
             scope["extensions"].pop(DIRECT_BODY, None)
+
+    def _hold_head(self) -> None:
+        self._hold = True
+
+    def _watch_gone(self, on_gone: Callable[[], None] | None) -> None:
+        if on_gone is not None and self._gone:
+            on_gone()
+        else:
+            self._on_gone = on_gone
 
     def _h11(self) -> Any:
         protocol = self.protocol.protocol
@@ -196,6 +212,17 @@ class _Connection(TCPServer):
             await trio.aclose_forcefully(self.stream)
 
     async def protocol_send(self, event: Event) -> None:
+        if (held := self._held) is not None:
+            # A whole answer's head, held for its body: they go out together.
+            self._held = None
+            if isinstance(event, RawData):
+                event = RawData(data=held + event.data)
+            else:
+                await super().protocol_send(RawData(data=held))
+        elif self._hold and isinstance(event, RawData):
+            self._hold = False
+            self._held = event.data
+            return
         if isinstance(event, Updated):
             # Synchronously, before any checkpoint: no other connection's admission can pick
             # this one between its head arriving and its leaving the sheddable set.
@@ -237,6 +264,9 @@ class _Connection(TCPServer):
         # side, leaving the socket in CLOSE-WAIT for keep_alive_timeout_s after every client
         # that hangs up between requests: end the timer now.
         self._gone = True
+        if (on_gone := self._on_gone) is not None:
+            self._on_gone = None
+            on_gone()
         await self.idle_task.stop()
 
     async def _idle_timeout(self) -> None:

@@ -34,10 +34,15 @@ from blazar.telemetry.scrub import scrub
 from blazar.web.asgi.call import Call
 from blazar.web.middleware.cors import expose_header
 
-__all__ = ["Exchange"]
+__all__ = ["WHOLE", "Exchange"]
 
 _ANSWER_KEEP = 256 * 1024
 """The most reply bytes kept for an audit log that records answers."""
+
+
+WHOLE = "blazar.whole"
+"""Set in an ``http.response.start`` whose whole body is sent next, at once: the head
+waits for it, and both go out in one write (``BodyWriter.hold``)."""
 
 
 class DirectBody(Protocol):
@@ -46,6 +51,11 @@ class DirectBody(Protocol):
     async def write(self, data: bytes) -> None: ...
 
     async def pipe(self, source: Any, on_chunk: Callable[[bytes], None]) -> bool: ...
+
+    def hold(self) -> None: ...
+
+    @property
+    def watch_gone(self) -> Callable[[Callable[[], None] | None], None] | None: ...
 
 
 class Exchange:
@@ -133,6 +143,8 @@ class Exchange:
                 # Answered before reading the whole body (an error): the rest of it
                 # would be taken for the next request, so this connection must end.
                 headers.append((b"connection", b"close"))
+            if message.get(WHOLE) and self._direct is not None:
+                self._direct.hold()
             message = {**message, "headers": headers}
         elif message["type"] == "http.response.body":
             body = message.get("body", b"")
@@ -171,6 +183,24 @@ class Exchange:
             count(body)
 
         return await direct.pipe(source, chunk)
+
+    def cancel_on_gone(self, scope: trio.CancelScope | None) -> bool:
+        """Have the connection cancel ``scope`` when the client goes, noted as a disconnect
+        (None: stop watching). False where the connection offers no such watch: a task must
+        then read ``receive`` for the ``http.disconnect``."""
+        watch = self._direct.watch_gone if self._direct is not None else None
+        if watch is None:
+            return False
+        if scope is None:
+            watch(None)
+            return True
+
+        def gone() -> None:
+            self.disconnected = True
+            scope.cancel()
+
+        watch(gone)
+        return True
 
     def _count(self, body: bytes) -> None:
         """A body message's bytes: the first byte's time, the card's chunks, the total."""
