@@ -48,7 +48,8 @@ from registry.errors import ModelNotFound
 if TYPE_CHECKING:
     from actors.claim import Claim, ClaimOptions, ClaimRequest
     from actors.jobs import JobContext, JobOutcome, JobRecord, Runner
-    from actors.runtime import Runtime, RuntimeStatistics, open_runtime
+    from actors.runtime import Runtime, RuntimeStatistics
+    from actors.runtime_open import open_runtime
 
 _LAZY = {
     "Claim": "actors.claim",
@@ -60,7 +61,7 @@ _LAZY = {
     "Runner": "actors.jobs",
     "Runtime": "actors.runtime",
     "RuntimeStatistics": "actors.runtime",
-    "open_runtime": "actors.runtime",
+    "open_runtime": "actors.runtime_open",
 }
 
 __all__ = [

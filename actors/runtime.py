@@ -1,4 +1,5 @@
-"""``open_runtime``: the root of the actor tree, embeddable without the HTTP layer.
+"""``Runtime``: the root of the actor tree, embeddable without the HTTP layer
+(``actors.runtime_open.open_runtime`` starts the tree and hands it over).
 
     runtime (supervisor)
     ├ ledger            SQLite writer (WAL), one per home
@@ -30,7 +31,6 @@ ready engine, a lease; released once, then the keep-alive timer re-armed):
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -83,19 +83,16 @@ from actors.planning import (
     unsupported_preview,
 )
 from actors.pool import Pools
-from actors.process import reap_orphans
-from actors.profiles import read_profiles
 from actors.rpc_fallback import workers_ready
 from actors.sessions import model_dir
 from actors.settings import Explanation, explain_running
 from actors.speculation import SpeculationBook
 from actors.supervisor import ChildSpec, Restart, Supervisor
 from registry.catalog import Catalog
-from registry.files import remove_stale_temps
 from registry.kinds import TEXT_KINDS, mismatch
 from registry.store import ModelRecord, Store
 
-__all__ = ["ReadyCard", "Runtime", "RuntimeStatistics", "open_runtime"]
+__all__ = ["ReadyCard", "Runtime", "RuntimeStatistics"]
 
 log = logging.getLogger("blazar.runtime")
 
@@ -695,93 +692,3 @@ class Runtime:
             lifecycle=self.lifecycle.statistics(),
             reaped_orphans=self.reaped_orphans,
         )
-
-
-STALE_MODEL_TEMP_S = 3600.0
-"""A temp file in the model store is swept at start only once this old: a CLI command
-(``blazar import`` copying a file) may be writing it beside a starting daemon."""
-
-
-def sweep_temps(home: Path) -> None:
-    """Remove what writes cut short left under the data dir (a crash mid-write, or an unlink
-    a full copy-on-write filesystem refused): the files and jobs folders, which only the
-    daemon writes, wholly; the model store's, once old."""
-    swept = remove_stale_temps(home / "files") + remove_stale_temps(home / "jobs")
-    swept += remove_stale_temps(home / "models", min_age_s=STALE_MODEL_TEMP_S)
-    if swept:
-        log.warning("removed %d temp file(s) left by writes cut short (a crash, or a full disk)", len(swept))
-
-
-@asynccontextmanager
-async def open_runtime(config: RuntimeConfig) -> AsyncIterator[Runtime]:
-    def prepare() -> tuple[list[int], Store, Catalog]:
-        run_dir = Path(config.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        sweep_temps(Path(config.home))
-        return reap_orphans(run_dir), Store(Path(config.models_dir)), Catalog.load()
-
-    reaped, store, catalog = await trio.to_thread.run_sync(prepare)
-    if config.failover:
-        models = {r.name for r in await trio.to_thread.run_sync(store.list)}
-        for chain in config.failover:
-            if chain.name in models:
-                log.warning(
-                    "failover chain '%s' has the name of an installed model: requests for '%s' go to "
-                    "the chain (rename one of them to reach the model itself)",
-                    chain.name,
-                    chain.name,
-                )
-    # The tree of DESIGN §3. Children stop in reverse start order: lifecycle first (no
-    # idle unload races the shutdown), then engines, then the ledger, which writes what
-    # is still queued.
-    async with trio.open_nursery() as nursery:
-        root: Supervisor = await nursery.start(Supervisor("runtime").run)
-        ledger = LedgerActor(Path(config.home) / "blazar.db", keep_records=config.ledger_keep_requests)
-        await root.start_child(ChildSpec(name="ledger", start=ledger.run))
-        stored = await trio.to_thread.run_sync(read_profiles, ledger.path)
-        if stored:  # the embedder's own profiles win over the stored ones
-            config = msgspec.structs.replace(config, profiles={**stored, **config.profiles})
-        jobs = JobsActor(
-            ledger,
-            data_dir=Path(config.home),
-            max_running=config.jobs_max_running,
-            keep_s=config.jobs_keep_s,
-        )
-        await root.start_child(ChildSpec(name="jobs", start=jobs.run))
-        admission = AdmissionActor(
-            max_queue=config.max_queue, queue_timeout_s=config.queue_timeout_s, classes=config.admission
-        )
-        await root.start_child(ChildSpec(name="admission", start=admission.run))
-        engines = Supervisor("engines")
-        await root.start_child(ChildSpec(name="engines", start=engines.run))
-        runtime = Runtime(
-            config,
-            store=store,
-            catalog=catalog,
-            root=root,
-            engines=engines,
-            ledger=ledger,
-            admission=admission,
-            jobs=jobs,
-        )
-        await root.start_child(ChildSpec(name="lifecycle", start=runtime.lifecycle.run))
-        pulls.register(runtime)
-        # Last started, first stopped: MCP servers end before the engines do.
-        await root.start_child(ChildSpec(name="mcp", start=runtime.mcp.run, shutdown_s=15.0))
-        if runtime.pools:  # before the peers, which poll the routers it starts
-            await root.start_child(
-                ChildSpec(name="pools", start=functools.partial(runtime.pools.run, runtime))
-            )
-        if config.remotes:
-            await root.start_child(ChildSpec(name="peers", start=runtime.peers.run))
-        await root.start_child(ChildSpec(name="parts", start=runtime.parts.run))
-        runtime.reaped_orphans = reaped
-        runtime._nursery = nursery
-        if config.preload:
-            await nursery.start(runtime.preload, list(config.preload))
-        else:
-            runtime.preloaded.set()
-        try:
-            yield runtime
-        finally:
-            nursery.cancel_scope.cancel()

@@ -19,7 +19,8 @@ import httpx
 import trio
 
 from actors.config import EngineConfig
-from actors.runtime import Runtime, open_runtime
+from actors.runtime import Runtime
+from actors.runtime_open import open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.web.app import build_gateway
 from blazar.web.asgi.listen import hypercorn_config, serve

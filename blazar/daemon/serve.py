@@ -24,7 +24,7 @@ import msgspec
 import trio
 
 from actors.admission import Draining
-from actors.runtime import open_runtime
+from actors.runtime_open import open_runtime
 from blazar.config import Config, ConfigError, Paths, load_config, resolve_paths
 from blazar.daemon.client import CliError, find_daemon
 from blazar.daemon.files import remove_daemon_info, remove_local_token, write_daemon_info

@@ -17,7 +17,7 @@ from actors.config import RuntimeConfig
 from actors.errors import ActorStopped, InsufficientMemory, MaxLoadedModels, ModelBusy, ModelTooLarge
 from actors.eviction import Resident, Timer, arm, choose_evictions, tick
 from actors.lifecycle import LifecycleActor, ModelLifecycle
-from actors.runtime import open_runtime
+from actors.runtime_open import open_runtime
 
 # -- choose_evictions -------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import trio
 from actors.config import McpServer, RuntimeConfig
 from actors.mcp import McpServers, McpServerUnknown
 from actors.mcp_results import cap_text, qualified_name, result_text, split_qualified
-from actors.runtime import open_runtime
+from actors.runtime_open import open_runtime
 from tests.support import pid_alive
 
 SERVER = Path(__file__).resolve().parent.parent / "mcp_servers" / "tools_server.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.runtime import open_runtime
+from actors.runtime_open import open_runtime
 from blazar.config import Config, resolve_paths
 from blazar.web.app import build_gateway
 

@@ -15,7 +15,7 @@ import httpx
 import trio
 from quart_trio import QuartTrio
 
-from actors.runtime import open_runtime
+from actors.runtime_open import open_runtime
 from blazar.config import resolve_paths
 from blazar.web.app import create_app
 from blazar.web.asgi.listen import hypercorn_config, serve
