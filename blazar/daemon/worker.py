@@ -43,7 +43,7 @@ from blazar.errors import Dialect, error_body
 from blazar.serve.handoff import GRANT_HEADER, Grant, Report, ReportAnswer
 from blazar.serve.relay import UpstreamStream
 from blazar.web.asgi.channel import Answered, Body, ChannelClosed, ChannelConnection, Head, Open, Reported
-from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
+from blazar.web.asgi.direct import DIRECT_BODY, WATCH_GONE, BodyWriter
 from blazar.web.asgi.workers import CLIENT_HEADER, SCHEME_HEADER, TOKEN_HEADER
 
 __all__ = [
@@ -163,6 +163,16 @@ class WorkerApp:
         body = await self._read_body(receive)
         if body is None:
             return  # the client left before its request was whole
+        watch = (scope.get("extensions") or {}).get(WATCH_GONE)
+        if watch is not None:  # told by the connection: no task of the request's own
+            watched = trio.CancelScope()
+            watch(watched.cancel)
+            try:
+                with watched:
+                    await self._forward(scope, body, send)
+            finally:
+                watch(None)
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_disconnect, receive, nursery.cancel_scope)
             try:

@@ -29,6 +29,7 @@ import logging
 import secrets
 import socket as stdlib_socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -37,6 +38,7 @@ import trio
 from blazar.errors import Dialect, error_body
 from blazar.serve.handoff import HandoffSlot, Report, ReportAnswer
 from blazar.web.asgi.call import HANDOFF_EXTENSION
+from blazar.web.asgi.direct import WATCH_GONE
 
 __all__ = [
     "Answered",
@@ -177,12 +179,13 @@ class ChannelConnection:
 class _Request:
     """One forwarded request, run by the app as if its server had read it."""
 
-    __slots__ = ("_body", "_conn", "_gone", "_head", "ended", "slot", "started")
+    __slots__ = ("_body", "_conn", "_gone", "_head", "_on_gone", "ended", "slot", "started")
 
     def __init__(self, conn: ChannelConnection, body: bytes) -> None:
         self._conn = conn
         self._body: bytes | None = body
         self._gone = trio.Event()
+        self._on_gone: Callable[[], None] | None = None
         self.started = self.ended = False
         """The answer's head was sent, and its last body frame written."""
         self._head: Head | None = None
@@ -190,12 +193,22 @@ class _Request:
 
     def gone(self) -> None:
         self._gone.set()
+        on_gone, self._on_gone = self._on_gone, None
+        if on_gone is not None:
+            on_gone()
 
     def cut(self) -> None:
         """End an answer that never finished: the connection closes, and the worker's client
         sees its answer end short."""
-        self._gone.set()
+        self.gone()
         self._conn.close()
+
+    def watch_gone(self, on_gone: Callable[[], None] | None) -> None:
+        """``blazar.web.asgi.direct.WATCH_GONE``: ``on_gone`` once the worker's client goes."""
+        if on_gone is not None and self._gone.is_set():
+            on_gone()
+        else:
+            self._on_gone = on_gone
 
     async def receive(self) -> dict[str, Any]:
         if (body := self._body) is not None:
@@ -226,10 +239,10 @@ class _Request:
             try:
                 await self._conn.write(*frames)
             except ChannelClosed:
-                self._gone.set()
+                self.gone()
 
 
-def _scope(opened: Open, slot: HandoffSlot) -> dict[str, Any]:
+def _scope(opened: Open, request: _Request) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -243,7 +256,7 @@ def _scope(opened: Open, slot: HandoffSlot) -> dict[str, Any]:
         "headers": opened.headers,
         "client": opened.client,
         "server": opened.server,
-        "extensions": {HANDOFF_EXTENSION: slot},
+        "extensions": {HANDOFF_EXTENSION: request.slot, WATCH_GONE: request.watch_gone},
     }
 
 
@@ -279,7 +292,7 @@ class _Side:
                     if current is not None:
                         current.gone()  # a worker sends the next only once the last has ended
                     current = _Request(conn, frame.body)
-                    nursery.start_soon(self._run, current, _scope(frame, current.slot))
+                    nursery.start_soon(self._run, current, _scope(frame, current))
                 elif isinstance(frame, Reported):
                     answer = ReportAnswer()
                     if current is not None:

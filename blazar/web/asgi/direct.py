@@ -37,16 +37,24 @@ import trio
 
 from blazar.web.asgi.pump import BROKEN, Source, current_pump
 
-__all__ = ["DIRECT_BODY", "BodyWriter"]
+__all__ = ["DIRECT_BODY", "WATCH_GONE", "BodyWriter"]
 
 DIRECT_BODY = "blazar.direct_body"
 """The ASGI scope extension under which a connection offers its ``BodyWriter``."""
+
+WATCH_GONE = "blazar.watch_gone"
+"""The ASGI scope extension under which a connection offers to tell the request when its
+client goes: a callable taking a callable, called once then (at once if the client has
+gone already), or None to stop. It is what a task of the request's own reading
+``http.disconnect`` would learn, without the task (which costs more than many a request).
+Offered where one connection carries one request at a time: HTTP/1.1 (the listener's) and
+the workers' channel; not HTTP/2, whose streams end without their connection."""
 
 
 class BodyWriter:
     """Writes the body chunks of one answer on one HTTP/1.1 connection (see the module)."""
 
-    __slots__ = ("_chunked", "_h11", "_lock", "_send", "_socket", "_usable", "hold", "watch_gone")
+    __slots__ = ("_chunked", "_h11", "_lock", "_send", "_socket", "_usable", "hold")
 
     def __init__(
         self,
@@ -55,7 +63,6 @@ class BodyWriter:
         h11_connection: Callable[[], h11.Connection | None],
         send: Callable[[dict[str, Any]], Awaitable[None]],
         hold: Callable[[], None] = lambda: None,
-        watch_gone: Callable[[Callable[[], None] | None], None] | None = None,
     ) -> None:
         self._socket = socket
         self._lock = lock
@@ -65,9 +72,6 @@ class BodyWriter:
         self.hold = hold
         """Called before the head of a whole answer, whose body follows at once: the
         connection keeps the head and writes it with the body, one write for both."""
-        self.watch_gone = watch_gone
-        """Has a callable called once when the client goes (at once if it has; None stops
-        the watch): what a request's own task reading ``http.disconnect`` would learn."""
         self._chunked = False
         self._usable = True
 

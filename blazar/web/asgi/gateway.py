@@ -32,7 +32,7 @@ from blazar.serve.cards import INFERENCE_PATHS, Card, Cards, CardState
 from blazar.telemetry.observer import Telemetry, dialect_label
 from blazar.telemetry.scrub import scrub
 from blazar.web.asgi.call import Call, Handler, Reply, Routes
-from blazar.web.asgi.direct import DIRECT_BODY
+from blazar.web.asgi.direct import DIRECT_BODY, WATCH_GONE
 from blazar.web.asgi.replies import dialect_for, error_reply, exception_reply
 from blazar.web.middleware.auth import Auth
 from blazar.web.middleware.cors import CorsPolicy, send_preflight
@@ -121,6 +121,7 @@ class GatewayMiddleware:
         path, method = scope["path"], scope["method"]
         card = self.cards.open(trace_id, path) if method == "POST" and path in INFERENCE_PATHS else None
         call = Call(scope, trace_id=trace_id, max_body=self.max_body, card=card)
+        extensions = scope.get("extensions") or {}
         span = self.tracer.begin(method, path, call.headers, trace_id) if self.tracer is not None else None
         exchange = Exchange(
             call,
@@ -129,7 +130,8 @@ class GatewayMiddleware:
             traceparent=RequestTracer.traceparent(span) if span is not None else None,
             keep_answer=card is not None and self.telemetry is not None and self.telemetry.wants_text,
             grant=self.cors.grant_for(call.headers),
-            direct=scope["extensions"].get(DIRECT_BODY) if "extensions" in scope else None,
+            direct=extensions.get(DIRECT_BODY),
+            watch_gone=extensions.get(WATCH_GONE),
         )
         self._arrive()
         try:

@@ -45,7 +45,7 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 from blazar.config import Config
 from blazar.errors import Dialect, error_body
 from blazar.web.asgi.conn_limits import ConnectionLimits, Refused
-from blazar.web.asgi.direct import DIRECT_BODY, BodyWriter
+from blazar.web.asgi.direct import DIRECT_BODY, WATCH_GONE, BodyWriter
 from blazar.web.asgi.protocols import load_http2
 
 __all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
@@ -110,25 +110,30 @@ class _Connection(TCPServer):
         """The next response head waits for its body (``BodyWriter.hold``): one write for both."""
         self._held: bytes | None = None
         self._on_gone: Callable[[], None] | None = None
-        """Called once when the client goes (``BodyWriter.watch_gone``)."""
+        """Called once when the client goes (``direct.WATCH_GONE``)."""
 
     async def _app(
         self, app: AppWrapper, scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any
     ) -> None:
-        """The app, offered the connection's direct body writer on plain HTTP/1.1 (``direct.py``)."""
-        plain = isinstance(self.stream, trio.SocketStream)
-        if not (plain and scope["type"] == "http" and scope["http_version"] != "2"):
+        """The app, offered on HTTP/1.1 the watch for its client's going, and on plain HTTP/1.1
+        the connection's direct body writer (``direct.py``)."""
+        if not (scope["type"] == "http" and scope["http_version"] != "2"):
             await app(scope, receive, send, sync_spawn, call_soon)
             return
-        scope["extensions"][DIRECT_BODY] = BodyWriter(
-            self.stream.socket, self.send_lock, self._h11, send, self._hold_head, self._watch_gone
-        )
+        extensions = scope["extensions"]
+        extensions[WATCH_GONE] = self._watch_gone
+        if isinstance(self.stream, trio.SocketStream):  # plain, not TLS
+            extensions[DIRECT_BODY] = BodyWriter(
+                self.stream.socket, self.send_lock, self._h11, send, self._hold_head
+            )
         try:
             await app(scope, receive, send, sync_spawn, call_soon)
         finally:
-            # The writer holds the server's send, whose stream holds the scope: a cycle each
-            # request would leave to the garbage collector.
-            scope["extensions"].pop(DIRECT_BODY, None)
+            # The writer holds the server's send, whose stream holds the scope, and the watch
+            # holds this connection: cycles each request would leave to the garbage collector.
+            extensions.pop(DIRECT_BODY, None)
+            extensions.pop(WATCH_GONE, None)
+            self._on_gone = None
 
     def _hold_head(self) -> None:
         self._hold = True

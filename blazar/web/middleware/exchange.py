@@ -54,9 +54,6 @@ class DirectBody(Protocol):
 
     def hold(self) -> None: ...
 
-    @property
-    def watch_gone(self) -> Callable[[Callable[[], None] | None], None] | None: ...
-
 
 class Exchange:
     """The receive and send of one HTTP request, watched; and what they saw."""
@@ -65,6 +62,7 @@ class Exchange:
         "_direct",
         "_receive",
         "_send",
+        "_watch_gone",
         "answer",
         "body_done",
         "call",
@@ -92,12 +90,15 @@ class Exchange:
         traceparent: bytes | None,
         keep_answer: bool,
         direct: DirectBody | None = None,
+        watch_gone: Callable[[Callable[[], None] | None], None] | None = None,
     ) -> None:
         self.call = call
         self.card = call.card
         self._receive = receive
         self._send = send
         self._direct = direct
+        self._watch_gone = watch_gone
+        """The connection's watch for the client's going (``blazar.web.asgi.direct.WATCH_GONE``)."""
         self.stamp = [(b"x-blazar-trace-id", call.trace_id.encode())]
         """Headers added to the head of the answer."""
         if traceparent is not None:
@@ -188,7 +189,7 @@ class Exchange:
         """Have the connection cancel ``scope`` when the client goes, noted as a disconnect
         (None: stop watching). False where the connection offers no such watch: a task must
         then read ``receive`` for the ``http.disconnect``."""
-        watch = self._direct.watch_gone if self._direct is not None else None
+        watch = self._watch_gone
         if watch is None:
             return False
         if scope is None:
