@@ -25,6 +25,7 @@ from actors.runtime import Runtime
 from actors.upstream import UpstreamError, UpstreamResponse
 from blazar.errors import BlazarError, Dialect, error_body
 from blazar.serve.context import Relayed
+from blazar.serve.relay import Pipe
 from blazar.serve.reply import Reply, dialect_for, stream_reply
 
 __all__ = [
@@ -126,19 +127,19 @@ class _PoolAnswer:
     """A plain-HTTP peer's answer, read from the relay's own pool (``PeerActor.relay_pool``)."""
 
     def __init__(self, response: UpstreamResponse) -> None:
-        self._response = response
+        self.response = response
         self.status_code = response.status_code
         self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers]
 
     async def receive_some(self) -> bytes:
         """The next bytes of the body; ``b""`` at its end."""
         try:
-            return await self._response.receive_some()
+            return await self.response.receive_some()
         except UpstreamError as exc:
             raise _Broken(str(exc)) from exc
 
     async def aclose(self) -> None:
-        await self._response.aclose()  # before the end, a reset: the peer cancels the request
+        await self.response.aclose()  # before the end, a reset: the peer cancels the request
 
 
 class _HttpxAnswer:
@@ -201,6 +202,8 @@ class _PeerStream:
         self._actor = actor
         self._dialect = dialect
         self._done = False
+        self.pipeable = isinstance(answer, _PoolAnswer)
+        """A plain-HTTP peer's answer can be relayed by the connection's pump (``pipe_into``)."""
 
     def __aiter__(self) -> _PeerStream:
         return self
@@ -223,6 +226,17 @@ class _PeerStream:
 
     async def aclose(self) -> None:
         await self._answer.aclose()
+
+    async def pipe_into(self, pipe: Pipe) -> bool:
+        """Hand the rest of a plain-HTTP peer's answer to ``pipe`` (``Exchange.pipe``: one
+        epoll for every such stream); the iteration then reads its end, or its failure."""
+        if isinstance(answer := self._answer, _PoolAnswer) and not self._done:
+            await pipe(answer.response, _ignore)
+        return True
+
+
+def _ignore(_chunk: bytes) -> None:
+    pass
 
 
 def _headers_for(call: Relayed) -> dict[str, str]:
