@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import pytest
 import trio
 
 from actors.upstream import UpstreamBrokenError, UpstreamError, UpstreamPool, UpstreamResponse
-from blazar.web.asgi.pump import BROKEN, END, FAILED, current_pump
+from blazar.web.asgi.pump import BROKEN, END, FAILED, Flow, current_pump
 
 _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -109,6 +110,22 @@ async def open_stream(engine: Engine) -> tuple[UpstreamPool, UpstreamResponse]:
     return pool, await pool.request("POST", "/v1/chat/completions", body=b"{}")
 
 
+class Piped(NamedTuple):
+    """A stream from the engine handed to the pump, and both ends of the client's socket."""
+
+    pool: UpstreamPool
+    response: UpstreamResponse
+    flow: Flow
+    ours: socket.socket
+    theirs: socket.socket
+
+
+async def open_flow(engine: Engine) -> Piped:
+    pool, response = await open_stream(engine)
+    ours, theirs = client_pair()
+    return Piped(pool, response, current_pump().start(response, ours.fileno(), lambda _: None), ours, theirs)
+
+
 async def test_chunks_are_relayed_framed_and_counted_and_the_connection_kept(
     engine: Engine, nursery: trio.Nursery
 ) -> None:
@@ -141,9 +158,8 @@ async def test_chunks_are_relayed_framed_and_counted_and_the_connection_kept(
 
 
 async def test_a_slow_client_holds_the_engine_back_and_loses_nothing(engine: Engine) -> None:
-    pool, response = await open_stream(engine)
-    ours, theirs = client_pair(4096)
-    flow = current_pump().start(response, ours.fileno(), lambda _: None)
+    piped = await open_flow(engine)
+    pool, flow, theirs = piped.pool, piped.flow, piped.theirs
     part = b"x" * 1000
     for _ in range(2000):  # 2 MB: far more than both sockets' buffers
         engine.send.send_nowait(part)
@@ -160,9 +176,8 @@ async def test_a_slow_client_holds_the_engine_back_and_loses_nothing(engine: Eng
 
 
 async def test_a_cancel_with_a_partial_chunk_writes_it_out_first(engine: Engine) -> None:
-    pool, response = await open_stream(engine)
-    ours, theirs = client_pair(4096)
-    flow = current_pump().start(response, ours.fileno(), lambda _: None)
+    piped = await open_flow(engine)
+    pool, response, flow, theirs = piped.pool, piped.response, piped.flow, piped.theirs
     big = b"y" * 200_000
     await engine.send.send(big)
     with trio.fail_after(5):
@@ -185,9 +200,8 @@ async def test_a_cancel_with_a_partial_chunk_writes_it_out_first(engine: Engine)
 
 
 async def test_an_engine_that_breaks_midway_fails_the_flow_and_the_read_says_why(engine: Engine) -> None:
-    pool, response = await open_stream(engine)
-    ours, theirs = client_pair()
-    flow = current_pump().start(response, ours.fileno(), lambda _: None)
+    piped = await open_flow(engine)
+    pool, response, flow, theirs = piped.pool, piped.response, piped.flow, piped.theirs
     await engine.send.send(b"data: 1\n\n")
     await engine.send.send(b"!")
     with trio.fail_after(5):
@@ -200,9 +214,8 @@ async def test_an_engine_that_breaks_midway_fails_the_flow_and_the_read_says_why
 
 
 async def test_a_pool_closed_under_a_flow_ends_it(engine: Engine) -> None:
-    pool, response = await open_stream(engine)
-    ours, _theirs = client_pair()
-    flow = current_pump().start(response, ours.fileno(), lambda _: None)
+    piped = await open_flow(engine)
+    pool, response, flow = piped.pool, piped.response, piped.flow
     await engine.send.send(b"data: 1\n\n")
     await trio.sleep(0.05)
     await pool.aclose()  # the engine is stopped
@@ -214,9 +227,8 @@ async def test_a_pool_closed_under_a_flow_ends_it(engine: Engine) -> None:
 
 
 async def test_a_client_that_is_gone_breaks_only_its_flow(engine: Engine) -> None:
-    pool, response = await open_stream(engine)
-    ours, theirs = client_pair()
-    flow = current_pump().start(response, ours.fileno(), lambda _: None)
+    piped = await open_flow(engine)
+    pool, response, flow, theirs = piped.pool, piped.response, piped.flow, piped.theirs
     theirs.close()
     await engine.send.send(b"data: 1\n\n")
     with trio.fail_after(5):
