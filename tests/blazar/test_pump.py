@@ -12,10 +12,12 @@ import socket
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
+import h11
 import pytest
 import trio
 
 from actors.upstream import UpstreamBrokenError, UpstreamError, UpstreamPool, UpstreamResponse
+from blazar.web.asgi import direct
 from blazar.web.asgi.pump import BROKEN, END, FAILED, Flow, current_pump
 
 _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -247,3 +249,34 @@ async def test_a_client_that_is_gone_breaks_only_its_flow(engine: Engine) -> Non
     assert await read_all(theirs2, 9) == b"data: 2\n\n"
     await pool.aclose()
     await pool2.aclose()
+
+
+async def test_a_cancelled_pipe_whose_client_takes_nothing_ends_the_connection(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partial chunk is waited for a bounded time, then the connection is ended: a
+    client that stopped reading cannot hold the request (and its engine slot) forever."""
+    monkeypatch.setattr(direct, "_DRAIN_S", 0.3)
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert isinstance(conn.next_event(), h11.Request)
+    conn.send(h11.Response(status_code=200, headers=[("content-type", "text/event-stream")]))
+    ours, theirs = client_pair()
+
+    async def ordinary(message: dict[str, object]) -> None:
+        raise AssertionError(f"the ordinary send was used: {message}")
+
+    writer = direct.BodyWriter(trio.socket.from_stdlib_socket(ours), trio.Lock(), lambda: conn, ordinary)
+    await writer.write(b"data: first\n\n")  # h11 frames it: the body is chunked
+    pool, response = await open_stream(engine)
+    with trio.fail_after(5), trio.move_on_after(0.5) as scope:  # a cancel: the client left
+        engine.send.send_nowait(b"z" * 500_000)  # far more than the client's socket takes
+        await writer.pipe(response, lambda _: None)
+    assert scope.cancelled_caught
+    with trio.fail_after(3):  # the bounded wait, then the connection's end: the client reads EOF
+        while True:
+            await trio.lowlevel.wait_readable(theirs)
+            if not theirs.recv(1 << 20):
+                break
+    await response.aclose()
+    await pool.aclose()

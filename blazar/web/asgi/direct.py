@@ -28,7 +28,9 @@ until the stream ends, as a waiting write does.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +40,10 @@ import trio
 from blazar.web.asgi.pump import BROKEN, Source, current_pump
 
 __all__ = ["DIRECT_BODY", "WATCH_GONE", "BodyWriter"]
+
+_DRAIN_S = 5.0
+"""How long a cancelled pipe waits for the client to take a partial chunk before it ends
+the connection instead."""
 
 DIRECT_BODY = "blazar.direct_body"
 """The ASGI scope extension under which a connection offers its ``BodyWriter``."""
@@ -162,8 +168,15 @@ class BodyWriter:
                 if not flow.ended.is_set():  # cancelled
                     flow.stop_reading()
                     if flow.pending:  # a partial chunk would corrupt the stream
-                        with trio.CancelScope(shield=True):
+                        with trio.CancelScope(shield=True), trio.move_on_after(_DRAIN_S):
                             await flow.ended.wait()
+                    if not flow.ended.is_set():
+                        # The client takes nothing (it stopped reading, or half-closed): the
+                        # connection cannot carry another answer, and is ended.
+                        flow.abandon()
+                        self._usable = False
+                        with contextlib.suppress(OSError):
+                            self._socket.shutdown(socket.SHUT_RDWR)
         finally:
             lock.release()
         if flow.outcome == BROKEN:

@@ -163,6 +163,10 @@ class Flow:
         if self._pending is None:
             self._finish(None)
 
+    def abandon(self) -> None:
+        """End the flow with a partial chunk still unwritten: the caller ends the connection."""
+        self._finish(None)
+
     def source_closing(self) -> None:
         """The source's connection is being closed under the flow (its pool was closed)."""
         self._finish(FAILED)
