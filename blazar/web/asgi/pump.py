@@ -193,7 +193,6 @@ class Pump:
         self._epoll = select.epoll()
         self._flows: dict[int, Flow] = {}
         self._running = False
-        self.flows_started = 0
 
     def start(self, source: Source, out: int, on_chunk: Callable[[bytes], None]) -> Flow:
         """Hand over a stream; ``Flow.ended`` is set when it ends."""
@@ -204,7 +203,6 @@ class Pump:
         if flow._in < 0:  # the body has ended already (or broke): the iteration sees which
             flow._finish(END)
             return flow
-        self.flows_started += 1
         source.watch_close(flow.source_closing)
         self.watch(flow._in, _IN, flow)
         # Bytes may have arrived before the handover, after the last wait: look now.
