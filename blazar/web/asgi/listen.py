@@ -1,21 +1,25 @@
-"""The daemon's listener: hypercorn's trio worker, with limits on connections it lacks.
+"""The daemon's listener: its own HTTP/1.1 server on plain connections, hypercorn for
+TLS, with limits on connections neither has.
 
-hypercorn parses HTTP/1.1 and HTTP/2 (over TLS by ALPN) and runs the ASGI app; what it
-does not do is bound what slow or idle clients hold. Here each accepted connection is
-counted (in all and per client address) before hypercorn sees it. Past a cap, a place is
-first taken from a connection that holds one without using it (``conn_limits.py``): the
-oldest that has not yet sent a whole request head, else the one idle longest between
-requests on keep-alive, of that address for the per-address cap and of any address for
-the total cap. It is closed unanswered and the newcomer is served, so idle sockets cannot
-lock working clients out. Only when every place holds a request in flight is the newcomer
-refused: an immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or
-closed (TLS, where an answer would first cost a handshake). A new connection that has not
-sent a whole request head within ``header_timeout_s`` is closed; an idle keep-alive one
-after ``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431``
-with a message: here while it is still incomplete, and by the gateway once parsed
-(``web/middleware/head_limit.py``), since the parser bounds only an incomplete head. This
-is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling, with
-``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py,
+A plain connection is served by ``h1.H1Connection`` (a request there costs a fraction of
+what it does through hypercorn, BENCHMARK.md); one that changes protocols (a WebSocket,
+HTTP/2 by upgrade or preface) is handed to hypercorn with what was read of it, and so is
+every TLS connection, where HTTP/2 may be chosen by ALPN. What neither server does is
+bound what slow or idle clients hold. Here each accepted connection is counted (in all
+and per client address) before it is served. Past a cap, a place is first taken from a
+connection that holds one without using it (``conn_limits.py``): the oldest that has not
+yet sent a whole request head, else the one idle longest between requests on keep-alive,
+of that address for the per-address cap and of any address for the total cap. It is
+closed unanswered and the newcomer is served, so idle sockets cannot lock working
+clients out. Only when every place holds a request in flight is the newcomer refused: an
+immediate ``503`` with ``Connection: close`` (a plain-HTTP connection) or closed (TLS,
+where an answer would first cost a handshake). A new connection that has not sent a
+whole request head within ``header_timeout_s`` is closed; an idle keep-alive one after
+``keep_alive_timeout_s``. A head larger than ``max_header_kb`` is answered ``431`` with
+a message: here while it is still incomplete, and by the gateway once parsed
+(``web/middleware/head_limit.py``), since the parsers bound only an incomplete head. The
+serving loop is ``hypercorn.trio.run.worker_serve`` without QUIC and worker recycling,
+with ``TCPServer`` subclassed to add the above (tests/e2e/test_connections.py,
 tests/e2e/test_transport.py).
 """
 
@@ -34,7 +38,6 @@ import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Event, RawData, Updated
-from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import TCPServer
@@ -45,7 +48,8 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 from blazar.config import Config
 from blazar.errors import Dialect, error_body
 from blazar.web.asgi.conn_limits import ConnectionLimits, Refused
-from blazar.web.asgi.direct import DIRECT_BODY, WATCH_GONE, BodyWriter
+from blazar.web.asgi.direct import WATCH_GONE
+from blazar.web.asgi.h1 import H1Connection, Upgrade
 from blazar.web.asgi.protocols import load_http2
 
 __all__ = ["ConnectionLimits", "hypercorn_config", "serve"]
@@ -83,13 +87,111 @@ def _refusal_bytes(status: int, code: str, message: str) -> bytes:
     return head % (status, reason.get(status, b"Error"), len(body)) + extra + b"\r\n" + body
 
 
+def _head_refusal(config: Config, status: int) -> bytes:
+    """The worded answer to a head the parser could not take: too large (431), or not HTTP."""
+    if status == 431:
+        message = (
+            f"the request head is larger than {config.max_header_kb} KiB (max_header_kb): "
+            "send fewer or shorter headers"
+        )
+        return _refusal_bytes(431, "HEADERS_TOO_LARGE", message)
+    return _refusal_bytes(
+        400, "BAD_REQUEST", "the request is not valid HTTP/1.1: check the request line and headers"
+    )
+
+
+def _admitted(limits: ConnectionLimits[Any], key: Any, client: str) -> str | None:
+    """Take a place for a new connection, shedding unused ones where a cap is reached;
+    the reason it is refused, or None."""
+    decision = limits.admit(key, client)
+    if isinstance(decision, Refused):
+        if _worth_logging(limits.refused):
+            log.warning(
+                "refused a connection from %s: %s (%d refused so far)",
+                client,
+                decision.reason,
+                limits.refused,
+            )
+        return decision.reason
+    for victim in decision.shed:
+        victim.shed()
+    if decision.shed and _worth_logging(shed := limits.shed_fresh + limits.shed_idle):
+        fresh, idle = limits.sheddable()
+        log.warning(
+            "closed an unused connection to admit one from %s: the connection caps are reached "
+            "(%d closed so far: %d before their first request, %d idle between requests; "
+            "%d and %d such connections open now)",
+            client,
+            shed,
+            limits.shed_fresh,
+            limits.shed_idle,
+            fresh,
+            idle,
+        )
+    return None
+
+
+async def _refuse(stream: trio.abc.Stream, tls: bool, reason: str) -> None:
+    """Refuse a connection over the caps: a plain one is answered 503, a TLS one closed."""
+    try:
+        if not tls:
+            message = f"connection refused: {reason}; retry shortly, or ask for higher caps"
+            await stream.send_all(_refusal_bytes(503, "TOO_MANY_CONNECTIONS", message))
+            assert isinstance(stream, trio.SocketStream)
+            await stream.send_eof()
+            with trio.move_on_after(_REFUSAL_DRAIN_S):  # read what it sent, so no reset hides the 503
+                while await stream.receive_some(65536):
+                    pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+def _client_of(sock: trio.socket.SocketType) -> str | None:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return None  # gone before it was seen
+    return str(peer[0]) if sock.family in (socket.AF_INET, socket.AF_INET6) else "local"
+
+
+class _Replayed(trio.abc.HalfCloseableStream):
+    """A plain connection handed to hypercorn (``h1.Upgrade``): what was read of it first."""
+
+    def __init__(self, stream: trio.SocketStream, data: bytes) -> None:
+        self._stream = stream
+        self._data = data
+        self.socket = stream.socket
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if data := self._data:
+            self._data = b""
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 class _Connection(TCPServer):
-    """One client connection: counted, with a deadline for its first request head, and a
-    worded answer where hypercorn would send an empty 400 or 431."""
+    """A connection hypercorn serves (TLS, where HTTP/2 may be chosen, or a plain one that
+    changed protocols): counted, with a deadline for its first request head, and a worded
+    answer where hypercorn would send an empty 400 or 431."""
 
     def __init__(
         self,
-        limits: ConnectionLimits[_Connection],
+        limits: ConnectionLimits[Any],
         config: Config,
         app: AppWrapper,
         hconfig: HypercornConfig,
@@ -106,37 +208,25 @@ class _Connection(TCPServer):
         """The idle watcher's scope: its deadline is moved as requests start and end."""
         self._idle_again: trio.Event | None = None
         """Set when a request ends while the server stops (the watcher then closes)."""
-        self._hold = False
-        """The next response head waits for its body (``BodyWriter.hold``): one write for both."""
-        self._held: bytes | None = None
         self._on_gone: Callable[[], None] | None = None
         """Called once when the client goes (``direct.WATCH_GONE``)."""
 
     async def _app(
         self, app: AppWrapper, scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any
     ) -> None:
-        """The app, offered on HTTP/1.1 the watch for its client's going, and on plain HTTP/1.1
-        the connection's direct body writer (``direct.py``)."""
+        """The app, offered on HTTP/1.1 the watch for its client's going."""
         if not (scope["type"] == "http" and scope["http_version"] != "2"):
             await app(scope, receive, send, sync_spawn, call_soon)
             return
         extensions = scope["extensions"]
         extensions[WATCH_GONE] = self._watch_gone
-        if isinstance(self.stream, trio.SocketStream):  # plain, not TLS
-            extensions[DIRECT_BODY] = BodyWriter(
-                self.stream.socket, self.send_lock, self._h11, send, self._hold_head
-            )
         try:
             await app(scope, receive, send, sync_spawn, call_soon)
         finally:
-            # The writer holds the server's send, whose stream holds the scope, and the watch
-            # holds this connection: cycles each request would leave to the garbage collector.
-            extensions.pop(DIRECT_BODY, None)
+            # The watch holds this connection: a cycle each request would leave to the
+            # garbage collector.
             extensions.pop(WATCH_GONE, None)
             self._on_gone = None
-
-    def _hold_head(self) -> None:
-        self._hold = True
 
     def _watch_gone(self, on_gone: Callable[[], None] | None) -> None:
         if on_gone is not None and self._gone:
@@ -144,51 +234,28 @@ class _Connection(TCPServer):
         else:
             self._on_gone = on_gone
 
-    def _h11(self) -> Any:
-        protocol = self.protocol.protocol
-        return protocol.connection if isinstance(protocol, H11Protocol) else None
-
     async def run(self) -> None:
         tls = not isinstance(self.stream, trio.SocketStream)
         sock = self.stream.transport_stream.socket if tls else self.stream.socket
-        try:
-            peer = sock.getpeername()
-        except OSError:
-            return  # gone before it was seen
-        self._socket = sock
-        client = peer[0] if sock.family in (socket.AF_INET, socket.AF_INET6) else "local"
-        decision = self._limits.admit(self, client)
-        if isinstance(decision, Refused):
-            if _worth_logging(self._limits.refused):
-                log.warning(
-                    "refused a connection from %s: %s (%d refused so far)",
-                    client,
-                    decision.reason,
-                    self._limits.refused,
-                )
-            await self._refuse(tls, decision.reason)
+        client = _client_of(sock)
+        if client is None:
             return
-        for victim in decision.shed:
-            victim._shed()
-        if decision.shed and _worth_logging(shed := self._limits.shed_fresh + self._limits.shed_idle):
-            fresh, idle = self._limits.sheddable()
-            log.warning(
-                "closed an unused connection to admit one from %s: the connection caps are reached "
-                "(%d closed so far: %d before their first request, %d idle between requests; "
-                "%d and %d such connections open now)",
-                client,
-                shed,
-                self._limits.shed_fresh,
-                self._limits.shed_idle,
-                fresh,
-                idle,
-            )
+        self._socket = sock
+        if (refused := _admitted(self._limits, self, client)) is not None:
+            await _refuse(self.stream, tls, refused)
+            return
         try:
             await super().run()
         finally:
             self._limits.release(self)
 
-    def _shed(self) -> None:
+    async def run_changed(self) -> None:
+        """Serve a plain connection whose place is held by the one it changed from."""
+        self._socket = self.stream.socket
+        self._served = True
+        await super().run()
+
+    def shed(self) -> None:
         """End this connection now, from another connection's task, to free its place.
 
         It holds no request (only fresh or idle connections are picked), so there is nothing
@@ -202,32 +269,7 @@ class _Connection(TCPServer):
             with contextlib.suppress(OSError):  # already disconnected
                 self._socket.shutdown(socket.SHUT_RD)
 
-    async def _refuse(self, tls: bool, reason: str) -> None:
-        try:
-            if not tls:
-                message = f"connection refused: {reason}; retry shortly, or ask for higher caps"
-                await self.stream.send_all(_refusal_bytes(503, "TOO_MANY_CONNECTIONS", message))
-                await self.stream.send_eof()
-                with trio.move_on_after(_REFUSAL_DRAIN_S):  # read what it sent, so no reset hides the 503
-                    while await self.stream.receive_some(65536):
-                        pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        finally:
-            await trio.aclose_forcefully(self.stream)
-
     async def protocol_send(self, event: Event) -> None:
-        if (held := self._held) is not None:
-            # A whole answer's head, held for its body: they go out together.
-            self._held = None
-            if isinstance(event, RawData):
-                event = RawData(data=held + event.data)
-            else:
-                await super().protocol_send(RawData(data=held))
-        elif self._hold and isinstance(event, RawData):
-            self._hold = False
-            self._held = event.data
-            return
         if isinstance(event, Updated):
             # Synchronously, before any checkpoint: no other connection's admission can pick
             # this one between its head arriving and its leaving the sheddable set.
@@ -249,19 +291,8 @@ class _Connection(TCPServer):
                 return
         elif isinstance(event, RawData) and not self._busy and event.data.startswith(b"HTTP/1.1 4"):
             # Only a head hypercorn could not parse is answered outside a request: say why.
-            event = RawData(data=self._head_refusal(event.data[9:12]))
+            event = RawData(data=_head_refusal(self._blazar, 431 if event.data[9:12] == b"431" else 400))
         await super().protocol_send(event)
-
-    def _head_refusal(self, status: bytes) -> bytes:
-        if status == b"431":
-            message = (
-                f"the request head is larger than {self._blazar.max_header_kb} KiB (max_header_kb): "
-                "send fewer or shorter headers"
-            )
-            return _refusal_bytes(431, "HEADERS_TOO_LARGE", message)
-        return _refusal_bytes(
-            400, "BAD_REQUEST", "the request is not valid HTTP/1.1: check the request line and headers"
-        )
 
     async def _read_data(self) -> None:
         await super()._read_data()
@@ -292,6 +323,61 @@ class _Connection(TCPServer):
         self._idle_scope = None
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()
+
+
+class _Plain:
+    """The plain connections: served by ``h1.H1Connection``, handed to hypercorn where
+    they change protocols."""
+
+    def __init__(
+        self,
+        app: Any,
+        config: Config,
+        limits: ConnectionLimits[Any],
+        hypercorn: Callable[[trio.abc.Stream], _Connection],
+        state: LifespanState,
+    ) -> None:
+        self._app = app
+        self._config = config
+        self._limits = limits
+        self._hypercorn = hypercorn
+        self._state = state
+        self._live: set[H1Connection] = set()
+        self._refusal = partial(_head_refusal, config)
+
+    async def __call__(self, stream: trio.SocketStream) -> None:
+        sock = stream.socket
+        client = _client_of(sock)
+        if client is None:
+            await trio.aclose_forcefully(stream)
+            return
+        limits, config = self._limits, self._config
+        connection = H1Connection(
+            sock,
+            self._app,
+            header_timeout_s=config.header_timeout_s,
+            keep_alive_timeout_s=config.keep_alive_timeout_s,
+            max_head=config.max_header_kb * 1024,
+            refusal=self._refusal,
+            state=dict(self._state),
+            on_busy=lambda busy: limits.busy(connection) if busy else limits.idle(connection),
+        )
+        if (refused := _admitted(limits, connection, client)) is not None:
+            await _refuse(stream, False, refused)
+            return
+        self._live.add(connection)
+        try:
+            await connection.run()
+        except Upgrade as upgrade:
+            limits.busy(connection)  # held by the other protocol for its life
+            await self._hypercorn(_Replayed(stream, upgrade.data)).run_changed()
+        finally:
+            self._live.discard(connection)
+            limits.release(connection)
+
+    def stop(self) -> None:
+        for connection in list(self._live):
+            connection.stop()
 
 
 def _worth_logging(count: int) -> bool:
@@ -339,9 +425,17 @@ async def serve(
                 scheme = "https" if secure else "http"
                 binds.append(f"{scheme}://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
-            handler = partial(
+            hypercorn = partial(
                 _Connection, limits, config, wrapped, hconfig, context, ConnectionState(state.copy())
             )
+            plain = _Plain(app, config, limits, hypercorn, state)
+
+            async def handler(stream: trio.abc.Stream) -> None:
+                if isinstance(stream, trio.SocketStream):
+                    await plain(stream)
+                else:
+                    await hypercorn(stream).run()
+
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
@@ -355,6 +449,7 @@ async def serve(
                     raise others from None
             finally:
                 await context.terminated.set()
+                plain.stop()
                 server_nursery.cancel_scope.deadline = trio.current_time() + hconfig.graceful_timeout
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
