@@ -54,6 +54,7 @@ from tests.support import (
     pid_alive,
     start_daemon,
     wait_gone,
+    wait_until,
 )
 
 pytestmark = pytest.mark.slow
@@ -439,6 +440,13 @@ def test_with_rpc_fallback_a_lost_worker_is_left_out_and_a_model_too_large_alone
     engine_pid = next(e["pid"] for e in daemon.engines() if e["model"] == MODEL)
     kept.proc.kill()  # idle: the engine notices its worker gone and ends at once
     assert not wait_gone([int(str(engine_pid))], 15), "the engine outlived its only worker"
+    # The process is gone before the daemon has taken in its exit: a request in between
+    # meets the crash itself (502 ENGINE_CRASHED), not the refusal of the next start.
+    wait_until(
+        lambda: all(e.get("pid") != engine_pid for e in daemon.engines() if e["model"] == MODEL),
+        15,
+        "the daemon still shows the engine that ended",
+    )
     with pytest.raises(anthropic.APIStatusError) as refused:
         ant.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
     assert refused.value.status_code == 503

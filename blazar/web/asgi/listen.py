@@ -371,6 +371,10 @@ class _Plain:
         except Upgrade as upgrade:
             limits.busy(connection)  # held by the other protocol for its life
             await self._hypercorn(_Replayed(stream, upgrade.data)).run_changed()
+        except Exception:  # a fault of one connection's must not end the listener
+            log.exception("a connection from %s failed", client)
+            with contextlib.suppress(OSError):
+                sock.close()
         finally:
             self._live.discard(connection)
             limits.release(connection)
