@@ -107,8 +107,10 @@ def _by_package(stats: pstats.Stats) -> dict[str, float]:
 
 
 _LAYERS = (
-    ("hypercorn: read, parse and dispatch each request", "hypercorn/protocol/h11.py", "handle"),
-    ("hypercorn: write each response event", "hypercorn/protocol/http_stream.py", "app_send"),
+    ("HTTP/1.1 server: read and parse each request", "blazar/web/asgi/h1.py", "_read"),
+    ("HTTP/1.1 server: an answer's head and whole body", "blazar/web/asgi/h1.py", "_send"),
+    ("hypercorn (TLS, HTTP/2, WebSockets): read and parse", "hypercorn/protocol/h11.py", "handle"),
+    ("hypercorn (TLS, HTTP/2, WebSockets): write", "hypercorn/protocol/http_stream.py", "app_send"),
     ("gateway layer (call, card, guard, ledger, cleanups)", "blazar/web/asgi/gateway.py", "__call__"),
     ("gateway route: body, handler, reply", "blazar/web/asgi/gateway.py", "_serve"),
     ("gateway route: send the reply", "blazar/web/asgi/gateway.py", "_send_reply"),
@@ -117,6 +119,7 @@ _LAYERS = (
     ("upstream client: request and response head", "actors/upstream.py", "request"),
     ("upstream client: read the body", "actors/upstream.py", "receive_some"),
     ("gateway: a streamed chunk to the client", "blazar/web/middleware/exchange.py", "write_body"),
+    ("the pump: relayed chunks (read, frame, write, count)", "blazar/web/asgi/pump.py", "_run"),
 )
 
 
