@@ -97,10 +97,17 @@ def test_py_spy_report_reads_collapsed_stacks(tmp_path: Path) -> None:
         "run (trio/_core/_run.py:1);GatewayMiddleware.__call__ (blazar/web/asgi/gateway.py:9);"
         "relay (blazar/serve/openai_chat.py:3) 3\n"
         "run (trio/_core/_run.py:1);H11Protocol.handle (hypercorn/protocol/h11.py:5) 1\n"
+        "run (trio/_core/_run.py:1);H1Connection._read (blazar/web/asgi/h1.py:7) 1\n"
+        "run (trio/_core/_run.py:1);Pump._run (blazar/web/asgi/pump.py:2) 3\n"
     )
     report = _py_spy_report(raw)
-    assert "4 samples" in report
-    assert " 75.0%  the relay route" in report and " 25.0%  hypercorn: read" in report
+    assert "8 samples" in report
+    assert (
+        " 37.5%  the relay route" in report and " 12.5%  hypercorn (TLS, HTTP/2, WebSockets): read" in report
+    )
+    assert (
+        " 12.5%  HTTP/1.1 server: read and parse" in report and " 37.5%  the pump: relayed chunks" in report
+    )
     assert "blazar" in report and "hypercorn" in report
 
 

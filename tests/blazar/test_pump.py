@@ -234,7 +234,7 @@ async def test_a_client_that_is_gone_breaks_only_its_flow(engine: Engine) -> Non
     await engine.send.send(b"data: 1\n\n")
     with trio.fail_after(5):
         await flow.ended.wait()
-    assert flow.outcome == BROKEN and flow.unsent == b"data: 1\n\n"
+    assert flow.outcome == BROKEN
     await response.aclose()
     # The pump serves the next stream as before.
     pool2, response2 = await open_stream(engine)

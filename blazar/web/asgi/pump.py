@@ -44,7 +44,7 @@ log = logging.getLogger("blazar.pump")
 END = "end"
 """The body ended whole."""
 BROKEN = "broken"
-"""The client's socket failed: the caller meets the failure the ordinary way."""
+"""The client's socket failed: the caller's connection takes its client as gone."""
 FAILED = "failed"
 """The source failed (its connection broke or was closed): its next read says why."""
 
@@ -77,7 +77,6 @@ class Flow:
         "_stopped",
         "ended",
         "outcome",
-        "unsent",
     )
 
     def __init__(self, pump: Pump, source: Source, out: int, on_chunk: Callable[[bytes], None]) -> None:
@@ -86,16 +85,14 @@ class Flow:
         self._in = source.fileno()
         self._out = out
         self._on_chunk = on_chunk
-        self._pending: tuple[memoryview, bytes] | None = None
-        """What the client's socket has yet to take, and the chunk it is part of."""
+        self._pending: memoryview | None = None
+        """What the client's socket has yet to take of a framed chunk."""
         self._source_done = False
         """Nothing more is read from the source (its body ended, or the request stops)."""
         self._stopped = False
         self.ended = trio.Event()
         self.outcome: str | None = None
         """``END``, ``BROKEN`` or ``FAILED``; None while it runs (or once stopped)."""
-        self.unsent = b""
-        """With ``BROKEN``: a chunk for the ordinary way, which meets the same failure."""
 
     @property
     def pending(self) -> bool:
@@ -120,7 +117,7 @@ class Flow:
             self._source_done = True
             self._pump.unwatch(self._in, self)
         self._on_chunk(data)
-        self._write(b"%x\r\n%b\r\n" % (len(data), data), data)
+        self._write(b"%x\r\n%b\r\n" % (len(data), data))
         if self._source_done and self._pending is None:
             self._finish(END)
 
@@ -129,7 +126,7 @@ class Flow:
         pending = self._pending
         if pending is not None:
             self._pending = None
-            self._write(*pending)
+            self._write(pending)
         if self._pending is None and not self.ended.is_set():
             if self._source_done:
                 self._finish(None if self._stopped else END)
@@ -137,19 +134,18 @@ class Flow:
                 self._pump.unwatch(self._out, self)
                 self._pump.watch(self._in, _IN, self)
 
-    def _write(self, data: bytes | memoryview, chunk: bytes) -> None:
-        """Write ``data`` (framed ``chunk``, or what is left of it); keep what the socket
-        does not take, and wait for it to take more."""
+    def _write(self, data: bytes | memoryview) -> None:
+        """Write ``data`` (a framed chunk, or what is left of it); keep what the socket does
+        not take, and wait for it to take more."""
         try:
             sent = os.write(self._out, data)
         except BlockingIOError:
             sent = 0
         except OSError:
-            self.unsent = chunk
             self._finish(BROKEN)
             return
         if sent < len(data):
-            self._pending = (memoryview(data)[sent:], chunk)
+            self._pending = memoryview(data)[sent:]
             if not self._source_done:
                 self._pump.unwatch(self._in, self)
             self._pump.watch(self._out, _OUT, self)
