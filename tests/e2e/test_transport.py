@@ -262,3 +262,18 @@ def test_a_client_that_hangs_up_between_requests_is_let_go_at_once(guarded: Daem
         time.sleep(0.1)
     assert _close_wait(port) == 0
     assert httpx.get(f"{guarded.url}/health", timeout=10).status_code == 200
+
+
+def test_http2_by_prior_knowledge_on_the_plain_port_is_handed_to_hypercorn(guarded: DaemonProc) -> None:
+    """The daemon's own HTTP/1.1 server hands a connection that opens with HTTP/2's preface to
+    hypercorn, with what it read of it: the client speaks HTTP/2 to the end, and an
+    HTTP/1.1 client beside it is served by the daemon's server."""
+    with httpx.Client(http1=False, http2=True, timeout=30) as h2:
+        health = h2.get(f"{guarded.url}/health")
+        models = h2.get(f"{guarded.url}/v1/models")
+    assert (health.http_version, health.status_code) == ("HTTP/2", 200)
+    assert (models.http_version, models.status_code) == ("HTTP/2", 200)
+    assert models.json()["object"] == "list"
+    plain = httpx.get(f"{guarded.url}/health", timeout=10)
+    assert (plain.http_version, plain.status_code) == ("HTTP/1.1", 200)
+    assert "date" in plain.headers
