@@ -14,35 +14,41 @@ from pathlib import Path
 VERSIONED = Path(__file__).resolve().parent / "versioned_server.py"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def versioned_servers(*protocols: str) -> Iterator[dict[str, str]]:
-    """``{protocol: url}`` for one server per revision, stopped on the way out. A synchronous
-    context manager (for a fixture): it waits for other processes' ports, outside trio."""
+    """``{protocol: url}`` for one server per revision, stopped on the way out. Each serves on
+    a socket bound and listening here and handed to it, so no other process can take its port
+    between choosing and binding it (with ports chosen first, two servers once met on one and
+    a test spoke to the wrong revision). A synchronous context manager (for a fixture)."""
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
     try:
         for protocol in protocols:
-            port = _free_port()
-            argv = [sys.executable, str(VERSIONED), "--http", str(port), "--protocol", protocol]
-            procs[protocol] = (subprocess.Popen(argv, stdout=subprocess.DEVNULL), port)
+            with socket.socket() as listener:
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(64)
+                fd = listener.fileno()
+                argv = [sys.executable, str(VERSIONED), "--fd", str(fd), "--protocol", protocol]
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, pass_fds=(fd,))
+                procs[protocol] = (proc, int(listener.getsockname()[1]))
         deadline = time.monotonic() + 60
         for protocol, (proc, port) in procs.items():
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert proc.poll() is None, f"the {protocol} MCP server exited"
-                    assert time.monotonic() < deadline, f"the {protocol} MCP server did not listen"
-                    time.sleep(0.05)
+            while not _answers(port):  # the socket listens already: wait for the server itself
+                assert proc.poll() is None, f"the {protocol} MCP server exited"
+                assert time.monotonic() < deadline, f"the {protocol} MCP server did not answer"
+                time.sleep(0.05)
         yield {protocol: f"http://127.0.0.1:{port}/mcp" for protocol, (_, port) in procs.items()}
     finally:
         for proc, _ in procs.values():
             proc.terminate()
         for proc, _ in procs.values():
             proc.wait(10)
+
+
+def _answers(port: int) -> bool:
+    """Whether an HTTP request to ``port`` gets an answer (any status)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return conn.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False

@@ -1,6 +1,7 @@
 """The test tools (tools_server.py) served over Streamable HTTP at one MCP protocol revision.
 
-Run as ``python tests/mcp_servers/versioned_server.py --http PORT --protocol VERSION``.
+Run as ``python tests/mcp_servers/versioned_server.py --http PORT --protocol VERSION``, or
+with ``--fd N`` to serve on a listening socket it inherits (``launch.py``: no port to race for).
 
 The SDK's server (mcp 2.3) speaks every revision at once: 2026-07-28 when a request
 carries that version's envelope, else the ``initialize`` handshake. To test how a client
@@ -78,7 +79,9 @@ def one_revision(app: Any, version: str) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--http", type=int, required=True, help="serve Streamable HTTP on this port")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--http", type=int, help="serve Streamable HTTP on this port")
+    where.add_argument("--fd", type=int, help="... on this inherited listening socket")
     parser.add_argument("--protocol", required=True, help="the one MCP protocol revision to speak")
     args = parser.parse_args()
     if args.protocol != MODERN:
@@ -94,6 +97,12 @@ def main() -> None:
 
     app = server.streamable_http_app(stateless_http=args.protocol == MODERN)
     served = one_revision(app, args.protocol)
+    if args.fd is not None:
+        import socket
+
+        config = uvicorn.Config(served, log_level="warning")
+        anyio.run(uvicorn.Server(config).serve, [socket.socket(fileno=args.fd)])
+        return
     config = uvicorn.Config(served, host="127.0.0.1", port=args.http, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)
 
