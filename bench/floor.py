@@ -1,24 +1,27 @@
-"""The floor under the gateway's CPU figures: the same server stack with nothing in it.
+"""The floor under the gateway's CPU figures: the daemon's data plane with nothing in it.
 
     python -m bench.floor [--requests 4000] [--streams 1200]
 
-Measures, against the instant upstream and with the overhead benchmark's load
-(C=16, non-stream, and streams of 34 events), the CPU of two bare ASGI apps on
-hypercorn's trio worker, the server the daemon runs on:
+Measures, against the instant upstream and with the overhead benchmark's load (C=16,
+non-stream, and streams of 34 events), the CPU of two bare relays and of the daemon, one
+after the other:
 
-* ``answer``: answers every request at once with a fixed body (hypercorn, h11
-  and trio alone; non-stream only);
-* ``relay``: relays every request to the instant upstream through the
-  gateway's own upstream client (``actors.upstream.UpstreamPool``) and sends
-  the answer back, chunk by chunk for streams — what the gateway does, minus
-  the gateway;
+* ``pipe``: a TCP proxy in plain Python (one epoll, no event loop library, no HTTP
+  parsing): each client connection gets its own upstream connection, and whatever
+  arrives on one side is written to the other. One read and one write per arrival is
+  what any relay in Python pays at least: the floor under every figure here.
+* ``stack``: the daemon's own data plane without the gateway: its HTTP/1.1 server
+  (``blazar.web.asgi.h1``), its upstream client (``actors.upstream.UpstreamPool``) and
+  its pump (``blazar.web.asgi.pump``, through ``direct.BodyWriter.pipe``) under an ASGI
+  app that relays every request and does nothing else;
+* ``blazar``: the daemon itself on the same rig.
 
-and the daemon itself on the same rig, one after the other. The gateway's own
-cost is the daemon's figure minus ``relay``'s. A last column paces one stream
-at a time like a small model on a CPU (an event every 8 ms): a process woken
-from sleep for every event costs several times more CPU per event than one
-kept busy, gateway or not. Writes
-``bench/results/<date>-floor.txt``; BENCHMARK.md cites it.
+The gateway's own cost is the daemon's figure minus ``stack``'s; what trio, the server
+and the pump add to the syscalls is ``stack`` minus ``pipe``. Two more columns pace the
+events: one stream at a time with its events 8 ms apart, like a small model on a CPU (a
+process woken from sleep for every event costs several times more CPU per event than one
+kept busy), and 256 streams at once with their events 10 ms apart (the scale rig's
+pace). Writes ``bench/results/<date>-floor.txt``; BENCHMARK.md cites it.
 """
 
 from __future__ import annotations
@@ -35,63 +38,101 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CHUNKS = 32
 EVENTS_PER_STREAM = CHUNKS + 2
-_ANSWER = (
-    b'{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,'
-    b'"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}]}'
-)
+WIDE = 256
+"""Streams at once in the last column."""
 
 
-def _app(mode: str, upstream_port: int) -> Any:
-    from actors.upstream import UpstreamPool
+def _serve_pipe(port: int, upstream_port: int) -> None:
+    """The child: the TCP proxy (see the module). Writes block: the load generator reads
+    everything it is sent, so a write never waits long, and the floor pays no bookkeeping
+    for a partial one."""
+    import select
+    import socket
 
-    pool = UpstreamPool("127.0.0.1", upstream_port, headers={}, max_idle=64, idle_expiry_s=3.0)
-    json_head = [(b"content-type", b"application/json")]
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        parts = []
-        while True:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        if mode == "answer" or scope["method"] != "POST":
-            headers = [*json_head, (b"content-length", b"%d" % len(_ANSWER))]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": _ANSWER})
-            return
-        upstream = await pool.request(
-            "POST", scope["path"], body=b"".join(parts), headers={"content-type": "application/json"}
-        )
-        if upstream.header(b"content-type") != b"text/event-stream":
-            data = await upstream.aread()
-            headers = [*json_head, (b"content-length", b"%d" % len(data))]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
-            return
-        sse = [(b"content-type", b"text/event-stream")]
-        await send({"type": "http.response.start", "status": 200, "headers": sse})
-        while chunk := await upstream.receive_some():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
-
-    return app
+    listener = socket.create_server(("127.0.0.1", port), backlog=1024)
+    listener.setblocking(False)
+    epoll = select.epoll()
+    epoll.register(listener.fileno(), select.EPOLLIN)
+    peer: dict[int, socket.socket] = {}
+    own: dict[int, socket.socket] = {}
+    while True:
+        for fd, _events in epoll.poll():
+            if fd == listener.fileno():
+                client, _ = listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", upstream_port))
+                for sock in (client, upstream):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    own[sock.fileno()] = sock
+                    epoll.register(sock.fileno(), select.EPOLLIN)
+                peer[client.fileno()], peer[upstream.fileno()] = upstream, client
+                continue
+            data = own[fd].recv(65536)
+            if data:
+                peer[fd].sendall(data)
+                continue
+            other = peer.pop(fd)
+            del peer[other.fileno()]
+            for sock in (own.pop(fd), own.pop(other.fileno())):
+                epoll.unregister(sock.fileno())
+                sock.close()
 
 
-def _serve(mode: str, port: int, upstream_port: int) -> None:
-    """The child: one bare app on hypercorn's trio worker."""
+def _serve_stack(port: int, upstream_port: int) -> None:
+    """The child: the daemon's HTTP/1.1 server, upstream client and pump, relaying."""
     import trio
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
 
-    config = Config()
-    config.bind = [f"127.0.0.1:{port}"]
-    config.accesslog = None
-    trio.run(serve, _app(mode, upstream_port), config)
+    from actors.upstream import UpstreamPool
+    from blazar.web.asgi.direct import DIRECT_BODY
+    from blazar.web.asgi.h1 import H1Connection
+
+    def refusal(status: int) -> bytes:
+        return b"HTTP/1.1 %d Refused\r\ncontent-length: 0\r\nconnection: close\r\n\r\n" % status
+
+    async def main() -> None:
+        pool = UpstreamPool("127.0.0.1", upstream_port, headers={}, max_idle=WIDE, idle_expiry_s=30.0)
+        json_type = {"content-type": "application/json"}
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            parts = []
+            while True:
+                message = await receive()
+                parts.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            upstream = await pool.request("POST", scope["path"], body=b"".join(parts), headers=json_type)
+            kind = upstream.header(b"content-type") or b"application/json"
+            if kind != b"text/event-stream":
+                data = await upstream.aread()
+                headers = [(b"content-type", kind), (b"content-length", b"%d" % len(data))]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": data})
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", kind)]})
+            # As the gateway does: the first chunk through the connection, the rest by the pump.
+            first = await upstream.receive_some()
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            if first and not await scope["extensions"][DIRECT_BODY].pipe(upstream, lambda _: None):
+                raise RuntimeError("the pump did not take the stream")
+            while chunk := await upstream.receive_some():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+
+        async def connection(stream: trio.SocketStream) -> None:
+            served = H1Connection(
+                stream.socket,
+                app,
+                header_timeout_s=30.0,
+                keep_alive_timeout_s=60.0,
+                max_head=65536,
+                refusal=refusal,
+                state={},
+                on_busy=lambda _busy: None,
+            )
+            await served.run()
+
+        await trio.serve_tcp(connection, port, host="127.0.0.1", backlog=1024)
+
+    trio.run(main)
 
 
 def _cpu(pid: int) -> float:
@@ -99,9 +140,10 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(url: str, pid: int, requests: int, streams: int, *, streaming: bool = True) -> tuple[float, ...]:
-    """CPU ms of process ``pid`` per non-stream request and per stream event at C=16, and per
-    stream event at C=1 with the events 8 ms apart (the pace of a small model on a CPU)."""
+def _measure(url: str, pid: int, requests: int, streams: int) -> tuple[float, ...]:
+    """CPU ms of process ``pid`` per non-stream request and per stream event at C=16, per
+    stream event at C=1 with the events 8 ms apart (the pace of a small model on a CPU),
+    and per stream event with ``WIDE`` streams at once, their events 10 ms apart."""
     from bench._rigs import LoadGen
     from bench._workloads import job
 
@@ -109,29 +151,37 @@ def _measure(url: str, pid: int, requests: int, streams: int, *, streaming: bool
     plain = [{"path": "/v1/chat/completions", "body": body}]
     stream = [{"path": "/v1/chat/completions", "body": {**body, "stream": True}}]
     paced = [{"path": "/v1/chat/completions", "body": {**body, "stream": True, "bench_interval_ms": 8.0}}]
+    wide = [{"path": "/v1/chat/completions", "body": {**body, "stream": True, "bench_interval_ms": 10.0}}]
     paced_streams = max(1, streams // 60)
+    wide_streams = max(WIDE, streams // WIDE * WIDE)
     gen = LoadGen()
+    marks = []
     try:
         # Warm-ups no longer than the measured runs: a smoke run's few requests need few
         gen.run(job(url, plain, concurrency=16, count=min(300, requests)))
-        t0 = _cpu(pid)
+        marks.append(_cpu(pid))
         gen.run(job(url, plain, concurrency=16, count=requests))
-        t1 = _cpu(pid)
-        if not streaming:
-            return ((t1 - t0) / requests * 1000,)
+        marks.append(_cpu(pid))
         gen.run(job(url, stream, concurrency=16, count=min(50, streams)))
-        t1 = _cpu(pid)
+        marks.append(_cpu(pid))
         gen.run(job(url, stream, concurrency=16, count=streams))
-        t2 = _cpu(pid)
+        marks.append(_cpu(pid))
         gen.run(job(url, paced, concurrency=1, count=paced_streams))
-        t3 = _cpu(pid)
+        marks.append(_cpu(pid))
+        gen.run(job(url, wide, concurrency=WIDE, count=wide_streams))
+        marks.append(_cpu(pid))
     finally:
         gen.close()
 
     def per_event_ms(seconds: float, n_streams: int) -> float:
         return seconds / (n_streams * EVENTS_PER_STREAM) * 1000
 
-    return (t1 - t0) / requests * 1000, per_event_ms(t2 - t1, streams), per_event_ms(t3 - t2, paced_streams)
+    return (
+        (marks[1] - marks[0]) / requests * 1000,
+        per_event_ms(marks[3] - marks[2], streams),
+        per_event_ms(marks[4] - marks[3], paced_streams),
+        per_event_ms(marks[5] - marks[4], wide_streams),
+    )
 
 
 def main() -> int:
@@ -142,7 +192,8 @@ def main() -> int:
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)  # internal: MODE PORT UPSTREAM_PORT
     args = parser.parse_args()
     if args.serve:
-        _serve(args.serve[0], int(args.serve[1]), int(args.serve[2]))
+        serve = {"pipe": _serve_pipe, "stack": _serve_stack}[args.serve[0]]
+        serve(int(args.serve[1]), int(args.serve[2]))
         return 0
 
     sys.path.insert(0, str(ROOT))
@@ -152,50 +203,53 @@ def main() -> int:
 
     rows: list[tuple[str, tuple[float, ...]]] = []
     logs = Path(tempfile.mkdtemp(prefix="blazar-floor-"))
-    with InstantUpstream(*UPSTREAM_ARGS, log_dir=logs) as upstream:
-        for mode in ("answer", "relay"):
+    with InstantUpstream(*UPSTREAM_ARGS, "-np", str(WIDE), log_dir=logs) as upstream:
+        for mode in ("pipe", "stack"):
             port = free_port()
             cmd = [sys.executable, "-m", "bench.floor", "--serve", mode, str(port), str(upstream.port)]
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                wait_http(f"http://127.0.0.1:{port}/", timeout_s=30.0, proc=proc)
+                wait_http(f"http://127.0.0.1:{port}/health", timeout_s=30.0, proc=proc)
                 url = f"http://127.0.0.1:{port}"
-                rows.append(
-                    (mode, _measure(url, proc.pid, args.requests, args.streams, streaming=mode == "relay"))
-                )
+                rows.append((mode, _measure(url, proc.pid, args.requests, args.streams)))
             finally:
                 stop_process(proc)
-        rig_config = rig()
-        with running_daemon(rig_config, tag="floor") as daemon:
+        with running_daemon(rig(slots=WIDE), tag="floor") as daemon:
             rows.append(("blazar", _measure(daemon.url, daemon.proc.pid, args.requests, args.streams)))
     lines = [
-        "CPU of the serving process against the instant upstream, C=16: bare ASGI apps on hypercorn's trio",
-        "worker (`answer`: a fixed answer; `relay`: through actors.upstream.UpstreamPool), then the daemon.",
+        "CPU of the serving process against the instant upstream: a TCP proxy in plain Python",
+        "(`pipe`), the daemon's HTTP/1.1 server, upstream client and pump relaying with no gateway",
+        "(`stack`), then the daemon.",
         f"Command: python -m bench.floor --requests {args.requests} --streams {args.streams}",
-        f"Run {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+        f"Run {time.strftime('%Y-%m-%d %H:%M:%S')}; {_machine()}.",
         "",
-        f"{'server':8s} {'ms per non-stream request':>26s} {'ms per stream event':>20s}"
-        f" {'ms per event, C=1, 8 ms apart':>31s}",
+        f"{'server':8s} {'ms/request, C=16':>17s} {'ms/event, C=16':>15s}"
+        f" {'ms/event, C=1, 8 ms apart':>26s} {f'ms/event, {WIDE} streams, 10 ms apart':>36s}",
     ]
+    widths = (17, 15, 26, 36)
     for name, figures in rows:
-        req, event, paced = (*figures, None, None)[:3]
-        cells = [
-            f"{req:26.3f}",
-            f"{event:20.4f}" if event else f"{'-':>20s}",
-            f"{paced:31.4f}" if paced else f"{'-':>31s}",
-        ]
-        lines.append(f"{name:8s} " + " ".join(cells))
-    (relay_req, relay_event, relay_paced), (ours_req, ours_event, ours_paced) = rows[1][1], rows[2][1]
+        lines.append(f"{name:8s} " + " ".join(f"{v:{w}.4f}" for v, w in zip(figures, widths, strict=True)))
+    pipe, stack, ours = (figures for _name, figures in rows)
     lines += [
         "",
-        f"The gateway's own share: {ours_req - relay_req:.3f} ms per request, "
-        f"{ours_event - relay_event:.4f} ms per stream event at C=16, "
-        f"{ours_paced - relay_paced:.4f} ms per event 8 ms apart.",
+        "The gateway's own share (blazar - stack): "
+        + ", ".join(f"{b - a:.4f}" for a, b in zip(stack, ours, strict=True))
+        + " ms, column by column.",
+        "What trio, the server and the pump add to the syscalls (stack - pipe): "
+        + ", ".join(f"{b - a:.4f}" for a, b in zip(pipe, stack, strict=True))
+        + " ms.",
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{time.strftime('%Y-%m-%d')}-floor.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _machine() -> str:
+    from bench._system import machine_info
+
+    info = machine_info()
+    return f"{info['cpu_model']}, {info['cpus_usable']} cores usable"
 
 
 if __name__ == "__main__":
