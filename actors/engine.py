@@ -253,9 +253,18 @@ class EngineActor(Actor[EngineMessage]):
         """The child's handle when it is ready and not draining for a restart: what
         ``EnsureReady`` would answer at once, without the trip through the mailbox
         (None: ask)."""
-        if self.state is EngineState.READY and self._pending_spec is None:
+        if self.state is EngineState.READY and self._pending_spec is None and not self.exited_unnoticed():
             return self._handle
         return None
+
+    def exited_unnoticed(self) -> bool:
+        """Whether the child has exited while the actor still holds it ready: its exit is on
+        its way to the mailbox (the child's watcher runs at the next checkpoint). A request
+        must not be handed the dead child then: it would reach no engine, and its client
+        would be told of a crash it did not meet. Costs one ``waitpid`` (trio's
+        ``Process.returncode``), which reaps the child if it has ended."""
+        child = self._child
+        return self.state is EngineState.READY and child is not None and child.returncode is not None
 
     def lease(self) -> Lease:
         """Count one more request on the child; give it back with ``Lease.release``."""
@@ -324,6 +333,8 @@ class EngineActor(Actor[EngineMessage]):
     def dispatch(self, env: Envelope[EngineMessage]) -> Awaitable[None] | None:
         match env.message:
             case EnsureReady():
+                if self.exited_unnoticed():
+                    return self._take_exit_then_ready(env)
                 self._ensure_ready(env)
             case WaitSpawned():
                 if self.state is EngineState.STARTING and self._child is None:
@@ -425,6 +436,14 @@ class EngineActor(Actor[EngineMessage]):
         # Answer only once the state is final, so the asker sees it.
         for waiter in waiters:
             waiter.fail(EngineCrashed(message, stderr_tail=summary))
+
+    async def _take_exit_then_ready(self, env: Envelope[EngineMessage]) -> None:
+        """Take in the exit of a child that died before its message came (as that message
+        will, which then finds the generation gone), then answer ``env`` as for any ended
+        engine: start it again, the crash counted for the breaker."""
+        assert self._child is not None
+        await self._child_exited(self._child.returncode)
+        self._ensure_ready(env)
 
     async def _apply_pending(self) -> None:
         """Swap in the pending spec: the child restarts with it on the next request."""

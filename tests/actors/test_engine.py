@@ -6,6 +6,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -62,6 +63,40 @@ async def test_start_use_crash_restart_stop(model_path: Path, tmp_path: Path) ->
         nursery.cancel_scope.cancel()
     assert wait_gone([handle.pid]) == []
     assert not (tmp_path / "engines" / "smollm2-135m.pid").exists()
+
+
+def wait_ended(pid: int) -> None:
+    """Block (no checkpoint: nothing else in the trio run goes on) until ``pid`` has ended
+    and waits to be reaped."""
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+        assert time.monotonic() < deadline, f"pid {pid} did not end"
+        time.sleep(0.01)
+
+
+async def test_a_child_dead_before_its_exit_is_taken_in_is_started_again_not_handed_out(
+    model_path: Path, tmp_path: Path
+) -> None:
+    """A request right after the engine died while idle (a kill -9, the OOM killer) gets a
+    new child, not the dead one and a crash it did not meet."""
+    engine = EngineActor(spec_for(model_path), EngineConfig(), run_dir=tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        with trio.fail_after(60):
+            first: EngineHandle = await engine.ask(EnsureReady())
+            os.kill(first.pid, signal.SIGKILL)
+            wait_ended(first.pid)
+            # No checkpoint since the kill: the actor has not heard of it.
+            assert engine.state is EngineState.READY and engine.exited_unnoticed()
+            assert engine.ready_handle() is None  # the fast path does not hand it out
+            second: EngineHandle = await engine.ask(EnsureReady())
+            assert second.pid != first.pid and second.generation == first.generation + 1
+            assert engine.state is EngineState.READY and not engine.exited_unnoticed()
+            assert engine.statistics().crashes == 1  # counted once, for the breaker
+            await trio.sleep(0.2)  # the exit's own message, when it comes, finds its generation gone
+            assert engine.ready_handle() is second and engine.statistics().crashes == 1
+        nursery.cancel_scope.cancel()
+    assert wait_gone([second.pid]) == []
 
 
 async def test_concurrent_asks_share_one_start(model_path: Path, tmp_path: Path) -> None:
