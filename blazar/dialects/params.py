@@ -281,7 +281,13 @@ OPENAI_COMPLETIONS = Table(
         _p("n", H, "1 to 8 choices, each its own sample and admission slot; not with `stream`, see routing"),
         _p("best_of", H, "candidates (up to 4, at least `n`), the likeliest `n` answer; not with `stream`"),
         _p("echo", R, "Only no echo is supported: leave out `echo`", inert=(False,)),
-        _p("suffix", R, "Unsupported param: suffix — fill-in-the-middle is not available", inert=("",)),
+        _p(
+            "suffix",
+            R,
+            "Unsupported param: suffix — for fill-in-the-middle use `POST /infill` or Ollama's "
+            "`/api/generate`",
+            inert=("",),
+        ),
         _p("user", IGN, _USER),
     ],
 )
