@@ -29,6 +29,7 @@ _PACKAGES = (
     "quart",
     "quart-trio",
     "hypercorn",
+    "httptools",
     "trio",
     "httpx",
     "msgspec",

@@ -414,15 +414,14 @@ class H1Connection:
             with contextlib.suppress(httptools.HttpParserInvalidURLError):
                 url = httptools.parse_url(target)
                 path, query = url.path or b"/", url.query or b""
-        raw_path = path
         scope = {
             "type": "http",
             "asgi": _ASGI,
             "http_version": request.version,
             "method": request.method,
             "scheme": "http",
-            "path": unquote(raw_path.decode("latin-1")) if b"%" in raw_path else raw_path.decode("latin-1"),
-            "raw_path": raw_path,
+            "path": unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1"),
+            "raw_path": path,
             "query_string": query,
             "root_path": "",
             "headers": request.headers,
