@@ -66,10 +66,11 @@ async def test_start_use_crash_restart_stop(model_path: Path, tmp_path: Path) ->
 
 
 def wait_ended(pid: int) -> None:
-    """Block (no checkpoint: nothing else in the trio run goes on) until ``pid`` has ended
-    and waits to be reaped."""
+    """Block (no checkpoint: nothing else in the trio run goes on) until our child ``pid``
+    can be reaped, without reaping it. Not its ``Z`` state in /proc: a killed process whose
+    other threads are still exiting shows it before ``waitpid`` can take it."""
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z":
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         assert time.monotonic() < deadline, f"pid {pid} did not end"
         time.sleep(0.01)
 
