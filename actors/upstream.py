@@ -36,6 +36,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamPool",
     "UpstreamResponse",
+    "nothing_received",
     "pool_for_url",
 ]
 
@@ -55,8 +56,19 @@ class UpstreamBrokenError(UpstreamError):
     """The connection broke or the upstream broke the protocol during the exchange."""
 
 
-class _NoResponse(UpstreamBrokenError):
-    """The connection failed before any byte of the response arrived: nothing was processed."""
+class _Unanswered(UpstreamBrokenError):
+    """The connection failed before any byte of the response arrived."""
+
+
+class _NoResponse(_Unanswered):
+    """A kept connection failed before any byte of the response arrived, or closed without
+    one: nothing was processed (the pool tries a new connection)."""
+
+
+def nothing_received(exc: UpstreamError) -> bool:
+    """Whether a request failed before the upstream answered anything: no connection could
+    be opened, or the connection failed before the first byte of the response."""
+    return isinstance(exc, (UpstreamConnectError, _Unanswered))
 
 
 class _Connection:
@@ -289,7 +301,7 @@ class UpstreamPool:
                 raise UpstreamBrokenError(self._broken(f"broke the response head: {exc!r}")) from exc
             if conn.reused:
                 raise _NoResponse(self._broken(f"failed before responding: {exc!r}")) from exc
-            raise UpstreamBrokenError(self._broken(f"failed before responding: {exc!r}")) from exc
+            raise _Unanswered(self._broken(f"failed before responding: {exc!r}")) from exc
         except BaseException:
             self._discard(conn)
             raise

@@ -16,14 +16,15 @@ from actors.engine import EngineActor
 from actors.errors import Preempted
 from actors.preflight import PromptTooLong
 from actors.runtime import Runtime
-from actors.upstream import UpstreamError
+from actors.upstream import UpstreamError, nothing_received
 from blazar.dialects.prompt_size import PromptSize
+from blazar.errors import BlazarError
 from blazar.serve.cards import CardState
 from blazar.serve.context import Ask
 from blazar.serve.policy.prompt_fit import check_prompt, worded
 from blazar.serve.relay import crash_error, send_upstream
 
-__all__ = ["Claim", "claim_engine", "preemptible_answer"]
+__all__ = ["Claim", "claim_engine", "died_idle", "preemptible_answer"]
 
 
 async def claim_engine(
@@ -59,16 +60,36 @@ async def claim_engine(
     return claim
 
 
+def died_idle(exc: UpstreamError, err: BlazarError) -> bool:
+    """Whether a failed send met an engine that had died before answering anything: no
+    connection, or one that broke before the first byte of the answer
+    (``actors.upstream.nothing_received``), to an engine that crashed. A kill -9 or the OOM
+    killer between two requests leaves that window while the child's threads exit. Such a
+    request claims the engine once more, which starts it again, and waits for the start
+    instead of failing (once: a request that crashes the engine itself fails the second
+    time)."""
+    return nothing_received(exc) and err.code == "ENGINE_CRASHED"
+
+
 async def preemptible_answer(
-    runtime: Runtime, engine: EngineActor, ask: Ask, size: PromptSize, path: str, body: bytes
+    runtime: Runtime,
+    engine: EngineActor,
+    ask: Ask,
+    size: PromptSize,
+    path: str,
+    body: bytes,
+    *,
+    again: bool = True,
 ) -> tuple[Claim, tuple[int, bytes]]:
     """A whole (not streamed) answer for a batch or background request, read inside its
     slot's preemptible window: nothing reaches its client before the answer is whole, so
     an interactive request may take the slot until then (``actors/preemption.py``).
     Preempted, the engine request is closed, the slot released, and the request queues
     again at the head of its class and runs again: its client sees only a longer wait.
-    Returns the claim (already released) and the engine's status and body."""
+    Returns the claim (already released) and the engine's status and body. ``again``: an
+    engine that died idle is claimed once more (``died_idle``; not on a failover chain)."""
     requeue = None
+    retried = not again
     while True:
         claim = await claim_engine(runtime, engine, ask, prompt=size, requeue=requeue)
         try:
@@ -85,6 +106,9 @@ async def preemptible_answer(
             if ask.card is not None:
                 ask.card.note_preempted()
         except UpstreamError as exc:
-            raise await crash_error(engine, claim.handle, exc) from exc
+            err = await crash_error(engine, claim.handle, exc)
+            if retried or not died_idle(exc, err):
+                raise err from exc
+            retried, requeue = True, None  # claim again: that starts the engine again
         finally:
             claim.release()

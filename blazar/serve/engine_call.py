@@ -49,7 +49,7 @@ from blazar.dialects.neutral import (
 from blazar.dialects.prompt_size import chat_size
 from blazar.errors import BlazarError
 from blazar.serve.cards import set_stream_enders
-from blazar.serve.claim import Claim, claim_engine
+from blazar.serve.claim import Claim, claim_engine, died_idle
 from blazar.serve.context import Ask
 from blazar.serve.failover import walk_for, walk_headers
 from blazar.serve.policy import honesty, structured
@@ -227,6 +227,8 @@ class EngineCall:
         self._purpose: Purpose = "chat"
         self._requeue: Requeue | None = None
         """Set while a preempted request claims again (at the head of its class)."""
+        self._started_again = False
+        """Whether the request already claimed its engine again after it died idle."""
         self.structured_valid: bool | None = None
         """Whether the whole answer passed the request's output format (None: not checked)."""
 
@@ -482,13 +484,15 @@ class EngineCall:
             return self.claim.slot.preemptible()
         return nullcontext()
 
-    async def _claim_again(self) -> None:
-        """After a preemption (the engine stream closed, the slot released): claim the same
-        engine again, at the head of the request's class."""
+    async def _claim_again(self, *, preempted: bool = True) -> None:
+        """Claim the same engine again: after a preemption (the engine stream closed, the
+        slot released), at the head of the request's class; after the engine died idle
+        (``claim.died_idle``, the claim released), as a new request, which starts it again."""
         assert self.claim is not None and self.engine is not None
-        self._requeue = self.claim.slot.requeue()
-        if self.card is not None:
-            self.card.note_preempted()
+        if preempted:
+            self._requeue = self.claim.slot.requeue()
+            if self.card is not None:
+                self.card.note_preempted()
         self._reset()
         await self._prepare_on(self.engine, self._embeddings)
 
@@ -528,7 +532,12 @@ class EngineCall:
             resp = await send_upstream(self.handle, path, msgspec.json.encode(body))
         except UpstreamError as exc:
             self.release()
-            raise await crash_error(self.engine, self.handle, exc) from exc
+            err = await crash_error(self.engine, self.handle, exc)
+            if self._chain is not None or self._started_again or not died_idle(exc, err):
+                raise err from exc  # a chain's walk moves on by itself
+            self._started_again = True
+            await self._claim_again(preempted=False)
+            return await self._open()
         except BaseException:
             self.release()
             raise

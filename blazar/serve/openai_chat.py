@@ -35,7 +35,7 @@ from blazar.errors import Dialect
 from blazar.serve import engine_call, failover, handoff, mcp_loop, semantic_cache
 from blazar.serve.candidates import fanout, translated
 from blazar.serve.cards import set_stream_enders
-from blazar.serve.claim import claim_engine, preemptible_answer
+from blazar.serve.claim import claim_engine, died_idle, preemptible_answer
 from blazar.serve.context import Ask, Relayed
 from blazar.serve.policy import certified, honesty, hooks, structured
 from blazar.serve.policy.prompt_fit import check_prompt
@@ -144,7 +144,7 @@ async def answer_chat(runtime: Runtime, call: Relayed, ask: Ask, req: ChatReques
     async def on(engine: EngineActor) -> Reply:
         engine_call.check_images(req, engine)
         certified.refuse_failed(runtime, engine.spec.model, certified.chat_needs(req), ask)
-        return await relay_chat(runtime, call, ask, req, engine, strict=strict)
+        return await relay_chat(runtime, call, ask, req, engine, strict=strict, alone=chain is None)
 
     if chain is not None:
         return await failover.relay_on_chain(runtime, call, ask, chain, on)
@@ -163,9 +163,17 @@ def emulates_tools(req: ChatRequest, engine: EngineActor | None) -> bool:
 
 
 async def relay_chat(
-    runtime: Runtime, call: Relayed, ask: Ask, req: ChatRequest, engine: EngineActor, *, strict: bool
+    runtime: Runtime,
+    call: Relayed,
+    ask: Ask,
+    req: ChatRequest,
+    engine: EngineActor,
+    *,
+    strict: bool,
+    alone: bool = True,
 ) -> Reply:
-    """``req``, a chat request the engine runs as it is, relayed to ``engine``."""
+    """``req``, a chat request the engine runs as it is, relayed to ``engine`` (``alone``: not
+    one target of a failover chain)."""
     shape = structured.wanted(req.response_format, call.body)
     outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict, shape, chat=req)
     return await relay(
@@ -177,6 +185,7 @@ async def relay_chat(
         engine=engine,
         size=chat_size(req),
         outcome=outcome,
+        alone=alone,
     )
 
 
@@ -231,6 +240,7 @@ async def _complete_text(runtime: Runtime, call: Relayed, ask: Ask, req: Complet
             runtime, call, ask, chain, engine, want, path="/v1/completions", size=size, req=req
         )
     outcome = _Outcome(req.ignored, req.max_tokens, req.output_param, strict)
+    chain = runtime.failover.chains.get(req.model)
 
     async def on(engine: EngineActor) -> Reply:
         return await relay(
@@ -242,9 +252,10 @@ async def _complete_text(runtime: Runtime, call: Relayed, ask: Ask, req: Complet
             engine=engine,
             size=size,
             outcome=outcome,
+            alone=chain is None,
         )
 
-    if (chain := runtime.failover.chains.get(req.model)) is not None:
+    if chain is not None:
         return await failover.relay_on_chain(runtime, call, ask, chain, on)
     return await on(await runtime.engine_for(req.model, ask.lane))
 
@@ -259,8 +270,11 @@ async def relay(
     engine: EngineActor,
     size: PromptSize,
     outcome: _Outcome,
+    alone: bool = True,
 ) -> Reply:
-    """The request's own body on ``engine``, its answer relayed as it comes (whole or streamed)."""
+    """The request's own body on ``engine``, its answer relayed as it comes (whole or
+    streamed). ``alone``: not one target of a failover chain, whose walk moves on from an
+    engine that died; alone, one that died idle is claimed again (``claim.died_idle``)."""
     engine_call.check_purpose("chat", engine)  # a reranker does not complete text
     # An output limit above the context is reported (strict: refused), not rewritten:
     # llama.cpp ends the answer where the context ends all the same.
@@ -289,7 +303,7 @@ async def relay(
         body, ours = ask_progress(body)
     answered: tuple[int, bytes] | None = None
     if not stream and ask.tier >= PREEMPTIBLE_FROM:
-        lease, answered = await preemptible_answer(runtime, engine, ask, size, path, body)
+        lease, answered = await preemptible_answer(runtime, engine, ask, size, path, body, again=alone)
     else:
         lease = await claim_engine(runtime, engine, ask, prompt=size)  # refused before loading
     handle = lease.handle
@@ -349,7 +363,16 @@ async def relay(
             call.on_cleanup(handed.aclose)
             said = {**headers, handoff.GRANT_HEADER: "1"}
             return stream_reply(handed, content_type="text/event-stream", headers=said)
-        upstream = await send_upstream(handle, path, body)
+        try:
+            upstream = await send_upstream(handle, path, body)
+        except UpstreamError as exc:
+            err = await crash_error(engine, handle, exc)
+            lease.release()
+            if not (alone and died_idle(exc, err)):
+                raise err from exc
+            lease = await claim_engine(runtime, engine, ask, prompt=size)  # starts it again
+            handle = lease.handle
+            upstream = await send_upstream(handle, path, body)
     except UpstreamError as exc:
         lease.release()
         raise await crash_error(engine, handle, exc) from exc

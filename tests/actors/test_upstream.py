@@ -9,7 +9,13 @@ import msgspec
 import pytest
 import trio
 
-from actors.upstream import UpstreamBrokenError, UpstreamConnectError, UpstreamError, UpstreamPool
+from actors.upstream import (
+    UpstreamBrokenError,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamPool,
+    nothing_received,
+)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -260,9 +266,10 @@ async def test_connection_close_header_is_honoured(server: Server) -> None:
 
 async def test_fresh_connection_without_response_is_an_error(server: Server) -> None:
     pool = pool_for(server)
-    with trio.fail_after(5), pytest.raises(UpstreamBrokenError, match="without a response"):
+    with trio.fail_after(5), pytest.raises(UpstreamBrokenError, match="without a response") as info:
         await pool.request("POST", "/no-response")
     assert pool.connects == 1  # a new connection is not retried
+    assert nothing_received(info.value)  # the caller may tell that nothing was answered
     await pool.aclose()
 
 
@@ -270,9 +277,10 @@ async def test_broken_mid_response(server: Server) -> None:
     pool = pool_for(server)
     with trio.fail_after(5):
         resp = await pool.request("POST", "/truncated")
-        with pytest.raises(UpstreamBrokenError, match="midway"):
+        with pytest.raises(UpstreamBrokenError, match="midway") as info:
             await resp.aread()
         await resp.aclose()
+    assert not nothing_received(info.value)
     assert pool.idle_count == 0
     await pool.aclose()
 
@@ -282,8 +290,9 @@ async def test_connect_refused() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: connections are refused
         pool = UpstreamPool("127.0.0.1", port, headers={}, max_idle=4, idle_expiry_s=4.0)
-        with trio.fail_after(5), pytest.raises(UpstreamConnectError, match=f"127.0.0.1:{port}"):
+        with trio.fail_after(5), pytest.raises(UpstreamConnectError, match=f"127.0.0.1:{port}") as info:
             await pool.request("POST", "/cl")
+    assert nothing_received(info.value)
 
 
 async def test_concurrent_requests_use_separate_connections(server: Server) -> None:

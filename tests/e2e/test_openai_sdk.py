@@ -172,6 +172,32 @@ def test_engine_kill_mid_stream_fails_fast_then_recovers(daemon: DaemonProc, cli
     assert engine["state"] == "ready" and engine["pid"] != pid
 
 
+def test_a_request_right_after_the_idle_engine_was_killed_is_answered(
+    daemon: DaemonProc, client: openai.OpenAI
+) -> None:
+    """A kill -9 (or the OOM killer) between two requests: the next one, sent at once, waits
+    for the engine to start again instead of meeting the crash (502 ENGINE_CRASHED), whether
+    it comes while the child's threads still exit, before the daemon has read its exit, or
+    after."""
+    client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=2)  # make sure it runs
+    before = daemon.engines()[0]
+    pid = before["pid"]
+    assert isinstance(pid, int)
+    os.kill(pid, signal.SIGKILL)
+    r = client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=4)
+    assert r.choices[0].message.content is not None
+    engine = daemon.engines()[0]
+    assert engine["restarts"] == int(before["restarts"]) + 1  # type: ignore[call-overload]
+    assert engine["state"] == "ready" and engine["pid"] != pid
+    # The same through a translated dialect (Ollama's chat, read from the engine's stream).
+    os.kill(int(engine["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    body = {"model": MODEL, "messages": PROMPT, "stream": False, "options": {"num_predict": 4}}
+    answer = httpx.post(f"{daemon.url}/api/chat", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["done"] is True
+    assert daemon.engines()[0]["restarts"] == int(before["restarts"]) + 2  # type: ignore[call-overload]
+
+
 def test_concurrent_streams_share_slots(client: openai.OpenAI) -> None:
     results: list[str] = []
 
