@@ -533,8 +533,11 @@ class EngineCall:
         except UpstreamError as exc:
             self.release()
             err = await crash_error(self.engine, self.handle, exc)
-            if self._chain is not None or self._started_again or not died_idle(exc, err):
-                raise err from exc  # a chain's walk moves on by itself
+            # Not on a chain, whose walk moves on by itself, nor inside a preemptible window,
+            # which belongs to the slot just released.
+            preemptible = self.ask.tier >= PREEMPTIBLE_FROM
+            if self._chain is not None or preemptible or self._started_again or not died_idle(exc, err):
+                raise err from exc
             self._started_again = True
             await self._claim_again(preempted=False)
             return await self._open()

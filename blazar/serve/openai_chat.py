@@ -372,6 +372,8 @@ async def relay(
                 raise err from exc
             lease = await claim_engine(runtime, engine, ask, prompt=size)  # starts it again
             handle = lease.handle
+            if lease.load_ns > LOADING_NS:  # the answer waited for that start
+                headers["X-Blazar-Status"] = "loading"
             upstream = await send_upstream(handle, path, body)
     except UpstreamError as exc:
         lease.release()

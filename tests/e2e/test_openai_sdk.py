@@ -184,8 +184,9 @@ def test_a_request_right_after_the_idle_engine_was_killed_is_answered(
     pid = before["pid"]
     assert isinstance(pid, int)
     os.kill(pid, signal.SIGKILL)
-    r = client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=4)
-    assert r.choices[0].message.content is not None
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=PROMPT, max_tokens=4)
+    assert raw.parse().choices[0].message.content is not None
+    assert raw.headers["x-blazar-status"] == "loading"  # the answer says it waited for the start
     engine = daemon.engines()[0]
     assert engine["restarts"] == int(before["restarts"]) + 1  # type: ignore[call-overload]
     assert engine["state"] == "ready" and engine["pid"] != pid
